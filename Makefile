@@ -1,0 +1,73 @@
+# CrossAudit — `make help` lists the targets. Every target creates .venv on first use.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.installed
+MODELS_STAMP := $(VENV)/.models-installed
+HOST ?= 127.0.0.1
+PORT ?= 50051
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv models images proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+
+help: ## List targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade "pip>=24" "setuptools>=68" wheel
+	$(PIP) install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## Create .venv and install CrossAudit with dev tools
+
+# torch/transformers are large (PyPI ships CUDA wheels): an explicit, pip-cached step.
+$(MODELS_STAMP): $(STAMP)
+	$(PIP) install -q -e '.[dev,models]'
+	@touch $@
+
+models: $(MODELS_STAMP) ## Install the model extras (detoxify/torch/transformers)
+
+images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
+	$(PY) -m sandbox.docker.images build-base
+
+proto: $(STAMP) ## Regenerate the committed gRPC stubs from protos/
+	$(PY) -m protos.generate
+
+schema: $(STAMP) ## Regenerate policies/policy.schema.json
+	$(VENV)/bin/crossaudit policy schema > policies/policy.schema.json
+
+serve: $(STAMP) ## Run the service on embedded defaults (SQLite, docker sandbox if a daemon answers)
+	$(VENV)/bin/crossaudit serve --dev --host $(HOST) --port $(PORT)
+
+run: serve ## Alias of serve
+
+test: $(MODELS_STAMP) ## Run the whole test suite (unit, security, integration with real Docker, e2e)
+	$(PY) -m pytest tests/unit tests/security tests/integration tests/e2e $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## Fast unit tests only
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(MODELS_STAMP) ## Integration tests (real Docker daemon, real model loading)
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+test-e2e: $(STAMP) ## End-to-end tests against the real gRPC server
+	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+test-security: $(STAMP) ## Hostile programs and inputs
+	$(PY) -m pytest tests/security $(PYTEST_ARGS)
+
+bench: $(MODELS_STAMP) ## Benchmarks (print side-by-side ratios; not tests)
+	$(PY) -m tests.bench
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP) ## mypy
+	$(VENV)/bin/mypy orchestrator sandbox crossaudit
+
+clean: ## Remove .venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,20 @@
+"""CrossAudit public SDK: ``PolicyTester`` (in-process) and ``Client`` (gRPC)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Client", "PolicyTester"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that ``import crossaudit`` stays cheap and the CLI starts fast.
+    if name == "PolicyTester":
+        from crossaudit.tester import PolicyTester
+
+        return PolicyTester
+    if name == "Client":
+        from crossaudit.client import Client
+
+        return Client
+    raise AttributeError(name)

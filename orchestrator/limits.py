@@ -1,0 +1,73 @@
+"""Every limit of the platform, named once, documented once (see ``docs/limits.md``).
+
+Each dataclass holds defaults; the service builds them from configuration / flags, and
+tests build tighter ones. Nothing else in the code base hard-codes a limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PolicyLimits:
+    """Caps applied while *loading* a policy, before any model is built."""
+
+    max_file_bytes: int = 1_000_000  # a policy larger than 1 MB is refused unread
+    max_depth: int = 32  # nesting of mappings/sequences
+    max_nodes: int = 50_000  # total YAML nodes, counted as they are composed
+    max_aliases: int = 0  # anchors/aliases: refused outright (billion-laughs)
+    max_rules: int = 500
+    max_evaluators: int = 200
+    max_regex_length: int = 1_000
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource caps for one custom-evaluator call, applied by every sandbox backend."""
+
+    timeout_s: float = 10.0  # wall clock, enforced from outside (kill the process group / container)
+    cpu_s: int = 10  # RLIMIT_CPU for the call's process
+    memory_bytes: int = 256 * 1024 * 1024  # address space (process) / memory = memory+swap (docker)
+    pids: int = 64  # processes + threads
+    nofile: int = 64  # open files
+    file_bytes: int = 1024 * 1024  # largest file the code may write (RLIMIT_FSIZE)
+    tmpfs_bytes: int = 16 * 1024 * 1024  # /tmp size in a container
+    output_bytes: int = 64 * 1024  # captured stdout+stderr, each; the rest is dropped
+    result_bytes: int = 1024 * 1024  # the JSON result document
+    cpus: float = 1.0  # docker --cpus
+    result_max_depth: int = 32  # nesting of the returned document
+    result_max_violations: int = 1_000
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """Warm-pool sizing for one evaluator version (docker backend)."""
+
+    min_size: int = 1
+    max_size: int = 4
+    idle_timeout_s: float = 300.0
+    queue_wait_s: float = 5.0  # longest wait for a free warm sandbox (bounded by the deadline too)
+
+
+@dataclass(frozen=True)
+class DependencyLimits:
+    """Caps on declared pip dependencies of a custom evaluator."""
+
+    max_count: int = 20
+    max_length: int = 100
+    allowlist: tuple[str, ...] = ()  # empty = any well-formed name
+    denylist: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Caps of the decision engine."""
+
+    default_timeout_s: float = 30.0  # policy ``settings.timeout`` when unset
+    default_rule_timeout_s: float = 15.0  # evaluator timeout when neither rule nor policy sets one
+    max_retries: int = 5  # ``settings.retries`` is clamped to this
+    retry_backoff_s: float = 0.05  # first backoff; doubles per attempt, bounded by the deadline
+    cache_entries: int = 10_000  # LRU size of the result cache
+    default_cache_duration_s: float = 300.0
+    max_content_bytes: int = 1024 * 1024  # prompt + response of one request
