@@ -38,6 +38,8 @@ class SandboxLimits:
     cpus: float = 1.0  # docker --cpus
     result_max_depth: int = 32  # nesting of the returned document
     result_max_violations: int = 1_000
+    container_memory_bytes: int = 512 * 1024 * 1024  # docker: a warm container (parent + one call's child); = memory+swap
+    frame_bytes: int = 4 * 1024 * 1024  # docker/process: longest agent protocol line accepted from the sandbox
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class PoolLimits:
     max_size: int = 4
     idle_timeout_s: float = 300.0
     queue_wait_s: float = 5.0  # longest wait for a free warm sandbox (bounded by the deadline too)
+    start_timeout_s: float = 30.0  # container create + start + agent load (imports) before it counts as failed
+    max_pools: int = 64  # warm pools kept at once; the least recently used idle pool is closed beyond this
+    docker_threads: int = 8  # bounded executor for blocking docker-py calls
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,9 @@ class DependencyLimits:
     max_length: int = 100
     allowlist: tuple[str, ...] = ()  # empty = any well-formed name
     denylist: tuple[str, ...] = ()
+    resolve_timeout_s: float = 600.0  # pip download + install of one dependency set on the host
+    build_timeout_s: float = 900.0  # one docker image build (base, runner or dependency image)
+    max_site_bytes: int = 2 * 1024 * 1024 * 1024  # installed size of one dependency set
 
 
 @dataclass(frozen=True)
