@@ -1,0 +1,364 @@
+"""Declared pip dependencies of custom evaluators: validation, host-side wheel resolution, import names.
+
+Why this shape:
+
+* A dependency string reaches ``pip`` on the host, so it is validated *before* anything runs:
+  a distribution name plus an optional PEP 440 version specifier, nothing else (no URLs, paths,
+  pip options, extras, markers, newlines or shell characters), under count/length caps and the
+  optional allow/deny lists of :class:`orchestrator.limits.DependencyLimits`.
+* Resolution happens on the host with ``pip download --only-binary=:all:`` for CPython 3.11 on
+  manylinux x86_64 (no source builds, so no code of the package runs on the host), then
+  ``pip install --no-index --target`` from that wheelhouse into a *site directory* which an
+  image layer copies verbatim. Nothing is installed inside a container, nothing at call time.
+* Everything is cached under ``<cache>/wheels/<key>`` and ``<cache>/sites/<key>``, keyed by the
+  normalised requirement set, so a second build of the same set needs no network at all.
+* The warm agent pre-imports the *import names* of the declared distributions (``scikit-learn``
+  → ``sklearn``), read from the installed wheels' ``top_level.txt`` or ``RECORD``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from orchestrator.errors import ConfigurationError, DependencyRejectedError
+from orchestrator.limits import DependencyLimits
+from sandbox.base import ProgressCallback
+
+# A name (PEP 508 "identifier") then optional comma-separated clauses of a PEP 440 operator and a
+# version made only of version characters. Checked *before* packaging parses the string, so
+# anything packaging would accept beyond this (URLs, extras, markers, ``===`` arbitrary strings)
+# is already refused.
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_CLAUSE = r"(?:~=|==|!=|<=|>=|<|>)\s*[0-9][0-9A-Za-z.*+!]*"
+_DEP_RE = re.compile(rf"^({_NAME})\s*({_CLAUSE}(?:\s*,\s*{_CLAUSE})*)?$")
+MAX_SPECIFIER_CLAUSES = 8
+
+# Platform tags accepted for CPython 3.11 in a Debian bookworm (glibc 2.36) image.
+PYTHON_VERSION = "3.11"
+PLATFORMS: tuple[str, ...] = (
+    "manylinux2014_x86_64",
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37)),
+)
+_RESOLVER_VERSION = "1"  # bump when the resolution recipe changes: new cache keys
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One validated requirement: canonical name plus a (possibly empty) specifier set."""
+
+    name: str
+    specifier: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.specifier}"
+
+
+def validate_dependencies(deps: Iterable[object], limits: DependencyLimits | None = None) -> tuple[Dependency, ...]:
+    """Return the validated, canonical, sorted dependency set or raise :class:`DependencyRejectedError`.
+
+    Every problem is reported (not just the first) so an uploader fixes them in one round.
+    """
+    limits = limits or DependencyLimits()
+    items = list(deps) if not isinstance(deps, str | bytes) else [deps]
+    problems: list[str] = []
+    if len(items) > limits.max_count:
+        raise DependencyRejectedError(f"too many dependencies: {len(items)} > {limits.max_count}")
+    allow = {canonicalize_name(n) for n in limits.allowlist}
+    deny = {canonicalize_name(n) for n in limits.denylist}
+    seen: dict[str, Dependency] = {}
+    for raw in items:
+        try:
+            dep = parse_dependency(raw, limits)
+        except DependencyRejectedError as exc:
+            problems.append(exc.message)
+            continue
+        if dep.name in deny:
+            problems.append(f"dependency {dep.name!r} is not allowed (denylist)")
+        elif allow and dep.name not in allow:
+            problems.append(f"dependency {dep.name!r} is not in the allowlist")
+        elif dep.name in seen:
+            problems.append(f"dependency {dep.name!r} is declared twice")
+        else:
+            seen[dep.name] = dep
+    if problems:
+        raise DependencyRejectedError("; ".join(problems))
+    return tuple(sorted(seen.values(), key=lambda d: d.name))
+
+
+def parse_dependency(raw: object, limits: DependencyLimits | None = None) -> Dependency:
+    """Validate one dependency string (see the module docstring for what is refused)."""
+    limits = limits or DependencyLimits()
+    if not isinstance(raw, str):
+        raise DependencyRejectedError(f"dependency must be a string, got {type(raw).__name__}")
+    shown = raw[:40] + ("..." if len(raw) > 40 else "")
+    if not raw.strip():
+        raise DependencyRejectedError("empty dependency string")
+    if len(raw) > limits.max_length:
+        raise DependencyRejectedError(f"dependency {shown!r} is longer than {limits.max_length} characters")
+    if not raw.isascii() or not raw.isprintable():
+        raise DependencyRejectedError(f"dependency {shown!r} contains control or non-ASCII characters")
+    text = raw.strip()
+    m = _DEP_RE.match(text)
+    if not m:
+        raise DependencyRejectedError(
+            f"dependency {shown!r} is not a package name with an optional version specifier "
+            "(URLs, paths, pip options, extras and markers are not accepted)"
+        )
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise DependencyRejectedError(f"dependency {shown!r} is invalid: {exc}") from None
+    if req.url or req.extras or req.marker:  # unreachable after the regex; kept as a second lock
+        raise DependencyRejectedError(f"dependency {shown!r}: only a name and a version specifier are accepted")
+    spec = SpecifierSet(str(req.specifier))
+    if len(list(spec)) > MAX_SPECIFIER_CLAUSES:
+        raise DependencyRejectedError(f"dependency {shown!r} has more than {MAX_SPECIFIER_CLAUSES} version clauses")
+    clauses = sorted(str(s) for s in spec)
+    return Dependency(name=canonicalize_name(req.name), specifier=",".join(clauses))
+
+
+def dependency_key(deps: Iterable[Dependency]) -> str:
+    """Content key of a validated set (plus the resolver recipe): names the wheelhouse, site and image."""
+    doc = json.dumps(
+        {"deps": sorted(str(d) for d in deps), "python": PYTHON_VERSION, "platforms": PLATFORMS, "v": _RESOLVER_VERSION}
+    )
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+# --- import names -----------------------------------------------------------------------------------
+
+_SKIP_TOP = {"test", "tests", "testing", "docs", "doc", "examples", "bin", "scripts", "__pycache__"}
+
+
+def import_names(site: Path, dists: Iterable[str]) -> dict[str, list[str]]:
+    """Map each distribution to the top-level modules it installed into ``site`` (best effort).
+
+    Reads ``top_level.txt`` when the wheel has one, else the first path component of
+    ``RECORD`` entries; falls back to the normalised distribution name.
+    """
+    infos: dict[str, Path] = {}
+    for info in site.glob("*.dist-info"):
+        dist = info.name[: -len(".dist-info")].rsplit("-", 1)[0]
+        infos[canonicalize_name(dist)] = info
+    result: dict[str, list[str]] = {}
+    for dist in dists:
+        key = canonicalize_name(dist)
+        names: list[str] = []
+        info = infos.get(key)
+        if info is not None:
+            names = _names_from_top_level(info) or _names_from_record(info)
+        names = [n for n in names if n.isidentifier() and n not in _SKIP_TOP]
+        public = [n for n in names if not n.startswith("_")]
+        names = public or names
+        if not names:
+            names = [key.replace("-", "_")]
+        guess = key.replace("-", "_")
+        result[key] = sorted(set(names), key=lambda n: (n != guess, n))
+    return result
+
+
+def _names_from_top_level(info: Path) -> list[str]:
+    path = info / "top_level.txt"
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()[:200]
+    return [ln.strip().split("/")[0] for ln in lines if ln.strip()]
+
+
+def _names_from_record(info: Path) -> list[str]:
+    path = info / "RECORD"
+    if not path.is_file():
+        return []
+    names: set[str] = set()
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        if n > 100_000:
+            break
+        entry = line.split(",", 1)[0].strip().strip('"')
+        if not entry or entry.startswith(("..", "/")):
+            continue
+        first, _, rest = entry.partition("/")
+        if first.endswith((".dist-info", ".data", ".pth")):
+            continue
+        if rest:
+            if rest.endswith(".py") or rest.endswith(".so"):
+                names.add(first)
+        elif first.endswith(".py"):
+            names.add(first[:-3])
+        elif ".cpython-" in first and first.endswith(".so"):
+            names.add(first.split(".", 1)[0])
+    return sorted(names)
+
+
+# --- wheelhouse -------------------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """``$CROSSAUDIT_CACHE_DIR`` or ``~/.cache/crossaudit`` (the data dir can pass its own)."""
+    env = os.environ.get("CROSSAUDIT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "crossaudit"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, timeout_s: float) -> Iterator[None]:
+    """Cross-process exclusive lock (two services or test runs building the same set wait, not race)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigurationError(f"timed out waiting for lock {path.name}") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class ResolvedSite:
+    """A dependency set installed into a host directory, ready to be copied into an image."""
+
+    key: str
+    path: Path
+    imports: dict[str, list[str]]  # canonical distribution -> import names
+    wheels: tuple[str, ...]
+
+    @property
+    def preload(self) -> list[str]:
+        return sorted({name for names in self.imports.values() for name in names})
+
+
+class Wheelhouse:
+    """Resolves validated dependency sets to binary wheels and installs them into cached site dirs."""
+
+    def __init__(self, cache_dir: Path | None = None, limits: DependencyLimits | None = None) -> None:
+        self.root = Path(cache_dir or default_cache_dir())
+        self.limits = limits or DependencyLimits()
+
+    def _pip(self) -> list[str]:
+        return [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+
+    def _target_args(self) -> list[str]:
+        args = ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp", "--abi", "cp311"]
+        for p in PLATFORMS:
+            args += ["--platform", p]
+        return args
+
+    def cached(self, deps: tuple[Dependency, ...]) -> ResolvedSite | None:
+        key = dependency_key(deps)
+        site = self.root / "sites" / key
+        meta = site / ".crossaudit.json"
+        if not meta.is_file():
+            return None
+        doc = json.loads(meta.read_text())
+        return ResolvedSite(key=key, path=site / "site", imports=doc["imports"], wheels=tuple(doc["wheels"]))
+
+    def resolve(self, deps: tuple[Dependency, ...], progress: ProgressCallback | None = None) -> ResolvedSite:
+        """Download (once) and install a dependency set; safe across processes (file lock)."""
+        say = progress or (lambda _m, _f: None)
+        key = dependency_key(deps)
+        hit = self.cached(deps)
+        if hit:
+            say(f"dependencies {key[:12]} cached", 0.3)
+            return hit
+        with file_lock(self.root / "locks" / f"{key}.lock", self.limits.resolve_timeout_s):
+            hit = self.cached(deps)
+            if hit:
+                return hit
+            deadline = time.monotonic() + self.limits.resolve_timeout_s
+            wheels = self.root / "wheels" / key
+            wheels.mkdir(parents=True, exist_ok=True)
+            reqs = [str(d) for d in deps]
+            lock = wheels / ".complete"
+            if not lock.is_file():
+                say(f"downloading wheels for {', '.join(reqs)}", 0.05)
+                self._run(
+                    [*self._pip(), "download", "--progress-bar", "off", "--dest", str(wheels), *self._target_args(),
+                     "--", *reqs],
+                    deadline,
+                    say,
+                    0.05,
+                )
+                lock.write_text("\n".join(sorted(p.name for p in wheels.glob("*.whl"))))
+            say("installing wheels into the dependency layer", 0.2)
+            sites = self.root / "sites"
+            tmp = sites / f".{key}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / "site").mkdir(parents=True)
+            self._run(
+                [*self._pip(), "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp / "site"),
+                 "--no-warn-script-location", "--progress-bar", "off", *self._target_args(), "--", *reqs],
+                deadline,
+                say,
+                0.2,
+            )
+            shutil.rmtree(tmp / "site" / "bin", ignore_errors=True)  # console scripts carry host shebangs
+            size = sum(p.stat().st_size for p in (tmp / "site").rglob("*") if p.is_file())
+            if size > self.limits.max_site_bytes:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise DependencyRejectedError(
+                    f"dependencies install {size} bytes, more than the {self.limits.max_site_bytes} allowed"
+                )
+            imports = import_names(tmp / "site", [d.name for d in deps])
+            names = tuple(sorted(p.name for p in wheels.glob("*.whl")))
+            (tmp / ".crossaudit.json").write_text(json.dumps({"imports": imports, "wheels": names, "deps": reqs}))
+            final = sites / key
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            say(f"dependencies resolved: {len(names)} wheels", 0.3)
+            return ResolvedSite(key=key, path=final / "site", imports=imports, wheels=names)
+
+    def _run(self, cmd: list[str], deadline: float, say: ProgressCallback, fraction: float) -> None:
+        """Run pip with a deadline, streaming its lines as progress; a failure is a typed rejection."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DependencyRejectedError("dependency resolution timed out")
+        proc = subprocess.Popen(  # noqa: S603 - argv list, validated requirement strings after "--"
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+        tail: list[str] = []
+        assert proc.stdout is not None
+        try:
+            for n, line in enumerate(proc.stdout):
+                line = line.rstrip()
+                if line:
+                    tail = [*tail[-19:], line]
+                    if n < 10_000:
+                        say(line[:200], fraction)
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    raise DependencyRejectedError("dependency resolution timed out")
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise DependencyRejectedError("dependency resolution timed out") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0:
+            detail = "\n".join(tail[-8:])
+            raise DependencyRejectedError(
+                f"dependencies could not be resolved to binary wheels for CPython {PYTHON_VERSION} "
+                f"(source builds are not allowed):\n{detail}"
+            )
