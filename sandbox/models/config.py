@@ -1,0 +1,168 @@
+"""Validated configs of the builtin evaluators, shared by the orchestrator and the model servers.
+
+Pure pydantic, no model imports: the orchestrator validates a policy's ``config:`` mapping
+here (so a typo fails before any model loads) and the model server re-validates the JSON it
+receives. Model paths may come from the config or from the environment; the orchestrator
+resolves them (:func:`resolve_paths`) so the server receives absolute, explicit settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.errors import ConfigurationError, InvalidInputError
+
+ENV_DETOXIFY_CHECKPOINT = "CROSSAUDIT_DETOXIFY_CHECKPOINT"
+ENV_DETOXIFY_CONFIG = "CROSSAUDIT_DETOXIFY_CONFIG"
+ENV_SPACY_MODEL = "CROSSAUDIT_SPACY_MODEL"
+
+# The DSL guide writes short entity names; Presidio's recognizers use these.
+PRESIDIO_ENTITY_ALIASES: dict[str, str] = {
+    "EMAIL": "EMAIL_ADDRESS",
+    "SSN": "US_SSN",
+    "PHONE": "PHONE_NUMBER",
+    "CREDIT_CARD_NUMBER": "CREDIT_CARD",
+    "IP": "IP_ADDRESS",
+}
+DEFAULT_PRESIDIO_ENTITIES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "CREDIT_CARD")
+DETOXIFY_VARIANTS = ("original", "unbiased", "multilingual")
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_kind: ClassVar[str]
+
+    model: str
+    # Which text is analysed. Spans always index into that text; redaction uses ``response``.
+    text: Literal["response", "prompt"] = "response"
+    # Common evaluator settings (the policy layer's CommonEvaluatorConfig); the evaluator
+    # applies them, the model server ignores them.
+    rate_limit: int | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0)
+
+    @field_validator("model")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v.strip().lower() != cls.model_kind:
+            raise ValueError(f"model must be {cls.model_kind!r}")
+        return cls.model_kind
+
+
+class DetoxifyConfig(_Config):
+    """``model: detoxify``. ``passed`` is ``max(selected category probability) < threshold``."""
+
+    model_kind: ClassVar[str] = "detoxify"
+
+    variant: Literal["original", "unbiased", "multilingual"] = "original"
+    # Same default as the policy layer; an empty list means every category the checkpoint predicts.
+    categories: tuple[str, ...] = ("toxicity",)
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    checkpoint: str | None = None
+    huggingface_config_path: str | None = None
+
+    @field_validator("categories")
+    @classmethod
+    def _cats(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        out = tuple(dict.fromkeys(c.strip().lower() for c in v if c.strip()))
+        if len(out) > 64:
+            raise ValueError("at most 64 categories")
+        return out
+
+
+class PresidioConfig(_Config):
+    """``model: presidio``. Entities below ``confidence_threshold`` are ignored entirely."""
+
+    model_kind: ClassVar[str] = "presidio"
+
+    entities: tuple[str, ...] = DEFAULT_PRESIDIO_ENTITIES
+    confidence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    language: str = Field(default="en", min_length=2, max_length=12)
+    spacy_model_path: str | None = None
+
+    @field_validator("entities")
+    @classmethod
+    def _entities(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        names = [e.strip().upper() for e in v if e.strip()]
+        out = tuple(dict.fromkeys(PRESIDIO_ENTITY_ALIASES.get(n, n) for n in names))
+        if not out:
+            raise ValueError("entities must name at least one entity type")
+        if len(out) > 64:
+            raise ValueError("at most 64 entities")
+        return out
+
+
+class LangdetectConfig(_Config):
+    """``model: langdetect``. With ``expected_languages`` the score is the probability of the
+    best expected language, so a rule threshold reads "is in an expected language"."""
+
+    model_kind: ClassVar[str] = "langdetect"
+
+    expected_languages: tuple[str, ...] = ()
+    max_candidates: int = Field(default=5, ge=1, le=20)
+
+    @field_validator("expected_languages")
+    @classmethod
+    def _langs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(x.strip().lower() for x in v if x.strip()))
+
+
+CONFIGS: dict[str, type[_Config]] = {c.model_kind: c for c in (DetoxifyConfig, PresidioConfig, LangdetectConfig)}
+BuiltinConfig = DetoxifyConfig | PresidioConfig | LangdetectConfig
+
+
+def parse_config(kind: str, raw: Mapping[str, Any] | BaseModel) -> Any:
+    """Validate ``raw`` as the config of builtin ``kind``; InvalidInputError lists every problem."""
+    cls = CONFIGS.get(kind)
+    if cls is None:
+        raise InvalidInputError(f"unknown builtin model {kind!r} (expected one of {sorted(CONFIGS)})")
+    if isinstance(raw, cls):
+        return raw
+    data = raw.model_dump(mode="json", exclude_none=True) if isinstance(raw, BaseModel) else dict(raw)
+    data.setdefault("model", kind)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise InvalidInputError(f"invalid {kind} builtin config: {problems}") from None
+
+
+def _setting(value: str | None, env: str, field: str, kind: str, what: str, environ: Mapping[str, str]) -> str:
+    path = value or environ.get(env, "")
+    if not path:
+        raise ConfigurationError(
+            f"{kind}: no {what} configured: set the evaluator's `{field}` or the {env} environment variable "
+            "(model hubs are not reachable, so the model must be a local path)"
+        )
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def resolve_paths(cfg: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """Fill model paths from the environment; ConfigurationError names the missing setting."""
+    environ = os.environ if environ is None else environ
+    if isinstance(cfg, DetoxifyConfig):
+        ckpt = _setting(cfg.checkpoint, ENV_DETOXIFY_CHECKPOINT, "checkpoint", "detoxify", "checkpoint", environ)
+        hf = _setting(
+            cfg.huggingface_config_path, ENV_DETOXIFY_CONFIG, "huggingface_config_path", "detoxify",
+            "Hugging Face config/tokenizer directory", environ,
+        )
+        return cfg.model_copy(update={"checkpoint": ckpt, "huggingface_config_path": hf})
+    if isinstance(cfg, PresidioConfig):
+        path = _setting(
+            cfg.spacy_model_path, ENV_SPACY_MODEL, "spacy_model_path", "presidio", "spaCy pipeline", environ
+        )
+        return cfg.model_copy(update={"spacy_model_path": path})
+    return cfg
+
+
+def check_exists(path: str, field: str, env: str, kind: str, *, directory: bool) -> None:
+    """Raise ConfigurationError when a resolved model path is missing (names the setting)."""
+    ok = os.path.isdir(path) if directory else os.path.isfile(path)
+    if not ok:
+        what = "directory" if directory else "file"
+        raise ConfigurationError(
+            f"{kind}: {field} {path!r} is not an existing {what} (set the evaluator's `{field}` or {env})"
+        )
