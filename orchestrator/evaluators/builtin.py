@@ -1,0 +1,137 @@
+"""Builtin evaluators (Detoxify toxicity, Presidio PII, langdetect) served by model servers.
+
+The evaluator validates its config up front (a typo fails at build time), resolves model
+paths from config or environment (ConfigurationError names the missing setting), and sends
+each call to a :class:`~sandbox.models.pool.ModelBackend`: by default the process-wide
+:func:`~sandbox.models.pool.default_pool`, i.e. a model server subprocess per kind, so torch
+and spaCy never load into the orchestrator. Scores follow DESIGN.md (1 = compliant):
+
+- detoxify: ``1 - max(selected category probability)``; passed = ``max < threshold``;
+- presidio: ``1 - max(confidence of entities >= confidence_threshold)``; spans for redaction;
+- langdetect: detection probability (of the best expected language when some are given),
+  ``details.detected_language`` and the candidate list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.evaluators.llm import TokenBucket
+from orchestrator.results import Verdict
+from sandbox.models.config import (
+    DetoxifyConfig,
+    LangdetectConfig,
+    PresidioConfig,
+    parse_config,
+    resolve_paths,
+)
+from sandbox.models.pool import ModelBackend, default_pool
+
+__all__ = [
+    "BuiltinEvaluator",
+    "DetoxifyConfig",
+    "DetoxifyEvaluator",
+    "LangdetectConfig",
+    "LangdetectEvaluator",
+    "PresidioConfig",
+    "PresidioEvaluator",
+    "build_builtin",
+]
+
+
+class BuiltinEvaluator(Evaluator):
+    """Common part: config validation, path resolution, rate limit, dispatch to a backend."""
+
+    kind: ClassVar[str] = "builtin"
+    model: ClassVar[str]
+
+    def __init__(
+        self,
+        name: str,
+        config: Mapping[str, Any] | BaseModel | None = None,
+        *,
+        backend: ModelBackend | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.config = parse_config(self.model, config or {})
+        self._backend = backend
+        self._environ = environ
+        self._resolved: Any = None
+        self._limiter = TokenBucket(self.config.rate_limit, name=name) if self.config.rate_limit else None
+
+    @property
+    def backend(self) -> ModelBackend:
+        return self._backend if self._backend is not None else default_pool()
+
+    def resolved_config(self) -> Any:
+        """The config with model paths filled from the environment (ConfigurationError if none)."""
+        if self._resolved is None:
+            self._resolved = resolve_paths(self.config, os.environ if self._environ is None else self._environ)
+        return self._resolved
+
+    def check(self) -> None:
+        """Fail fast when the model cannot be located (deploy-time check for the factory/CLI)."""
+        self.resolved_config()
+
+    async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        cfg = self.resolved_config()
+        if cfg.timeout:
+            timeout = min(timeout, cfg.timeout)
+        if self._limiter is not None:
+            timeout -= await self._limiter.acquire(timeout)
+        return await self.backend.analyze(
+            self.model,
+            cfg.model_dump(mode="json", exclude_none=True, exclude={"rate_limit", "timeout"}),
+            inp.prompt,
+            inp.response,
+            dict(inp.context),
+            timeout=max(timeout, 0.0),
+        )
+
+    def identity(self) -> str:
+        doc = json.dumps(self.config.model_dump(mode="json"), sort_keys=True)
+        return f"{self.kind}:{self.model}:{self.name}:{hashlib.sha256(doc.encode()).hexdigest()[:16]}"
+
+
+class DetoxifyEvaluator(BuiltinEvaluator):
+    """Toxicity with Detoxify (``variant`` original|unbiased|multilingual) from a local checkpoint."""
+
+    model = "detoxify"
+
+
+class PresidioEvaluator(BuiltinEvaluator):
+    """PII with Presidio over a local spaCy pipeline; spans let ``modify``/redact act."""
+
+    model = "presidio"
+
+
+class LangdetectEvaluator(BuiltinEvaluator):
+    """Language identification with langdetect's shipped profiles (deterministic seed)."""
+
+    model = "langdetect"
+
+
+BUILTINS: dict[str, type[BuiltinEvaluator]] = {
+    c.model: c for c in (DetoxifyEvaluator, PresidioEvaluator, LangdetectEvaluator)
+}
+
+
+def build_builtin(
+    name: str, config: Mapping[str, Any] | BaseModel, *, backend: ModelBackend | None = None
+) -> BuiltinEvaluator:
+    """Pick the evaluator class from ``config.model`` (detoxify | presidio | langdetect)."""
+    from orchestrator.errors import InvalidInputError
+
+    model = config.get("model") if isinstance(config, Mapping) else getattr(config, "model", None)
+    cls = BUILTINS.get(str(model or "").strip().lower())
+    if cls is None:
+        raise InvalidInputError(f"builtin evaluator {name!r}: model must be one of {sorted(BUILTINS)}, not {model!r}")
+    return cls(name, config, backend=backend)
