@@ -45,5 +45,5 @@ class Evaluator(abc.ABC):
 class EvaluatorFactory(Protocol):
     """Builds evaluators for a policy's evaluator specs. The runtime implements it."""
 
-    def build(self, spec: Any) -> Evaluator:  # spec: orchestrator.policy.models.EvaluatorSpec
+    def build(self, spec: Any, policy: Any) -> Evaluator:  # EvaluatorSpec, Policy (policy layer models)
         ...

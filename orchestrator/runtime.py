@@ -1,0 +1,142 @@
+"""The runtime: builds Evaluators for policy specs and owns the runners behind them.
+
+It is the one place that knows which runner serves which kind: custom code → the
+configured Sandbox (docker or process), builtins → model servers, llm → provider SDKs.
+The policy layer and the engine only see the Evaluator interface.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.errors import ConfigurationError, EvaluatorCodeError, NotFoundError
+from orchestrator.evaluators.base import Evaluator
+from orchestrator.evaluators.custom import CustomEvaluator
+from orchestrator.limits import SandboxLimits
+from orchestrator.policy import envvars
+from orchestrator.policy.models import CustomConfig, EvaluatorSpec, EvaluatorType, Policy
+from sandbox.base import CodeBundle, Sandbox
+
+LOCAL_EVALUATOR_DIR = "evaluators"  # <policy dir>/evaluators/<name>.py serves custom evaluators by name
+
+
+@dataclass(frozen=True)
+class StoredEvaluator:
+    """An uploaded evaluator as the runtime needs it."""
+
+    id: str
+    name: str
+    code: str
+    dependencies: tuple[str, ...] = ()
+
+
+class EvaluatorResolver(Protocol):
+    """Where uploaded evaluators live (the service's store implements it)."""
+
+    def by_id(self, evaluator_id: str) -> StoredEvaluator | None: ...
+
+    def by_name(self, name: str) -> StoredEvaluator | None: ...
+
+
+class Runtime:
+    """An EvaluatorFactory over real runners."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        *,
+        resolver: EvaluatorResolver | None = None,
+        model_backend: Any = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.resolver = resolver
+        self.model_backend = model_backend
+        self.env = env if env is not None else os.environ
+
+    def build(self, spec: EvaluatorSpec, policy: Policy) -> Evaluator:
+        kind = spec.kind
+        if kind is EvaluatorType.CUSTOM:
+            return self._custom(spec, policy)
+        config = envvars.expand(spec.config, self.env)
+        if kind is EvaluatorType.BUILTIN:
+            from orchestrator.evaluators.builtin import build_builtin
+
+            return build_builtin(spec.name, config, backend=self.model_backend)
+        from orchestrator.evaluators.llm import build_llm
+
+        return build_llm(spec.name, config, env=self.env)
+
+    def bundle_for(self, spec: EvaluatorSpec, policy: Policy) -> CodeBundle:
+        """The code and dependencies of a custom evaluator, from the first source that has it."""
+        cfg = spec.typed_config
+        assert isinstance(cfg, CustomConfig)
+        deps = tuple(cfg.dependencies)
+        if spec.id:
+            stored = self.resolver.by_id(spec.id) if self.resolver else None
+            if stored is None:
+                raise NotFoundError(f"evaluator {spec.name!r}: no uploaded evaluator with id {spec.id!r}")
+            return CodeBundle(code=stored.code, dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))))
+        if cfg.code is not None:
+            return CodeBundle(code=cfg.code, dependencies=deps)
+        base = Path(policy.source_path).parent if policy.source_path else None
+        if cfg.code_file is not None:
+            if base is None:
+                raise ConfigurationError(f"evaluator {spec.name!r}: code_file needs a policy loaded from a file")
+            return CodeBundle(code=_read_code(base / cfg.code_file, spec.name), dependencies=deps)
+        stored = self.resolver.by_name(spec.name) if self.resolver else None
+        if stored is not None:
+            return CodeBundle(code=stored.code, dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))))
+        if base is not None and (base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py").is_file():
+            return CodeBundle(code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name), dependencies=deps)
+        raise NotFoundError(
+            f"evaluator {spec.name!r} has no code: give config.code, config.code_file or an id, "
+            f"or upload an evaluator named {spec.name!r}"
+        )
+
+    def _custom(self, spec: EvaluatorSpec, policy: Policy) -> Evaluator:
+        cfg = spec.typed_config
+        assert isinstance(cfg, CustomConfig)
+        bundle = self.bundle_for(spec, policy)
+        params = envvars.expand(cfg.parameters, self.env)
+        return CustomEvaluator(spec.name, bundle, self.sandbox, params)
+
+    async def aclose(self) -> None:
+        await self.sandbox.aclose()
+        if self.model_backend is not None and hasattr(self.model_backend, "aclose"):
+            await self.model_backend.aclose()
+
+
+def _read_code(path: Path, name: str) -> str:
+    try:
+        code = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigurationError(f"evaluator {name!r}: cannot read {path.name}: {e.strerror}") from None
+    from orchestrator.policy.validate import check_evaluator_code
+
+    problem = check_evaluator_code(code)
+    if problem:
+        raise EvaluatorCodeError(f"evaluator {name!r} ({path.name}): {problem}")
+    return code
+
+
+def make_sandbox(kind: str = "auto", limits: SandboxLimits | None = None, **options: Any) -> Sandbox:
+    """``docker``, ``process`` or ``auto`` (docker where a daemon answers, else process)."""
+    if kind not in {"auto", "docker", "process"}:
+        raise ConfigurationError(f"unknown sandbox {kind!r}: use docker, process or auto")
+    if kind in {"auto", "docker"}:
+        try:
+            from sandbox.docker.backend import DockerSandbox
+        except ImportError:
+            DockerSandbox = None  # type: ignore[assignment,misc]
+        if DockerSandbox is not None and DockerSandbox.available():
+            return DockerSandbox(limits=limits, **options)
+        if kind == "docker":
+            raise ConfigurationError("--sandbox docker: no Docker daemon answers (is it running? DOCKER_HOST?)")
+    from sandbox.process.backend import ProcessSandbox
+
+    return ProcessSandbox(limits=limits)
