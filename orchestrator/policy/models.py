@@ -26,6 +26,7 @@ SEMVER_PATTERN = r"^\d+(\.\d+){0,2}([-+][0-9A-Za-z.\-+]+)?$"
 DURATION_PATTERN = r"^\s*(\d+(\.\d+)?)\s*(ms|s|m|h|d|w)\s*$"
 TIME_RANGE_PATTERN = r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$"
 
+DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used (with a validation warning) when an llm evaluator names no model
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="identifier: letters, digits, _ and -")]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -103,8 +104,10 @@ class CommonEvaluatorConfig(Strict):
 
 
 class LLMConfig(CommonEvaluatorConfig):
-    provider: LLMProvider = Field(description="openai, anthropic, google, azure or openai_compatible")
-    model: str = Field(min_length=1, description="Model (or Azure deployment) name")
+    provider: LLMProvider = Field(
+        default=LLMProvider.OPENAI, description="openai, anthropic, google, azure or openai_compatible"
+    )
+    model: str = Field(default=DEFAULT_LLM_MODEL, min_length=1, description="Model (or Azure deployment) name")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature")
     max_tokens: int = Field(default=500, gt=0, le=100_000, description="Completion token cap")
     system_prompt: str | None = Field(default=None, description="Instructions; should ask for a JSON score")

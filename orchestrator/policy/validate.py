@@ -30,6 +30,7 @@ from orchestrator.policy.regex import RegexError, compile_pattern
 from orchestrator.policy.models import (
     ACTION_CONFIGS,
     BUILTIN_MODELS,
+    DEFAULT_LLM_MODEL,
     CustomConfig,
     EvaluatorType,
     LLMConfig,
@@ -470,6 +471,11 @@ def _semantic_checks(
             issues.extend(_check_condition(cond.field, cond.operator, cond.value, (*rp, "conditions", j), smap, limits))
         issues.extend(_contradictions(rule, rp, smap))
 
+    for ev in policy.evaluators:
+        if ev is not None and ev.kind is EvaluatorType.LLM and "model" not in ev.config:
+            warnings.append(f"evaluator {ev.name!r}: no model given, using {DEFAULT_LLM_MODEL}")
+    if not policy.rules:
+        warnings.append("the policy has no rules: every request passes")
     for name in evaluator_names:
         if name not in used:
             warnings.append(f"evaluator {name!r} is defined but no rule uses it")
