@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -257,6 +258,13 @@ def build_user_message(prompt: str, response: str) -> str:
 # --- evaluator --------------------------------------------------------------------------
 
 
+def _accepts(fn: Any, param: str) -> bool:
+    try:
+        return param in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _status_error(provider: str, status: int, message: str) -> ProviderError:
     retryable = status in RETRYABLE_STATUS or status >= 500
     hint = " (check the api key)" if status in (401, 403) else ""
@@ -379,13 +387,16 @@ class LLMEvaluator(Evaluator):
             usage = out.usage.model_dump() if getattr(out, "usage", None) else {}
             return out.choices[0].message.content or "", {"usage": usage, "finish_reason": out.choices[0].finish_reason}
         if cfg.provider == "anthropic":
+            extra: dict[str, Any] = {}
+            if _accepts(client.messages.create, "temperature"):
+                extra["temperature"] = cfg.temperature  # newer SDK/API versions dropped the parameter
             msg = await client.messages.create(
                 model=cfg.model,
                 max_tokens=cfg.max_tokens,
-                temperature=cfg.temperature,
                 system=self.system_prompt(),
                 messages=[{"role": "user", "content": user}],
                 timeout=timeout,
+                **extra,
             )
             text = "".join(getattr(b, "text", "") for b in msg.content if getattr(b, "type", "") == "text")
             usage = msg.usage.model_dump() if getattr(msg, "usage", None) else {}

@@ -274,7 +274,9 @@ class ModelServerPool:
             try:
                 address = str(json.loads(line)["address"])
             except (ValueError, KeyError, TypeError):
-                raise E.EvaluatorUnavailableError(f"model server {model} printed an unexpected line: {line[:200]!r}") from None
+                raise E.EvaluatorUnavailableError(
+                    f"model server {model} printed an unexpected line: {line[:200]!r}"
+                ) from None
             channel = grpc.aio.insecure_channel(
                 address,
                 options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

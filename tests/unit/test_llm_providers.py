@@ -1,0 +1,289 @@
+"""LLMEvaluator through the real SDKs against a local HTTP server on 127.0.0.1 (ephemeral port).
+
+One stdlib ``ThreadingHTTPServer`` speaks the four wire formats: OpenAI chat completions,
+Azure OpenAI deployments, Anthropic messages and Google generateContent. Each test scripts
+its replies and inspects what the SDK actually sent. Nothing leaves the loopback interface.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import (
+    ConfigurationError,
+    EvaluatorTimeoutError,
+    EvaluatorUnavailableError,
+    ProviderError,
+    RateLimitedError,
+)
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.llm import LLMEvaluator
+
+INP = EvaluationInput(prompt="How do I bake bread?", response="Mix flour, water, yeast; knead; bake.")
+GOOD = {"safety_score": 0.92, "violations": [], "reasoning": "Harmless cooking advice."}
+
+
+def _openai_body(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
+
+
+def _anthropic_body(text: str) -> dict[str, Any]:
+    return {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 11, "output_tokens": 7},
+    }
+
+
+def _google_body(text: str) -> dict[str, Any]:
+    return {
+        "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 7, "totalTokenCount": 18},
+    }
+
+
+def _anthropic_key(req: dict[str, Any]) -> str:
+    """SDK versions send the key as ``x-api-key`` or as a bearer token."""
+    h = req["headers"]
+    return h.get("x-api-key") or h.get("authorization", "").removeprefix("Bearer ")
+
+
+class FakeProviders:
+    """Scripted replies: ``answer(text)`` for a completion, ``fail(status)``, ``delay(seconds)``."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script: deque[tuple[str, Any]] = deque()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                owner.requests.append({"path": self.path, "headers": headers, "json": body})
+                kind, arg = owner.script.popleft() if owner.script else ("answer", json.dumps(GOOD))
+                if kind == "delay":
+                    time.sleep(arg)
+                    kind, arg = "answer", json.dumps(GOOD)
+                if kind == "fail":
+                    status, payload = arg, {"error": {"message": f"scripted {arg}", "type": "err", "code": arg}}
+                elif "/messages" in self.path:
+                    status, payload = 200, _anthropic_body(arg)
+                elif ":generateContent" in self.path:
+                    status, payload = 200, _google_body(arg)
+                else:
+                    status, payload = 200, _openai_body(arg)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def answer(self, text: str) -> None:
+        self.script.append(("answer", text))
+
+    def fail(self, status: int) -> None:
+        self.script.append(("fail", status))
+
+    def delay(self, seconds: float) -> None:
+        self.script.append(("delay", seconds))
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = FakeProviders()
+    yield server
+    server.close()
+
+
+async def _run(ev: LLMEvaluator, timeout: float = 10.0):
+    try:
+        return await ev.evaluate(INP, timeout=timeout)
+    finally:
+        await ev.aclose()
+
+
+async def test_openai_request_and_parsed_verdict(fake: FakeProviders) -> None:
+    ev = LLMEvaluator(
+        "safety",
+        {"provider": "openai", "model": "gpt-4", "temperature": 0.1, "max_tokens": 321,
+         "system_prompt": "Judge it.", "api_key": "sk-test", "base_url": fake.url + "/v1"},
+    )
+    v = await _run(ev)
+    assert v.score == pytest.approx(0.92)
+    assert v.violations == []
+    assert v.details["reasoning"] == "Harmless cooking advice."
+    assert v.details["provider"] == "openai" and v.details["usage"]["total_tokens"] == 18
+    req = fake.requests[-1]
+    assert req["path"] == "/v1/chat/completions"
+    assert req["headers"]["authorization"] == "Bearer sk-test"
+    body = req["json"]
+    assert body["model"] == "gpt-4" and body["temperature"] == 0.1 and body["max_tokens"] == 321
+    assert body["response_format"] == {"type": "json_object"}
+    assert body["messages"][0] == {"role": "system", "content": "Judge it."}
+    assert INP.prompt in body["messages"][1]["content"] and INP.response in body["messages"][1]["content"]
+
+
+async def test_openai_compatible_needs_no_key(fake: FakeProviders, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fake.answer('```json\n{"score": 0.3, "violations": ["insult"], "reasoning": "rude"}\n```')
+    ev = LLMEvaluator("local", {"provider": "openai_compatible", "model": "llama3", "base_url": fake.url + "/v1",
+                                "response_format": "text"})
+    v = await _run(ev)
+    assert v.score == pytest.approx(0.3) and v.violations == ["insult"]
+    assert "response_format" not in fake.requests[-1]["json"]
+
+
+async def test_azure_deployment_path_and_key_header(fake: FakeProviders) -> None:
+    ev = LLMEvaluator("az", {"provider": "azure", "model": "my-deploy", "api_key": "az-key", "base_url": fake.url,
+                             "api_version": "2024-10-21"})
+    v = await _run(ev)
+    assert v.score == pytest.approx(0.92)
+    req = fake.requests[-1]
+    assert req["path"] == "/openai/deployments/my-deploy/chat/completions?api-version=2024-10-21"
+    assert req["headers"]["api-key"] == "az-key"
+
+
+async def test_anthropic_messages(fake: FakeProviders) -> None:
+    fake.answer('Here is my evaluation: {"safety_score": 0.1, "violations": [{"type": "violence"}], '
+                '"reasoning": "threat"} Hope it helps.')
+    ev = LLMEvaluator("claude", {"provider": "anthropic", "model": "claude-x", "api_key": "ant-key",
+                                 "base_url": fake.url, "system_prompt": "Be strict.", "max_tokens": 99})
+    v = await _run(ev)
+    assert v.score == pytest.approx(0.1) and v.violations == ["violence"]
+    req = fake.requests[-1]
+    assert req["path"] == "/v1/messages"
+    assert _anthropic_key(req) == "ant-key"
+    assert req["json"]["system"] == "Be strict." and req["json"]["max_tokens"] == 99
+    assert req["json"]["messages"][0]["role"] == "user"
+
+
+async def test_google_generate_content(fake: FakeProviders) -> None:
+    fake.answer("0.75")
+    ev = LLMEvaluator("gem", {"provider": "google", "model": "gemini-x", "api_key": "g-key", "base_url": fake.url,
+                              "temperature": 0.2, "max_tokens": 77})
+    v = await _run(ev)
+    assert v.score == pytest.approx(0.75)
+    req = fake.requests[-1]
+    assert req["path"].endswith("/models/gemini-x:generateContent")
+    assert req["headers"]["x-goog-api-key"] == "g-key"
+    gen = req["json"]["generationConfig"]
+    assert gen["temperature"] == 0.2 and gen["maxOutputTokens"] == 77
+    assert gen["responseMimeType"] == "application/json"
+    assert "systemInstruction" in req["json"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "status", "retryable"),
+    [("openai", 429, True), ("openai", 503, True), ("openai", 400, False), ("openai", 401, False),
+     ("anthropic", 429, True), ("anthropic", 500, True), ("anthropic", 404, False),
+     ("google", 429, True), ("google", 500, True), ("google", 400, False)],
+)
+async def test_http_errors_are_typed(fake: FakeProviders, provider: str, status: int, retryable: bool) -> None:
+    fake.fail(status)
+    ev = LLMEvaluator("e", {"provider": provider, "model": "m", "api_key": "k", "base_url": fake.url + (
+        "/v1" if provider == "openai" else "")})
+    with pytest.raises(ProviderError) as info:
+        await _run(ev)
+    assert info.value.retryable is retryable
+    assert str(status) in str(info.value)
+    assert len(fake.requests) == 1  # the SDK did not retry on its own: the engine owns retries
+
+
+async def test_garbage_answer_is_not_retryable(fake: FakeProviders) -> None:
+    fake.answer("I cannot evaluate this content.")
+    ev = LLMEvaluator("g", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1"})
+    with pytest.raises(ProviderError) as info:
+        await _run(ev)
+    assert info.value.retryable is False
+
+
+async def test_slow_provider_times_out(fake: FakeProviders) -> None:
+    fake.delay(2.0)
+    ev = LLMEvaluator("slow", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1"})
+    t0 = time.monotonic()
+    with pytest.raises(EvaluatorTimeoutError) as info:
+        await _run(ev, timeout=0.4)
+    assert time.monotonic() - t0 < 1.8
+    assert info.value.retryable
+
+
+async def test_connection_refused_is_unavailable() -> None:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ev = LLMEvaluator("down", {"provider": "anthropic", "model": "m", "api_key": "k",
+                               "base_url": f"http://127.0.0.1:{port}"})
+    with pytest.raises(EvaluatorUnavailableError) as info:
+        await _run(ev, timeout=5)
+    assert info.value.retryable
+
+
+async def test_rate_limit_waits_or_refuses(fake: FakeProviders) -> None:
+    ev = LLMEvaluator("rl", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1",
+                             "rate_limit": 120, "rate_limit_burst": 1})  # one slot every 0.5 s
+    try:
+        await ev.evaluate(INP, timeout=5)
+        with pytest.raises(RateLimitedError):
+            await ev.evaluate(INP, timeout=0.1)  # the next slot is ~0.5 s away: refused at once
+        assert len(fake.requests) == 1
+        t0 = time.monotonic()
+        await ev.evaluate(INP, timeout=5)  # waits for the slot
+        assert 0.2 < time.monotonic() - t0 < 2.0
+        assert len(fake.requests) == 2
+    finally:
+        await ev.aclose()
+
+
+async def test_api_key_from_env_reference_and_standard_env(fake: FakeProviders, monkeypatch) -> None:
+    monkeypatch.setenv("MY_KEY", "from-ref")
+    ev = LLMEvaluator("k", {"provider": "openai", "model": "m", "api_key": "${MY_KEY}", "base_url": fake.url + "/v1"})
+    await _run(ev)
+    assert fake.requests[-1]["headers"]["authorization"] == "Bearer from-ref"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "std-env")
+    ev = LLMEvaluator("k2", {"provider": "anthropic", "model": "m", "base_url": fake.url})
+    await _run(ev)
+    assert _anthropic_key(fake.requests[-1]) == "std-env"
+
+
+async def test_missing_key_is_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("UNSET_KEY_VAR", raising=False)
+    with pytest.raises(ConfigurationError, match="GOOGLE_API_KEY"):
+        await _run(LLMEvaluator("g", {"provider": "google", "model": "m"}))
+    with pytest.raises(ConfigurationError, match="UNSET_KEY_VAR"):
+        await _run(LLMEvaluator("o", {"provider": "openai", "model": "m", "api_key": "${UNSET_KEY_VAR}"}))
