@@ -1,0 +1,1 @@
+"""The gRPC service: servicers, auth, the one error map, server assembly (proto types stop here)."""

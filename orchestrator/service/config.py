@@ -1,0 +1,58 @@
+"""Service configuration: every limit of the gRPC layer is a named, documented value here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
+DEFAULT_ENVIRONMENT = "production"
+BOOTSTRAP_ENVIRONMENT = "development"  # policies/*.yaml are deployed here on first start
+DEV_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """Caps of the gRPC layer (see docs/service.md)."""
+
+    max_receive_message_bytes: int = 4 * 1024 * 1024  # one request message
+    max_send_message_bytes: int = 8 * 1024 * 1024  # one answer message
+    max_concurrent_rpcs: int = 1024  # grpc.aio maximum_concurrent_rpcs; more = RESOURCE_EXHAUSTED
+    max_inflight_evaluations_per_tenant: int = 256  # concurrent decisions of one tenant (rate limit)
+    max_stream_inflight: int = 16  # items of one EvaluateStream evaluated concurrently
+    max_stream_items: int = 1_000_000  # items one EvaluateStream may carry
+    default_deadline_s: float = 30.0  # decision budget when the caller sets no deadline
+    answer_margin_s: float = 0.005  # kept back from the caller's deadline to write the audit and answer
+    engine_overrun_s: float = 0.05  # how far past its timeout the engine may run before it is cancelled
+    shutdown_grace_s: float = 5.0  # in-flight calls get this long on SIGTERM
+    max_list_items: int = 1_000  # list answers are capped at this many items
+    max_name_length: int = 200  # policy/evaluator names, environments, labels
+    max_code_bytes: int = 256 * 1024  # uploaded evaluator source
+    max_dependencies: int = 20
+    max_feedback_comment_bytes: int = 4_096
+    max_api_keys_file_bytes: int = 1024 * 1024
+    min_api_key_length: int = 16
+    policy_cache_entries: int = 256  # parsed policies kept per process
+    upload_timeout_s: float = 1_800.0  # validation + image build of one upload
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051  # 0 = an ephemeral port (printed on start)
+    data_dir: Path = Path(".crossaudit")
+    sandbox: str = "auto"  # docker | process | auto
+    api_keys_file: Path | None = None
+    dev: bool = False
+    metrics_port: int | None = None  # None = no metrics endpoint; 0 = ephemeral
+    metrics_host: str = "127.0.0.1"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    policies_dir: Path | None = Path("policies")
+    audit_raw_text: bool = False  # store prompt/response text in the audit log (else hashes only)
+    store_synchronous: str = "NORMAL"  # SQLite synchronous: NORMAL survives kill -9, FULL power loss
+    limits: ServiceLimits = field(default_factory=ServiceLimits)
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "crossaudit.db"

@@ -1,0 +1,585 @@
+"""The service's behaviour, independent of gRPC: tenants' policies, decisions, uploads.
+
+Servicers (``servicers.py``) only convert messages and map errors; everything here works
+on plain models and the :class:`~orchestrator.store.Store`. The decision engine is
+injected per tenant (``EngineProvider``): each tenant gets its own engine, so evaluator
+instances and cached results are never shared between tenants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from orchestrator.errors import (
+    CrossAuditError,
+    DeadlineExceededError,
+    EvaluatorCodeError,
+    InvalidInputError,
+    NotFoundError,
+    PolicyIssue,
+    PolicyValidationError,
+    RateLimitedError,
+)
+from orchestrator.limits import DependencyLimits, SandboxLimits
+from orchestrator.policy import Policy, load_policy
+from orchestrator.policy.models import EvaluatorType
+from orchestrator.results import Action, Decision
+from orchestrator.runtime import StoredEvaluator
+from orchestrator.service.config import DEFAULT_ENVIRONMENT, ServiceLimits
+from orchestrator.service.metrics import ServiceMetrics
+from orchestrator.store.base import (
+    AuditRecord,
+    DeploymentRecord,
+    EvaluatorRecord,
+    FeedbackRecord,
+    PolicySummaryRecord,
+    PolicyVersionRecord,
+    ReviewKind,
+    ReviewRecord,
+    ReviewState,
+    Store,
+    sha256_json,
+    sha256_text,
+)
+from sandbox.base import CodeBundle, ProgressCallback, Sandbox
+
+log = logging.getLogger("crossaudit.service")
+
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")  # evaluator names (same as the DSL's)
+ENVIRONMENT = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+REVIEW_ACTIONS = {Action.REQUIRE_REVIEW: ReviewKind.REQUIRE_REVIEW, Action.FLAG: ReviewKind.FLAG}
+
+
+class DecisionEngine(Protocol):
+    """What the service needs from the engine (``orchestrator.engine.Engine`` satisfies it)."""
+
+    async def evaluate(
+        self,
+        policy: Policy,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        decision_id: str | None = None,
+    ) -> Decision: ...
+
+    async def aclose(self) -> None: ...
+
+
+class UploadedEvaluators:
+    """One tenant's uploaded evaluators that its deployed policies reference, by id and by name.
+
+    Filled (async, from the store) when a policy version is deployed or first loaded, read
+    synchronously by the runtime (``EvaluatorResolver``) while the engine builds evaluators.
+    A by-name reference binds to the latest upload of that name at that moment.
+    """
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.by_id_records: dict[str, EvaluatorRecord] = {}
+        self.by_name_records: dict[str, EvaluatorRecord] = {}
+
+    def add(self, rec: EvaluatorRecord, *, as_name: bool = False) -> None:
+        self.by_id_records[rec.id] = rec
+        if as_name:
+            self.by_name_records[rec.name] = rec
+
+    # orchestrator.runtime.EvaluatorResolver
+    def by_id(self, evaluator_id: str) -> StoredEvaluator | None:
+        rec = self.by_id_records.get(evaluator_id)
+        return None if rec is None else _stored(rec)
+
+    def by_name(self, name: str) -> StoredEvaluator | None:
+        rec = self.by_name_records.get(name)
+        return None if rec is None else _stored(rec)
+
+
+def _stored(rec: EvaluatorRecord) -> StoredEvaluator:
+    return StoredEvaluator(id=rec.id, name=rec.name, code=rec.code, dependencies=rec.dependencies)
+
+
+EngineProvider = Callable[[str, UploadedEvaluators], DecisionEngine]  # (tenant, its uploads) -> engine
+
+
+@dataclass
+class EvaluationOutcome:
+    decision: Decision
+    revision: int
+    environment: str
+    review_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Deployed:
+    record: PolicyVersionRecord
+    policy: Policy
+
+
+def _custom_specs(policy: Policy) -> list[tuple[int, Any]]:
+    return [(i, e) for i, e in enumerate(policy.evaluators) if e.kind is EvaluatorType.CUSTOM]
+
+
+def _inline_code(spec: Any) -> bool:
+    cfg = spec.config or {}
+    return bool(cfg.get("code") or cfg.get("code_file"))
+
+
+class CrossAuditService:
+    def __init__(
+        self,
+        store: Store,
+        engines: EngineProvider,
+        *,
+        sandbox: Sandbox | None = None,
+        limits: ServiceLimits | None = None,
+        sandbox_limits: SandboxLimits | None = None,
+        dependency_limits: DependencyLimits | None = None,
+        metrics: ServiceMetrics | None = None,
+        audit_raw_text: bool = False,
+    ) -> None:
+        self.store = store
+        self.sandbox = sandbox
+        self.limits = limits or ServiceLimits()
+        self.sandbox_limits = sandbox_limits or (sandbox.limits if sandbox else SandboxLimits())
+        self.dependency_limits = dependency_limits or DependencyLimits()
+        self.metrics = metrics or ServiceMetrics()
+        self.audit_raw_text = audit_raw_text
+        self._engine_provider = engines
+        self._engines: dict[str, DecisionEngine] = {}
+        self._uploads: dict[str, UploadedEvaluators] = {}
+        self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
+        self._deployed: dict[tuple[str, str, str], int] = {}
+        self._inflight: dict[str, int] = {}
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def engine(self, tenant: str) -> DecisionEngine:
+        eng = self._engines.get(tenant)
+        if eng is None:
+            eng = self._engine_provider(tenant, self.uploads(tenant))
+            self._engines[tenant] = eng
+        return eng
+
+    def uploads(self, tenant: str) -> UploadedEvaluators:
+        up = self._uploads.get(tenant)
+        if up is None:
+            up = self._uploads[tenant] = UploadedEvaluators(tenant)
+        return up
+
+    def _name(self, value: str, what: str) -> str:
+        if not value:
+            raise InvalidInputError(f"{what} is required")
+        if len(value) > self.limits.max_name_length:
+            raise InvalidInputError(f"{what} is longer than {self.limits.max_name_length} characters")
+        return value
+
+    @staticmethod
+    def _environment(value: str) -> str:
+        env = value or DEFAULT_ENVIRONMENT
+        if not ENVIRONMENT.match(env):
+            raise InvalidInputError(
+                f"invalid environment {env!r}: lowercase letters, digits, '_' and '-', starting with a letter"
+            )
+        return env
+
+    async def _resolve_uploads(self, tenant: str, policy: Policy) -> None:
+        """Check every custom evaluator that references an upload, and load those uploads.
+
+        ``evaluators[].id`` must be this tenant's upload; a custom evaluator without id or
+        inline code uses the tenant's latest upload of the same name when there is one.
+        """
+        issues: list[PolicyIssue] = []
+        up = self.uploads(tenant)
+        for i, spec in _custom_specs(policy):
+            if spec.id:
+                try:
+                    up.add(await self.store.get_evaluator(tenant, spec.id))
+                except NotFoundError:
+                    # a guide-style label id with inline code is not a reference
+                    if not _inline_code(spec):
+                        issues.append(
+                            PolicyIssue(
+                                message=f"evaluator id {spec.id!r} is not an evaluator uploaded by this tenant",
+                                path=f"evaluators[{i}].id",
+                            )
+                        )
+            elif not _inline_code(spec):
+                # without an upload the engine may still find evaluators/<name>.py next to a policy file
+                with contextlib.suppress(NotFoundError):
+                    up.add(await self.store.get_evaluator_by_name(tenant, spec.name), as_name=True)
+        if issues:
+            raise PolicyValidationError(issues)
+
+    async def _load(self, tenant: str, rec: PolicyVersionRecord) -> Policy:
+        key = (tenant, rec.name, rec.version)
+        hit = self._policies.get(key)
+        if hit is not None:
+            self._policies.move_to_end(key)
+            return hit.policy
+        policy = load_policy(rec.content, f"{rec.name}@{rec.version}")
+        await self._resolve_uploads(tenant, policy)
+        self._policies[key] = _Deployed(rec, policy)
+        while len(self._policies) > self.limits.policy_cache_entries:
+            self._policies.popitem(last=False)
+        return policy
+
+    # --- policies -----------------------------------------------------------------------
+
+    def validate_policy(self, content: str, filename: str = "") -> Policy:
+        return load_policy(content, filename or "<policy>")
+
+    async def deploy_policy(
+        self, tenant: str, content: str, *, environment: str = "", filename: str = ""
+    ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+        env = self._environment(environment)
+        policy = load_policy(content, filename or "<policy>")
+        await self._resolve_uploads(tenant, policy)
+        version, deployment, created = await self.store.deploy_policy(
+            tenant,
+            name=policy.name,
+            declared_version=policy.version,
+            description=policy.description,
+            content=content,
+            environment=env,
+        )
+        self._deployed[(tenant, policy.name, env)] = version.version
+        log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
+        return version, deployment, created
+
+    async def get_policy(
+        self, tenant: str, name: str, *, environment: str = "", version: int = 0
+    ) -> tuple[PolicyVersionRecord, list[DeploymentRecord]]:
+        self._name(name, "policy name")
+        if version:
+            rec = await self.store.get_policy_version(tenant, name, version)
+        else:
+            rec = await self.store.get_deployed_policy(tenant, name, self._environment(environment))
+        return rec, await self.store.list_deployments(tenant, name)
+
+    async def list_policies(self, tenant: str, environment: str = "") -> list[PolicySummaryRecord]:
+        env = self._environment(environment) if environment else None
+        return (await self.store.list_policies(tenant, env))[: self.limits.max_list_items]
+
+    async def rollback_policy(
+        self, tenant: str, name: str, *, environment: str = "", to_version: int = 0
+    ) -> tuple[DeploymentRecord, int]:
+        self._name(name, "policy name")
+        env = self._environment(environment)
+        if to_version < 0:
+            raise InvalidInputError("to_version must be positive (or 0 for the previous deployment)")
+        if to_version:  # the target must still be a valid policy for this tenant
+            await self._load(tenant, await self.store.get_policy_version(tenant, name, to_version))
+        dep, previous = await self.store.rollback_policy(tenant, name, env, to_version or None)
+        self._deployed[(tenant, name, env)] = dep.version
+        log.info("tenant %s rolled %s back to v%d in %s", tenant, name, dep.version, env)
+        return dep, previous
+
+    async def _deployed_policy(self, tenant: str, name: str, env: str) -> tuple[PolicyVersionRecord, Policy]:
+        version = self._deployed.get((tenant, name, env))
+        if version is not None:
+            hit = self._policies.get((tenant, name, version))
+            if hit is not None:
+                self._policies.move_to_end((tenant, name, version))
+                return hit.record, hit.policy
+        rec = await self.store.get_deployed_policy(tenant, name, env)
+        policy = await self._load(tenant, rec)
+        self._deployed[(tenant, name, env)] = rec.version
+        return rec, policy
+
+    # --- decisions ----------------------------------------------------------------------
+
+    def budget(self, time_remaining: float | None) -> float:
+        """Seconds the decision may take: the caller's remaining deadline minus what answering
+        needs, or the default when the caller set no deadline."""
+        if time_remaining is None:
+            return self.limits.default_deadline_s
+        return min(time_remaining - self.limits.answer_margin_s, self.limits.default_deadline_s)
+
+    async def evaluate(
+        self,
+        tenant: str,
+        *,
+        policy: str,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None = None,
+        environment: str = "",
+        time_remaining: float | None = None,
+        request_id: str = "",
+    ) -> EvaluationOutcome:
+        t0 = time.monotonic()
+        budget = self.budget(time_remaining)
+        if budget <= 0:
+            raise DeadlineExceededError("the deadline leaves no time to evaluate")
+        self._name(policy, "policy")
+        env = self._environment(environment)
+        inflight = self._inflight.get(tenant, 0)
+        if inflight >= self.limits.max_inflight_evaluations_per_tenant:
+            raise RateLimitedError(
+                f"too many concurrent evaluations for this tenant (limit "
+                f"{self.limits.max_inflight_evaluations_per_tenant}); retry later"
+            )
+        self._inflight[tenant] = inflight + 1
+        self.metrics.inflight.inc()
+        try:
+            rec, pol = await self._deployed_policy(tenant, policy, env)
+            left = budget - (time.monotonic() - t0)
+            if left <= 0:
+                raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
+            decision_id = str(uuid.uuid4())
+            engine = self.engine(tenant)
+            try:
+                async with asyncio.timeout(left + self.limits.engine_overrun_s):
+                    decision = await engine.evaluate(
+                        pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id
+                    )
+            except TimeoutError:
+                raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)") from None
+            decision.decision_id = decision_id
+            reviews = self._reviews(tenant, decision, rec.version, env)
+            await self.store.record_decision(
+                self._audit(tenant, decision, rec, env, prompt, response, context, pol, request_id), reviews
+            )
+            self.metrics.observe_decision(decision, time.monotonic() - t0)
+            return EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
+        finally:
+            self._inflight[tenant] -= 1
+            self.metrics.inflight.dec()
+
+    def _reviews(self, tenant: str, d: Decision, revision: int, env: str) -> list[ReviewRecord]:
+        now = time.time()
+        out = []
+        for r in d.rules:
+            if r.passed or r.action not in REVIEW_ACTIONS:
+                continue
+            out.append(
+                ReviewRecord(
+                    id=str(uuid.uuid4()),
+                    tenant=tenant,
+                    decision_id=d.decision_id,
+                    policy=d.policy,
+                    policy_revision=revision,
+                    environment=env,
+                    rule=r.rule,
+                    kind=REVIEW_ACTIONS[r.action],
+                    state=ReviewState.OPEN,
+                    params=dict(r.outcome.params) if r.outcome else {},
+                    created_at=now,
+                )
+            )
+        return out
+
+    def _audit(
+        self,
+        tenant: str,
+        d: Decision,
+        rec: PolicyVersionRecord,
+        env: str,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None,
+        policy: Policy,
+        request_id: str,
+    ) -> AuditRecord:
+        raw = self.audit_raw_text or policy.settings.audit_all_evaluations
+        rules = []
+        for r in d.rules:
+            rules.append(
+                {
+                    "rule": r.rule,
+                    "status": r.status.value,
+                    "passed": r.passed,
+                    "score": r.score,
+                    "threshold": r.threshold,
+                    "action": r.action.value if r.action else None,
+                    "latency_ms": round(r.latency_ms, 3),
+                    "fallback_used": r.fallback_used,
+                    "reason": r.reason,
+                    "evaluators": [
+                        {
+                            "evaluator": e.evaluator,
+                            "kind": e.kind,
+                            "status": e.status.value,
+                            "score": e.score,
+                            "latency_ms": round(e.latency_ms, 3),
+                            "attempts": e.attempts,
+                            "cached": e.cached,
+                            "error_type": e.error_type,
+                            "violations": list(e.violations) if raw else len(e.violations),
+                        }
+                        for e in r.evaluators
+                    ],
+                }
+            )
+        return AuditRecord(
+            decision_id=d.decision_id,
+            tenant=tenant,
+            policy=d.policy,
+            policy_revision=rec.version,
+            policy_version=d.policy_version,
+            policy_digest=rec.digest,
+            environment=env,
+            passed=d.passed,
+            action=d.action.value,
+            rules=rules,
+            errored_rules=list(d.errored_rules),
+            latency_ms=d.latency_ms,
+            prompt_sha256=sha256_text(prompt),
+            response_sha256=sha256_text(response),
+            context_sha256=sha256_json(dict(context or {})),
+            created_at=time.time(),
+            request_id=request_id,
+            prompt=prompt if raw else None,
+            response=response if raw else None,
+            modified_response_sha256=sha256_text(d.modified_response) if d.modified_response is not None else None,
+        )
+
+    async def submit_feedback(
+        self, tenant: str, decision_id: str, *, rule: str = "", label: str, comment: str = ""
+    ) -> FeedbackRecord:
+        self._name(decision_id, "decision_id")
+        if not LABEL.match(label or ""):
+            raise InvalidInputError("label must be 1-64 characters: letters, digits, '_', '.', ':' or '-'")
+        if len(comment.encode()) > self.limits.max_feedback_comment_bytes:
+            raise InvalidInputError(f"comment is longer than {self.limits.max_feedback_comment_bytes} bytes")
+        return await self.store.add_feedback(tenant, decision_id, rule=rule, label=label, comment=comment)
+
+    # --- evaluators ---------------------------------------------------------------------
+
+    def check_upload(self, name: str, code: str, language: str, dependencies: list[str]) -> tuple[str, ...]:
+        """Validate an upload without running anything; returns the dependencies to store."""
+        if not NAME.match(name or ""):
+            raise InvalidInputError(
+                f"invalid evaluator name {name!r}: letters, digits, '_' and '-', starting with a letter or '_'"
+            )
+        if (language or "python") != "python":
+            raise InvalidInputError(f"unsupported language {language!r}: only python is supported")
+        cap = min(self.limits.max_code_bytes, self.sandbox_limits.code_bytes)
+        if len(code.encode()) > cap:
+            raise EvaluatorCodeError(f"code is larger than {cap} bytes")
+        if len(dependencies) > self.limits.max_dependencies:
+            raise InvalidInputError(f"more than {self.limits.max_dependencies} dependencies")
+        _check_code(code)
+        return _check_dependencies(dependencies, self.dependency_limits)
+
+    async def upload_evaluator(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        code: str,
+        language: str = "python",
+        dependencies: list[str] | tuple[str, ...] = (),
+        description: str = "",
+        progress: ProgressCallback | None = None,
+    ) -> tuple[EvaluatorRecord, bool]:
+        deps = self.check_upload(name, code, language, list(dependencies))
+        bundle = CodeBundle(code=code, dependencies=deps, language=language or "python")
+        if self.sandbox is not None:
+            try:
+                async with asyncio.timeout(self.limits.upload_timeout_s):
+                    await self.sandbox.prepare(bundle, progress)
+            except TimeoutError:
+                raise DeadlineExceededError(
+                    f"preparing the evaluator took longer than {self.limits.upload_timeout_s:.0f}s"
+                ) from None
+        rec, created = await self.store.put_evaluator(
+            tenant,
+            name=name,
+            code=code,
+            language=bundle.language,
+            dependencies=deps,
+            digest=bundle.digest,
+            description=description[: self.limits.max_feedback_comment_bytes],
+        )
+        self.metrics.uploads.labels(str(created).lower()).inc()
+        log.info("tenant %s uploaded evaluator %s v%d (%s)", tenant, name, rec.version, rec.id)
+        return rec, created
+
+    async def get_evaluator(self, tenant: str, *, evaluator_id: str = "", name: str = "", version: int = 0):
+        if evaluator_id:
+            return await self.store.get_evaluator(tenant, evaluator_id)
+        if name:
+            return await self.store.get_evaluator_by_name(tenant, name, version or None)
+        raise InvalidInputError("give an evaluator id or a name")
+
+    async def list_evaluators(self, tenant: str, name: str = "") -> list[EvaluatorRecord]:
+        return (await self.store.list_evaluators(tenant, name or None))[: self.limits.max_list_items]
+
+    # --- reviews ------------------------------------------------------------------------
+
+    async def list_reviews(
+        self, tenant: str, *, state: ReviewState | None = None, policy: str = "", limit: int = 0
+    ) -> list[ReviewRecord]:
+        if limit < 0:
+            raise InvalidInputError("limit must not be negative")
+        cap = min(limit or self.limits.max_list_items, self.limits.max_list_items)
+        return await self.store.list_reviews(tenant, state=state, policy=policy or None, limit=cap)
+
+    async def resolve_review(
+        self, tenant: str, review_id: str, state: ReviewState, *, reviewer: str = "", note: str = ""
+    ) -> ReviewRecord:
+        self._name(review_id, "review id")
+        if state is ReviewState.OPEN:
+            raise InvalidInputError("resolve a review as approved, rejected or dismissed")
+        if len(note.encode()) > self.limits.max_feedback_comment_bytes:
+            raise InvalidInputError(f"note is longer than {self.limits.max_feedback_comment_bytes} bytes")
+        return await self.store.resolve_review(
+            tenant, review_id, state, reviewer=reviewer[: self.limits.max_name_length], note=note
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def bootstrap(self, tenants: list[str], files: list[tuple[str, str]], environment: str) -> list[str]:
+        """Deploy ``files`` [(filename, text)] for every tenant, once per data directory.
+        Returns one line per problem (invalid files are skipped, not fatal)."""
+        if await self.store.get_meta("bootstrapped"):
+            return []
+        problems = []
+        for tenant in tenants:
+            for filename, text in files:
+                try:
+                    await self.deploy_policy(tenant, text, environment=environment, filename=filename)
+                except CrossAuditError as e:
+                    problems.append(f"{filename}: not deployed for tenant {tenant}: {e.message.splitlines()[0]}")
+        await self.store.set_meta("bootstrapped", str(time.time()))
+        return problems
+
+    async def aclose(self) -> None:
+        engines, self._engines = list(self._engines.values()), {}
+        for eng in engines:
+            try:
+                await eng.aclose()
+            except Exception:  # closing must go on for the others
+                log.exception("closing an engine failed")
+
+
+def _check_code(code: str) -> None:
+    try:
+        from sandbox.codecheck import check_code
+    except ImportError:
+        from orchestrator.policy.validate import check_evaluator_code
+
+        why = check_evaluator_code(code)
+        if why:
+            raise EvaluatorCodeError(why) from None
+        return
+    check_code(code)
+
+
+def _check_dependencies(deps: list[str], limits: DependencyLimits) -> tuple[str, ...]:
+    from sandbox.deps import validate_dependencies
+
+    validated = validate_dependencies(deps, limits)
+    return tuple(str(d) for d in validated)

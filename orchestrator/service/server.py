@@ -1,0 +1,242 @@
+"""Assemble and run the gRPC server: store, sandbox, per-tenant engines, servicers, auth,
+health, reflection, metrics, TLS, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from orchestrator.errors import ConfigurationError
+from orchestrator.limits import EngineLimits
+from orchestrator.service.auth import Authenticator, AuthInterceptor
+from orchestrator.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
+from orchestrator.service.core import CrossAuditService, DecisionEngine, EngineProvider, UploadedEvaluators
+from orchestrator.service.metrics import ServiceMetrics
+from orchestrator.service.servicers import add_servicers
+from orchestrator.store.base import Store
+from orchestrator.store.sqlite import SQLiteStore
+from sandbox.base import Sandbox
+
+log = logging.getLogger("crossaudit.service")
+API_KEYS_ENV = "CROSSAUDIT_API_KEYS_FILE"
+
+
+def runtime_engines(
+    sandbox: Sandbox, *, model_backend: Any = None, limits: EngineLimits | None = None
+) -> EngineProvider:
+    """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool."""
+    from orchestrator.engine.engine import Engine
+    from orchestrator.runtime import Runtime
+
+    def make(tenant: str, uploads: UploadedEvaluators) -> DecisionEngine:
+        return Engine(Runtime(sandbox, resolver=uploads, model_backend=model_backend), limits=limits)
+
+    return make
+
+
+def _address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def check_config(config: ServerConfig) -> None:
+    """Refuse unsafe or incomplete configurations before anything starts."""
+    if config.dev and config.host not in LOOPBACK_HOSTS:
+        raise ConfigurationError(f"--dev runs without API keys and only on loopback, not on {config.host!r}")
+    if config.dev and config.api_keys_file:
+        raise ConfigurationError("--dev and --api-keys exclude each other")
+    if not config.dev and not config.api_keys_file:
+        raise ConfigurationError(f"give --api-keys FILE (or {API_KEYS_ENV}), or --dev for a local keyless server")
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    if not 0 <= config.port <= 65535:
+        raise ConfigurationError(f"invalid port {config.port}")
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
+
+
+def policy_files(directory: Path | None) -> list[tuple[str, str]]:
+    """``policies/*.yaml`` (and .yml) as (filename, text), sorted."""
+    if directory is None or not Path(directory).is_dir():
+        return []
+    out = []
+    for p in sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")]):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            out.append((p.name, p.read_text(encoding="utf-8")))
+    return out
+
+
+@dataclass
+class RunningServer:
+    config: ServerConfig
+    server: grpc.aio.Server
+    port: int
+    service: CrossAuditService
+    store: Store
+    sandbox: Sandbox | None
+    health: health.aio.HealthServicer
+    metrics: ServiceMetrics
+    metrics_port: int | None = None
+    model_backend: Any = None
+    auth: Authenticator | None = None
+    owned: list[Any] = field(default_factory=list)
+    _stopped: bool = False
+
+    @property
+    def address(self) -> str:
+        return _address(self.config.host, self.port)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful: NOT_SERVING, finish in-flight calls (up to ``grace`` s), release everything."""
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self.config.limits.shutdown_grace_s if grace is None else grace
+        with contextlib.suppress(Exception):
+            await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.service.aclose()
+        for closer in self.owned:  # what start_server built (not what was injected)
+            try:
+                await closer.aclose()
+            except Exception:
+                log.exception("closing %s failed", type(closer).__name__)
+        await self.store.aclose()
+        self.metrics.close()
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def start_server(
+    config: ServerConfig,
+    *,
+    engines: EngineProvider | None = None,
+    sandbox: Sandbox | None = None,
+    store: Store | None = None,
+    auth: Authenticator | None = None,
+    engine_limits: EngineLimits | None = None,
+) -> RunningServer:
+    """Start serving (returns once the port is bound). Injected parts are not closed by stop()
+    except the store; parts built here (sandbox, model pool) are."""
+    check_config(config)
+    limits = config.limits
+    if auth is None:
+        auth = Authenticator.dev_mode() if config.dev else Authenticator.from_file(config.api_keys_file, limits)  # type: ignore[arg-type]
+    owned: list[Any] = []
+    model_backend = None
+    if engines is None:
+        if sandbox is None:
+            from orchestrator.runtime import make_sandbox
+
+            sandbox = make_sandbox(config.sandbox)
+            owned.append(sandbox)
+        from sandbox.models.pool import ModelServerPool
+
+        model_backend = ModelServerPool()
+        owned.append(model_backend)
+        engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits)
+    if store is None:
+        store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
+    metrics = ServiceMetrics()
+    if sandbox is not None:
+        metrics.watch_sandbox(sandbox.info)
+    service = CrossAuditService(
+        store, engines, sandbox=sandbox, limits=limits, metrics=metrics, audit_raw_text=config.audit_raw_text
+    )
+
+    options = [
+        ("grpc.max_receive_message_length", limits.max_receive_message_bytes),
+        ("grpc.max_send_message_length", limits.max_send_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(auth)], options=options, maximum_concurrent_rpcs=limits.max_concurrent_rpcs
+    )
+    names = add_servicers(server, service, auth)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    address = _address(config.host, config.port)
+    try:
+        if config.tls_cert and config.tls_key:
+            creds = grpc.ssl_server_credentials(
+                [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS cert"))]
+            )
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as e:
+        port = 0
+        log.debug("bind failed: %s", e)
+    if not port:
+        await store.aclose()
+        raise ConfigurationError(f"cannot listen on {address} (in use, or not a local address)")
+    await server.start()
+    running = RunningServer(
+        config,
+        server,
+        port,
+        service,
+        store,
+        sandbox,
+        health_servicer,
+        metrics,
+        model_backend=model_backend,
+        owned=owned,
+    )
+    try:
+        if config.metrics_port is not None:
+            running.metrics_port = metrics.serve(config.metrics_host, config.metrics_port)
+        problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), BOOTSTRAP_ENVIRONMENT)
+        for line in problems:
+            log.warning("%s", line)
+        for name in ["", *names]:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    except BaseException:
+        await running.stop(0)
+        raise
+    return running
+
+
+async def serve(config: ServerConfig, *, announce: Any = print) -> None:
+    """Run until SIGINT/SIGTERM, then shut down gracefully."""
+    running = await start_server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    info = running.sandbox.info() if running.sandbox is not None else {}
+    parts = [f"crossaudit serving on {running.address}"]
+    parts.append("tls" if config.tls_cert else "plaintext")
+    parts.append(
+        "dev (tenant 'default', no keys)" if config.dev else f"{len(running.service and config and [1])} key file"
+    )
+    if info:
+        parts.append(f"sandbox {info.get('backend', '?')}")
+    if running.metrics_port is not None:
+        parts.append(f"metrics on {_address(config.metrics_host, running.metrics_port)}")
+    announce(", ".join(parts), flush=True)
+    try:
+        await stop.wait()
+    finally:
+        announce("crossaudit shutting down", flush=True)
+        await running.stop()
