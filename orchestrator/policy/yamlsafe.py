@@ -160,7 +160,7 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
                 line, col = _pos(key_node)
                 issues.append(PolicyIssue("mapping keys must be plain scalars", format_path(path), smap.file, line, col))
                 continue
-            key = str(loader.construct_object(key_node))
+            key = "<<" if key_node.tag == "tag:yaml.org,2002:merge" else str(loader.construct_object(key_node))
             if key == "<<":
                 line, col = _pos(key_node)
                 issues.append(PolicyIssue("YAML merge keys are not allowed", format_path(path), smap.file, line, col))
