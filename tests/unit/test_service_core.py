@@ -1,0 +1,231 @@
+"""CrossAuditService behaviour with a scripted engine (the e2e tests use the real one)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import (
+    DeadlineExceededError,
+    DependencyRejectedError,
+    EvaluatorCodeError,
+    InvalidInputError,
+    NotFoundError,
+    PolicyValidationError,
+    RateLimitedError,
+)
+from orchestrator.policy import Policy
+from orchestrator.results import Action, ActionOutcome, Decision, RuleResult, Status
+from orchestrator.service.config import ServiceLimits
+from orchestrator.service.core import CrossAuditService, UploadedEvaluators
+from orchestrator.store import ReviewState, SQLiteStore
+from orchestrator.store.base import sha256_text
+
+POLICY = """
+name: p
+description: d
+version: "1.0"
+evaluators:
+  - name: e
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 1.0}
+rules:
+  - name: r1
+    evaluator: e
+    threshold: 0.5
+    action: flag
+  - name: r2
+    evaluator: e
+    threshold: 0.5
+    action: require_review
+"""
+CODE = "def evaluate(prompt, response, context):\n    return {'score': 1.0}\n"
+
+
+class ScriptedEngine:
+    def __init__(self, *, delay: float = 0.0, fail: tuple[str, ...] = ()) -> None:
+        self.delay = delay
+        self.fail = fail
+        self.timeouts: list[float | None] = []
+        self.closed = False
+
+    async def evaluate(
+        self,
+        policy: Policy,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        decision_id: str | None = None,
+    ) -> Decision:
+        self.timeouts.append(timeout)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        rules = []
+        for r in policy.rules:
+            failed = r.name in self.fail
+            rules.append(
+                RuleResult(
+                    rule=r.name,
+                    status=Status.FAIL if failed else Status.PASS,
+                    passed=not failed,
+                    score=0.1 if failed else 1.0,
+                    action=r.action if failed else None,
+                    outcome=ActionOutcome(rule=r.name, action=r.action, params={"k": 1}) if failed else None,
+                )
+            )
+        worst = max((r.action for r in rules if r.action), key=lambda a: a.severity, default=Action.ALLOW)
+        return Decision(
+            policy=policy.name,
+            policy_version=policy.version,
+            passed=not self.fail,
+            action=worst,
+            rules=rules,
+            decision_id=decision_id or "",
+        )
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = SQLiteStore(tmp_path / "db.sqlite")
+    yield s
+    await s.aclose()
+
+
+def service(store: SQLiteStore, engine: ScriptedEngine, **kw: Any) -> CrossAuditService:
+    seen: dict[str, UploadedEvaluators] = {}
+
+    def provider(tenant: str, uploads: UploadedEvaluators) -> ScriptedEngine:
+        seen[tenant] = uploads
+        return engine
+
+    svc = CrossAuditService(store, provider, **kw)
+    svc.seen = seen  # type: ignore[attr-defined]
+    return svc
+
+
+async def test_decision_is_audited_with_hashes_and_creates_reviews(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine(fail=("r1", "r2")))
+    await svc.deploy_policy("t1", POLICY)
+    out = await svc.evaluate("t1", policy="p", prompt="hello", response="secret text", context={"user": {"id": 1}})
+    audit = await store.get_decision("t1", out.decision.decision_id)
+    assert audit.prompt is None and audit.response is None
+    assert audit.response_sha256 == sha256_text("secret text") and audit.policy_revision == 1
+    assert [r["rule"] for r in audit.rules] == ["r1", "r2"]
+    reviews = await store.list_reviews("t1", state=ReviewState.OPEN)
+    assert sorted(r.kind.value for r in reviews) == ["flag", "require_review"]
+    assert sorted(out.review_ids) == sorted(r.id for r in reviews)
+    assert reviews[0].params == {"k": 1}
+
+
+async def test_raw_text_is_audited_only_when_configured(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine(), audit_raw_text=True)
+    await svc.deploy_policy("t1", POLICY)
+    out = await svc.evaluate("t1", policy="p", prompt="hello", response="world")
+    audit = await store.get_decision("t1", out.decision.decision_id)
+    assert (audit.prompt, audit.response) == ("hello", "world")
+
+
+async def test_engine_gets_what_is_left_of_the_deadline(store: SQLiteStore) -> None:
+    engine = ScriptedEngine()
+    svc = service(store, engine, limits=ServiceLimits(default_deadline_s=7.0))
+    await svc.deploy_policy("t1", POLICY)
+    await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.2)
+    await svc.evaluate("t1", policy="p", prompt="", response="")
+    assert 0.15 < engine.timeouts[0] < 0.2
+    assert 6.9 < engine.timeouts[1] <= 7.0
+    with pytest.raises(DeadlineExceededError):
+        await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.001)
+
+
+async def test_an_engine_that_overruns_is_cut_at_the_deadline(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine(delay=5.0), limits=ServiceLimits(engine_overrun_s=0.02))
+    await svc.deploy_policy("t1", POLICY)
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExceededError):
+        await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.1)
+    assert time.monotonic() - t0 < 0.5
+    assert await store.count_decisions() == 0
+
+
+async def test_concurrency_per_tenant_is_rate_limited(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine(delay=0.2), limits=ServiceLimits(max_inflight_evaluations_per_tenant=1))
+    await svc.deploy_policy("t1", POLICY)
+    await svc.deploy_policy("t2", POLICY)
+    first = asyncio.create_task(svc.evaluate("t1", policy="p", prompt="", response=""))
+    await asyncio.sleep(0.05)
+    with pytest.raises(RateLimitedError):
+        await svc.evaluate("t1", policy="p", prompt="", response="")
+    await svc.evaluate("t2", policy="p", prompt="", response="")  # another tenant is not affected
+    await first
+
+
+async def test_uploaded_evaluator_ids_are_per_tenant(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine())
+    rec, created = await svc.upload_evaluator("t1", name="scorer", code=CODE)
+    assert created
+    policy = f"""
+name: uses
+description: d
+version: "1.0"
+evaluators:
+  - id: "{rec.id}"
+    name: scorer
+rules:
+  - name: r
+    evaluator: scorer
+    threshold: 0.5
+"""
+    await svc.deploy_policy("t1", policy)
+    await svc.evaluate("t1", policy="uses", prompt="", response="")
+    assert svc.seen["t1"].by_id(rec.id).code == CODE  # type: ignore[attr-defined]
+    with pytest.raises(PolicyValidationError) as err:
+        await svc.deploy_policy("t2", policy)
+    assert err.value.issues[0].path == "evaluators[0].id"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc"),
+    [
+        ({"name": "bad name", "code": CODE}, InvalidInputError),
+        ({"name": "ok", "code": "def nope(:"}, EvaluatorCodeError),
+        ({"name": "ok", "code": "def other(a, b, c):\n    return {}\n"}, EvaluatorCodeError),
+        ({"name": "ok", "code": CODE, "dependencies": ["--index-url=x"]}, DependencyRejectedError),
+        ({"name": "ok", "code": CODE, "language": "ruby"}, InvalidInputError),
+    ],
+)
+async def test_uploads_are_validated_before_storing(store: SQLiteStore, kwargs: dict, exc: type) -> None:
+    svc = service(store, ScriptedEngine())
+    with pytest.raises(exc):
+        await svc.upload_evaluator("t1", **kwargs)
+    assert await store.list_evaluators("t1") == []
+
+
+async def test_unknown_policy_and_environment_errors(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine())
+    with pytest.raises(NotFoundError):
+        await svc.evaluate("t1", policy="p", prompt="", response="")
+    with pytest.raises(InvalidInputError, match="environment"):
+        await svc.deploy_policy("t1", POLICY, environment="Prod Env")
+
+
+async def test_bootstrap_runs_once_and_reports_bad_files(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine())
+    files = [("good.yaml", POLICY), ("bad.yaml", "name: [\n")]
+    problems = await svc.bootstrap(["a", "b"], files, "development")
+    assert len(problems) == 2 and all("bad.yaml" in p for p in problems)
+    assert [p.name for p in await store.list_policies("b", "development")] == ["p"]
+    assert await svc.bootstrap(["a"], [("other.yaml", POLICY.replace("name: p", "name: q"))], "development") == []
+    assert [p.name for p in await store.list_policies("a")] == ["p"]
