@@ -333,7 +333,7 @@ class Wheelhouse:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DependencyRejectedError("dependency resolution timed out")
-        proc = subprocess.Popen(  # noqa: S603 - argv list, validated requirement strings after "--"
+        proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
         )
         tail: list[str] = []

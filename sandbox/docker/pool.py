@@ -1,0 +1,250 @@
+"""Warm pools: per bundle digest, ready containers whose agent already imported deps and code.
+
+Why this shape:
+
+* A warm call is a frame round trip to an agent that already holds a forked child, so it
+  costs milliseconds instead of a container start (~0.5-1 s).
+* One call at a time per container; ``max_size`` containers per pool; callers beyond that
+  wait (FIFO through a condition) up to ``queue_wait_s`` and their deadline, then get
+  :class:`PoolExhaustedError` (RESOURCE_EXHAUSTED).
+* Refill happens in background tasks: after a container is killed (deadline, crash) the
+  caller gets its error at once and a replacement starts off the request path.
+* Errors that are the *code's* fault (load errors) stick to the pool, so a broken bundle
+  fails fast instead of restarting containers in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from orchestrator.errors import (
+    CrossAuditError,
+    EvaluatorCodeError,
+    EvaluatorTimeoutError,
+    EvaluatorUnavailableError,
+    PoolExhaustedError,
+    SandboxSecurityError,
+)
+from sandbox.base import CodeBundle
+from sandbox.docker.container import ContainerRuntime, WarmContainer
+from sandbox.protocol import AgentChannel, error_from_frame
+
+log = logging.getLogger(__name__)
+
+START_RETRY_BACKOFF_S = 1.0  # after an infrastructure start failure, before trying again
+MAX_WAIT_ROUNDS = 10_000  # wake-ups of one waiting caller (each bounded by the deadline)
+
+
+class WarmPool:
+    """Containers for one bundle (code + deps image); see the module docstring."""
+
+    def __init__(self, rt: ContainerRuntime, bundle: CodeBundle, image: str, preload: tuple[str, ...]) -> None:
+        self.rt = rt
+        self.bundle = bundle
+        self.image = image
+        self.preload = preload
+        self.idle: list[WarmContainer] = []
+        self.busy: set[WarmContainer] = set()
+        self.starting = 0
+        self.waiting = 0
+        self.cond = asyncio.Condition()
+        self.sticky_error: CrossAuditError | None = None  # the code's fault: never retried
+        self.last_error: CrossAuditError | None = None
+        self.last_error_at = 0.0
+        self.last_used = time.monotonic()
+        self.closed = False
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.started_total = 0
+        self.replaced_total = 0
+
+    # --- sizes ---------------------------------------------------------------------------------
+
+    @property
+    def total(self) -> int:
+        return len(self.idle) + len(self.busy) + self.starting
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "idle": len(self.idle),
+            "busy": len(self.busy),
+            "starting": self.starting,
+            "waiting": self.waiting,
+            "started": self.started_total,
+            "replaced": self.replaced_total,
+        }
+
+    def load_frame(self) -> dict[str, Any]:
+        return AgentChannel.load_frame(
+            self.bundle.code,
+            entrypoint=self.bundle.entrypoint,
+            preload=self.preload,
+            restricted=False,
+            limits=self.rt.limits,
+        )
+
+    # --- starting containers -----------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        """Start one container in the background (caller holds ``cond``)."""
+        self.starting += 1
+        task = asyncio.get_running_loop().create_task(self._start_one())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _start_one(self) -> None:
+        container = WarmContainer(self.rt, self.image, self.bundle.digest)
+        error: CrossAuditError | None = None
+        try:
+            frame = await container.start(self.load_frame(), self.rt.pool_limits.start_timeout_s)
+            if not frame.get("ok"):
+                error = error_from_frame(frame)
+                await container.destroy()
+        except CrossAuditError as exc:
+            error = exc
+        except Exception as exc:  # never let a background task die silently
+            error = EvaluatorUnavailableError(f"sandbox start failed: {type(exc).__name__}: {exc}")
+        async with self.cond:
+            self.starting -= 1
+            if error is None and not self.closed:
+                container.idle_since = time.monotonic()
+                self.idle.append(container)
+                self.started_total += 1
+            else:
+                if isinstance(error, EvaluatorCodeError | SandboxSecurityError):
+                    self.sticky_error = error
+                elif error is not None:
+                    self.last_error, self.last_error_at = error, time.monotonic()
+                    log.warning("sandbox start failed for %s: %s", self.bundle.digest[:12], error)
+            self.cond.notify_all()
+        if (error is None and self.closed) or (error is not None and not container.dead):
+            await container.destroy()
+
+    def ensure_min(self) -> None:
+        """Top the pool up to ``min_size`` (plus one per waiting caller, up to ``max_size``); non-blocking."""
+        if self.closed or self.sticky_error is not None:
+            return
+        if self.last_error is not None and time.monotonic() - self.last_error_at < START_RETRY_BACKOFF_S:
+            return
+        limits = self.rt.pool_limits
+        want = min(limits.max_size, max(limits.min_size, len(self.busy) + self.waiting))
+        for _ in range(max(0, want - self.total)):
+            self._spawn()
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Block until one container is idle (used by ``prepare`` so load errors surface there)."""
+        deadline = time.monotonic() + timeout
+        async with self.cond:
+            if self.total == 0:
+                self._spawn()
+            while not self.idle and not self.busy:
+                if self.sticky_error is not None:
+                    raise self.sticky_error
+                if self.starting == 0:
+                    if self.last_error is not None:
+                        raise self.last_error
+                    self._spawn()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise EvaluatorUnavailableError(f"no warm sandbox ready within {timeout:.1f}s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.cond.wait(), remaining)
+
+    # --- calls -------------------------------------------------------------------------------------
+
+    async def acquire(self, deadline: float) -> WarmContainer:
+        """A ready container, starting one if below ``max_size``; else queue (see module docstring)."""
+        limits = self.rt.pool_limits
+        queued_since: float | None = None
+        async with self.cond:
+            self.waiting += 1
+            try:
+                for _ in range(MAX_WAIT_ROUNDS):
+                    if self.closed:
+                        raise EvaluatorUnavailableError("sandbox pool closed")
+                    if self.sticky_error is not None:
+                        raise self.sticky_error
+                    while self.idle:
+                        c = self.idle.pop()
+                        if c.alive:
+                            self.busy.add(c)
+                            self.last_used = time.monotonic()
+                            return c
+                        self._retire(c)
+                    if self.total < limits.max_size:
+                        if self.last_error is not None and self.starting == 0 and not self.busy and (
+                            time.monotonic() - self.last_error_at < START_RETRY_BACKOFF_S
+                        ):
+                            raise self.last_error
+                        if self.starting < self.waiting:
+                            self._spawn()
+                        queued_since = None
+                    elif queued_since is None:
+                        queued_since = time.monotonic()
+                    now = time.monotonic()
+                    until = deadline
+                    if queued_since is not None:
+                        until = min(until, queued_since + limits.queue_wait_s)
+                    if now >= until:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.cond.wait(), until - now)
+                if queued_since is not None or self.total >= limits.max_size:
+                    raise PoolExhaustedError(
+                        f"all {limits.max_size} warm sandboxes of this evaluator stayed busy "
+                        f"({self.waiting} waiting)"
+                    )
+                raise EvaluatorTimeoutError("deadline expired before a sandbox was ready")
+            finally:
+                self.waiting -= 1
+
+    async def release(self, c: WarmContainer) -> None:
+        """Return a container after a call; a dead one is dropped and replaced in the background."""
+        async with self.cond:
+            self.busy.discard(c)
+            if c.alive and not self.closed:
+                c.idle_since = time.monotonic()
+                self.idle.append(c)
+            else:
+                self._retire(c)
+            self.ensure_min()
+            self.cond.notify_all()
+
+    def _retire(self, c: WarmContainer) -> None:
+        self.replaced_total += 1
+        if not c.dead or c.id is not None:
+            task = asyncio.get_running_loop().create_task(c.destroy())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    # --- maintenance -------------------------------------------------------------------------------
+
+    async def maintain(self) -> None:
+        """Drop dead idle containers, stop those idle past ``idle_timeout_s`` beyond ``min_size``, refill."""
+        limits = self.rt.pool_limits
+        now = time.monotonic()
+        async with self.cond:
+            keep: list[WarmContainer] = []
+            for c in self.idle:
+                surplus = len(keep) + len(self.busy) >= limits.min_size
+                if not c.alive or (surplus and now - c.idle_since > limits.idle_timeout_s):
+                    self._retire(c)
+                else:
+                    keep.append(c)
+            self.idle = keep
+            self.ensure_min()
+
+    async def close(self) -> None:
+        async with self.cond:
+            self.closed = True
+            victims = [*self.idle, *self.busy]
+            self.idle, self.busy = [], set()
+            self.cond.notify_all()
+        await asyncio.gather(*(c.destroy() for c in victims), return_exceptions=True)
+        pending = [t for t in self.tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.rt.pool_limits.start_timeout_s + 5)
