@@ -8,6 +8,7 @@ graph ourselves, event by event, so that:
 - depth and node count are capped *while* parsing, so a hostile file fails fast;
 - only the standard scalar tags are accepted;
 - duplicate mapping keys are errors;
+- booleans follow YAML 1.2 (only true/false), so ``name: off`` stays a string;
 - each value's (line, column) is recorded under its field path for error messages.
 """
 
@@ -176,4 +177,6 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(child, (*path, i), smap, loader) for i, child in enumerate(node.value)]
+    if node.tag == "tag:yaml.org,2002:bool" and node.value.lower() not in ("true", "false"):
+        return node.value  # YAML 1.2: yes/no/on/off are strings (a rule may be named "off")
     return loader.construct_object(node, deep=True)
