@@ -1,0 +1,123 @@
+"""A real ``crossaudit serve`` process on an ephemeral loopback port, with two tenants."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TENANT_KEYS = {
+    "acme": "acme-key-0123456789abcdef",
+    "globex": "globex-key-0123456789abcdef",
+}
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+def write_keys(path: Path) -> Path:
+    lines = ["tenants:"] + [f"  {t}: [{k}]" for t, k in TENANT_KEYS.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class ServerProcess:
+    """``python -m crossaudit.cli serve`` on 127.0.0.1:0; ``address`` once started."""
+
+    def __init__(self, data_dir: Path, *, sandbox: str = "process", extra: tuple[str, ...] = ()) -> None:
+        self.data_dir = data_dir
+        self.sandbox = sandbox
+        self.extra = extra
+        self.proc: subprocess.Popen[str] | None = None
+        self.address = ""
+        self.metrics_address = ""
+        self.log = data_dir / "server.log"
+        self.policies_dir = data_dir / "policies"
+        self.policies_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> str:
+        keys = write_keys(self.data_dir / "keys.yaml")
+        cmd = [
+            sys.executable,
+            "-m",
+            "crossaudit.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--data-dir",
+            str(self.data_dir / "data"),
+            "--api-keys",
+            str(keys),
+            "--sandbox",
+            self.sandbox,
+            "--policies-dir",
+            str(self.policies_dir),
+            "--metrics-port",
+            "0",
+            *self.extra,
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
+        log = self.log.open("a")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=0.5):
+                if self.proc.poll() is not None:
+                    break
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("crossaudit serving on "):
+                self.address = line.split()[3].rstrip(",")
+                if "metrics on " in line:
+                    self.metrics_address = line.rsplit("metrics on ", 1)[1].strip()
+                return self.address
+        self.kill()
+        raise RuntimeError(f"server did not start; log:\n{self.log.read_text()[-3000:]}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> int:
+        """Graceful: SIGTERM, then wait."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """``kill -9``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("server"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def key(tenant: str) -> str:
+    return TENANT_KEYS[tenant]

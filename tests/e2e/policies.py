@@ -1,0 +1,122 @@
+"""Policies the end-to-end tests deploy (custom evaluators only: they run offline)."""
+
+from __future__ import annotations
+
+KEYWORDS = """
+name: keywords
+description: flags 'bad', sends 'worse' to review
+version: "1.0"
+evaluators:
+  - name: has_bad
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            hit = "bad" in response
+            return {"score": 0.0 if hit else 1.0, "violations": ["bad"] if hit else []}
+  - name: has_worse
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 0.0 if "worse" in response else 1.0, "details": {"length": len(response)}}
+rules:
+  - name: no_bad
+    evaluator: has_bad
+    threshold: 0.5
+    action: flag
+    action_config:
+      severity: high
+  - name: no_worse
+    evaluator: has_worse
+    threshold: 0.5
+    action: require_review
+    action_config:
+      reviewer_role: moderator
+"""
+
+KEYWORDS_V2 = KEYWORDS.replace('version: "1.0"', 'version: "2.0"').replace('"bad" in response', '"nasty" in response')
+
+
+def sleeper(*, fallback: bool) -> str:
+    """A custom evaluator that computes for 10 s (the process sandbox forbids ``import time``)."""
+    fb = "\n    fallback:\n      on_error: warn" if fallback else ""
+    name = "sleeper-fallback" if fallback else "sleeper"
+    return f"""
+name: {name}
+description: an evaluator that takes 10 s
+version: "1.0"
+evaluators:
+  - name: slow
+    type: custom
+    config:
+      code: |
+        import datetime
+
+        def evaluate(prompt, response, context):
+            end = datetime.datetime.now() + datetime.timedelta(seconds=10)
+            n = 0
+            while datetime.datetime.now() < end:
+                n += 1
+            return {{"score": 1.0}}
+rules:
+  - name: slow_rule
+    evaluator: slow
+    threshold: 0.5
+    action: block{fb}
+"""
+
+
+def uses_upload(evaluator_id: str, name: str = "uploaded") -> str:
+    return f"""
+name: uses-upload
+description: references an uploaded evaluator by id
+version: "1.0"
+evaluators:
+  - id: "{evaluator_id}"
+    name: {name}
+    type: custom
+rules:
+  - name: uploaded_rule
+    evaluator: {name}
+    threshold: 0.5
+    action: block
+"""
+
+
+UPLOAD_CODE = """
+def evaluate(prompt, response, context):
+    return {"score": 0.25 if "block me" in response else 0.75, "details": {"source": "upload"}}
+"""
+
+
+def ten_rules() -> str:
+    """A 10-rule policy over two fast custom evaluators (for the benchmark)."""
+    rules = "\n".join(
+        f"""  - name: rule_{i}
+    evaluator: {"kw" if i % 2 else "len"}
+    threshold: 0.5
+    action: {"flag" if i % 3 else "warn"}
+    priority: {100 - i}"""
+        for i in range(10)
+    )
+    return f"""
+name: ten-rules
+description: ten rules over two custom evaluators
+version: "1.0"
+evaluators:
+  - name: kw
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {{"score": 0.0 if "forbidden" in response else 1.0}}
+  - name: len
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {{"score": 1.0 if len(response) < 10000 else 0.0, "details": {{"n": len(response)}}}}
+rules:
+{rules}
+"""

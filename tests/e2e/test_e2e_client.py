@@ -1,0 +1,185 @@
+"""The real server driven through ``crossaudit.Client``: every service, typed errors."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from crossaudit import Client
+from orchestrator.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    NotFoundError,
+    PolicyValidationError,
+)
+from orchestrator.results import Action
+from tests.e2e.conftest import ServerProcess, key
+from tests.e2e.policies import KEYWORDS, KEYWORDS_V2, UPLOAD_CODE, uses_upload
+
+pytestmark = pytest.mark.e2e
+
+INVALID = """name: broken
+description: d
+version: "1.0"
+rules:
+  - name: r
+    evaluator: missing
+    threshold: 1.5
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("client-server"))
+    (srv.policies_dir / "boot.yaml").write_text(KEYWORDS.replace("name: keywords", "name: bootstrapped"))
+    srv.start()
+    yield srv
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> Iterator[Client]:
+    with Client(server.address, api_key=key("acme")) as c:
+        c.deploy_policy(KEYWORDS)
+        yield c
+
+
+def test_health_answers_without_a_key(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for service in ("", "crossaudit.v1.EvaluationService"):
+            r = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_policies_dir_is_deployed_to_development_on_first_start(client: Client) -> None:
+    mine = {p.name: p for p in client.list_policies(environment="development")}
+    assert [d.environment for d in mine["bootstrapped"].deployments] == ["development"]
+    d = client.evaluate("bootstrapped", "p", "fine", environment="development", timeout=10)
+    assert d.passed and d.policy_revision == 1
+
+
+def test_evaluate_answers_the_decision_with_its_id(client: Client) -> None:
+    d = client.evaluate("keywords", "hi", "a fine answer", context={"user": {"role": "admin"}}, timeout=10)
+    assert d.passed and d.action is Action.ALLOW and d.decision_id and d.environment == "production"
+    assert [r.rule for r in d.rules] == ["no_bad", "no_worse"]
+    assert d.rule("no_worse").evaluators[0].details == {"length": 13.0}
+    assert d.rule("no_bad").evaluators[0].kind == "custom"
+
+
+def test_flag_and_require_review_create_reviews_that_can_be_resolved(client: Client) -> None:
+    d = client.evaluate("keywords", "hi", "a bad and worse answer", timeout=10)
+    assert not d.passed and d.action is Action.REQUIRE_REVIEW and len(d.review_ids) == 2
+    assert d.rule("no_bad").outcome.params["severity"] == "high"
+    reviews = {r.id: r for r in client.list_reviews(state="open")}
+    assert set(d.review_ids) <= set(reviews)
+    mine = [reviews[i] for i in d.review_ids]
+    assert {r.kind.value for r in mine} == {"flag", "require_review"}
+    assert all(r.decision_id == d.decision_id and r.policy_revision == 1 for r in mine)
+    done = client.resolve_review(mine[0].id, "approved", reviewer="ann", note="ok")
+    assert done.state.value == "approved" and done.reviewer == "ann" and done.resolved_at
+    with pytest.raises(ConfigurationError, match="already approved"):  # FAILED_PRECONDITION
+        client.resolve_review(mine[0].id, "rejected")
+    with pytest.raises(InvalidInputError):
+        client.resolve_review(mine[1].id, "bogus")
+    assert mine[0].id not in {r.id for r in client.list_reviews(state="open")}
+
+
+def test_feedback_on_a_decision_and_its_rules(client: Client) -> None:
+    d = client.evaluate("keywords", "hi", "bad", timeout=10)
+    assert client.submit_feedback(d.decision_id, "false_positive", rule="no_bad", comment="fine really")
+    with pytest.raises(NotFoundError):
+        client.submit_feedback(d.decision_id, "correct", rule="no_such_rule")
+    with pytest.raises(NotFoundError):
+        client.submit_feedback("00000000-0000-0000-0000-000000000000", "correct")
+    with pytest.raises(InvalidInputError):
+        client.submit_feedback(d.decision_id, "not a label!")
+
+
+def test_invalid_policy_is_invalid_argument_with_every_issue_located(client: Client) -> None:
+    with pytest.raises(PolicyValidationError) as err:
+        client.deploy_policy(INVALID)
+    issues = err.value.issues
+    assert {i.path for i in issues} >= {"rules[0].evaluator", "rules[0].threshold"}
+    assert all(i.line for i in issues)
+    assert [str(i) for i in client.validate_policy(INVALID)] == [str(i) for i in issues]
+    assert client.validate_policy(KEYWORDS) == []
+
+
+def test_versions_deployments_and_rollback(client: Client, tmp_path: Path) -> None:
+    path = tmp_path / "kw.yaml"
+    path.write_text(KEYWORDS_V2)
+    r = client.deploy_policy(path, environment="staging")
+    assert r.created and r.version.version == 2 and r.version.declared_version == "2.0"
+    again = client.deploy_policy(KEYWORDS_V2, environment="staging")
+    assert not again.created and again.version.version == 2
+    assert client.evaluate("keywords", "", "bad", environment="staging", timeout=10).passed  # v2 ignores 'bad'
+    assert not client.evaluate("keywords", "", "bad", timeout=10).passed  # production still v1
+    client.deploy_policy(KEYWORDS_V2)
+    d = client.evaluate("keywords", "", "nasty", timeout=10)
+    assert d.policy_revision == 2 and d.policy_version == "2.0" and not d.passed
+    rb = client.rollback("keywords")
+    assert (rb.previous_version, rb.deployment.version) == (2, 1)
+    d = client.evaluate("keywords", "", "nasty", timeout=10)
+    assert d.policy_revision == 1 and d.passed
+    info = client.get_policy("keywords", environment="staging")
+    assert info.content == KEYWORDS_V2 and {x.environment for x in info.deployments} == {"production", "staging"}
+    assert client.get_policy("keywords", version=1).content == KEYWORDS
+    [summary] = [p for p in client.list_policies() if p.name == "keywords"]
+    assert summary.latest_version == 2
+    with pytest.raises(NotFoundError):
+        client.rollback("keywords", environment="nowhere")
+
+
+def test_upload_is_validated_versioned_and_referenced_by_id(client: Client) -> None:
+    events: list[tuple[str, float]] = []
+    ev = client.upload_evaluator("scorer", UPLOAD_CODE, progress=lambda m, f: events.append((m, f)))
+    assert ev.created and ev.version == 1 and len(ev.id) == 36
+    same = client.upload_evaluator("scorer", UPLOAD_CODE)
+    assert not same.created and same.id == ev.id
+    v2 = client.upload_evaluator("scorer", UPLOAD_CODE + "\n# v2\n")
+    assert v2.created and v2.version == 2 and v2.id != ev.id
+    assert client.get_evaluator(ev.id, include_code=True).code == UPLOAD_CODE
+    assert client.get_evaluator(name="scorer").id == v2.id
+    assert [e.version for e in client.list_evaluators(name="scorer")] == [1, 2]
+    client.deploy_policy(uses_upload(ev.id))
+    d = client.evaluate("uses-upload", "", "please block me", timeout=10)
+    assert d.action is Action.BLOCK and d.rules[0].score == 0.25
+    assert d.rules[0].evaluators[0].details == {"source": "upload"}
+    with pytest.raises(InvalidInputError, match="evaluate"):
+        client.upload_evaluator("broken", "def other():\n    pass\n")
+    with pytest.raises(InvalidInputError):
+        client.upload_evaluator("deps", UPLOAD_CODE, dependencies=["git+https://example.invalid/x"])
+    with pytest.raises(NotFoundError):
+        client.get_evaluator("00000000-0000-0000-0000-000000000000")
+
+
+def test_evaluate_stream_answers_every_item(client: Client) -> None:
+    items = [{"prompt": "p", "response": "bad" if i % 2 else "good", "request_id": f"r{i}"} for i in range(20)]
+    answers = list(client.evaluate_many("keywords", items, timeout=30))
+    assert sorted(a.request_id for a in answers) == sorted(f"r{i}" for i in range(20))
+    by_id = {a.request_id: a for a in answers}
+    assert by_id["r1"].action is Action.FLAG and by_id["r2"].passed
+    errors = list(client.evaluate_many("no-such-policy", items[:3], timeout=30))
+    assert len(errors) == 3 and all(isinstance(e, NotFoundError) for e in errors)
+
+
+def test_unknown_policy_and_bad_environment(client: Client) -> None:
+    with pytest.raises(NotFoundError):
+        client.evaluate("no-such-policy", "", "", timeout=10)
+    with pytest.raises(InvalidInputError, match="environment"):
+        client.evaluate("keywords", "", "", environment="Bad Env", timeout=10)
+
+
+def test_metrics_endpoint_counts_decisions(client: Client, server: ServerProcess) -> None:
+    client.evaluate("keywords", "", "fine", timeout=10)
+    body = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read().decode()
+    assert 'crossaudit_decisions_total{action="allow",passed="true",policy="keywords"}' in body
+    assert "crossaudit_rule_latency_seconds_bucket" in body
+    assert 'crossaudit_evaluator_results_total{kind="custom",status="pass"}' in body
+    assert 'crossaudit_rpcs_total{code="NOT_FOUND",method="Evaluate"}' in body
