@@ -347,7 +347,7 @@ def cmd_evaluator_get(args: argparse.Namespace) -> int:
 
 
 def cmd_review_list(args: argparse.Namespace) -> int:
-    state = None if args.state == "any" else args.state
+    state = args.state
     with _client(args) as c:
         items = c.list_reviews(state=state, policy=args.policy, limit=args.limit)
     if args.json:

@@ -196,7 +196,7 @@ def _policy_source(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def _state(state: ReviewState | str | None) -> int:
-    if state is None or state == "":
+    if state is None or state in ("", "any"):
         return rev_pb.REVIEW_STATE_UNSPECIFIED
     try:
         return convert.REVIEW_STATE_TO_PB[ReviewState(state)]
