@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import ctypes
+import errno
 import gc
 import importlib
 import json
@@ -85,6 +86,9 @@ BLOCKED_ATTRS = frozenset(
         "func_code", "im_func", "im_self",
     }
 )  # fmt: skip
+WARM_EXTRA = frozenset({"_strptime"})  # imported lazily by datetime.strptime; preloaded with the whitelist
+DENIED_BUILTINS = ("open", "eval", "exec", "compile", "globals", "locals", "vars", "dir", "input", "help",
+                   "memoryview", "exit", "quit", "object", "super", "delattr", "breakpoint")  # fmt: skip
 FORBIDDEN_VALUE_TYPES = (types.ModuleType, types.FrameType, types.CodeType, types.TracebackType)
 IMPORT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$")
 
@@ -149,6 +153,21 @@ def loads_strict(data: bytes | str):
     return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
+def _watch_fork() -> None:
+    """Wrap os.fork so a fork refused by RLIMIT_NPROC is reported as the 'pids' limit."""
+    real_fork = os.fork
+
+    def fork():
+        try:
+            return real_fork()
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                os.fork_refused = True  # type: ignore[attr-defined]
+            raise
+
+    os.fork = fork
+
+
 def _libc():
     try:
         return ctypes.CDLL(None, use_errno=True)
@@ -180,6 +199,25 @@ def _count_uid_processes(uid: int, cap: int = 100_000) -> int:
         except (OSError, ValueError, IndexError):
             continue
     return count
+
+
+def _world_readable(path: str) -> bool:
+    """Whether an unprivileged uid can traverse every directory down to ``path``."""
+    import stat
+
+    cur = os.path.abspath(path)
+    for _ in range(64):
+        try:
+            mode = os.stat(cur).st_mode
+        except OSError:
+            return False
+        if not mode & stat.S_IXOTH:
+            return False
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return True
+        cur = parent
+    return True
 
 
 def _vm_size() -> int:
@@ -265,6 +303,12 @@ class Restrictions:
         if isinstance(obj, FORBIDDEN_VALUE_TYPES):
             raise self.violation("item access on a module/frame/code object is not allowed")
         return self.check_value(obj[key], "item")
+
+    def denied(self, name: str):
+        def refuse(*args, **kwargs):
+            raise self.violation(f"{name}() is not available in the sandbox")
+
+        return refuse
 
     def type1(self, *args):
         if len(args) != 1:
@@ -354,6 +398,8 @@ class Restrictions:
         b["setattr"] = guarded_setattr
         b["type"] = self.type1
         b.pop("_getattr_", None)
+        for name in DENIED_BUILTINS:  # present but refusing, so a misuse is reported as a violation
+            b[name] = self.denied(name)
 
         def inplacevar(op, x, y):
             fn = _INPLACE.get(op)
@@ -563,13 +609,16 @@ class Agent:
                 if not isinstance(exc, Exception):
                     raise
         if self.restricted:
-            for name in sorted(SAFE_MODULES):  # warm the whitelist so calls never pay for imports
+            for name in sorted(SAFE_MODULES | WARM_EXTRA):  # warm the whitelist: calls never pay for imports
                 try:
                     importlib.import_module(name)
                 except Exception as exc:
                     warnings.append(f"preload {name}: {_exc_text(exc)}")
         self.entry = entry
         self.isolate()
+        if self.isolation["uid_drop"] and not _world_readable(os.path.dirname(os.__file__)):
+            warnings.append("the Python installation is not readable by the sandbox uid: "
+                            "only modules preloaded by the agent can be imported during calls")
         self.loaded = True
         self.base_vm = _vm_size()
         self.send({"op": "loaded", "ok": True, "pid": os.getpid(), "warnings": warnings, "isolation": self.isolation})
@@ -762,9 +811,7 @@ class Agent:
             for fd in list(open_fds):
                 if self._drain(fd, bufs[fd], caps[fd]) and not over:
                     over = names[fd]
-            envelope = None
-            if not over and child.res_r not in open_fds:
-                envelope = self._parse_envelope(bytes(res_buf))
+            envelope = None if over else self._parse_envelope(bytes(res_buf))
             if envelope is not None and envelope.get("ok", True) is not None:
                 self.reap_later.append(child.pid)  # reaping a big child costs ms: after the answer
                 status = None
@@ -874,8 +921,13 @@ class Agent:
         sys.stderr = open(2, "w", buffering=1, errors="replace", closefd=False)  # noqa: SIM115
         sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
         self.apply_limits()
+        _watch_fork()
+
+        child_pid = os.getpid()
 
         def finish(envelope: dict) -> int:
+            if os.getpid() != child_pid:  # a process the evaluator forked: it has no say
+                return 0
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -935,6 +987,12 @@ class Agent:
     def _exc_error(exc: BaseException, restrictions: Restrictions | None, prefix: str) -> dict:
         if isinstance(exc, MemoryError):
             return _error("limit", "memory limit exceeded", "memory")
+        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:  # Python ignores SIGXFSZ: EFBIG instead
+            return _error("limit", "file size limit exceeded", "file_bytes")
+        if getattr(os, "fork_refused", False) or (
+            isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+        ):
+            return _error("limit", "process limit reached (fork or thread start refused)", "pids")
         if isinstance(exc, SandboxViolation) or (restrictions is not None and restrictions.violations):
             return _error("security", restrictions.violations[0] if restrictions and restrictions.violations else str(exc))
         return _error("code_error", prefix + _exc_text(exc))
