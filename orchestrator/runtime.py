@@ -62,14 +62,15 @@ class Runtime:
         kind = spec.kind
         if kind is EvaluatorType.CUSTOM:
             return self._custom(spec, policy)
-        config = envvars.expand(spec.config, self.env)
         if kind is EvaluatorType.BUILTIN:
             from orchestrator.evaluators.builtin import build_builtin
 
-            return build_builtin(spec.name, config, backend=self.model_backend)
-        from orchestrator.evaluators.llm import build_llm
+            return build_builtin(spec.name, envvars.expand(spec.config, self.env), backend=self.model_backend)
+        from orchestrator.evaluators.llm import LLMEvaluator
 
-        return build_llm(spec.name, config, env=self.env)
+        # ${VAR} in api_key/base_url is expanded by the evaluator at call time, so a missing
+        # secret fails only the rules that need it, naming the variable.
+        return LLMEvaluator(spec.name, spec.typed_config, environ=self.env)
 
     def bundle_for(self, spec: EvaluatorSpec, policy: Policy) -> CodeBundle:
         """The code and dependencies of a custom evaluator, from the first source that has it."""

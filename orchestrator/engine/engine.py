@@ -332,9 +332,10 @@ class Engine:
         t0 = self.clock()
         try:
             evaluator = self.evaluator_for(req.policy, name)
-        except CrossAuditError as e:
+        except Exception as e:  # a misconfigured evaluator fails its rules (closed), not the request
+            err = e if isinstance(e, CrossAuditError) else EvaluatorError(f"{type(e).__name__}: {e}")
             return EvaluatorResult(evaluator=name, kind=req.policy.evaluator(name).kind.value, status=Status.ERROR,
-                                   error=e.message, error_type=type(e).__name__)
+                                   error=err.message, error_type=type(err).__name__)
         kind = evaluator.kind
         cache_key = ""
         if ttl > 0:

@@ -222,8 +222,8 @@ def _unwrap(tp: Any) -> Any:
     return tp
 
 
-def _did_you_mean(word: str, options: list[str]) -> str:
-    match = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+def _did_you_mean(word: str, options: list[str], cutoff: float = 0.6) -> str:
+    match = difflib.get_close_matches(word, options, n=1, cutoff=cutoff)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
@@ -272,7 +272,8 @@ def _check_evaluator_configs(data: dict[str, Any], smap: SourceMap, policy: Poli
             model = CustomConfig
             for key in cfg:
                 if key not in CustomConfig.model_fields:
-                    hint = _did_you_mean(key, list(CustomConfig.model_fields))
+                    # Extra keys are parameters for the code; only near-certain typos are errors.
+                    hint = _did_you_mean(key, list(CustomConfig.model_fields), cutoff=0.85)
                     if hint:
                         issues.append(smap.issue((*path, key), f"unknown field {key!r}{hint}", key=True))
         else:
