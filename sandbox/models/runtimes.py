@@ -167,7 +167,7 @@ class DetoxifyRuntime(ModelRuntime):
             model = detoxify.Detoxify(
                 cfg.variant, checkpoint=cfg.checkpoint, huggingface_config_path=cfg.huggingface_config_path
             )
-        except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError) as exc:
+        except Exception as exc:  # unpickling, missing keys, shape mismatch...: all mean "bad model files"
             raise ConfigurationError(
                 f"detoxify: cannot load checkpoint {cfg.checkpoint!r} with config {cfg.huggingface_config_path!r}: "
                 f"{type(exc).__name__}: {exc}"
