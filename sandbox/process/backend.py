@@ -153,6 +153,9 @@ class _Agent:
             await asyncio.to_thread(kill_tree, self.proc.pid)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.proc.wait(), 5.0)
+        transport = getattr(self.proc, "_transport", None)  # close pipes now, not at garbage collection
+        if transport is not None:
+            transport.close()
         await asyncio.to_thread(shutil.rmtree, self.workdir, True)
 
 
@@ -209,6 +212,7 @@ class ProcessSandbox(Sandbox):
         self._pools: OrderedDict[str, _Pool] = OrderedDict()
         self._agents: set[_Agent] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._spawns: set[asyncio.Task[Any]] = set()  # cancellable on aclose; kill tasks are awaited
         self._isolation: dict[str, Any] = {}
         self._closed = False
 
@@ -291,10 +295,12 @@ class ProcessSandbox(Sandbox):
 
     async def aclose(self) -> None:
         self._closed = True
-        for task in list(self._tasks):
+        for task in list(self._spawns):
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for _ in range(3):  # kills scheduled by cancelled spawns land in _tasks too
+            if not self._tasks:
+                break
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
         for pool in self._pools.values():
             pool.closed = True
             for fut in pool.waiters:
@@ -335,7 +341,7 @@ class ProcessSandbox(Sandbox):
                 raise EvaluatorTimeoutError(f"no sandbox was ready within the {timeout:.3g}s deadline")
             if pool.count < self.pool_limits.max_size:
                 pool.count += 1
-                task = self._background(self._start(pool, counted=True))
+                task = self._background(self._start(pool, counted=True), spawn=True)
                 try:
                     return await asyncio.wait_for(asyncio.shield(task), remaining)
                 except TimeoutError:
@@ -384,17 +390,20 @@ class ProcessSandbox(Sandbox):
         self._background(self._kill(agent))
         if replace and not pool.closed and not self._closed and pool.count < max(1, self.pool_limits.min_size):
             pool.count += 1
-            task = self._background(self._start(pool, counted=True))
+            task = self._background(self._start(pool, counted=True), spawn=True)
             task.add_done_callback(lambda t: self._adopt(pool, t))
 
     async def _kill(self, agent: _Agent) -> None:
         self._agents.discard(agent)
         await agent.kill()
 
-    def _background(self, coro: Any) -> asyncio.Task[Any]:
+    def _background(self, coro: Any, *, spawn: bool = False) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if spawn:
+            self._spawns.add(task)
+            task.add_done_callback(self._spawns.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark exceptions retrieved
         return task
 
@@ -463,8 +472,9 @@ class ProcessSandbox(Sandbox):
             pool.count = max(0, pool.count - 1)
             if agent is not None:
                 agent.dead = True
-                self._agents.discard(agent)
-                await asyncio.shield(agent.kill())
+                kill = self._background(self._kill(agent))
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(kill)
             if isinstance(exc, OSError):
                 raise SandboxCrashedError(f"could not start the sandbox agent: {exc}") from None
             raise
