@@ -284,6 +284,12 @@ class DockerSandbox(Sandbox):
         )
         return base
 
+    async def evict(self, bundle: CodeBundle) -> None:
+        """Stop a bundle's warm pool now (evaluator deleted or replaced); the next call starts cold."""
+        pool = self._pools.pop(bundle.digest, None)
+        if pool is not None:
+            await pool.close()
+
     def pool_stats(self, bundle: CodeBundle) -> dict[str, Any] | None:
         pool = self._pools.get(bundle.digest)
         return pool.stats() if pool else None

@@ -295,12 +295,29 @@ class WarmContainer:
             log.warning("could not remove sandbox container %s: %s", cid[:12], exc)
 
 
+REMOVE_WAIT_S = 5.0  # how long kill_and_remove waits for the daemon to finish an auto-remove
+
+
 def kill_and_remove(client: Any, cid: str) -> None:
-    """SIGKILL then force-remove; 'not found' / 'removal in progress' (auto_remove) are fine."""
+    """SIGKILL, force-remove, and wait (bounded) until the container is really gone.
+
+    'not found' / 'removal already in progress' (auto_remove racing us) are expected.
+    """
     import docker.errors
 
     api = client.api
     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
         api.kill(cid)
+    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        api.remove_container(cid, force=True)
+    deadline = time.monotonic() + REMOVE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            api.inspect_container(cid)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError:
+            pass
+        time.sleep(0.05)
     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
         api.remove_container(cid, force=True)
