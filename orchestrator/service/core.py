@@ -334,13 +334,19 @@ class CrossAuditService:
         self.metrics.inflight.inc()
         try:
             rec, pol = await self._deployed_policy(tenant, policy, env)
-            left = budget - (time.monotonic() - t0)
+            elapsed = time.monotonic() - t0
+            left = budget - elapsed
             if left <= 0:
                 raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
+            # hard stop: just before the caller's deadline, so the answer is ours, not the transport's
+            if time_remaining is None:
+                hard = left + self.limits.answer_margin_s
+            else:
+                hard = time_remaining - elapsed - self.limits.cutoff_margin_s
             decision_id = str(uuid.uuid4())
             engine = self.engine(tenant)
             try:
-                async with asyncio.timeout(left + self.limits.engine_overrun_s):
+                async with asyncio.timeout(max(hard, left)):
                     decision = await engine.evaluate(
                         pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id
                     )
