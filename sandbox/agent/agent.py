@@ -266,6 +266,9 @@ class Restrictions:
         self.dependency_roots = dependency_roots
         self.violations: list[str] = []
         self._proxies: dict[str, object] = {}
+        from RestrictedPython.Guards import safer_getattr
+
+        self._safer_getattr = safer_getattr
 
     def violation(self, message: str) -> SandboxViolation:
         self.violations.append(message)
@@ -278,8 +281,7 @@ class Restrictions:
         return value
 
     def getattr(self, obj, name, *default):
-        from RestrictedPython.Guards import safer_getattr
-
+        safer_getattr = self._safer_getattr
         if type(name) is not str:
             raise TypeError("attribute name must be a str")
         if name.startswith("_") or name in BLOCKED_ATTRS and (name not in ("format", "format_map") or _is_str(obj)):
@@ -534,6 +536,7 @@ class Agent:
         self.libc = _libc()
         self.base_vm = 0
         self.reap_later: list[int] = []
+        self.nproc_base = 0  # tasks the call child's uid already has (refreshed off the request path)
 
     # -- frames
     def send(self, frame: dict) -> None:
@@ -627,8 +630,13 @@ class Agent:
                             "only modules preloaded by the agent can be imported during calls")
         self.loaded = True
         self.base_vm = _vm_size()
+        self.nproc_base = _count_uid_processes(self.sandbox_uid())
         self.send({"op": "loaded", "ok": True, "pid": os.getpid(), "warnings": warnings, "isolation": self.isolation})
         self.spawn_child()
+
+    @staticmethod
+    def sandbox_uid() -> int:
+        return SANDBOX_UID if os.geteuid() == 0 else os.getuid()
 
     def isolate(self) -> None:
         """Best-effort: no network namespace, adopt orphans. Reported, never required."""
@@ -743,8 +751,9 @@ class Agent:
                       "stdout": "", "stderr": "", "truncated": False}  # fmt: skip
         answer.update({"op": "result", "id": call_id, "wall_ms": round((time.monotonic() - started) * 1000, 3)})
         self.send(answer)
-        self.reap_strays()
         self.spawn_child()  # ahead of demand, off the request path
+        self.reap_strays()  # then clean up (the scan keeps the new child)
+        self.nproc_base = _count_uid_processes(self.sandbox_uid())  # for the child after next
 
     def run_child(self, payload: bytes) -> dict:
         child = self.child
@@ -1024,7 +1033,7 @@ class Agent:
             os.setgroups([])
             os.setgid(SANDBOX_UID)
             os.setuid(SANDBOX_UID)
-        nproc = _count_uid_processes(os.getuid()) + int(lim["pids"])
+        nproc = self.nproc_base + int(lim["pids"])
         for rlim, value in (
             (resource.RLIMIT_NPROC, nproc),
             (resource.RLIMIT_NOFILE, int(lim["nofile"])),
