@@ -44,6 +44,7 @@ SANDBOX_UID = 65534  # "nobody": the call child drops to it when the agent runs 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
 REAP_ROUNDS = 20  # rounds of "kill every stray descendant" after a call
 
 DEFAULT_LIMITS = {
@@ -919,6 +920,7 @@ class Agent:
         if self.libc is not None:
             try:
                 self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                self.libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binary can raise privileges
             except Exception:
                 pass
         os.dup2(out_w, 1)

@@ -305,6 +305,9 @@ ESCAPES = {
     "module_write": "import math\nmath.pi = 3\nreturn {'score': 1}",
     "caught_violation_still_reported": "try:\n    import os\nexcept Exception:\n    pass\nreturn {'score': 1}",
     "hasattr_private": "ok = hasattr(evaluate, '__code__')\nreturn {'score': 1}",
+    "posonly_param_shadows_guard": "def f(_getattr_, /):\n    return _getattr_\nreturn {'score': 1}",
+    "dunder_built_at_runtime": "d = getattr(type(1), '_' + '_dict_' + '_')\nreturn {'score': 1}",
+    "setattr_builtin_on_module": "import json\nsetattr(json, 'dumps', None)\nreturn {'score': 1}",
     "print_file_kw": "print('x', file=None)\nx = getattr(print, '__self__')\nreturn {'score': 1}",
 }
 
