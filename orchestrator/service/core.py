@@ -221,6 +221,30 @@ class CrossAuditService:
         if issues:
             raise PolicyValidationError(issues)
 
+    async def _prepare(self, tenant: str, policy: Policy, *, strict: bool) -> None:
+        """Make every custom evaluator of ``policy`` runnable (images built, pools warm): the
+        sandbox never builds at call time. ``strict``: raise (deploy); else log (load)."""
+        if self.sandbox is None:
+            return
+        from orchestrator.runtime import Runtime
+
+        runtime = Runtime(self.sandbox, resolver=self.uploads(tenant))
+        for _, spec in _custom_specs(policy):
+            try:
+                bundle = runtime.bundle_for(spec, policy)
+                async with asyncio.timeout(self.limits.upload_timeout_s):
+                    await self.sandbox.prepare(bundle)
+            except TimeoutError:
+                if strict:
+                    raise DeadlineExceededError(
+                        f"preparing evaluator {spec.name!r} took longer than {self.limits.upload_timeout_s:.0f}s"
+                    ) from None
+                log.warning("preparing evaluator %s of %s timed out", spec.name, policy.name)
+            except CrossAuditError as e:
+                if strict:
+                    raise
+                log.warning("evaluator %s of %s is not runnable: %s", spec.name, policy.name, e.message)
+
     async def _load(self, tenant: str, rec: PolicyVersionRecord) -> Policy:
         key = (tenant, rec.name, rec.version)
         hit = self._policies.get(key)
@@ -229,10 +253,15 @@ class CrossAuditService:
             return hit.policy
         policy = load_policy(rec.content, f"{rec.name}@{rec.version}")
         await self._resolve_uploads(tenant, policy)
-        self._policies[key] = _Deployed(rec, policy)
+        await self._prepare(tenant, policy, strict=False)
+        self._cache(tenant, rec, policy)
+        return policy
+
+    def _cache(self, tenant: str, rec: PolicyVersionRecord, policy: Policy) -> None:
+        self._policies[(tenant, rec.name, rec.version)] = _Deployed(rec, policy)
+        self._policies.move_to_end((tenant, rec.name, rec.version))
         while len(self._policies) > self.limits.policy_cache_entries:
             self._policies.popitem(last=False)
-        return policy
 
     # --- policies -----------------------------------------------------------------------
 
@@ -245,6 +274,7 @@ class CrossAuditService:
         env = self._environment(environment)
         policy = load_policy(content, filename or "<policy>")
         await self._resolve_uploads(tenant, policy)
+        await self._prepare(tenant, policy, strict=True)
         version, deployment, created = await self.store.deploy_policy(
             tenant,
             name=policy.name,
@@ -254,6 +284,7 @@ class CrossAuditService:
             environment=env,
         )
         self._deployed[(tenant, policy.name, env)] = version.version
+        self._cache(tenant, version, policy)
         log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
         return version, deployment, created
 
@@ -333,25 +364,36 @@ class CrossAuditService:
         self._inflight[tenant] = inflight + 1
         self.metrics.inflight.inc()
         try:
-            rec, pol = await self._deployed_policy(tenant, policy, env)
-            elapsed = time.monotonic() - t0
-            left = budget - elapsed
-            if left <= 0:
-                raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
-            # hard stop: just before the caller's deadline, so the answer is ours, not the transport's
-            if time_remaining is None:
-                hard = left + self.limits.answer_margin_s
-            else:
-                hard = time_remaining - elapsed - self.limits.cutoff_margin_s
             decision_id = str(uuid.uuid4())
-            engine = self.engine(tenant)
+
+            async def decide() -> tuple[PolicyVersionRecord, Policy, Decision]:
+                rec, pol = await self._deployed_policy(tenant, policy, env)
+                left = budget - (time.monotonic() - t0)
+                if left <= 0:
+                    raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
+                decision = await self.engine(tenant).evaluate(
+                    pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id
+                )
+                return rec, pol, decision
+
+            # Hard stop just before the caller's deadline, so that the answer is ours (a decision
+            # or DEADLINE_EXCEEDED), never the transport's.
+            if time_remaining is None:
+                hard = budget + self.limits.answer_margin_s
+            else:
+                hard = time_remaining - self.limits.cutoff_margin_s
+            task = asyncio.ensure_future(decide())
             try:
-                async with asyncio.timeout(max(hard, left)):
-                    decision = await engine.evaluate(
-                        pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id
-                    )
-            except TimeoutError:
-                raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)") from None
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, hard - (time.monotonic() - t0)))
+            except asyncio.CancelledError:  # the caller went away: stop the evaluators too
+                task.cancel()
+                raise
+            if not done:
+                # Cancel, but do not wait for the sandbox's cleanup: the answer must make the deadline.
+                task.cancel()
+                task.add_done_callback(_consume)
+                raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
+            rec, pol, decision = task.result()
             decision.decision_id = decision_id
             reviews = self._reviews(tenant, decision, rec.version, env)
             await self.store.record_decision(
@@ -562,6 +604,25 @@ class CrossAuditService:
         await self.store.set_meta("bootstrapped", str(time.time()))
         return problems
 
+    async def warm(self, tenants: list[str]) -> int:
+        """Load (and prepare) every deployed policy version, so that the first request after a
+        restart does not pay for it. Returns how many were loaded."""
+        count = 0
+        for tenant in tenants:
+            for summary in await self.store.list_policies(tenant):
+                for dep in summary.deployments:
+                    try:
+                        await self._deployed_policy(tenant, summary.name, dep.environment)
+                        count += 1
+                    except CrossAuditError as e:
+                        log.warning(
+                            "deployed policy %s (%s) does not load: %s",
+                            summary.name,
+                            dep.environment,
+                            e.message.splitlines()[0],
+                        )
+        return count
+
     async def aclose(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
         for eng in engines:
@@ -569,6 +630,12 @@ class CrossAuditService:
                 await eng.aclose()
             except Exception:  # closing must go on for the others
                 log.exception("closing an engine failed")
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a cancelled evaluation's outcome so that nothing is logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _check_code(code: str) -> None:

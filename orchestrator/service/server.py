@@ -95,6 +95,7 @@ class RunningServer:
     model_backend: Any = None
     auth: Authenticator | None = None
     owned: list[Any] = field(default_factory=list)
+    warmer: asyncio.Task[int] | None = None
     _stopped: bool = False
 
     @property
@@ -106,6 +107,10 @@ class RunningServer:
         if self._stopped:
             return
         self._stopped = True
+        if self.warmer is not None and not self.warmer.done():
+            self.warmer.cancel()
+            with contextlib.suppress(BaseException):
+                await self.warmer
         grace = self.config.limits.shutdown_grace_s if grace is None else grace
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
@@ -208,6 +213,7 @@ async def start_server(
         problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), BOOTSTRAP_ENVIRONMENT)
         for line in problems:
             log.warning("%s", line)
+        running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")
         for name in ["", *names]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     except BaseException:
