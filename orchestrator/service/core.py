@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from orchestrator.engine.thresholds import FeedbackStats
 from orchestrator.errors import (
     CrossAuditError,
     DeadlineExceededError,
@@ -109,7 +110,28 @@ def _stored(rec: EvaluatorRecord) -> StoredEvaluator:
     return StoredEvaluator(id=rec.id, name=rec.name, code=rec.code, dependencies=rec.dependencies)
 
 
-EngineProvider = Callable[[str, UploadedEvaluators], DecisionEngine]  # (tenant, its uploads) -> engine
+class TenantFeedback:
+    """Rule-level feedback counts of one tenant, for the engine's feedback loops
+    (``feedback_config.update_model``): loaded once from the store, updated on each label."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self.counts: dict[tuple[str, str], FeedbackStats] = {}
+
+    def __call__(self, policy: str, rule: str) -> FeedbackStats | None:  # engine.FeedbackSource
+        return self.counts.get((policy, rule))
+
+    def add(self, policy: str, rule: str, label: str) -> None:
+        old = self.counts.get((policy, rule)) or FeedbackStats()
+        self.counts[(policy, rule)] = FeedbackStats(
+            total=old.total + 1,
+            false_positive=old.false_positive + (label == "false_positive"),
+            false_negative=old.false_negative + (label == "false_negative"),
+        )
+
+
+# (tenant, its uploaded evaluators, its feedback) -> that tenant's engine
+EngineProvider = Callable[[str, UploadedEvaluators, TenantFeedback], DecisionEngine]
 
 
 @dataclass
@@ -158,6 +180,7 @@ class CrossAuditService:
         self._engine_provider = engines
         self._engines: dict[str, DecisionEngine] = {}
         self._uploads: dict[str, UploadedEvaluators] = {}
+        self._feedback: dict[str, TenantFeedback] = {}
         self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
         self._deployed: dict[tuple[str, str, str], int] = {}
         self._inflight: dict[str, int] = {}
@@ -167,9 +190,25 @@ class CrossAuditService:
     def engine(self, tenant: str) -> DecisionEngine:
         eng = self._engines.get(tenant)
         if eng is None:
-            eng = self._engine_provider(tenant, self.uploads(tenant))
+            eng = self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
             self._engines[tenant] = eng
         return eng
+
+    def feedback(self, tenant: str) -> TenantFeedback:
+        fb = self._feedback.get(tenant)
+        if fb is None:
+            fb = self._feedback[tenant] = TenantFeedback()
+        return fb
+
+    async def _load_feedback(self, tenant: str) -> None:
+        fb = self.feedback(tenant)
+        if fb.loaded:
+            return
+        counts = await self.store.feedback_counts(tenant)
+        if not fb.loaded:
+            for key, (total, fp, fn) in counts.items():
+                fb.counts[key] = FeedbackStats(total=total, false_positive=fp, false_negative=fn)
+            fb.loaded = True
 
     def uploads(self, tenant: str) -> UploadedEvaluators:
         up = self._uploads.get(tenant)
@@ -367,6 +406,7 @@ class CrossAuditService:
             decision_id = str(uuid.uuid4())
 
             async def decide() -> tuple[PolicyVersionRecord, Policy, Decision]:
+                await self._load_feedback(tenant)
                 rec, pol = await self._deployed_policy(tenant, policy, env)
                 left = budget - (time.monotonic() - t0)
                 if left <= 0:
@@ -501,7 +541,12 @@ class CrossAuditService:
             raise InvalidInputError("label must be 1-64 characters: letters, digits, '_', '.', ':' or '-'")
         if len(comment.encode()) > self.limits.max_feedback_comment_bytes:
             raise InvalidInputError(f"comment is longer than {self.limits.max_feedback_comment_bytes} bytes")
-        return await self.store.add_feedback(tenant, decision_id, rule=rule, label=label, comment=comment)
+        await self._load_feedback(tenant)  # before adding, so the new label is counted once
+        rec = await self.store.add_feedback(tenant, decision_id, rule=rule, label=label, comment=comment)
+        if rule:
+            decision = await self.store.get_decision(tenant, decision_id)
+            self.feedback(tenant).add(decision.policy, rule, label)
+        return rec
 
     # --- evaluators ---------------------------------------------------------------------
 

@@ -19,7 +19,13 @@ from orchestrator.errors import ConfigurationError
 from orchestrator.limits import EngineLimits
 from orchestrator.service.auth import Authenticator, AuthInterceptor
 from orchestrator.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
-from orchestrator.service.core import CrossAuditService, DecisionEngine, EngineProvider, UploadedEvaluators
+from orchestrator.service.core import (
+    CrossAuditService,
+    DecisionEngine,
+    EngineProvider,
+    TenantFeedback,
+    UploadedEvaluators,
+)
 from orchestrator.service.metrics import ServiceMetrics
 from orchestrator.service.servicers import add_servicers
 from orchestrator.store.base import Store
@@ -37,8 +43,9 @@ def runtime_engines(
     from orchestrator.engine.engine import Engine
     from orchestrator.runtime import Runtime
 
-    def make(tenant: str, uploads: UploadedEvaluators) -> DecisionEngine:
-        return Engine(Runtime(sandbox, resolver=uploads, model_backend=model_backend), limits=limits)
+    def make(tenant: str, uploads: UploadedEvaluators, feedback: TenantFeedback) -> DecisionEngine:
+        runtime = Runtime(sandbox, resolver=uploads, model_backend=model_backend)
+        return Engine(runtime, limits=limits, feedback=feedback)
 
     return make
 

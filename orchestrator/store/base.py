@@ -249,6 +249,10 @@ class Store(abc.ABC):
     ) -> FeedbackRecord: ...
 
     @abc.abstractmethod
+    async def feedback_counts(self, tenant: str) -> dict[tuple[str, str], tuple[int, int, int]]:
+        """Rule-level feedback per (policy, rule): (total, false_positive, false_negative)."""
+
+    @abc.abstractmethod
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]: ...
 
     # --- misc ---------------------------------------------------------------------------

@@ -613,6 +613,18 @@ class SQLiteStore(Store):
 
         return await self._run(tx)
 
+    async def feedback_counts(self, tenant: str) -> dict[tuple[str, str], tuple[int, int, int]]:
+        def tx(c: sqlite3.Connection) -> dict[tuple[str, str], tuple[int, int, int]]:
+            rows = c.execute(
+                "SELECT d.policy, f.rule, COUNT(*), SUM(f.label = 'false_positive'), SUM(f.label = 'false_negative') "
+                "FROM feedback f JOIN decisions d ON d.tenant = f.tenant AND d.decision_id = f.decision_id "
+                "WHERE f.tenant = ? AND f.rule != '' GROUP BY d.policy, f.rule",
+                (tenant,),
+            ).fetchall()
+            return {(r[0], r[1]): (int(r[2]), int(r[3] or 0), int(r[4] or 0)) for r in rows}
+
+        return await self._run(tx)
+
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]:
         def tx(c: sqlite3.Connection) -> list[FeedbackRecord]:
             q = "SELECT * FROM feedback WHERE tenant=?"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.engine.thresholds import FeedbackStats
 from orchestrator.errors import (
     DeadlineExceededError,
     DependencyRejectedError,
@@ -22,7 +23,7 @@ from orchestrator.errors import (
 from orchestrator.policy import Policy
 from orchestrator.results import Action, ActionOutcome, Decision, RuleResult, Status
 from orchestrator.service.config import ServiceLimits
-from orchestrator.service.core import CrossAuditService, UploadedEvaluators
+from orchestrator.service.core import CrossAuditService, TenantFeedback, UploadedEvaluators
 from orchestrator.store import ReviewState, SQLiteStore
 from orchestrator.store.base import sha256_text
 
@@ -107,8 +108,9 @@ async def store(tmp_path: Path):
 def service(store: SQLiteStore, engine: ScriptedEngine, **kw: Any) -> CrossAuditService:
     seen: dict[str, UploadedEvaluators] = {}
 
-    def provider(tenant: str, uploads: UploadedEvaluators) -> ScriptedEngine:
+    def provider(tenant: str, uploads: UploadedEvaluators, feedback: TenantFeedback) -> ScriptedEngine:
         seen[tenant] = uploads
+        seen[tenant + ":feedback"] = feedback  # type: ignore[assignment]
         return engine
 
     svc = CrossAuditService(store, provider, **kw)
@@ -229,3 +231,16 @@ async def test_bootstrap_runs_once_and_reports_bad_files(store: SQLiteStore) -> 
     assert [p.name for p in await store.list_policies("b", "development")] == ["p"]
     assert await svc.bootstrap(["a"], [("other.yaml", POLICY.replace("name: p", "name: q"))], "development") == []
     assert [p.name for p in await store.list_policies("a")] == ["p"]
+
+
+async def test_rule_feedback_reaches_the_engine(store: SQLiteStore) -> None:
+    svc = service(store, ScriptedEngine(fail=("r1",)))
+    await svc.deploy_policy("t1", POLICY)
+    out = await svc.evaluate("t1", policy="p", prompt="", response="")
+    await svc.submit_feedback("t1", out.decision.decision_id, rule="r1", label="false_positive")
+    await svc.submit_feedback("t1", out.decision.decision_id, label="correct")  # decision-level
+    feedback = svc.seen["t1:feedback"]  # type: ignore[attr-defined]
+    assert feedback("p", "r1") == FeedbackStats(total=1, false_positive=1)
+    fresh = service(store, ScriptedEngine())  # a restarted service loads the counts
+    await fresh.evaluate("t1", policy="p", prompt="", response="")
+    assert fresh.seen["t1:feedback"]("p", "r1").total == 1  # type: ignore[attr-defined]

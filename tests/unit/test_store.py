@@ -148,6 +148,10 @@ async def test_audit_reviews_and_feedback(store: SQLiteStore) -> None:
     assert [f.id for f in await store.list_feedback("t1", "dec1")] == [fb.id]
     with pytest.raises(NotFoundError, match="no rule"):
         await store.add_feedback("t1", "dec1", rule="nope", label="correct")
+    await store.add_feedback("t1", "dec1", rule="r1", label="correct")
+    await store.add_feedback("t1", "dec1", rule="", label="false_negative")  # decision-level: not counted
+    assert await store.feedback_counts("t1") == {("p", "r1"): (2, 1, 0)}
+    assert await store.feedback_counts("t2") == {}
 
 
 async def test_decision_and_its_reviews_are_atomic(store: SQLiteStore) -> None:
