@@ -80,6 +80,10 @@ def _number(value: Any, what: str) -> float:
     return f
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _spans(raw: Any, limits: SandboxLimits) -> list[Span]:
     if not isinstance(raw, list):
         raise ResultInvalidError("'spans' must be a list")
@@ -90,7 +94,9 @@ def _spans(raw: Any, limits: SandboxLimits) -> list[Span]:
         if not isinstance(item, Mapping):
             raise ResultInvalidError(f"spans[{i}] must be an object")
         start, end = item.get("start"), item.get("end")
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)) or not 0 <= start <= end:
+        if not (isinstance(start, int) and isinstance(end, int) and _is_int(start) and _is_int(end)) or not (
+            0 <= start <= end
+        ):
             raise ResultInvalidError(f"spans[{i}] needs integers 0 <= start <= end")
         label = item.get("label", "")
         if not isinstance(label, str):
@@ -259,7 +265,7 @@ class AgentChannel:
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """Add raw bytes; return the complete frames they finish. Raises on an oversized line."""
         self._buf += data
-        frames = []
+        frames: list[dict[str, Any]] = []
         while True:
             nl = self._buf.find(b"\n")
             if nl < 0:

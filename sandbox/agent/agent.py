@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import ctypes
 import errno
 import gc
@@ -62,9 +63,33 @@ DEFAULT_LIMITS = {
 
 # Modules restricted code may import (besides the declared dependencies): pure computation.
 SAFE_MODULES = frozenset(
-    "re json math string typing collections collections.abc statistics datetime itertools functools "
-    "unicodedata dataclasses enum decimal fractions random hashlib textwrap difflib html operator copy "
-    "heapq bisect".split()
+    [
+        "re",
+        "json",
+        "math",
+        "string",
+        "typing",
+        "collections",
+        "collections.abc",
+        "statistics",
+        "datetime",
+        "itertools",
+        "functools",
+        "unicodedata",
+        "dataclasses",
+        "enum",
+        "decimal",
+        "fractions",
+        "random",
+        "hashlib",
+        "textwrap",
+        "difflib",
+        "html",
+        "operator",
+        "copy",
+        "heapq",
+        "bisect",
+    ]
 )
 # Public names of whitelisted modules that reach arbitrary attributes or evaluate strings.
 DENIED_MODULE_ATTRS = frozenset(
@@ -233,7 +258,7 @@ def _vm_size() -> int:
 
 
 def _children_of(pid: int) -> list[int]:
-    out = []
+    out: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -285,7 +310,7 @@ class Restrictions:
         safer_getattr = self._safer_getattr
         if type(name) is not str:
             raise TypeError("attribute name must be a str")
-        if name.startswith("_") or name in BLOCKED_ATTRS and (name not in ("format", "format_map") or _is_str(obj)):
+        if name.startswith("_") or (name in BLOCKED_ATTRS and (name not in ("format", "format_map") or _is_str(obj))):
             raise self.violation(f"attribute {name!r} is not allowed")
         if isinstance(obj, FORBIDDEN_VALUE_TYPES):
             raise self.violation("attribute access on a module/frame/code object is not allowed")
@@ -325,12 +350,12 @@ class Restrictions:
     def module_attr(self, mod: types.ModuleType, name: str):
         if type(name) is not str or name.startswith("_"):
             raise self.violation(f"module attribute {name!r} is not allowed")
-        if (mod.__name__, name) in DENIED_MODULE_ATTRS or (mod.__name__.split(".")[0] == "string" and name == "Formatter"):
+        if (mod.__name__, name) in DENIED_MODULE_ATTRS:
             raise self.violation(f"{mod.__name__}.{name} is not allowed")
         value = getattr(mod, name)
         if isinstance(value, FORBIDDEN_VALUE_TYPES):
             raise self.violation(f"{mod.__name__}.{name} is a module; import it explicitly if it is allowed")
-        if value is getattr(operator, "attrgetter") or value is getattr(operator, "methodcaller"):
+        if value is operator.attrgetter or value is operator.methodcaller:
             raise self.violation(f"{mod.__name__}.{name} is not allowed")
         return value
 
@@ -397,9 +422,30 @@ class Restrictions:
 
         b = dict(safe_builtins)
         for name in (
-            "all any enumerate filter frozenset iter list map max min next reversed set sorted sum tuple zip "
-            "dict bytes bytearray classmethod staticmethod property"
-        ).split():
+            "all",
+            "any",
+            "enumerate",
+            "filter",
+            "frozenset",
+            "iter",
+            "list",
+            "map",
+            "max",
+            "min",
+            "next",
+            "reversed",
+            "set",
+            "sorted",
+            "sum",
+            "tuple",
+            "zip",
+            "dict",
+            "bytes",
+            "bytearray",
+            "classmethod",
+            "staticmethod",
+            "property",
+        ):
             b[name] = getattr(builtins, name)
         b["__import__"] = self.import_
         b["getattr"] = self.getattr
@@ -509,10 +555,8 @@ class Child:
     def close_fds(self) -> None:
         for fd in (self.call_w, self.res_r, self.out_r, self.err_r):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self.call_w = self.res_r = self.out_r = self.err_r = -1
 
 
@@ -527,7 +571,7 @@ class Agent:
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - a stray print goes to /dev/null
         self.reader = os.fdopen(self.proto_in, "rb", buffering=1 << 16)
         self.loaded = False
-        self.code_obj = None
+        self.code_obj: types.CodeType | None = None
         self.entry = "evaluate"
         self.restricted = False
         self.limits = dict(DEFAULT_LIMITS)
@@ -584,7 +628,8 @@ class Agent:
         if isinstance(limits, dict):
             for key, default in DEFAULT_LIMITS.items():
                 value = limits.get(key, default)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value):
+                numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if numeric and value > 0 and math.isfinite(value):
                     self.limits[key] = type(default)(value)
         try:
             tree = ast.parse(code, filename="<evaluator>")
@@ -627,8 +672,10 @@ class Agent:
         self.entry = entry
         self.isolate()
         if self.isolation["uid_drop"] and not _world_readable(os.path.dirname(os.__file__)):
-            warnings.append("the Python installation is not readable by the sandbox uid: "
-                            "only modules preloaded by the agent can be imported during calls")
+            warnings.append(
+                "the Python installation is not readable by the sandbox uid: "
+                "only modules preloaded by the agent can be imported during calls"
+            )
         self.loaded = True
         self.base_vm = _vm_size()
         self.nproc_base = _count_uid_processes(self.sandbox_uid())
@@ -643,14 +690,10 @@ class Agent:
         """Best-effort: no network namespace, adopt orphans. Reported, never required."""
         self.isolation["restricted"] = self.restricted
         if self.libc is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.isolation["netns"] = self.libc.unshare(CLONE_NEWNET) == 0
-            except Exception:
-                pass
-            try:
+            with contextlib.suppress(Exception):
                 self.isolation["subreaper"] = self.libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-            except Exception:
-                pass
         self.isolation["uid_drop"] = os.geteuid() == 0
 
     # -- children
@@ -672,8 +715,8 @@ class Agent:
                 os._exit(code)
         for fd in (call_r, res_w, out_w, err_w):
             os.close(fd)
-        try:
-            os.setpgid(pid, pid)  # also from the parent: no window where the child shares our group
+        try:  # noqa: SIM105 - also from the parent: no window where the child shares our group
+            os.setpgid(pid, pid)
         except OSError:
             pass
         self.child = Child(pid, call_w, res_r, out_r, err_r)
@@ -683,29 +726,23 @@ class Agent:
         if child is None:
             return
         self._kill_group(child.pid)
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(child.pid, 0)
-        except ChildProcessError:
-            pass
         child.close_fds()
 
     @staticmethod
     def _kill_group(pgid: int) -> None:
         for target in (lambda: os.killpg(pgid, signal.SIGKILL), lambda: os.kill(pgid, signal.SIGKILL)):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 target()
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def reap_strays(self) -> None:
         """Kill every descendant left after a call (orphans are re-parented to us as subreaper)."""
         keep = self.child.pid if self.child else None
         pending, self.reap_later = self.reap_later, []
         for pid in pending:
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
         for _ in range(REAP_ROUNDS):
             strays = [p for p in _children_of(os.getpid()) if p != keep]
             if not strays:
@@ -713,10 +750,8 @@ class Agent:
             for pid in strays:
                 self._kill_group(pid)
             for pid in strays:
-                try:
+                with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
         while True:  # zombies of already-killed strays
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -770,10 +805,8 @@ class Agent:
         os.set_blocking(child.call_w, False)
         open_fds = {child.out_r, child.err_r, child.res_r}
         pidfd = -1
-        try:
+        with contextlib.suppress(AttributeError, OSError):
             pidfd = os.pidfd_open(child.pid)
-        except (AttributeError, OSError):
-            pass
         backstop = time.monotonic() + float(lim["timeout_s"]) + BACKSTOP_SLACK_S
         exited = False
         try:
@@ -791,7 +824,7 @@ class Agent:
                         pending = pending[n:]
                     except (BrokenPipeError, BlockingIOError, OSError) as exc:
                         if not isinstance(exc, BlockingIOError):
-                            pending = pending[len(pending):]
+                            pending = pending[len(pending) :]
                     if not pending:
                         os.close(child.call_w)
                         child.call_w = -1
@@ -813,9 +846,9 @@ class Agent:
                     break  # the child closes its result pipe only when it is done (or dead)
                 if pidfd < 0 and not exited:
                     try:
-                        pid, status = os.waitpid(child.pid, os.WNOHANG)
+                        pid, wstatus = os.waitpid(child.pid, os.WNOHANG)
                         if pid:
-                            exited, child.status = True, status
+                            exited, child.status = True, wstatus
                     except ChildProcessError:
                         exited = True
                 if exited:
@@ -827,10 +860,10 @@ class Agent:
             for fd in list(open_fds):
                 if self._drain(fd, bufs[fd], caps[fd]) and not over:
                     over = names[fd]
+            status: int | None = None
             envelope = None if over else self._parse_envelope(bytes(res_buf))
             if envelope is not None and envelope.get("ok", True) is not None:
                 self.reap_later.append(child.pid)  # reaping a big child costs ms: after the answer
-                status = None
             else:
                 status = self._wait(child)
                 if envelope is not None and status is not None and os.WIFSIGNALED(status):
@@ -933,10 +966,10 @@ class Agent:
                 os.closerange(lo, fd)
                 lo = fd + 1
         os.closerange(lo, 1 << 16)
-        sys.stdin = open(0, "r", closefd=False)  # noqa: SIM115
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
         sys.stdout = open(1, "w", buffering=1, errors="replace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, errors="replace", closefd=False)  # noqa: SIM115
-        sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+        sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin  # type: ignore[misc]
         self.apply_limits()
         _watch_fork()
 
@@ -955,8 +988,8 @@ class Agent:
             except (ValueError, TypeError, RecursionError) as exc:
                 data = json.dumps({"ok": False, "error": _error("invalid_result", _exc_text(exc))}).encode()
             if len(data) > int(self.limits["result_bytes"]) + ENVELOPE_SLACK:
-                data = json.dumps({"ok": False, "error": _error(
-                    "limit", f"result_bytes limit of {self.limits['result_bytes']} bytes exceeded", "result_bytes")}).encode()
+                message = f"result_bytes limit of {self.limits['result_bytes']} bytes exceeded"
+                data = json.dumps({"ok": False, "error": _error("limit", message, "result_bytes")}).encode()
             try:
                 _write_all(res_w, data)
                 os.close(res_w)
@@ -972,6 +1005,7 @@ class Agent:
                 glb = restrictions.make_globals(sys.stdout)
             else:
                 glb = {"__name__": "evaluator", "__builtins__": builtins}
+            assert self.code_obj is not None
             exec(self.code_obj, glb)  # the module body runs here, under the child's limits
             fn = glb.get(self.entry)
             if not callable(fn):
@@ -1011,12 +1045,14 @@ class Agent:
         ):
             return _error("limit", "process limit reached (fork or thread start refused)", "pids")
         if isinstance(exc, SandboxViolation) or (restrictions is not None and restrictions.violations):
-            return _error("security", restrictions.violations[0] if restrictions and restrictions.violations else str(exc))
+            first = restrictions.violations[0] if restrictions and restrictions.violations else str(exc)
+            return _error("security", first)
         return _error("code_error", prefix + _exc_text(exc))
 
     def check_result(self, result: object) -> dict:
         if not isinstance(result, dict):
-            return {"ok": False, "error": _error("invalid_result", f"evaluate returned {type(result).__name__}, not a dict")}
+            message = f"evaluate returned {type(result).__name__}, not a dict"
+            return {"ok": False, "error": _error("invalid_result", message)}
         if not _depth_ok(result, int(self.limits["result_max_depth"])):
             return {"ok": False, "error": _error("invalid_result", "result nested too deeply")}
         try:
@@ -1024,8 +1060,12 @@ class Agent:
         except (ValueError, TypeError, RecursionError) as exc:
             return {"ok": False, "error": _error("invalid_result", f"result is not finite JSON: {_exc_text(exc)}")}
         if len(text.encode("utf-8", "replace")) > int(self.limits["result_bytes"]):
-            return {"ok": False, "error": _error(
-                "limit", f"result_bytes limit of {self.limits['result_bytes']} bytes exceeded", "result_bytes")}
+            return {
+                "ok": False,
+                "error": _error(
+                    "limit", f"result_bytes limit of {self.limits['result_bytes']} bytes exceeded", "result_bytes"
+                ),
+            }
         return {"ok": True, "result": json.loads(text)}
 
     def apply_limits(self) -> None:  # pragma: no cover - runs in the child
@@ -1040,11 +1080,12 @@ class Agent:
             (resource.RLIMIT_NPROC, nproc),
             (resource.RLIMIT_NOFILE, int(lim["nofile"])),
             (resource.RLIMIT_FSIZE, int(lim["file_bytes"])),
-            (resource.RLIMIT_CPU, int(math.ceil(lim["cpu_s"]))),
+            (resource.RLIMIT_CPU, math.ceil(lim["cpu_s"])),
         ):
-            soft, hard = resource.getrlimit(rlim)
+            _soft, hard = resource.getrlimit(rlim)
             cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            hard_cap = cap + 1 if rlim == resource.RLIMIT_CPU and (hard == resource.RLIM_INFINITY or hard > cap) else cap
+            room = hard == resource.RLIM_INFINITY or hard > cap
+            hard_cap = cap + 1 if rlim == resource.RLIMIT_CPU and room else cap  # SIGXCPU first, then SIGKILL
             resource.setrlimit(rlim, (cap, hard_cap))
         # Address space: what the warm parent already maps (shared, copy-on-write) + the call's budget.
         budget = (_vm_size() or self.base_vm) + int(lim["memory_bytes"])

@@ -99,7 +99,8 @@ def kill_tree(root_pid: int) -> None:
         kids: dict[int, list[int]] = {}
         for pid, (ppid, _) in table.items():
             kids.setdefault(ppid, []).append(pid)
-        found, todo = [], list(kids.get(root_pid, []))
+        found: list[int] = []
+        todo = list(kids.get(root_pid, []))
         while todo and len(found) < 100_000:
             pid = todo.pop()
             found.append(pid)
@@ -174,8 +175,9 @@ class _Pool:
 def _copy_error(err: CrossAuditError) -> CrossAuditError:
     """A fresh instance per raise (a cached exception would accumulate tracebacks)."""
     limit = getattr(err, "limit", None)
+    cls: Any = type(err)
     try:
-        return type(err)(limit, err.message) if limit is not None else type(err)(err.message)  # type: ignore[call-arg]
+        return cls(limit, err.message) if limit is not None else cls(err.message)  # type: ignore[no-any-return]
     except TypeError:
         return err
 
@@ -275,7 +277,8 @@ class ProcessSandbox(Sandbox):
             answer = await asyncio.wait_for(agent.request(data, "result", call_id), remaining)
         except TimeoutError:
             self._discard(pool, agent)
-            raise EvaluatorTimeoutError(f"custom evaluator exceeded its {timeout:.3g}s deadline and was killed") from None
+            message = f"custom evaluator exceeded its {timeout:.3g}s deadline and was killed"
+            raise EvaluatorTimeoutError(message) from None
         except BaseException:
             self._discard(pool, agent)
             raise

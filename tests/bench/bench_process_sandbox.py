@@ -27,7 +27,7 @@ CODE = (
 
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def _warm(bundle: CodeBundle, limits: SandboxLimits, gap: float) -> list[float]:

@@ -50,7 +50,10 @@ async def test_guide_profanity_filter(sb) -> None:
 
 
 async def test_context_passed_through(sb) -> None:
-    code = "def evaluate(prompt, response, context):\n    return {'score': 1.0, 'details': {'ctx': context, 'p': prompt}}\n"
+    code = (
+        "def evaluate(prompt, response, context):\n"
+        "    return {'score': 1.0, 'details': {'ctx': context, 'p': prompt}}\n"
+    )
     ctx = {"user": {"id": "u1", "roles": ["admin"]}, "n": 3, "unicode": "héllo ✓"}
     v, _ = await sb.run(CodeBundle(code), "the prompt", "r", ctx, timeout=5)
     assert v.details == {"ctx": ctx, "p": "the prompt"}
@@ -138,7 +141,9 @@ async def test_concurrent_calls_spawn_extra_agents_up_to_bound() -> None:
 
 async def test_pool_exhausted_when_queue_wait_runs_out() -> None:
     box = ProcessSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1, queue_wait_s=0.2))
-    slow = CodeBundle("def evaluate(p, r, c):\n    n = 0\n    while n < 10 ** 8:\n        n += 1\n    return {'score': 1}\n")
+    slow = CodeBundle(
+        "def evaluate(p, r, c):\n    n = 0\n    while n < 10 ** 8:\n        n += 1\n    return {'score': 1}\n"
+    )
     try:
         await box.prepare(slow)
         first = asyncio.ensure_future(box.run(slow, "p", "r", {}, timeout=3))
@@ -155,14 +160,14 @@ async def test_lru_of_warm_bundles_and_aclose_kills_everything() -> None:
     box = ProcessSandbox(LIMITS, max_bundles=2)
     bundles = [CodeBundle(f"def evaluate(p, r, c):\n    return {{'score': 0.{i}}}\n") for i in range(1, 4)]
     for b in bundles:
-        v, _ = await box.run(b, "p", "r", {}, timeout=5)
+        _v, _ = await box.run(b, "p", "r", {}, timeout=5)
     assert box.info()["warm_bundles"] == 2
     agents = list(box._agents)
     pids = [a.proc.pid for a in agents]
     dirs = [a.workdir for a in agents]
     await box.aclose()
     for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z"
+        assert not _alive(pid)
     assert not any(os.path.exists(d) for d in dirs)
 
 
@@ -171,6 +176,14 @@ async def test_info_is_honest(sb) -> None:
     assert info["backend"] == "process" and "weaker" in info["isolation"] and info["restricted"] is True
     await sb.run(CodeBundle("def evaluate(p, r, c):\n    return {'score': 1}\n"), "p", "r", {}, timeout=5)
     assert isinstance(sb.info()["netns"], bool)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_import_names() -> None:

@@ -14,7 +14,8 @@ GOOD = [
     "def evaluate(prompt, response, context, extra=1, *, flag=False):\n    return {}\n",
     "def evaluate(*args):\n    return {}\n",
     "def evaluate(prompt, /, response, context):\n    return {}\n",
-    "import re\nfrom typing import Dict, Any\n\ndef evaluate(prompt: str, response: str, context: Dict[str, Any]) -> Dict[str, Any]:\n    return {}\n",
+    "import re\nfrom typing import Dict, Any\n\n"
+    "def evaluate(prompt: str, response: str, context: Dict[str, Any]) -> Dict[str, Any]:\n    return {}\n",
 ]
 
 BAD = [
