@@ -90,8 +90,9 @@ def evaluate(prompt, response, context):
 """
 
 
-def ten_rules() -> str:
-    """A 10-rule policy over two fast custom evaluators (for the benchmark)."""
+def ten_rules(*, cached: bool = False) -> str:
+    """A 10-rule policy over two fast custom evaluators (for the benchmark). ``cached``: the
+    engine caches evaluator results, so repeated inputs measure everything but the sandbox."""
     rules = "\n".join(
         f"""  - name: rule_{i}
     evaluator: {"kw" if i % 2 else "len"}
@@ -100,8 +101,10 @@ def ten_rules() -> str:
     priority: {100 - i}"""
         for i in range(10)
     )
+    name = "ten-rules-cached" if cached else "ten-rules"
+    settings = "settings:\n  cache_results: true\n  cache_duration: 3600\n" if cached else ""
     return f"""
-name: ten-rules
+name: {name}
 description: ten rules over two custom evaluators
 version: "1.0"
 evaluators:
@@ -117,6 +120,6 @@ evaluators:
       code: |
         def evaluate(prompt, response, context):
             return {{"score": 1.0 if len(response) < 10000 else 0.0, "details": {{"n": len(response)}}}}
-rules:
+{settings}rules:
 {rules}
 """
