@@ -232,7 +232,9 @@ class AgentChannel:
         preload: Sequence[str] = (),
         restricted: bool,
         limits: SandboxLimits,
+        rlimit_nproc: bool = True,
     ) -> dict[str, Any]:
+        """The ``load`` frame. ``rlimit_nproc=False`` skips RLIMIT_NPROC (use a cgroup pids limit instead)."""
         keys = ("timeout_s", "memory_bytes", "cpu_s", "pids", "nofile", "file_bytes", "output_bytes",
                 "result_bytes", "result_max_depth", "result_max_violations")  # fmt: skip
         return {
@@ -241,6 +243,7 @@ class AgentChannel:
             "entrypoint": entrypoint,
             "preload": list(preload),
             "restricted": restricted,
+            "rlimit_nproc": rlimit_nproc,
             "limits": {k: getattr(limits, k) for k in keys},
         }
 

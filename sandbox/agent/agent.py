@@ -582,6 +582,7 @@ class Agent:
         self.base_vm = 0
         self.reap_later: list[int] = []
         self.nproc_base = 0  # tasks the call child's uid already has (refreshed off the request path)
+        self.rlimit_nproc = True
 
     # -- frames
     def send(self, frame: dict) -> None:
@@ -639,6 +640,10 @@ class Agent:
         if problem:
             return fail("load_error", problem)
         self.restricted = bool(frame.get("restricted", False))
+        # RLIMIT_NPROC counts every task of the uid kernel-wide; inside a PID namespace (a container
+        # sharing its uid with others) the visible count is too low, so a backend that has a cgroup
+        # pids limit may turn it off.
+        self.rlimit_nproc = frame.get("rlimit_nproc", True) is not False
         if self.restricted:
             try:
                 from RestrictedPython import compile_restricted_exec
@@ -1077,7 +1082,7 @@ class Agent:
             os.setuid(SANDBOX_UID)
         nproc = self.nproc_base + int(lim["pids"])
         for rlim, value in (
-            (resource.RLIMIT_NPROC, nproc),
+            *([(resource.RLIMIT_NPROC, nproc)] if self.rlimit_nproc else []),
             (resource.RLIMIT_NOFILE, int(lim["nofile"])),
             (resource.RLIMIT_FSIZE, int(lim["file_bytes"])),
             (resource.RLIMIT_CPU, math.ceil(lim["cpu_s"])),

@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -170,6 +171,7 @@ class _Pool:
         self.waiters: list[asyncio.Future[_Agent]] = []
         self.load_error: CrossAuditError | None = None
         self.closed = False
+        self.last_used = time.monotonic()
 
 
 def _copy_error(err: CrossAuditError) -> CrossAuditError:
@@ -315,18 +317,33 @@ class ProcessSandbox(Sandbox):
 
     # -- pools
     def _pool(self, bundle: CodeBundle) -> _Pool:
+        """The bundle's pool (LRU). Pools idle past ``PoolLimits.idle_timeout_s`` are closed on the way."""
+        now = time.monotonic()
         key = bundle.digest
+        for other_key, other in list(self._pools.items()):
+            busy = other.count - len(other.idle)
+            if other_key != key and busy <= 0 and now - other.last_used > self.pool_limits.idle_timeout_s:
+                self._close_pool(self._pools.pop(other_key))
         pool = self._pools.get(key)
         if pool is None:
             pool = self._pools[key] = _Pool(bundle)
+        pool.last_used = now
         self._pools.move_to_end(key)
         while len(self._pools) > self.max_bundles:
             _, old = self._pools.popitem(last=False)
-            old.closed = True
-            for agent in old.idle:
-                self._background(self._kill(agent))
-            old.idle.clear()
+            self._close_pool(old)
         return pool
+
+    def _close_pool(self, pool: _Pool) -> None:
+        """Stop a pool: idle agents die now, busy ones when they are released."""
+        pool.closed = True
+        for agent in pool.idle:
+            agent.dead = True
+            self._background(self._kill(agent))
+        pool.idle.clear()
+        for fut in pool.waiters:
+            if not fut.done():
+                fut.set_exception(EvaluatorUnavailableError("sandbox pool was evicted; retry"))
 
     async def _acquire(self, pool: _Pool, deadline: float, timeout: float) -> _Agent:
         loop = asyncio.get_running_loop()

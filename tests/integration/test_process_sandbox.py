@@ -194,3 +194,16 @@ def test_import_names() -> None:
         "yaml",
         "dateutil",
     ]
+
+
+async def test_idle_pools_are_closed() -> None:
+    box = ProcessSandbox(LIMITS, pool_limits=PoolLimits(idle_timeout_s=0.0))
+    first = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.1}\n")
+    second = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.2}\n")
+    try:
+        await box.run(first, "p", "r", {}, timeout=5)
+        await asyncio.sleep(0.01)
+        v, _ = await box.run(second, "p", "r", {}, timeout=5)  # sweeps the idle first pool
+        assert v.score == 0.2 and box.info()["warm_bundles"] == 1
+    finally:
+        await box.aclose()
