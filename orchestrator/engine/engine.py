@@ -208,8 +208,7 @@ class Engine:
                 task = req.rule_tasks.get(dep)
                 if task is None:
                     continue  # a disabled rule: validation prevents reading it
-                r = await asyncio.shield(task)
-                previous[dep] = self._as_previous(r)
+                previous[dep] = self._as_previous(await asyncio.shield(task))
             ctx["previous_rule"] = previous
         ok, why = check_all(rule.conditions, ctx)
         if not ok:
@@ -239,9 +238,8 @@ class Engine:
         if not answered:
             return self._errored(rule, evaluated, threshold, latency, errored)
         if len(weights) == 1:
-            only = evaluated[0]
-            score = only.score or 0.0
-            passed = self._vote(only, threshold)
+            score = evaluated[0].score or 0.0
+            passed = self._vote(evaluated[0], threshold)
             reason = why_threshold
         else:
             strategy = rule.consensus_strategy or ConsensusStrategy.WEIGHTED_AVERAGE
@@ -411,8 +409,8 @@ class Engine:
             res.outcome = actions.build_outcome(rule, res, res.action, fields=fields, now=moment)
             outcomes.append(res.outcome)
             if res.action is Action.MODIFY:
-                cfg = rule.typed_action_config if rule.action is Action.MODIFY else ModifyConfig()
-                edits.append((cfg, res))
+                cfg = rule.typed_action_config
+                edits.append((cfg if isinstance(cfg, ModifyConfig) else ModifyConfig(), res))
             if res.action.severity > worst.severity:
                 worst = res.action
         passed = all(r.passed or r.action in (Action.CONTINUE, Action.ALLOW) for r in results)

@@ -9,7 +9,6 @@ Three passes, all of which run so that one report lists everything:
 
 from __future__ import annotations
 
-import ast
 import difflib
 import hashlib
 import ipaddress
@@ -23,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import PolicyIssue, PolicyValidationError
+from orchestrator.errors import DependencyRejectedError, EvaluatorCodeError, PolicyIssue, PolicyValidationError
 from orchestrator.limits import PolicyLimits
 from orchestrator.policy import envvars
 from orchestrator.policy.regex import RegexError, compile_pattern
@@ -40,6 +39,10 @@ from orchestrator.policy.models import (
 )
 from orchestrator.policy.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.results import Action
+
+# Pure input checks shared with evaluator uploads (stdlib + packaging only: no runners).
+from sandbox.codecheck import check_code
+from sandbox.deps import validate_dependencies
 
 TEMPLATE_FIELDS = {
     "rule.name", "rule.score", "rule.threshold", "rule.action", "rule.status",
@@ -231,7 +234,7 @@ def _did_you_mean(word: str, options: list[str], cutoff: float = 0.6) -> str:
 
 
 def _infer_type(raw: Mapping[str, Any]) -> EvaluatorType | None:
-    cfg = raw.get("config") if isinstance(raw.get("config"), dict) else {}
+    cfg: dict[str, Any] = raw["config"] if isinstance(raw.get("config"), dict) else {}
     if raw.get("id"):
         return EvaluatorType.CUSTOM
     if "provider" in cfg:
@@ -309,44 +312,18 @@ def _check_evaluator_configs(data: dict[str, Any], smap: SourceMap, policy: Poli
 def check_evaluator_code(code: str) -> str | None:
     """Why ``code`` cannot be a custom evaluator, or None. Parsing only: nothing runs."""
     try:
-        from sandbox.codecheck import check_code  # pure stdlib checker shared with uploads
-    except ImportError:  # pragma: no cover - sandbox package always present in this repo
-        check_code = None
-    if check_code is not None:
-        from orchestrator.errors import EvaluatorCodeError
-
-        try:
-            check_code(code)
-        except EvaluatorCodeError as e:
-            return e.message
-        return None
-    try:
-        tree = ast.parse(code)
-    except SyntaxError as e:
-        return f"code does not compile: {e.msg} (code line {e.lineno})"
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "evaluate":
-            if len(node.args.args) < 3:
-                return "evaluate must take (prompt, response, context)"
-            return None
-    return "code must define evaluate(prompt, response, context)"
+        check_code(code)
+    except EvaluatorCodeError as e:
+        return e.message
+    return None
 
 
 def _check_dependencies(deps: list[str], path: Path, smap: SourceMap) -> list[PolicyIssue]:
     try:
-        from sandbox.deps import validate_dependencies
-    except ImportError:  # the Docker issue adds it; until then only the basic shape is checked
-        validate_dependencies = None
-    from orchestrator.errors import DependencyRejectedError
-
-    if validate_dependencies is not None:
-        try:
-            validate_dependencies(deps)
-        except DependencyRejectedError as e:
-            return [smap.issue(path, e.message)]
-        return []
-    bad = [d for d in deps if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._\-]*\s*([<>=!~]=?[^\s;,@/\\]+(,\s*[<>=!~]=?[^\s;,@/\\]+)*)?", d)]
-    return [smap.issue(path, f"invalid dependency {d!r}: name and optional version specifier only") for d in bad]
+        validate_dependencies(deps)
+    except DependencyRejectedError as e:
+        return [smap.issue(path, e.message)]
+    return []
 
 
 def _check_action_configs(data: dict[str, Any], smap: SourceMap, policy: Policy | None) -> list[PolicyIssue]:
