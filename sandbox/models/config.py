@@ -19,6 +19,10 @@ from orchestrator.errors import ConfigurationError, InvalidInputError
 ENV_DETOXIFY_CHECKPOINT = "CROSSAUDIT_DETOXIFY_CHECKPOINT"
 ENV_DETOXIFY_CONFIG = "CROSSAUDIT_DETOXIFY_CONFIG"
 ENV_SPACY_MODEL = "CROSSAUDIT_SPACY_MODEL"
+# Optional allowlist of directories model files may come from (os.pathsep-separated). Detoxify
+# checkpoints are pickles, so an operator who lets policy authors set ``checkpoint`` should
+# confine it to trusted model directories.
+ENV_MODEL_ROOTS = "CROSSAUDIT_MODEL_ROOTS"
 
 # The DSL guide writes short entity names; Presidio's recognizers use these.
 PRESIDIO_ENTITY_ALIASES: dict[str, str] = {
@@ -143,6 +147,22 @@ def _setting(value: str | None, env: str, field: str, kind: str, what: str, envi
 def resolve_paths(cfg: Any, environ: Mapping[str, str] | None = None) -> Any:
     """Fill model paths from the environment; ConfigurationError names the missing setting."""
     environ = os.environ if environ is None else environ
+    resolved = _resolve(cfg, environ)
+    roots = [os.path.realpath(r) for r in environ.get(ENV_MODEL_ROOTS, "").split(os.pathsep) if r.strip()]
+    if roots:
+        for field in ("checkpoint", "huggingface_config_path", "spacy_model_path"):
+            path = getattr(resolved, field, None)
+            if path and not any(
+                os.path.commonpath([os.path.realpath(path), root]) == root for root in roots
+            ):
+                raise ConfigurationError(
+                    f"{resolved.model_kind}: {field} {path!r} is outside the model directories "
+                    f"allowed by {ENV_MODEL_ROOTS}"
+                )
+    return resolved
+
+
+def _resolve(cfg: Any, environ: Mapping[str, str]) -> Any:
     if isinstance(cfg, DetoxifyConfig):
         ckpt = _setting(cfg.checkpoint, ENV_DETOXIFY_CHECKPOINT, "checkpoint", "detoxify", "checkpoint", environ)
         hf = _setting(

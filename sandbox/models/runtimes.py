@@ -90,7 +90,7 @@ class ModelRuntime(abc.ABC):
         return self._analyze(model, cfg, _text(cfg, prompt, response))
 
     def preload_from_env(self) -> bool:
-        """Load the model named by the environment, if any (a server's warm start)."""
+        """Import the model stack and load the model named by the environment, if any (warm start)."""
         return False
 
     def loaded(self) -> list[str]:
@@ -204,6 +204,7 @@ class DetoxifyRuntime(ModelRuntime):
         )
 
     def preload_from_env(self) -> bool:
+        _import_detoxify()  # torch + transformers: seconds, paid before the server reports ready
         ckpt, hf = os.environ.get(ENV_DETOXIFY_CHECKPOINT), os.environ.get(ENV_DETOXIFY_CONFIG)
         if not (ckpt and hf):
             return False
@@ -327,6 +328,9 @@ class PresidioRuntime(ModelRuntime):
         )
 
     def preload_from_env(self) -> bool:
+        _pin_tldextract_offline()
+        import presidio_analyzer  # noqa: F401  (spaCy with it: paid before the server reports ready)
+
         path = os.environ.get(ENV_SPACY_MODEL)
         if not path:
             return False

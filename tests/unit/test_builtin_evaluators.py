@@ -96,6 +96,15 @@ async def test_dispatch_resolves_env_paths_and_applies_timeout(monkeypatch: pyte
     assert "timeout" not in call["config"] and "rate_limit" not in call["config"]
 
 
+def test_model_roots_confine_paths(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("CROSSAUDIT_MODEL_ROOTS", str(tmp_path / "models"))
+    with pytest.raises(ConfigurationError, match="CROSSAUDIT_MODEL_ROOTS"):
+        PresidioEvaluator("p", {"model": "presidio", "spacy_model_path": str(tmp_path / "elsewhere")}).check()
+    with pytest.raises(ConfigurationError, match="outside"):
+        PresidioEvaluator("p", {"model": "presidio", "spacy_model_path": str(tmp_path / "models/../x")}).check()
+    PresidioEvaluator("p", {"model": "presidio", "spacy_model_path": str(tmp_path / "models" / "en")}).check()
+
+
 async def test_rate_limit_applies_to_builtins() -> None:
     ev = LangdetectEvaluator("l", {"model": "langdetect", "rate_limit": 6}, backend=RecordingBackend())
     await ev.evaluate(EvaluationInput("", "hello"), timeout=1)
