@@ -119,5 +119,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv.stop()
 
 
+def need_docker() -> None:
+    """Skip (fail under CI=true) unless the docker sandbox backend and a daemon are available."""
+    from tests.conftest import docker_client, need
+
+    try:
+        from sandbox.docker.backend import DockerSandbox  # noqa: F401
+    except ImportError:
+        need(False, "the docker sandbox backend is not available")
+    need(docker_client() is not None, "no Docker daemon answers")
+
+
 def key(tenant: str) -> str:
     return TENANT_KEYS[tenant]

@@ -18,7 +18,7 @@ from orchestrator.errors import (
     PolicyValidationError,
 )
 from orchestrator.results import Action
-from tests.e2e.conftest import ServerProcess, key
+from tests.e2e.conftest import ServerProcess, key, need_docker
 from tests.e2e.policies import KEYWORDS, KEYWORDS_V2, UPLOAD_CODE, uses_upload
 
 pytestmark = pytest.mark.e2e
@@ -33,9 +33,11 @@ rules:
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("client-server"))
+@pytest.fixture(scope="module", params=["process", "docker"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    if request.param == "docker":
+        need_docker()
+    srv = ServerProcess(tmp_path_factory.mktemp(f"client-server-{request.param}"), sandbox=request.param)
     (srv.policies_dir / "boot.yaml").write_text(KEYWORDS.replace("name: keywords", "name: bootstrapped"))
     srv.start()
     yield srv

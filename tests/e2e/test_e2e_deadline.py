@@ -16,8 +16,7 @@ import pytest
 from crossaudit import Client
 from orchestrator.errors import DeadlineExceededError
 from orchestrator.results import Action, Status
-from tests.conftest import docker_client, need
-from tests.e2e.conftest import ServerProcess, key
+from tests.e2e.conftest import ServerProcess, key, need_docker
 from tests.e2e.policies import sleeper
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -112,11 +111,7 @@ def _server(tmp: Path, sandbox: str) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module", params=["process", "docker"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     if request.param == "docker":
-        try:
-            from sandbox.docker.backend import DockerSandbox  # noqa: F401
-        except ImportError:
-            need(False, "the docker sandbox backend is not available")
-        need(docker_client() is not None, "no Docker daemon answers")
+        need_docker()
     yield from _server(tmp_path_factory.mktemp(f"deadline-{request.param}"), request.param)
 
 
