@@ -264,6 +264,7 @@ class ModelServerPool:
         stderr_tail: list[str] = []
         drain = asyncio.create_task(_drain(proc.stderr, stderr_tail))
         channel: grpc.aio.Channel | None = None
+        drain_out: asyncio.Task[None] | None = None
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), timeout=lim.start_timeout_s)  # type: ignore[union-attr]
             if not line:
@@ -277,6 +278,8 @@ class ModelServerPool:
                 raise E.EvaluatorUnavailableError(
                     f"model server {model} printed an unexpected line: {line[:200]!r}"
                 ) from None
+            # Keep reading stdout too: a model library printing to it must never fill the pipe.
+            drain_out = asyncio.create_task(_drain(proc.stdout, stderr_tail))
             channel = grpc.aio.insecure_channel(
                 address,
                 options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -294,8 +297,10 @@ class ModelServerPool:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(proc.wait(), timeout=lim.stop_grace_s)
             drain.cancel()
+            if drain_out is not None:
+                drain_out.cancel()
             raise
-        handle._drain = drain  # type: ignore[attr-defined]
+        handle._drains = (drain, drain_out)  # type: ignore[attr-defined]
         self._servers[model] = handle
         return handle
 
@@ -338,8 +343,7 @@ class ModelServerPool:
                 with contextlib.suppress(ProcessLookupError):
                     handle.process.kill()
                 await handle.process.wait()
-        drain = getattr(handle, "_drain", None)
-        if drain is not None:
+        for drain in getattr(handle, "_drains", ()):
             drain.cancel()
 
 
