@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from pydantic import Field
@@ -43,7 +43,7 @@ DEFAULT_CALL_TIMEOUT_S = 30.0  # deadline of calls other than evaluate/upload wh
 DEFAULT_UPLOAD_TIMEOUT_S = 1_800.0  # an upload may build an image
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 ProgressCallback = Callable[[str, float], None]
-TlsOption = bool | grpc.ChannelCredentials | str | os.PathLike[str]
+TlsOption: TypeAlias = bool | grpc.ChannelCredentials | str | os.PathLike[str]
 
 
 class RemoteDecision(Decision):
@@ -195,7 +195,7 @@ def _policy_source(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
     return text, ""
 
 
-def _state(state: ReviewState | str | None) -> int:
+def _state(state: ReviewState | str | None) -> Any:  # a review_pb2.ReviewState value
     if state is None or state in ("", "any"):
         return rev_pb.REVIEW_STATE_UNSPECIFIED
     try:

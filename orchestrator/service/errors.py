@@ -75,7 +75,7 @@ def to_status(exc: BaseException) -> grpc.Status:
         st.message = f"policy is invalid ({len(exc.issues)} issue(s)): " + "; ".join(str(i) for i in exc.issues)
     status = rpc_status.to_status(st)
     retryable = bool(getattr(exc, "retryable", False))
-    extra = ((RETRYABLE_KEY, "1" if retryable else "0"),)
+    extra: tuple[tuple[str, str], ...] = ((RETRYABLE_KEY, "1" if retryable else "0"),)
     if isinstance(exc, CrossAuditError):
         extra += ((ERROR_TYPE_KEY, type(exc).__name__),)
     return _Status(status.code, status.details, tuple(status.trailing_metadata) + extra)

@@ -240,9 +240,8 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
     info = running.sandbox.info() if running.sandbox is not None else {}
     parts = [f"crossaudit serving on {running.address}"]
     parts.append("tls" if config.tls_cert else "plaintext")
-    parts.append(
-        "dev (tenant 'default', no keys)" if config.dev else f"{len(running.service and config and [1])} key file"
-    )
+    tenants = running.auth.tenants if running.auth else []
+    parts.append("dev: tenant 'default', no keys" if config.dev else f"{len(tenants)} tenant(s)")
     if info:
         parts.append(f"sandbox {info.get('backend', '?')}")
     if running.metrics_port is not None:
