@@ -444,7 +444,7 @@ class LLMEvaluator(Evaluator):
             return EvaluatorTimeoutError(f"{provider} request timed out: {exc}")
         status = getattr(exc, "status_code", None)
         if status is None and isinstance(getattr(exc, "code", None), int):
-            status = exc.code  # google.genai.errors.APIError
+            status = getattr(exc, "code")  # noqa: B009 - google.genai.errors.APIError
         if isinstance(status, int):
             return _status_error(provider, status, str(getattr(exc, "message", "") or exc))
         if "Connection" in name or "Connect" in name or isinstance(exc, OSError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -74,7 +75,7 @@ _BY_STATUS: dict[grpc.StatusCode, type[E.CrossAuditError]] = {
 }
 
 
-def _typed(exc: grpc.aio.AioRpcError, model: str) -> E.CrossAuditError:
+def error_from_rpc(exc: grpc.aio.AioRpcError, model: str) -> E.CrossAuditError:
     """Map a model server's gRPC error back to the typed error it raised."""
     name = dict(exc.trailing_metadata() or ()).get(ERROR_TYPE_KEY, "")
     cls = _BY_NAME.get(str(name)) or _BY_STATUS.get(exc.code(), E.EvaluatorError)
@@ -163,7 +164,7 @@ class ModelServerPool:
                 raise E.EvaluatorTimeoutError(f"{model} did not answer within {timeout:.3g}s") from None
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 await self._reap(model, handle)
-            raise _typed(exc, model) from None
+            raise error_from_rpc(exc, model) from None
         return verdict_from_reply(reply)
 
     async def server(self, model: str, *, timeout: float | None = None) -> ServerHandle:
@@ -182,13 +183,19 @@ class ModelServerPool:
             self._check_restart_budget(model)
             task = asyncio.create_task(self._start(model), name=f"start-model-server-{model}")
             self._starting[model] = task
-            task.add_done_callback(lambda _t, m=model: self._starting.pop(m, None))
+            task.add_done_callback(functools.partial(self._forget_start, model))
         try:
             return await asyncio.wait_for(asyncio.shield(task), timeout=timeout)
         except TimeoutError:
             raise E.EvaluatorTimeoutError(
                 f"model server {model} is still starting (deadline {timeout:.3g}s); later calls will use it"
             ) from None
+
+    def _forget_start(self, model: str, task: asyncio.Task[ServerHandle]) -> None:
+        if self._starting.get(model) is task:
+            del self._starting[model]
+        if not task.cancelled():
+            task.exception()  # retrieved here so a start nobody awaited any more is not logged as lost
 
     async def health(self, model: str, *, timeout: float = 5.0) -> dict[str, Any]:
         handle = await self.server(model, timeout=timeout)

@@ -49,7 +49,7 @@ def build_tiny_detoxify(
     hf = root / "hf"
     hf.mkdir(parents=True, exist_ok=True)
     (hf / "vocab.txt").write_text("\n".join(_VOCAB) + "\n")
-    config = BertConfig(
+    config = BertConfig(  # type: ignore[call-arg]
         vocab_size=len(_VOCAB), hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=2 * hidden_size, max_position_embeddings=128, num_labels=len(classes),
     )
@@ -90,7 +90,7 @@ def build_spacy_pipeline(
 
     nlp = spacy.blank(lang)
     ruler = nlp.add_pipe("entity_ruler")
-    ruler.add_patterns(
+    ruler.add_patterns(  # type: ignore[attr-defined]
         [{"label": "PERSON", "pattern": [{"LOWER": w.lower()} for w in name.split()]} for name in persons]
     )
     path = Path(directory)
