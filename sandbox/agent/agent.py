@@ -36,6 +36,7 @@ import signal
 import sys
 import time
 import types
+import weakref
 
 PROTOCOL_IN_MAX = 16 * 1024 * 1024  # longest inbound frame (the orchestrator is trusted; this bounds memory)
 MESSAGE_MAX = 2000  # error messages are truncated to this many characters
@@ -413,9 +414,7 @@ class Restrictions:
     # -- globals
     def make_globals(self, print_target) -> dict:
         from RestrictedPython.Guards import (
-            full_write_guard,
             guarded_iter_unpack_sequence,
-            guarded_setattr,
             guarded_unpack_sequence,
             safe_builtins,
         )
@@ -450,7 +449,35 @@ class Restrictions:
         b["__import__"] = self.import_
         b["getattr"] = self.getattr
         b["hasattr"] = self.hasattr
-        b["setattr"] = guarded_setattr
+        user_classes: weakref.WeakSet[type] = weakref.WeakSet()
+        real_build_class = builtins.__build_class__
+
+        def build_class(func, name, *bases, **kwargs):
+            """Record classes the evaluator defines: their instances may get attributes written."""
+            cls = real_build_class(func, name, *bases, **kwargs)
+            user_classes.add(cls)
+            return cls
+
+        import collections
+
+        writable = (dict, list, bytearray, collections.deque)
+
+        def write_guard(ob):
+            """Writes go to containers and to the evaluator's own classes/instances, nothing else.
+
+            Every call runs in a fresh fork, so even a write to a shared container cannot outlive it.
+            """
+            if isinstance(ob, writable) or ob in user_classes or type(ob) in user_classes:
+                return ob
+            raise self.violation(f"writing to a {type(ob).__name__!r} object is not allowed")
+
+        def setattr_(ob, name, value):
+            if type(name) is not str or name.startswith("_"):
+                raise self.violation(f"setting attribute {name!r} is not allowed")
+            setattr(write_guard(ob), name, value)
+
+        b["__build_class__"] = build_class
+        b["setattr"] = setattr_
         b["type"] = self.type1
         b.pop("_getattr_", None)
         for name in DENIED_BUILTINS:  # present but refusing, so a misuse is reported as a violation
@@ -487,7 +514,7 @@ class Restrictions:
             "_getiter_": iter,
             "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
             "_unpack_sequence_": guarded_unpack_sequence,
-            "_write_": full_write_guard,
+            "_write_": write_guard,
             "_inplacevar_": inplacevar,
             "_apply_": lambda f, *a, **kw: f(*a, **kw),
             "_print_": Printer,

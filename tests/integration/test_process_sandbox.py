@@ -207,3 +207,26 @@ async def test_idle_pools_are_closed() -> None:
         assert v.score == 0.2 and box.info()["warm_bundles"] == 1
     finally:
         await box.aclose()
+
+
+async def test_classes_defined_by_the_evaluator_can_hold_state(sb) -> None:
+    code = (
+        "class Counter:\n"
+        "    def __init__(self):\n"
+        "        self.n = 0\n"
+        "    def add(self, k):\n"
+        "        self.n = self.n + k\n"
+        "        return self\n"
+        "def evaluate(prompt, response, context):\n"
+        "    c = Counter().add(2).add(3)\n"
+        "    from collections import Counter as C, defaultdict\n"
+        "    words = C()\n"
+        "    words['a'] = words['a'] + 1\n"
+        "    dd = defaultdict(list)\n"
+        "    dd['k'].append(1)\n"
+        "    dd['j'] = [2]\n"
+        "    setattr(c, 'tag', 'ok')\n"
+        "    return {'score': 1.0, 'details': {'n': c.n, 'tag': c.tag, 'a': words['a'], 'dd': dict(dd)}}\n"
+    )
+    v, _ = await sb.run(CodeBundle(code), "p", "r", {}, timeout=5)
+    assert v.details == {"n": 5, "tag": "ok", "a": 1, "dd": {"k": [1], "j": [2]}}

@@ -308,6 +308,8 @@ ESCAPES = {
     "posonly_param_shadows_guard": "def f(_getattr_, /):\n    return _getattr_\nreturn {'score': 1}",
     "dunder_built_at_runtime": "d = getattr(type(1), '_' + '_dict_' + '_')\nreturn {'score': 1}",
     "setattr_builtin_on_module": "import json\nsetattr(json, 'dumps', None)\nreturn {'score': 1}",
+    "setattr_dunder_on_own_class": "class A:\n    pass\nsetattr(A(), '__class__', int)\nreturn {'score': 1}",
+    "write_attr_on_library_object": "import json\nd = json.JSONDecoder()\nd.parse_float = None\nreturn {'score': 1}",
     "print_file_kw": "print('x', file=None)\nx = getattr(print, '__self__')\nreturn {'score': 1}",
 }
 
