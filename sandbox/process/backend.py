@@ -261,8 +261,10 @@ class ProcessSandbox(Sandbox):
         *,
         timeout: float,
     ) -> tuple[Verdict, RunDiagnostics]:
+        """One call; ``timeout`` is capped by ``limits.timeout_s`` (the sandbox's own ceiling)."""
         if self._closed:
             raise EvaluatorUnavailableError("process sandbox is closed")
+        timeout = min(timeout, self.limits.timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         call_id, frame = AgentChannel.call_frame(prompt, response, dict(context))
