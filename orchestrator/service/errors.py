@@ -125,6 +125,9 @@ def from_rpc_error(err: grpc.RpcError) -> CrossAuditError:
     if error_code is ErrorCode.UNAVAILABLE:
         return E.EvaluatorUnavailableError(f"server unavailable: {details or 'no details'}")
     retryable = _metadata_value(trailing, RETRYABLE_KEY)
+    if retryable is None and code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (details or ""):
+        # the transport's message size cap, not a rate limit: retrying cannot help
+        return E.InvalidInputError(f"message too large: {details}")
     exc = _CLIENT_ERROR[error_code](details or code.name)
     if retryable is not None:
         exc.retryable = retryable in ("1", b"1")

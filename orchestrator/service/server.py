@@ -70,6 +70,20 @@ def check_config(config: ServerConfig) -> None:
         raise ConfigurationError(f"invalid port {config.port}")
 
 
+def lock_data_dir(data_dir: Path) -> Any:
+    """One server per data directory: an exclusive ``flock`` (released when the process dies)."""
+    import fcntl
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fh = (data_dir / "server.lock").open("a")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise ConfigurationError(f"another crossaudit server is using data directory {data_dir}") from None
+    return fh
+
+
 def _read(path: Path, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -103,6 +117,7 @@ class RunningServer:
     auth: Authenticator | None = None
     owned: list[Any] = field(default_factory=list)
     warmer: asyncio.Task[int] | None = None
+    lock: Any = None
     _stopped: bool = False
 
     @property
@@ -130,6 +145,8 @@ class RunningServer:
                 log.exception("closing %s failed", type(closer).__name__)
         await self.store.aclose()
         self.metrics.close()
+        if self.lock is not None:
+            self.lock.close()
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
@@ -163,7 +180,9 @@ async def start_server(
         model_backend = ModelServerPool()
         owned.append(model_backend)
         engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits)
+    lock = None
     if store is None:
+        lock = lock_data_dir(config.data_dir)
         store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
     metrics = ServiceMetrics()
     if sandbox is not None:
@@ -200,6 +219,8 @@ async def start_server(
         log.debug("bind failed: %s", e)
     if not port:
         await store.aclose()
+        if lock is not None:
+            lock.close()
         raise ConfigurationError(f"cannot listen on {address} (in use, or not a local address)")
     await server.start()
     running = RunningServer(
@@ -212,7 +233,9 @@ async def start_server(
         health_servicer,
         metrics,
         model_backend=model_backend,
+        auth=auth,
         owned=owned,
+        lock=lock,
     )
     try:
         if config.metrics_port is not None:

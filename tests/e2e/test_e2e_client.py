@@ -178,6 +178,13 @@ def test_unknown_policy_and_bad_environment(client: Client) -> None:
         client.evaluate("keywords", "", "", environment="Bad Env", timeout=10)
 
 
+def test_oversized_requests_are_refused_not_retried(client: Client) -> None:
+    with pytest.raises(InvalidInputError, match="exceed"):  # the engine's content cap (1 MiB)
+        client.evaluate("keywords", "", "x" * (2 * 1024 * 1024), timeout=10)
+    with pytest.raises(InvalidInputError, match="too large"):  # the transport's message cap (4 MiB)
+        client.evaluate("keywords", "", "x" * (5 * 1024 * 1024), timeout=10)
+
+
 def test_metrics_endpoint_counts_decisions(client: Client, server: ServerProcess) -> None:
     client.evaluate("keywords", "", "fine", timeout=10)
     body = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read().decode()

@@ -123,3 +123,13 @@ def test_tls_end_to_end(tmp_path: Path) -> None:
             plain.list_policies()
     finally:
         assert srv.stop() == 0
+
+
+def test_one_server_per_data_directory(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path)
+    srv.start()
+    try:
+        res = serve("--api-keys", str(tmp_path / "keys.yaml"), "--data-dir", str(tmp_path / "data"))
+        assert res.returncode == 1 and "another crossaudit server" in res.stderr
+    finally:
+        assert srv.stop() == 0
