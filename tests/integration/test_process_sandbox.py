@@ -230,3 +230,102 @@ async def test_classes_defined_by_the_evaluator_can_hold_state(sb) -> None:
     )
     v, _ = await sb.run(CodeBundle(code), "p", "r", {}, timeout=5)
     assert v.details == {"n": 5, "tag": "ok", "a": 1, "dd": {"k": [1], "j": [2]}}
+
+
+# --------------------------------------------------------------------------- the agent's protocol, driven directly
+
+
+class _AgentProc:
+    """``python -I agent.py`` with raw frame I/O (what both backends speak)."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        from sandbox.process.backend import AGENT_PATH
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(AGENT_PATH)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+
+    def send(self, frame: dict | bytes) -> None:
+        import json
+
+        assert self.proc.stdin is not None
+        data = frame if isinstance(frame, bytes) else (json.dumps(frame) + "\n").encode()
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def recv(self) -> dict:
+        import json
+
+        assert self.proc.stdout is not None
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=10)
+
+
+def _load(agent: _AgentProc, code: str, restricted: bool = True) -> dict:
+    from sandbox.protocol import AgentChannel
+
+    agent.send(AgentChannel.load_frame(code, restricted=restricted, limits=SandboxLimits(timeout_s=5)))
+    return agent.recv()
+
+
+def test_agent_protocol_frames() -> None:
+    agent = _AgentProc()
+    try:
+        agent.send({"op": "call", "id": "early", "prompt": "p", "response": "r", "context": {}})
+        early = agent.recv()
+        assert early["id"] == "early" and early["ok"] is False and early["error"]["type"] == "load_error"
+        agent.send(b"this is not json\n")
+        assert agent.recv()["op"] == "error"
+        agent.send({"op": "dance"})
+        assert agent.recv()["op"] == "error"
+        loaded = _load(agent, "def evaluate(p, r, c):\n    print('{\"op\": \"result\"}')\n    return {'score': 0.5}\n")
+        assert loaded["op"] == "loaded" and loaded["ok"] is True and isinstance(loaded["pid"], int)
+        assert set(loaded["isolation"]) >= {"netns", "uid_drop", "restricted"}
+        for nonce in ("n1", "n2"):
+            agent.send({"op": "call", "id": nonce, "prompt": "p", "response": "r", "context": {}})
+            frame = agent.recv()
+            assert frame["op"] == "result" and frame["id"] == nonce and frame["result"] == {"score": 0.5}
+            assert frame["stdout"] == '{"op": "result"}\n'
+        second = _load(agent, "def evaluate(p, r, c):\n    return {}\n")
+        assert second["ok"] is False and second["error"]["type"] == "load_error"
+    finally:
+        assert agent.close() == 0
+
+
+def test_agent_load_errors() -> None:
+    for code, etype in (
+        ("def evaluate(p, r, c)\n", "load_error"),
+        ("def other(p, r, c):\n    pass\n", "load_error"),
+        ("def evaluate(p, r, c):\n    return ().__class__\n", "security"),
+    ):
+        agent = _AgentProc()
+        try:
+            frame = _load(agent, code)
+            assert frame["ok"] is False and frame["error"]["type"] == etype
+        finally:
+            agent.close()
+
+
+def test_agent_unrestricted_runs_without_restrictedpython_semantics() -> None:
+    agent = _AgentProc()
+    try:
+        code = (
+            "import os\ndef evaluate(p, r, c):\n    return {'score': 1.0, 'pid_differs': os.getpid() != c['agent']}\n"
+        )
+        loaded = _load(agent, code, restricted=False)
+        agent.send({"op": "call", "id": "x", "prompt": "p", "response": "r", "context": {"agent": loaded["pid"]}})
+        frame = agent.recv()
+        assert frame["ok"] is True and frame["result"]["pid_differs"] is True  # ran in a child, not the agent
+    finally:
+        agent.close()
