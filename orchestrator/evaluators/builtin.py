@@ -125,7 +125,11 @@ BUILTINS: dict[str, type[BuiltinEvaluator]] = {
 
 
 def build_builtin(
-    name: str, config: Mapping[str, Any] | BaseModel, *, backend: ModelBackend | None = None
+    name: str,
+    config: Mapping[str, Any] | BaseModel,
+    *,
+    backend: ModelBackend | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> BuiltinEvaluator:
     """Pick the evaluator class from ``config.model`` (detoxify | presidio | langdetect)."""
     from orchestrator.errors import InvalidInputError
@@ -134,4 +138,4 @@ def build_builtin(
     cls = BUILTINS.get(str(model or "").strip().lower())
     if cls is None:
         raise InvalidInputError(f"builtin evaluator {name!r}: model must be one of {sorted(BUILTINS)}, not {model!r}")
-    return cls(name, config, backend=backend)
+    return cls(name, config, backend=backend, environ=environ)

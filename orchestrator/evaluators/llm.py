@@ -62,7 +62,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "0 and 1, where 1 means fully safe and compliant), violations (list of short strings naming "
     "each problem found), reasoning (one short paragraph)."
 )
-_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 # --- config -----------------------------------------------------------------------------
@@ -298,15 +298,8 @@ class LLMEvaluator(Evaluator):
     def api_key(self) -> str:
         """The key from config (``${VAR}`` expanded if the policy layer did not) or the provider's env var."""
         cfg = self.config
-        key = cfg.api_key
+        key = self._expand(cfg.api_key, "api_key")
         if key:
-            m = _ENV_REF.match(key.strip())
-            if m:
-                key = self._environ.get(m.group(1), "")
-                if not key:
-                    raise ConfigurationError(
-                        f"llm evaluator {self.name!r}: api_key refers to ${{{m.group(1)}}}, which is not set"
-                    )
             return key
         names = API_KEY_ENV[cfg.provider]
         for env in names:
@@ -318,22 +311,39 @@ class LLMEvaluator(Evaluator):
             f"llm evaluator {self.name!r}: no API key for {cfg.provider}: set config.api_key or {' / '.join(names)}"
         )
 
+    def _expand(self, value: str | None, field: str) -> str | None:
+        """``${VAR}`` references the policy layer left for call time (secrets are never stored)."""
+        if not value:
+            return value
+
+        def sub(m: re.Match[str]) -> str:
+            found = self._environ.get(m.group(1))
+            if not found:
+                raise ConfigurationError(
+                    f"llm evaluator {self.name!r}: {field} refers to ${{{m.group(1)}}}, which is not set"
+                )
+            return found
+
+        return _ENV_REF.sub(sub, value)
+
     def system_prompt(self) -> str:
         return self.config.system_prompt or DEFAULT_SYSTEM_PROMPT
 
     def _make_client(self, timeout: float) -> Any:
         cfg = self.config
         key = self.api_key()
+        base_url = self._expand(cfg.base_url, "base_url")
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 
             return openai.AsyncOpenAI(
-                api_key=key, base_url=cfg.base_url, organization=cfg.organization, max_retries=0, timeout=timeout
+                api_key=key, base_url=base_url, organization=self._expand(cfg.organization, "organization"),
+                max_retries=0, timeout=timeout,
             )
         if cfg.provider == "azure":
             import openai
 
-            endpoint = cfg.base_url or self._environ.get(AZURE_ENDPOINT_ENV)
+            endpoint = base_url or self._environ.get(AZURE_ENDPOINT_ENV)
             if not endpoint:
                 raise ConfigurationError(
                     f"llm evaluator {self.name!r}: azure needs base_url (the resource endpoint) or {AZURE_ENDPOINT_ENV}"
@@ -345,12 +355,12 @@ class LLMEvaluator(Evaluator):
         if cfg.provider == "anthropic":
             import anthropic
 
-            return anthropic.AsyncAnthropic(api_key=key, base_url=cfg.base_url, max_retries=0, timeout=timeout)
+            return anthropic.AsyncAnthropic(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
         if cfg.provider == "google":
             from google import genai
             from google.genai import types
 
-            opts = types.HttpOptions(base_url=cfg.base_url, timeout=int(timeout * 1000)) if cfg.base_url else (
+            opts = types.HttpOptions(base_url=base_url, timeout=int(timeout * 1000)) if base_url else (
                 types.HttpOptions(timeout=int(timeout * 1000))
             )
             return genai.Client(api_key=key, http_options=opts)

@@ -273,6 +273,11 @@ async def test_api_key_from_env_reference_and_standard_env(fake: FakeProviders, 
     ev = LLMEvaluator("k", {"provider": "openai", "model": "m", "api_key": "${MY_KEY}", "base_url": fake.url + "/v1"})
     await _run(ev)
     assert fake.requests[-1]["headers"]["authorization"] == "Bearer from-ref"
+    monkeypatch.setenv("FAKE_PORT", str(fake.port))
+    ev = LLMEvaluator("u", {"provider": "openai_compatible", "model": "m",
+                            "base_url": "http://127.0.0.1:${FAKE_PORT}/v1", "api_key": "sk-${MY_KEY}"})
+    await _run(ev)
+    assert fake.requests[-1]["headers"]["authorization"] == "Bearer sk-from-ref"
     monkeypatch.setenv("ANTHROPIC_API_KEY", "std-env")
     ev = LLMEvaluator("k2", {"provider": "anthropic", "model": "m", "base_url": fake.url})
     await _run(ev)
