@@ -71,6 +71,22 @@ def import_names(dependencies: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
+WORKDIR_PREFIX = "crossaudit-proc-"
+
+
+def reap_stale_workdirs() -> int:
+    """Remove agent temp dirs left by orchestrators that died (their pid is in the name)."""
+    removed = 0
+    root = Path(tempfile.gettempdir())
+    for path in list(root.glob(f"{WORKDIR_PREFIX}*-*"))[:10_000]:
+        pid_text = path.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or Path(f"/proc/{pid_text}").exists():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
 # --------------------------------------------------------------------------- process-tree kill
 
 
@@ -219,6 +235,7 @@ class ProcessSandbox(Sandbox):
         self._spawns: set[asyncio.Task[Any]] = set()  # cancellable on aclose; kill tasks are awaited
         self._isolation: dict[str, Any] = {}
         self._closed = False
+        self._swept = False  # stale temp dirs of dead orchestrators are removed once, on first start
 
     # -- public API
     def info(self) -> dict[str, Any]:
@@ -431,7 +448,10 @@ class ProcessSandbox(Sandbox):
 
     # -- agents
     def _workdir(self) -> str:
-        path = tempfile.mkdtemp(prefix="crossaudit-proc-")
+        if not self._swept:
+            self._swept = True
+            reap_stale_workdirs()
+        path = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         if os.geteuid() == 0:
             os.chown(path, SANDBOX_UID, SANDBOX_UID)
         return path

@@ -329,3 +329,18 @@ def test_agent_unrestricted_runs_without_restrictedpython_semantics() -> None:
         assert frame["ok"] is True and frame["result"]["pid_differs"] is True  # ran in a child, not the agent
     finally:
         agent.close()
+
+
+def test_stale_workdirs_of_dead_orchestrators_are_removed(tmp_path, monkeypatch) -> None:
+    import tempfile
+
+    from sandbox.process.backend import WORKDIR_PREFIX, reap_stale_workdirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"{WORKDIR_PREFIX}999999999-abc"
+    live = tmp_path / f"{WORKDIR_PREFIX}{os.getpid()}-abc"
+    other = tmp_path / "unrelated-dir"
+    for d in (dead, live, other):
+        d.mkdir()
+    assert reap_stale_workdirs() == 1
+    assert not dead.exists() and live.exists() and other.exists()
