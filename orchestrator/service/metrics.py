@@ -15,31 +15,37 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class _SandboxCollector(Collector):
-    """Numeric values of ``sandbox.info()`` (pool sizes, busy/idle counts) as gauges."""
+    """The sandbox backend's state from ``sandbox.info()``: warm pools summed over evaluators
+    (idle, busy, starting, waiting, ...), plus other top-level numbers (agents, warm bundles)."""
 
     def __init__(self, info: Callable[[], dict[str, Any]]) -> None:
         self._info = info
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        fam = GaugeMetricFamily("crossaudit_sandbox_state", "Sandbox backend state (pools, containers)", labels=["key"])
+        state = GaugeMetricFamily(
+            "crossaudit_sandbox_state", "Sandbox backend state (top-level numbers of its info())", labels=["key"]
+        )
+        pools = GaugeMetricFamily(
+            "crossaudit_sandbox_pool", "Warm sandbox pools, summed over evaluators", labels=["state"]
+        )
         try:
             info = self._info() or {}
         except Exception:  # a collector must never break the scrape
             info = {}
-        for key, value in _flatten(info):
-            fam.add_metric([key], float(value))
-        yield fam
-
-
-def _flatten(doc: dict[str, Any], prefix: str = "", depth: int = 0) -> Iterator[tuple[str, float]]:
-    if depth > 4:
-        return
-    for k, v in doc.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, int | float):  # bool included
-            yield key, float(v)
-        elif isinstance(v, dict):
-            yield from _flatten(v, key + ".", depth + 1)
+        for key, value in info.items():
+            if isinstance(value, int | float):  # bool included
+                state.add_metric([key], float(value))
+        per_pool = info.get("pools")
+        if isinstance(per_pool, dict):
+            totals: dict[str, float] = {"pools": float(len(per_pool))}
+            for stats in per_pool.values():
+                for k, v in (stats or {}).items() if isinstance(stats, dict) else ():
+                    if isinstance(v, int | float):
+                        totals[k] = totals.get(k, 0.0) + float(v)
+            for k, v in sorted(totals.items()):
+                pools.add_metric([k], v)
+        yield state
+        yield pools
 
 
 class ServiceMetrics:
