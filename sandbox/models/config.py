@@ -134,8 +134,11 @@ def parse_config(kind: str, raw: Mapping[str, Any] | BaseModel) -> Any:
         raise InvalidInputError(f"invalid {kind} builtin config: {problems}") from None
 
 
-def _setting(value: str | None, env: str, field: str, kind: str, what: str, environ: Mapping[str, str]) -> str:
-    path = value or environ.get(env, "")
+def _setting(
+    value: str | None, env: str, field: str, kind: str, what: str, environ: Mapping[str, str], variant: str = ""
+) -> str:
+    """Config first, then ``ENV_<VARIANT>`` (one model per Detoxify variant), then ``ENV``."""
+    path = value or (environ.get(f"{env}_{variant.upper()}", "") if variant else "") or environ.get(env, "")
     if not path:
         raise ConfigurationError(
             f"{kind}: no {what} configured: set the evaluator's `{field}` or the {env} environment variable "
@@ -164,10 +167,12 @@ def resolve_paths(cfg: Any, environ: Mapping[str, str] | None = None) -> Any:
 
 def _resolve(cfg: Any, environ: Mapping[str, str]) -> Any:
     if isinstance(cfg, DetoxifyConfig):
-        ckpt = _setting(cfg.checkpoint, ENV_DETOXIFY_CHECKPOINT, "checkpoint", "detoxify", "checkpoint", environ)
+        ckpt = _setting(
+            cfg.checkpoint, ENV_DETOXIFY_CHECKPOINT, "checkpoint", "detoxify", "checkpoint", environ, cfg.variant
+        )
         hf = _setting(
             cfg.huggingface_config_path, ENV_DETOXIFY_CONFIG, "huggingface_config_path", "detoxify",
-            "Hugging Face config/tokenizer directory", environ,
+            "Hugging Face config/tokenizer directory", environ, cfg.variant,
         )
         return cfg.model_copy(update={"checkpoint": ckpt, "huggingface_config_path": hf})
     if isinstance(cfg, PresidioConfig):

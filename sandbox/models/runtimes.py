@@ -147,7 +147,9 @@ class DetoxifyRuntime(ModelRuntime):
     kind = "detoxify"
 
     def _key(self, cfg: DetoxifyConfig) -> tuple[str, ...]:
-        return (cfg.variant, cfg.checkpoint or "", cfg.huggingface_config_path or "")
+        # With an explicit checkpoint Detoxify ignores the variant name while loading: the files
+        # are the model, so one load serves every variant label that points at them.
+        return (cfg.checkpoint or "", cfg.huggingface_config_path or "")
 
     def _load(self, cfg: DetoxifyConfig) -> Any:
         if not cfg.checkpoint or not cfg.huggingface_config_path:
@@ -200,6 +202,7 @@ class DetoxifyRuntime(ModelRuntime):
                 "max_probability": top_p,
                 "threshold": cfg.threshold,
                 "variant": cfg.variant,
+                "checkpoint": os.path.basename(cfg.checkpoint or ""),
             },
         )
 

@@ -84,6 +84,18 @@ async def test_missing_model_names_the_setting(monkeypatch: pytest.MonkeyPatch) 
     LangdetectEvaluator("l", {"model": "langdetect"}).check()  # ships its profiles: nothing to find
 
 
+def test_detoxify_variant_specific_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSAUDIT_DETOXIFY_CHECKPOINT", "/m/original.ckpt")
+    monkeypatch.setenv("CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL", "/m/multi.ckpt")
+    monkeypatch.setenv("CROSSAUDIT_DETOXIFY_CONFIG", "/m/hf")
+    multi = DetoxifyEvaluator("t", {"model": "detoxify", "variant": "multilingual"}).resolved_config()
+    assert multi.checkpoint == "/m/multi.ckpt" and multi.huggingface_config_path == "/m/hf"
+    orig = DetoxifyEvaluator("t", {"model": "detoxify"}).resolved_config()
+    assert orig.checkpoint == "/m/original.ckpt"
+    mine = DetoxifyEvaluator("t", {"model": "detoxify", "variant": "multilingual", "checkpoint": "/x.ckpt"})
+    assert mine.resolved_config().checkpoint == "/x.ckpt"
+
+
 async def test_dispatch_resolves_env_paths_and_applies_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("CROSSAUDIT_SPACY_MODEL", str(tmp_path / "pipe"))
     backend = RecordingBackend()
