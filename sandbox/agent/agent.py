@@ -688,9 +688,9 @@ class Agent:
             if not isinstance(name, str) or not IMPORT_NAME_RE.match(name):
                 warnings.append(f"ignored preload name {name!r}")
                 continue
+            self.preload.append(name)  # declared: importable by restricted code even if this import fails
             try:
                 importlib.import_module(name)
-                self.preload.append(name)
             except BaseException as exc:  # a dependency failing to import is reported, not fatal
                 warnings.append(f"preload {name}: {_exc_text(exc)}")
                 if not isinstance(exc, Exception):

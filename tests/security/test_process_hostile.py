@@ -327,12 +327,18 @@ DEP_ESCAPES = {
     "textblob_submodule_os": "from textblob import blob\nreturn {'score': 1}",
     "textblob_private": "import textblob\nx = getattr(textblob, '_text')\nreturn {'score': 1}",
     "undeclared_dependency": "import langdetect\nreturn {'score': 1}",
+    "stdlib_not_whitelisted": "import pickle\nreturn {'score': 1}",
 }
 
 
 @pytest.mark.parametrize("name", sorted(DEP_ESCAPES))
 async def test_dependency_module_escape(sb, name: str) -> None:
     await expect(sb, _fn(DEP_ESCAPES[name]), SandboxSecurityError, deps=("nltk>=3.9", "textblob"))
+
+
+async def test_declared_but_missing_dependency_is_an_import_error(sb) -> None:
+    code = _fn("import not_installed_pkg_xyz\nreturn {'score': 1}")
+    await expect(sb, code, SandboxCodeError, deps=("not-installed-pkg-xyz",), match="No module named")
 
 
 async def test_declared_dependency_public_api_works(sb) -> None:
