@@ -74,7 +74,10 @@ def _compact(value: Any) -> str:
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ResultInvalidError(f"{what} must be a number, got {type(value).__name__}")
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:  # an int beyond float range
+        raise ResultInvalidError(f"{what} is out of range") from None
     if not math.isfinite(f):
         raise ResultInvalidError(f"{what} must be finite")
     return f

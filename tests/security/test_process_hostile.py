@@ -215,6 +215,18 @@ async def test_deeply_nested_return(sb) -> None:
     await expect(sb, code, ResultInvalidError)
 
 
+async def test_too_many_violations(sb) -> None:
+    await expect(sb, _fn("return {'score': 0.5, 'violations': ['x'] * 5000}"), ResultInvalidError)
+
+
+async def test_huge_integer_score(sb) -> None:
+    await expect(sb, _fn("return {'score': 10 ** 400}"), ResultInvalidError)
+
+
+async def test_integer_too_long_to_serialise(sb) -> None:
+    await expect(sb, _fn("return {'score': 1, 'details': {'n': 10 ** 5000}}"), ResultInvalidError)
+
+
 async def test_score_out_of_range(sb) -> None:
     await expect(sb, _fn("return {'score': 7}"), ResultInvalidError)
 

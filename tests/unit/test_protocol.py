@@ -82,6 +82,8 @@ def test_spans() -> None:
         {"score": 0.5, "details": {"blob": "x" * 20_000}},
         {"score": 0.5, "details": {"obj": object()}},
         {"score": 0.5, "details": {1: "int key"}},
+        {"score": 10**400},
+        {"score": 0.5, "spans": [{"start": 0, "end": 1, "score": 10**400}]},
     ],
 )
 def test_rejects(doc) -> None:
