@@ -160,8 +160,8 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
         if k not in KNOWN_KEYS or (k in SCORE_KEYS and k != key):
             details.setdefault(k, v)
 
-    spans = _spans(obj["spans"], limits) if obj.get("spans") is not None else []
     try:
+        spans = _spans(obj["spans"], limits) if obj.get("spans") is not None else []
         return Verdict(score=score, passed=passed, violations=violations, details=details, spans=spans)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise ResultInvalidError(f"invalid result: {exc}") from None

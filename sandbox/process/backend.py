@@ -304,11 +304,12 @@ class ProcessSandbox(Sandbox):
             self._discard(pool, agent)
             raise
         self._release(pool, agent)
+        wall_ms = answer.get("wall_ms")
         diag = RunDiagnostics(
             stdout=str(answer.get("stdout", "")),
             stderr=str(answer.get("stderr", "")),
             truncated=bool(answer.get("truncated", False)),
-            wall_ms=float(answer.get("wall_ms", 0.0) or 0.0),
+            wall_ms=float(wall_ms) if isinstance(wall_ms, (int, float)) and not isinstance(wall_ms, bool) else 0.0,
             extra={"backend": self.name, "isolation": dict(agent.loaded.get("isolation") or {})},
         )
         if not answer.get("ok"):
