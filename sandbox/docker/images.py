@@ -209,7 +209,9 @@ class ImageManager:
         return files
 
     def runner_tag(self, base: str) -> str:
-        parts: list[bytes | str] = [(RUNNER_DIR / "Dockerfile").read_bytes(), self._image_id(base)]
+        parts: list[bytes | str] = [
+            (RUNNER_DIR / "Dockerfile").read_bytes(), (RUNNER_DIR / "entry.py").read_bytes(), self._image_id(base)
+        ]
         for f in self._agent_files():
             parts += [f.name, f.read_bytes()]
         return f"crossaudit/runner:{_sha(*parts)[:16]}"
@@ -229,6 +231,7 @@ class ImageManager:
                         with tempfile.TemporaryDirectory(prefix="runner-") as tmp:
                             ctx = Path(tmp)
                             shutil.copy(RUNNER_DIR / "Dockerfile", ctx / "Dockerfile")
+                            shutil.copy(RUNNER_DIR / "entry.py", ctx / "entry.py")
                             (ctx / "agent").mkdir()
                             for f in self._agent_files():
                                 shutil.copy(f, ctx / "agent" / f.name)
