@@ -322,6 +322,10 @@ ESCAPES = {
     "setattr_builtin_on_module": "import json\nsetattr(json, 'dumps', None)\nreturn {'score': 1}",
     "setattr_dunder_on_own_class": "class A:\n    pass\nsetattr(A(), '__class__', int)\nreturn {'score': 1}",
     "write_attr_on_library_object": "import json\nd = json.JSONDecoder()\nd.parse_float = None\nreturn {'score': 1}",
+    "match_class_attribute_walk": (
+        "F = type(evaluate)\nmatch evaluate:\n    case F(__globals__=g):\n        return g\nreturn {'score': 1}"
+    ),
+    "async_def": "async def f():\n    return 1\nreturn {'score': 1}",
     "print_file_kw": "print('x', file=None)\nx = getattr(print, '__self__')\nreturn {'score': 1}",
 }
 
