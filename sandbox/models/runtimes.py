@@ -174,13 +174,16 @@ class DetoxifyRuntime(ModelRuntime):
                 f"detoxify: cannot load checkpoint {cfg.checkpoint!r} with config {cfg.huggingface_config_path!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
-        return model
+        return _Locked(model)
 
     def _analyze(self, model: Any, cfg: DetoxifyConfig, text: str) -> Verdict:
         import torch
 
-        with torch.inference_mode():
-            raw = model.predict(text)
+        # One call at a time per model: Hugging Face fast tokenizers raise "Already borrowed"
+        # when two threads set truncation/padding at once, and torch's intra-op threads already
+        # use every core for one call.
+        with model.lock, torch.inference_mode():
+            raw = model.inner.predict(text)
         probs = {str(k): float(v[0] if isinstance(v, list | tuple) else v) for k, v in raw.items()}
         selected = list(cfg.categories) or list(probs)
         unknown = [c for c in selected if c not in probs]
@@ -214,6 +217,14 @@ class DetoxifyRuntime(ModelRuntime):
         self.model_for(DetoxifyConfig(model="detoxify", checkpoint=os.path.abspath(ckpt),
                                       huggingface_config_path=os.path.abspath(hf)))
         return True
+
+
+class _Locked:
+    """A model that must not run two calls at once."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
 
 
 # --- presidio ---------------------------------------------------------------------------

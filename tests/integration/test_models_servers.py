@@ -74,6 +74,11 @@ async def test_detoxify_server_real_checkpoint_matches_in_process(tiny_detox, po
         await local.aclose()
     assert w.details["categories"] == pytest.approx(probs, abs=1e-5)  # same weights, same code path
 
+    # many concurrent calls on one loaded model give the same answer
+    many = await asyncio.gather(*(DetoxifyEvaluator("tox", cfg, backend=pool).evaluate(inp, timeout=180)
+                                  for _ in range(24)))
+    assert all(m.details["categories"] == pytest.approx(probs, abs=1e-6) for m in many)
+
     # and the same numbers as running the checkpoint's BERT by hand: the state dict really loaded
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
