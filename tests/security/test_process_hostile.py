@@ -119,13 +119,28 @@ async def test_timeout_replaces_agent_and_leaves_no_process(raw) -> None:
     bundle = CodeBundle(code)
     await raw.prepare(bundle)
     pids = {a.proc.pid for a in raw._agents}
+    workdirs = {a.workdir for a in raw._agents}
     with pytest.raises(EvaluatorTimeoutError):
         await raw.run(bundle, "p", "r", {}, timeout=1.0)
     await raw.run(BENIGN, "p", "r", {}, timeout=5)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and (any(_alive(p) for p in pids) or _processes_in(workdirs)):
         time.sleep(0.05)
     assert not any(_alive(p) for p in pids)
+    assert not _processes_in(workdirs)  # the forked grandchildren (cwd = the agent's dir) are gone too
+
+
+def _processes_in(dirs: set[str]) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd").removesuffix(" (deleted)")
+                if cwd in dirs and _alive(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 def _alive(pid: int) -> bool:
