@@ -403,3 +403,24 @@ async def test_drops_root_and_network_when_possible(raw) -> None:
     if raw.info()["netns"]:
         assert verdict.details["ifs"] == ["lo"]  # a fresh namespace: loopback only
     assert diag.extra["isolation"]["netns"] == raw.info()["netns"]
+
+
+async def test_daemonised_grandchild_is_reaped_after_a_normal_call(raw) -> None:
+    code = _fn(
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "return {'score': 0.5}"
+    )
+    bundle = CodeBundle(code)
+    await raw.prepare(bundle)
+    workdirs = {a.workdir for a in raw._agents}
+    verdict, _ = await raw.run(bundle, "p", "r", {}, timeout=5)
+    assert verdict.score == 0.5
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(_processes_in(workdirs)) > 2:  # the agent + its next child
+        time.sleep(0.05)
+    assert len(_processes_in(workdirs)) <= 2
