@@ -22,6 +22,16 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, so no server outlives it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def write_keys(path: Path) -> Path:
     lines = ["tenants:"] + [f"  {t}: [{k}]" for t, k in TENANT_KEYS.items()]
     path.write_text("\n".join(lines) + "\n")
@@ -67,7 +77,9 @@ class ServerProcess:
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
         log = self.log.open("a")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=_die_with_parent
+        )
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -115,8 +127,10 @@ class ServerProcess:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv = ServerProcess(tmp_path_factory.mktemp("server"))
     srv.start()
-    yield srv
-    srv.stop()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 def need_docker() -> None:

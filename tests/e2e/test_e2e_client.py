@@ -40,8 +40,10 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     srv = ServerProcess(tmp_path_factory.mktemp(f"client-server-{request.param}"), sandbox=request.param)
     (srv.policies_dir / "boot.yaml").write_text(KEYWORDS.replace("name: keywords", "name: bootstrapped"))
     srv.start()
-    yield srv
-    assert srv.stop() == 0
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0
 
 
 @pytest.fixture(scope="module")

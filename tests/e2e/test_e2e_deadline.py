@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 DEADLINE_S = 0.2
 MARGIN_S = 0.3  # generous: shared CI machines; typical overshoot is a few ms
 KILL_WITHIN_S = 3.0
-AGENT_MARKER = b"agent"
+# process backend: ``python -I sandbox/agent/agent.py``; docker runner: ``python3 -s /opt/crossaudit/entry.py``
+AGENT_MARKERS = (b"agent.py", b"/opt/crossaudit/")
 
 
 def agent_cpu() -> dict[int, int]:
@@ -35,8 +36,9 @@ def agent_cpu() -> dict[int, int]:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if AGENT_MARKER not in f.read():
-                    continue
+                cmdline = f.read()
+            if not any(m in cmdline for m in AGENT_MARKERS):
+                continue
             with open(f"/proc/{entry}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             out[int(entry)] = int(fields[11]) + int(fields[12])
@@ -96,16 +98,18 @@ def _state(pid: int) -> str:
 def _server(tmp: Path, sandbox: str) -> Iterator[ServerProcess]:
     srv = ServerProcess(tmp, sandbox=sandbox)
     srv.start()
-    with Client(srv.address, api_key=key("acme")) as c:
-        c.deploy_policy(sleeper(fallback=True))
-        c.deploy_policy(sleeper(fallback=False))
-        # warm the sandbox (first call starts the agent); it is cut off after 2 s
-        for name in ("sleeper-fallback", "sleeper"):
-            with contextlib.suppress(DeadlineExceededError):
-                c.evaluate(name, "p", "r", timeout=2.0)
-    time.sleep(0.5)
-    yield srv
-    srv.stop()
+    try:
+        with Client(srv.address, api_key=key("acme")) as c:
+            c.deploy_policy(sleeper(fallback=True))
+            c.deploy_policy(sleeper(fallback=False))
+            # warm the sandbox (first call starts the agent); it is cut off after 2 s
+            for name in ("sleeper-fallback", "sleeper"):
+                with contextlib.suppress(DeadlineExceededError):
+                    c.evaluate(name, "p", "r", timeout=2.0)
+        time.sleep(0.5)
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="module", params=["process", "docker"])
