@@ -45,6 +45,14 @@ API_KEY_ENV: dict[str, tuple[str, ...]] = {
     "anthropic": ("ANTHROPIC_API_KEY",),
     "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
 }
+# The SDKs' own endpoint variables, read from the evaluator's environment (not only os.environ)
+# so a runtime with its own env mapping can point a policy at a local server.
+BASE_URL_ENV: dict[str, str] = {
+    "openai": "OPENAI_BASE_URL",
+    "openai_compatible": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+    "google": "GOOGLE_GEMINI_BASE_URL",
+}
 AZURE_ENDPOINT_ENV = "AZURE_OPENAI_ENDPOINT"
 AZURE_API_VERSION_ENV = "OPENAI_API_VERSION"
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
@@ -290,8 +298,10 @@ class LLMEvaluator(Evaluator):
         self._client_loop: asyncio.AbstractEventLoop | None = None
         cfg = self.config
         self._limiter = TokenBucket(cfg.rate_limit, burst=cfg.rate_limit_burst, name=name) if cfg.rate_limit else None
-        if cfg.provider == "openai_compatible" and not cfg.base_url:
-            raise ConfigurationError(f"llm evaluator {name!r}: provider openai_compatible needs base_url")
+        if cfg.provider == "openai_compatible" and not (cfg.base_url or self._environ.get("OPENAI_BASE_URL")):
+            raise ConfigurationError(
+                f"llm evaluator {name!r}: provider openai_compatible needs base_url (or OPENAI_BASE_URL)"
+            )
 
     # -- settings --
 
@@ -332,7 +342,7 @@ class LLMEvaluator(Evaluator):
     def _make_client(self, timeout: float) -> Any:
         cfg = self.config
         key = self.api_key()
-        base_url = self._expand(cfg.base_url, "base_url")
+        base_url = self._expand(cfg.base_url, "base_url") or self._environ.get(BASE_URL_ENV.get(cfg.provider, ""))
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 

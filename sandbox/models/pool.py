@@ -14,14 +14,17 @@ start, and a caller whose deadline ends first gets EvaluatorTimeoutError while t
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -268,6 +271,7 @@ class ModelServerPool:
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
         )
+        _live_pids.add(proc.pid)
         stderr_tail: list[str] = []
         drain = asyncio.create_task(_drain(proc.stderr, stderr_tail))
         channel: grpc.aio.Channel | None = None
@@ -303,6 +307,7 @@ class ModelServerPool:
                 proc.kill()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(proc.wait(), timeout=lim.stop_grace_s)
+            _live_pids.discard(proc.pid)
             drain.cancel()
             if drain_out is not None:
                 drain_out.cancel()
@@ -350,6 +355,7 @@ class ModelServerPool:
                 with contextlib.suppress(ProcessLookupError):
                     handle.process.kill()
                 await handle.process.wait()
+        _live_pids.discard(handle.process.pid)
         for drain in getattr(handle, "_drains", ()):
             drain.cancel()
 
@@ -409,12 +415,25 @@ def _repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-_default: ModelServerPool | None = None
+_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ModelServerPool] = weakref.WeakKeyDictionary()
+_live_pids: set[int] = set()  # every server started by any pool of this process, until stopped
 
 
 def default_pool() -> ModelServerPool:
-    """The process-wide pool builtin evaluators use when none is passed (closed by its owner)."""
-    global _default
-    if _default is None or _default._closed:
-        _default = ModelServerPool()
-    return _default
+    """The pool builtin evaluators use when none is passed: one per event loop (gRPC channels
+    and subprocess transports are loop-bound). Owners should pass their own pool and close it;
+    servers of pools nobody closed are terminated when this process exits."""
+    loop = asyncio.get_running_loop()
+    pool = _defaults.get(loop)
+    if pool is None or pool._closed:
+        pool = ModelServerPool()
+        _defaults[loop] = pool
+    return pool
+
+
+@atexit.register
+def _terminate_leftovers() -> None:
+    for pid in list(_live_pids):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    _live_pids.clear()
