@@ -235,24 +235,22 @@ class CrossAuditService:
     async def _resolve_uploads(self, tenant: str, policy: Policy) -> None:
         """Check every custom evaluator that references an upload, and load those uploads.
 
-        ``evaluators[].id`` must be this tenant's upload; a custom evaluator without id or
+        A custom evaluator's ``id`` must be one of this tenant's uploads; one without id or
         inline code uses the tenant's latest upload of the same name when there is one.
         """
         issues: list[PolicyIssue] = []
         up = self.uploads(tenant)
         for i, spec in _custom_specs(policy):
             if spec.id:
-                try:
+                try:  # an id always means an upload (the runtime runs the upload's code)
                     up.add(await self.store.get_evaluator(tenant, spec.id))
                 except NotFoundError:
-                    # a guide-style label id with inline code is not a reference
-                    if not _inline_code(spec):
-                        issues.append(
-                            PolicyIssue(
-                                message=f"evaluator id {spec.id!r} is not an evaluator uploaded by this tenant",
-                                path=f"evaluators[{i}].id",
-                            )
+                    issues.append(
+                        PolicyIssue(
+                            message=f"evaluator id {spec.id!r} is not an evaluator uploaded by this tenant",
+                            path=f"evaluators[{i}].id",
                         )
+                    )
             elif not _inline_code(spec):
                 # without an upload the engine may still find evaluators/<name>.py next to a policy file
                 with contextlib.suppress(NotFoundError):
