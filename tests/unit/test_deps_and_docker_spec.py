@@ -1,0 +1,148 @@
+"""Dependency validation, import-name mapping and the container hardening spec (no daemon needed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigurationError, DependencyRejectedError
+from orchestrator.limits import DependencyLimits, SandboxLimits
+from sandbox.deps import Dependency, dependency_key, import_names, parse_dependency, validate_dependencies
+from sandbox.docker.container import ENV_ALLOWLIST, check_env, container_spec
+from sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
+from sandbox.docker.reaper import _owner_alive
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("nltk", Dependency("nltk")),
+        ("TextBlob", Dependency("textblob")),
+        ("scikit_learn>=1.3", Dependency("scikit-learn", ">=1.3")),
+        ("numpy >=1.26, <3", Dependency("numpy", "<3,>=1.26")),
+        ("regex==2024.*", Dependency("regex", "==2024.*")),
+        ("pydantic~=2.7", Dependency("pydantic", "~=2.7")),
+        ("  requests!=2.0.0  ", Dependency("requests", "!=2.0.0")),
+    ],
+)
+def test_valid_dependencies_are_normalised(raw, expected):
+    assert parse_dependency(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "", "   ", "requests; os_name == 'posix'", "requests[socks]", "git+https://127.0.0.1/x.git",
+        "x @ https://127.0.0.1/x.whl", "./pkg", "/abs/pkg", "-e .", "--index-url=http://127.0.0.1",
+        "-r req.txt", "pkg\nother", "pkg\rother", "pkg\tx", "pkg;id", "pkg|id", "pkg&&id", "pkg`id`",
+        "pkg$(id)", "pkg>", "pkg>=", "pkg===1.0", "pkg>=1 <2", "pkg>=1,,<2", "pkg>=abc", "pkg>=1.0; x",
+        "pké", "pkg>=1.0\x00", "_private", "pkg-", "a" * 101, 42, None, b"bytes",
+    ],
+)
+def test_hostile_or_malformed_dependencies_are_rejected(raw):
+    with pytest.raises(DependencyRejectedError):
+        validate_dependencies([raw])
+
+
+def test_caps_lists_and_duplicates():
+    limits = DependencyLimits(max_count=3, allowlist=("nltk", "TextBlob", "six"), denylist=("six",))
+    assert [d.name for d in validate_dependencies(["textblob", "nltk"], limits)] == ["nltk", "textblob"]
+    with pytest.raises(DependencyRejectedError, match="too many"):
+        validate_dependencies(["a", "b", "c", "d"], limits)
+    with pytest.raises(DependencyRejectedError, match="allowlist"):
+        validate_dependencies(["requests"], limits)
+    with pytest.raises(DependencyRejectedError, match="denylist"):
+        validate_dependencies(["six"], limits)
+    with pytest.raises(DependencyRejectedError, match="twice"):
+        validate_dependencies(["nltk", "NLTK>=3"], limits)
+    # every problem is reported at once
+    with pytest.raises(DependencyRejectedError) as info:
+        validate_dependencies(["requests", "six", "bad;x"], limits)
+    assert info.value.message.count(";") >= 2
+
+
+def test_dependency_key_is_order_and_case_insensitive():
+    a = validate_dependencies(["TextBlob", "nltk>=3"])
+    b = validate_dependencies(["nltk >=3", "textblob"])
+    assert dependency_key(a) == dependency_key(b)
+    assert dependency_key(a) != dependency_key(validate_dependencies(["nltk", "textblob"]))
+
+
+def _dist(site: Path, name: str, version: str, *, top_level: str | None = None, record: list[str] = ()) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    if top_level is not None:
+        (info / "top_level.txt").write_text(top_level)
+    (info / "RECORD").write_text("\n".join(f"{r},sha256=x,1" for r in record))
+
+
+def test_import_names_from_top_level_record_and_fallback(tmp_path):
+    _dist(tmp_path, "scikit_learn", "1.5.0", top_level="sklearn\n")
+    _dist(tmp_path, "textblob", "0.18.0", record=["textblob/__init__.py", "textblob/en/__init__.py",
+                                                   "textblob-0.18.0.dist-info/RECORD"])
+    _dist(tmp_path, "typing_extensions", "4.0", record=["typing_extensions.py", "__pycache__/x.pyc"])
+    _dist(tmp_path, "pyyaml", "6.0", top_level="_yaml\nyaml\n")
+    _dist(tmp_path, "regex", "2024.1", record=["regex/_regex.cpython-311-x86_64-linux-gnu.so", "regex/__init__.py"])
+    names = import_names(tmp_path, ["scikit-learn", "TextBlob", "typing-extensions", "PyYAML", "regex", "missing-dist"])
+    assert names == {
+        "scikit-learn": ["sklearn"],
+        "textblob": ["textblob"],
+        "typing-extensions": ["typing_extensions"],
+        "pyyaml": ["yaml"],
+        "regex": ["regex"],
+        "missing-dist": ["missing_dist"],
+    }
+
+
+def test_container_spec_carries_every_isolation_setting():
+    import docker
+
+    api = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.41")
+    limits = SandboxLimits(container_memory_bytes=300_000_000, pids=40, cpus=0.5, nofile=50, tmpfs_bytes=4_000_000)
+    spec = container_spec(api, "img:tag", limits, {"LANG": "C.UTF-8"}, {"crossaudit.owner": "h:1"})
+    hc = spec["host_config"]
+    assert hc["NetworkMode"] == "none" and spec["network_disabled"] is True
+    assert hc["ReadonlyRootfs"] is True
+    assert hc["CapDrop"] == ["ALL"] and "CapAdd" not in hc
+    assert hc["SecurityOpt"] == ["no-new-privileges"]
+    assert hc["Memory"] == hc["MemorySwap"] == 300_000_000
+    assert hc["PidsLimit"] >= 40 and hc["NanoCpus"] == 500_000_000
+    ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["Ulimits"]}
+    assert ulimits["core"] == (0, 0) and ulimits["nofile"][0] >= 50
+    assert hc["Tmpfs"]["/tmp"].startswith("rw,noexec,nosuid,nodev,size=4000000")
+    assert hc["AutoRemove"] is True and hc["LogConfig"]["Type"] == "none"
+    assert not hc.get("Binds") and not hc.get("Mounts") and not hc.get("Privileged")
+    assert spec["user"] == f"{SANDBOX_UID}:{SANDBOX_UID}" and spec["tty"] is False and spec["stdin_open"] is True
+    assert spec["labels"][LABEL] == "1" and spec["use_config_proxy"] is False
+    assert spec["environment"] == {"LANG": "C.UTF-8"}
+
+
+def test_only_allowlisted_environment_variables():
+    assert check_env({"LANG": "C", "OMP_NUM_THREADS": "1"}) == {"LANG": "C", "OMP_NUM_THREADS": "1"}
+    with pytest.raises(ConfigurationError, match="AWS_SECRET_ACCESS_KEY"):
+        check_env({"AWS_SECRET_ACCESS_KEY": "x"})
+    assert not any(k.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD")) for k in ENV_ALLOWLIST)
+    assert "DOCKER_HOST" not in ENV_ALLOWLIST and "PATH" not in ENV_ALLOWLIST
+
+
+def test_reaper_owner_liveness():
+    host = socket.gethostname()
+    assert _owner_alive(f"{host}:{os.getpid()}")
+    assert not _owner_alive(f"{host}:999999999")
+    assert not _owner_alive("garbage")
+    assert _owner_alive("another-host-entirely:1")  # not ours to judge
+
+
+def test_apt_sources_override_and_refusal(tmp_path, monkeypatch):
+    good = tmp_path / "good.sources"
+    good.write_text("Types: deb\nURIs: http://127.0.0.1/debian\nSuites: bookworm\nComponents: main\n")
+    other = tmp_path / "other.list"
+    other.write_text("deb http://127.0.0.1/ubuntu noble main\n")
+    monkeypatch.setenv("CROSSAUDIT_APT_SOURCES", f"{good}{os.pathsep}{other}")
+    assert host_apt_sources() == [good]
+    monkeypatch.setenv("CROSSAUDIT_APT_SOURCES", str(other))
+    with pytest.raises(ConfigurationError, match="apt sources"):
+        host_apt_sources()
