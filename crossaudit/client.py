@@ -181,18 +181,21 @@ def decision_from_pb(m: ev_pb.EvaluateResponse) -> RemoteDecision:
     return RemoteDecision(**convert.decision_fields_from_pb(m))
 
 
+POLICY_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def _policy_source(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
-    """(text, filename): a path is read; a string with a newline (or no such file) is the text."""
-    if isinstance(path_or_text, os.PathLike) or ("\n" not in path_or_text and Path(path_or_text).is_file()):
-        p = Path(path_or_text)
-        try:
-            return p.read_text(encoding="utf-8"), str(p)
-        except (OSError, UnicodeDecodeError) as e:
-            raise InvalidInputError(f"cannot read policy file {p}: {e}") from None
-    text = str(path_or_text)
-    if "\n" not in text and not text.lstrip().startswith(("{", "name")):
-        raise InvalidInputError(f"policy file {text} not found")
-    return text, ""
+    """(text, filename): a path is read; a string with a newline is the policy text itself."""
+    text = path_or_text if isinstance(path_or_text, str) else None
+    if text is not None and ("\n" in text or not (text.endswith(POLICY_SUFFIXES) or os.sep in text)):
+        return text, ""
+    p = Path(path_or_text)
+    try:
+        return p.read_text(encoding="utf-8"), str(p)
+    except FileNotFoundError:
+        raise InvalidInputError(f"policy file {p} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"cannot read policy file {p}: {e}") from None
 
 
 def _state(state: ReviewState | str | None) -> Any:  # a review_pb2.ReviewState value

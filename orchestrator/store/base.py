@@ -267,6 +267,13 @@ class Store(abc.ABC):
     async def aclose(self) -> None: ...
 
 
+class StoreUnavailableError(CrossAuditError):
+    """The database cannot be used right now (closed, locked, disk full, I/O error)."""
+
+    code = ErrorCode.UNAVAILABLE
+    retryable = True
+
+
 class ReviewAlreadyResolvedError(CrossAuditError):
     """A review was resolved before; its resolution is immutable."""
 

@@ -31,6 +31,7 @@ from orchestrator.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    StoreUnavailableError,
     sha256_text,
 )
 
@@ -201,9 +202,14 @@ class SQLiteStore(Store):
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
-            raise InvalidInputError("the store is closed")
+            raise StoreUnavailableError("the store is closed (the server is shutting down)")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._tx, fn)
+        try:
+            return await loop.run_in_executor(self._executor, self._tx, fn)
+        except sqlite3.OperationalError as e:  # locked, disk full, I/O error: typed, retryable
+            raise StoreUnavailableError(f"database unavailable: {e}") from None
+        except RuntimeError as e:  # executor shut down under us
+            raise StoreUnavailableError(f"the store is closed: {e}") from None
 
     def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn

@@ -183,3 +183,13 @@ async def test_everything_survives_reopening(tmp_path: Path) -> None:
 def test_bad_synchronous_mode_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError):
         SQLiteStore(tmp_path / "x.db", synchronous="sometimes")
+
+
+async def test_a_closed_store_is_unavailable_not_a_crash(tmp_path: Path) -> None:
+    from orchestrator.store.base import StoreUnavailableError
+
+    s = SQLiteStore(tmp_path / "db.sqlite")
+    await s.aclose()
+    with pytest.raises(StoreUnavailableError) as err:
+        await s.list_policies("t1")
+    assert err.value.code is ErrorCode.UNAVAILABLE and err.value.retryable
