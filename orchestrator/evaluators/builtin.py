@@ -81,6 +81,16 @@ class BuiltinEvaluator(Evaluator):
         """Fail fast when the model cannot be located (deploy-time check for the factory/CLI)."""
         self.resolved_config()
 
+    def _wire_config(self, cfg: Any) -> dict[str, Any]:
+        return cfg.model_dump(mode="json", exclude_none=True, exclude={"rate_limit", "timeout"})
+
+    async def prepare(self, *, timeout: float = 180.0) -> None:
+        """Deploy-time check: resolve model paths, start the model server, load the model and
+        validate the config against it (unknown categories/entities) with one empty call, so
+        the first real request neither pays the load nor discovers a bad config."""
+        cfg = self.resolved_config()
+        await self.backend.analyze(self.model, self._wire_config(cfg), "", "", {}, timeout=timeout)
+
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
         cfg = self.resolved_config()
         if cfg.timeout:
@@ -89,7 +99,7 @@ class BuiltinEvaluator(Evaluator):
             timeout -= await self._limiter.acquire(timeout)
         return await self.backend.analyze(
             self.model,
-            cfg.model_dump(mode="json", exclude_none=True, exclude={"rate_limit", "timeout"}),
+            self._wire_config(cfg),
             inp.prompt,
             inp.response,
             dict(inp.context),

@@ -110,6 +110,17 @@ async def test_detoxify_threshold_categories_and_env(fixed_detox, pool, monkeypa
         await bad.evaluate(inp, timeout=60)
 
 
+async def test_prepare_loads_and_validates_before_traffic(fixed_detox, pool) -> None:
+    paths = {"checkpoint": fixed_detox.checkpoint, "huggingface_config_path": fixed_detox.config_dir}
+    await DetoxifyEvaluator("t", {"model": "detoxify", **paths}, backend=pool).prepare()
+    health = await pool.health("detoxify")
+    assert any(fixed_detox.checkpoint in x for x in health["loaded"])
+    with pytest.raises(InvalidInputError, match="sexual_explicit"):
+        await DetoxifyEvaluator("t", {"model": "detoxify", "categories": ["sexual_explicit"], **paths},
+                                backend=pool).prepare()
+    await LangdetectEvaluator("l", {"model": "langdetect"}, backend=pool).prepare()
+
+
 async def test_detoxify_missing_checkpoint_is_configuration_error(pool, tmp_path) -> None:
     ev = DetoxifyEvaluator("t", {"model": "detoxify", "checkpoint": str(tmp_path / "none.ckpt"),
                                  "huggingface_config_path": str(tmp_path)}, backend=pool)
