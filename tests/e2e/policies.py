@@ -123,3 +123,52 @@ evaluators:
 {settings}rules:
 {rules}
 """
+
+
+LEARNING = """
+name: learning
+description: a rule whose threshold follows reviewers' feedback
+version: "1.0"
+evaluators:
+  - name: three_quarters
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 0.75}
+rules:
+  - name: strict
+    evaluator: three_quarters
+    threshold: 0.8
+    action: flag
+    feedback_config:
+      collect_user_feedback: true
+      update_model: true
+      feedback_weight: 0.2
+      min_feedback_count: 2
+"""
+
+
+def busy(seconds: float) -> str:
+    """A policy whose evaluator computes for ``seconds`` (graceful shutdown tests)."""
+    return f"""
+name: busy
+description: takes a while
+version: "1.0"
+evaluators:
+  - name: slowish
+    type: custom
+    config:
+      code: |
+        import datetime
+
+        def evaluate(prompt, response, context):
+            end = datetime.datetime.now() + datetime.timedelta(seconds={seconds})
+            while datetime.datetime.now() < end:
+                pass
+            return {{"score": 1.0}}
+rules:
+  - name: r
+    evaluator: slowish
+    threshold: 0.5
+"""

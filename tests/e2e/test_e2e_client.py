@@ -19,7 +19,7 @@ from orchestrator.errors import (
 )
 from orchestrator.results import Action
 from tests.e2e.conftest import ServerProcess, key, need_docker
-from tests.e2e.policies import KEYWORDS, KEYWORDS_V2, UPLOAD_CODE, uses_upload
+from tests.e2e.policies import KEYWORDS, KEYWORDS_V2, LEARNING, UPLOAD_CODE, uses_upload
 
 pytestmark = pytest.mark.e2e
 
@@ -103,6 +103,17 @@ def test_feedback_on_a_decision_and_its_rules(client: Client) -> None:
         client.submit_feedback("00000000-0000-0000-0000-000000000000", "correct")
     with pytest.raises(InvalidInputError):
         client.submit_feedback(d.decision_id, "not a label!")
+
+
+def test_feedback_moves_a_learning_rules_threshold(client: Client) -> None:
+    client.deploy_policy(LEARNING)
+    first = client.evaluate("learning", "p", "r", timeout=10)
+    assert not first.passed and first.rule("strict").threshold == 0.8
+    for _ in range(2):  # reviewers say the rule was too strict
+        client.submit_feedback(first.decision_id, "false_positive", rule="strict")
+    after = client.evaluate("learning", "p", "r", timeout=10)
+    assert after.passed and after.rule("strict").threshold == pytest.approx(0.6)
+    assert "feedback (2 labels)" in after.rule("strict").reason
 
 
 def test_invalid_policy_is_invalid_argument_with_every_issue_located(client: Client) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import ipaddress
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +19,7 @@ from crossaudit import Client
 from orchestrator.errors import EvaluatorUnavailableError
 from tests.conftest import need
 from tests.e2e.conftest import ROOT, ServerProcess, key, write_keys
-from tests.e2e.policies import KEYWORDS
+from tests.e2e.policies import KEYWORDS, busy
 
 pytestmark = pytest.mark.e2e
 
@@ -133,3 +137,19 @@ def test_one_server_per_data_directory(tmp_path: Path) -> None:
         assert res.returncode == 1 and "another crossaudit server" in res.stderr
     finally:
         assert srv.stop() == 0
+
+
+def test_sigterm_lets_an_in_flight_decision_finish(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path)
+    srv.start()
+    with Client(srv.address, api_key=key("acme")) as c:
+        c.deploy_policy(busy(1.0))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(c.evaluate, "busy", "p", "r", None, "production", 10.0)
+            time.sleep(0.3)
+            srv.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            decision = pending.result(timeout=30)
+    assert decision.passed and decision.decision_id
+    assert srv.proc.wait(30) == 0  # type: ignore[union-attr]
+    with sqlite3.connect(tmp_path / "data" / "crossaudit.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM decisions WHERE decision_id=?", (decision.decision_id,)).fetchone()[0]
