@@ -13,6 +13,7 @@ Keys are kept as SHA-256 digests; health checking and reflection need no key.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ import yaml
 from orchestrator.errors import ConfigurationError, UnauthenticatedError
 from orchestrator.service.config import DEV_TENANT, ServiceLimits
 
+log = logging.getLogger("crossaudit.service")
 AUTH_HEADER = "authorization"
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Methods anyone may call: load balancers' health checks, and schema discovery.
@@ -94,7 +96,10 @@ def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict
     limits = limits or ServiceLimits()
     p = Path(path)
     try:
-        if p.stat().st_size > limits.max_api_keys_file_bytes:
+        st = p.stat()
+        if st.st_mode & 0o077:
+            log.warning("API keys file %s is readable by group/others; chmod 600 it", p)
+        if st.st_size > limits.max_api_keys_file_bytes:
             raise ConfigurationError(f"API keys file {p} is larger than {limits.max_api_keys_file_bytes} bytes")
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -267,6 +267,8 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
     parts.append("dev: tenant 'default', no keys" if config.dev else f"{len(tenants)} tenant(s)")
     if info:
         parts.append(f"sandbox {info.get('backend', '?')}")
+        if info.get("backend") == "process":
+            log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
     if running.metrics_port is not None:
         parts.append(f"metrics on {_address(config.metrics_host, running.metrics_port)}")
     announce(", ".join(parts), flush=True)
