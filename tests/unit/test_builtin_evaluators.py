@@ -161,6 +161,16 @@ async def test_presidio_threshold_drops_weak_findings(spacy_dir: str, inproc: In
     assert clean.score == 1.0 and clean.passed is True and clean.spans == []
 
 
+async def test_presidio_other_language(tmp_path, inproc: InProcessModels) -> None:
+    es = build_spacy_pipeline(tmp_path / "es", lang="es", persons=["Maria Garcia"])
+    text = "Hola Maria Garcia, escribe a maria@example.com"
+    v = await PresidioEvaluator("pii", {"model": "presidio", "spacy_model_path": es, "language": "es",
+                                        "entities": ["PERSON", "EMAIL"]}, backend=inproc).evaluate(
+        EvaluationInput("", text), timeout=30)
+    assert {(s.label, text[s.start:s.end]) for s in v.spans} == {
+        ("PERSON", "Maria Garcia"), ("EMAIL_ADDRESS", "maria@example.com")}
+
+
 async def test_presidio_unknown_entity_is_invalid(spacy_dir: str, inproc: InProcessModels) -> None:
     ev = PresidioEvaluator("pii", {"model": "presidio", "spacy_model_path": spacy_dir, "entities": ["DNA"]},
                            backend=inproc)
