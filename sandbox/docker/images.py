@@ -293,7 +293,7 @@ class ImageManager:
                 (context / ".dockerignore").write_text(".crossaudit.json\n")
                 say(f"building dependency image {tag}", 0.5)
                 self._build(
-                    context, tag, say, 0.6,
+                    context, tag, say, 0.6, nocache=force,
                     labels={
                         IMAGE_LABEL: "deps",
                         PRELOAD_LABEL: json.dumps(site.preload),

@@ -169,7 +169,9 @@ class WarmPool:
                     if self.sticky_error is not None:
                         raise self.sticky_error
                     while self.idle:
-                        c = self.idle.pop()
+                        # Oldest idle first: the container that just answered is still forking
+                        # its next child (the agent does that right after replying).
+                        c = self.idle.pop(0)
                         if c.alive:
                             self.busy.add(c)
                             self.last_used = time.monotonic()

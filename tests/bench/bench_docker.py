@@ -1,0 +1,181 @@
+"""Docker sandbox benchmark: warm pool vs ``docker run`` per call, cold start, image build, throughput.
+
+Run: ``python -m tests.bench docker`` (or ``make bench``). Prints figures measured side by side
+in one run; asserts nothing (shared, noisy machines). Needs a Docker daemon.
+Every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from orchestrator.limits import PoolLimits, SandboxLimits
+from sandbox.base import CodeBundle
+from sandbox.deps import default_cache_dir, dependency_key, validate_dependencies
+from sandbox.docker.backend import DockerSandbox, docker_client
+from sandbox.docker.container import AGENT_NOFILE_HEADROOM, AGENT_PIDS_HEADROOM, DEFAULT_ENV, OWNER_LABEL, owner_id
+from sandbox.docker.images import SANDBOX_UID, ImageManager
+from sandbox.protocol import AgentChannel
+from tests.integration._docker import GUIDE_PROFANITY_CODE, GUIDE_PROFANITY_DEPS, percentile
+
+WARM_CALLS = 500
+RUN_PER_CALL = 10
+THROUGHPUT_CALLS = 400
+LEVEL_BUDGET_S = 60.0
+LIMITS = SandboxLimits()
+
+
+def _docker_run_argv(image: str, limits: SandboxLimits) -> list[str]:
+    """The same hardening as the pool's containers, as ``docker run`` flags."""
+    mem = str(limits.container_memory_bytes)
+    nofile = limits.nofile + AGENT_NOFILE_HEADROOM
+    argv = [
+        "docker", "run", "-i", "--rm", "--network", "none", "--read-only",
+        "--tmpfs", f"/tmp:rw,noexec,nosuid,nodev,size={limits.tmpfs_bytes}", "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges", "--memory", mem, "--memory-swap", mem,
+        "--pids-limit", str(limits.pids + AGENT_PIDS_HEADROOM), "--cpus", str(limits.cpus),
+        "--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", "core=0:0", "--log-driver", "none",
+        "--user", f"{SANDBOX_UID}:{SANDBOX_UID}", "--label", "crossaudit.sandbox=1",
+        "--label", f"{OWNER_LABEL}={owner_id()}",  # a live owner: reapers of other processes leave it alone
+    ]  # fmt: skip
+    for k, v in DEFAULT_ENV.items():
+        argv += ["-e", f"{k}={v}"]
+    return [*argv, image]
+
+
+def docker_run_per_call(image: str, preload: tuple[str, ...], n: int) -> list[float]:
+    """Wall time of a whole ``docker run`` (start, load with preload, one call, exit, remove) per call."""
+    if shutil.which("docker") is None:
+        return []
+    load = AgentChannel.load_frame(GUIDE_PROFANITY_CODE, preload=preload, restricted=False, limits=LIMITS)
+    _, call = AgentChannel.call_frame("p", "some badword1 text", {})
+    stdin = (json.dumps(load) + "\n" + json.dumps(call) + "\n").encode()
+    out = []
+    deadline = time.monotonic() + 300
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            break
+        t0 = time.perf_counter()
+        proc = subprocess.run(_docker_run_argv(image, LIMITS), input=stdin, capture_output=True, timeout=60)
+        if b'"op":"result"' in proc.stdout:
+            out.append((time.perf_counter() - t0) * 1000)
+        else:
+            print(f"  docker run gave no result (rc={proc.returncode}): {proc.stderr[-200:]!r}")
+    return out
+
+
+async def warm_latencies(sb: DockerSandbox, bundle: CodeBundle, n: int) -> list[float]:
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await sb.run(bundle, "p", f"text {i} with badword1", {}, timeout=10)
+        lat.append((time.perf_counter() - t0) * 1000)
+    return lat
+
+
+async def throughput(sb: DockerSandbox, bundle: CodeBundle, concurrency: int, total: int) -> tuple[float, int]:
+    """Calls/s with ``concurrency`` workers sharing ``total`` calls (bounded by LEVEL_BUDGET_S)."""
+    remaining = total
+    errors = 0
+    deadline = time.monotonic() + LEVEL_BUDGET_S
+    done = 0
+
+    async def worker() -> None:
+        nonlocal remaining, errors, done
+        while remaining > 0 and time.monotonic() < deadline:
+            remaining -= 1
+            try:
+                await sb.run(bundle, "p", "a fine answer", {}, timeout=10)
+                done += 1
+            except Exception:
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - t0), errors
+
+
+def build_time_with_warm_wheels(client, deps) -> float:
+    """Rebuild the nltk+textblob image from cached wheels: pip install (no index) + docker build, no cache."""
+    key = dependency_key(deps)
+    wheels = default_cache_dir() / "wheels" / key
+    if not (wheels / ".complete").is_file():
+        return float("nan")
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
+        shutil.copytree(wheels, Path(tmp) / "wheels" / key)
+        mgr = ImageManager(client, cache_dir=Path(tmp))
+        t0 = time.perf_counter()
+        mgr.ensure_deps(deps, force=True)
+        return time.perf_counter() - t0
+
+
+async def run() -> None:
+    client = docker_client()
+    deps = validate_dependencies(GUIDE_PROFANITY_DEPS)
+    print(f"cores={os.cpu_count()} docker={client.version().get('Version')} limits: cpus={LIMITS.cpus} "
+          f"container_memory={LIMITS.container_memory_bytes >> 20} MiB")
+
+    pool = PoolLimits(min_size=4, max_size=4, queue_wait_s=10.0)
+    sb = DockerSandbox(LIMITS, pool_limits=pool)
+    try:
+        bundle = CodeBundle(GUIDE_PROFANITY_CODE, dependencies=GUIDE_PROFANITY_DEPS)
+        t0 = time.perf_counter()
+        await sb.prepare(bundle)
+        print(f"prepare (images cached or built now): {time.perf_counter() - t0:.2f} s")
+        image = sb._images.find(deps)
+        assert image is not None
+
+        # first call of a *new* evaluator whose dependency image is cached
+        fresh = CodeBundle(GUIDE_PROFANITY_CODE + f"\n# bench {time.time_ns()}\n", dependencies=GUIDE_PROFANITY_DEPS)
+        t0 = time.perf_counter()
+        await sb.prepare(fresh)
+        await sb.run(fresh, "p", "hello", {}, timeout=10)
+        first_prepared = (time.perf_counter() - t0) * 1000
+        cold_code = GUIDE_PROFANITY_CODE + f"\n# bench cold {time.time_ns()}\n"
+        cold = CodeBundle(cold_code, dependencies=GUIDE_PROFANITY_DEPS)
+        t0 = time.perf_counter()
+        await sb.run(cold, "p", "hello", {}, timeout=10)
+        first_cold = (time.perf_counter() - t0) * 1000
+        await sb.evict(fresh)
+        await sb.evict(cold)
+
+        await asyncio.sleep(2.0)  # let the pool reach min_size off the request path
+        await warm_latencies(sb, bundle, 20)  # warm-up
+        warm = await warm_latencies(sb, bundle, WARM_CALLS)
+        p50, p99 = percentile(warm, 50), percentile(warm, 99)
+        per_call = await asyncio.to_thread(docker_run_per_call, image.tag, image.preload, RUN_PER_CALL)
+        run_p50 = percentile(per_call, 50) if per_call else float("nan")
+
+        rates = {}
+        for conc in (1, 4, 16):
+            rates[conc] = await throughput(sb, bundle, conc, THROUGHPUT_CALLS)
+    finally:
+        await sb.aclose()
+
+    build_s = await asyncio.to_thread(build_time_with_warm_wheels, client, deps)
+
+    print(f"evaluator: the guide's custom_profanity_filter, dependencies {list(GUIDE_PROFANITY_DEPS)}")
+    print(f"warm call ({WARM_CALLS} sequential): p50 {p50:.2f} ms   p99 {p99:.2f} ms")
+    print(f"docker run per call ({len(per_call)} runs): p50 {run_p50:.0f} ms")
+    print(f"ratio docker-run / warm p50: {run_p50 / p50:.0f}x")
+    print(f"first call of a new evaluator, dependency image cached: prepare+call {first_prepared:.0f} ms; "
+          f"run() without prepare {first_cold:.0f} ms")
+    print(f"image build nltk+textblob, warm wheel cache (pip install --no-index + docker build --no-cache): "
+          f"{build_s:.1f} s")
+    for conc, (rate, errors) in rates.items():
+        print(f"throughput at {conc:>2} concurrent (pool max {pool.max_size}): {rate:7.1f} calls/s  errors={errors}")
+
+
+def main() -> None:
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
