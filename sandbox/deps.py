@@ -160,9 +160,9 @@ def import_names(site: Path, dists: Iterable[str]) -> dict[str, list[str]]:
     for dist in dists:
         key = canonicalize_name(dist)
         names: list[str] = []
-        info = infos.get(key)
-        if info is not None:
-            names = _names_from_top_level(info) or _names_from_record(info)
+        found = infos.get(key)
+        if found is not None:
+            names = _names_from_top_level(found) or _names_from_record(found)
         names = [n for n in names if n.isidentifier() and n not in _SKIP_TOP]
         public = [n for n in names if not n.startswith("_")]
         names = public or names
