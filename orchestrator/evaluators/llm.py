@@ -432,7 +432,8 @@ class LLMEvaluator(Evaluator):
         )
         res = await client.aio.models.generate_content(model=cfg.model, contents=user, config=gconf)
         meta = res.usage_metadata.model_dump(exclude_none=True) if getattr(res, "usage_metadata", None) else {}
-        return res.text or "", {"usage": meta}
+        finish = res.candidates[0].finish_reason if res.candidates else None
+        return res.text or "", {"usage": meta, "finish_reason": str(getattr(finish, "value", finish) or "")}
 
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
         cfg = self.config
@@ -452,7 +453,16 @@ class LLMEvaluator(Evaluator):
             raise
         except Exception as exc:
             raise self._typed(exc) from None
-        verdict = parse_answer(text)
+        try:
+            verdict = parse_answer(text)
+        except ProviderError as exc:
+            reason = str(meta.get("finish_reason") or "").lower()
+            if reason in ("length", "max_tokens", "finishreason.max_tokens"):
+                raise ProviderError(
+                    f"{exc.message} (the answer was cut at max_tokens={cfg.max_tokens}: raise max_tokens)",
+                    retryable=False,
+                ) from None
+            raise
         details = {**verdict.details, "provider": cfg.provider, "model": cfg.model, **meta}
         return verdict.model_copy(update={"details": details})
 

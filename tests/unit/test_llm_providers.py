@@ -66,6 +66,7 @@ class FakeProviders:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.script: deque[tuple[str, Any]] = deque()
+        self.truncate = False  # report finish_reason "length" on OpenAI answers
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -91,6 +92,8 @@ class FakeProviders:
                     status, payload = 200, _google_body(arg)
                 else:
                     status, payload = 200, _openai_body(arg)
+                    if owner.truncate:
+                        payload["choices"][0]["finish_reason"] = "length"
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -229,6 +232,15 @@ async def test_garbage_answer_is_not_retryable(fake: FakeProviders) -> None:
     with pytest.raises(ProviderError) as info:
         await _run(ev)
     assert info.value.retryable is False
+
+
+async def test_answer_cut_at_max_tokens_says_so(fake: FakeProviders) -> None:
+    fake.script.append(("answer", '{"safety_score": 0.9, "reasoning": "this goes on and o'))
+    fake.truncate = True
+    ev = LLMEvaluator("cut", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1",
+                              "max_tokens": 12})
+    with pytest.raises(ProviderError, match="max_tokens=12"):
+        await _run(ev)
 
 
 async def test_slow_provider_times_out(fake: FakeProviders) -> None:
