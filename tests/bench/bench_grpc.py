@@ -1,8 +1,11 @@
 """Evaluate over gRPC vs in-process, same 10-rule policy, same sandbox kind, same run.
 
 Prints p50/p99 latency and decisions/s at 1 and 16 concurrent clients, and the ratio
-(gRPC / in-process): the service's overhead (transport, auth, audit write, conversion).
-``CROSSAUDIT_BENCH_SANDBOX=docker`` benchmarks the docker backend instead of process.
+(gRPC / in-process): the service's overhead (transport, auth, conversion, the audit write).
+gRPC and in-process rounds alternate so that machine noise hits both alike. Two variants:
+every request runs both evaluators in the sandbox, and evaluator results cached (which
+measures everything but the sandbox). A no-op gRPC call (health check) gives the transport
+floor. ``CROSSAUDIT_BENCH_SANDBOX=docker`` benchmarks the docker backend instead of process.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from crossaudit.client import AsyncClient
 from orchestrator.policy import load_policy
@@ -21,9 +28,11 @@ from tests.e2e.policies import ten_rules
 
 CONCURRENCY = (1, 16)
 WARMUP = 30
-REQUESTS = {1: 300, 16: 1_600}  # bounded: total requests per level
+ROUNDS = 3  # gRPC and in-process alternate this many times per level
+REQUESTS = {1: 300, 16: 1_600}  # bounded: total requests per level and side
 TIMEOUT_S = 10.0
 RESPONSE = "A perfectly ordinary answer about renewable energy sources and their trade-offs."
+Call = Callable[[int, int], Awaitable[None]]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -31,10 +40,10 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _drive(call, concurrency: int, total: int) -> tuple[list[float], float]:
+async def _drive(call: Call, concurrency: int, total: int) -> tuple[list[float], float]:
     """``concurrency`` workers share ``total`` calls; returns latencies (ms) and wall seconds."""
     latencies: list[float] = []
-    per_worker = total // concurrency
+    per_worker = max(1, total // concurrency)
 
     async def worker(i: int) -> None:
         for n in range(per_worker):
@@ -47,48 +56,66 @@ async def _drive(call, concurrency: int, total: int) -> tuple[list[float], float
     return latencies, time.perf_counter() - t0
 
 
-Results = dict[int, tuple[list[float], float]]
+class _Side:
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.results: dict[int, tuple[list[float], float]] = {}
+
+    async def round(self, concurrency: int, total: int) -> None:
+        lat, wall = await _drive(self.call, concurrency, total)
+        old_lat, old_wall = self.results.get(concurrency, ([], 0.0))
+        self.results[concurrency] = (old_lat + lat, old_wall + wall)
 
 
-async def _grpc(address: str, cached: bool) -> Results:
-    clients = [AsyncClient(address, api_key=key("acme")) for _ in range(max(CONCURRENCY))]
-    text = ten_rules(cached=cached)
-    name = load_policy(text).name
-    try:
-        await clients[0].deploy_policy(text)
-
-        async def call(i: int, n: int) -> None:
-            d = await clients[i].evaluate(name, "prompt", RESPONSE, timeout=TIMEOUT_S)
-            assert len(d.rules) == 10 and not d.errored_rules, d.errored_rules
-
-        await _drive(call, 1, WARMUP)
-        return {c: await _drive(call, c, REQUESTS[c]) for c in CONCURRENCY}
-    finally:
-        for c in clients:
-            await c.close()
-
-
-async def _in_process(sandbox_kind: str, cached: bool) -> Results:
+async def _variant(address: str, kind: str, cached: bool) -> tuple[_Side, _Side]:
     from orchestrator.engine.engine import Engine
     from orchestrator.runtime import Runtime, make_sandbox
 
-    policy = load_policy(ten_rules(cached=cached))
-    sandbox = make_sandbox(sandbox_kind)
+    text = ten_rules(cached=cached)
+    policy = load_policy(text)
+    clients = [AsyncClient(address, api_key=key("acme")) for _ in range(max(CONCURRENCY))]
+    sandbox = make_sandbox(kind)
     runtime = Runtime(sandbox)
     engine = Engine(runtime)
     try:
-        for spec in policy.evaluators:  # same preparation the service does at deploy
+        await clients[0].deploy_policy(text)
+        for spec in policy.evaluators:  # the preparation the service does at deploy
             await sandbox.prepare(runtime.bundle_for(spec, policy))
 
-        async def call(i: int, n: int) -> None:
+        async def remote(i: int, n: int) -> None:
+            d = await clients[i].evaluate(policy.name, "prompt", RESPONSE, timeout=TIMEOUT_S)
+            assert len(d.rules) == 10 and not d.errored_rules, d.errored_rules
+
+        async def local(i: int, n: int) -> None:
             d = await engine.evaluate(policy, "prompt", RESPONSE, {}, timeout=TIMEOUT_S)
             assert len(d.rules) == 10 and not d.errored_rules, d.errored_rules
 
-        await _drive(call, 1, WARMUP)
-        return {c: await _drive(call, c, REQUESTS[c]) for c in CONCURRENCY}
+        sides = _Side(remote), _Side(local)
+        for side in sides:
+            await _drive(side.call, 1, WARMUP)
+        for c in CONCURRENCY:
+            for _ in range(ROUNDS):
+                for side in sides:
+                    await side.round(c, REQUESTS[c] // ROUNDS)
+        return sides
     finally:
+        for cl in clients:
+            await cl.close()
         await engine.aclose()
         await runtime.aclose()
+
+
+async def _transport_floor(address: str) -> float:
+    async with grpc.aio.insecure_channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        req = health_pb2.HealthCheckRequest(service="")
+
+        async def call(i: int, n: int) -> None:
+            await stub.Check(req, timeout=TIMEOUT_S)
+
+        await _drive(call, 1, WARMUP)
+        lat, _ = await _drive(call, 1, REQUESTS[1])
+        return statistics.median(lat)
 
 
 def _row(label: str, lat: list[float], wall: float) -> str:
@@ -105,20 +132,18 @@ def main() -> None:
         srv = ServerProcess(Path(tmp), sandbox=kind)
         srv.start()
         try:
-            remote = {cached: asyncio.run(_grpc(srv.address, cached)) for cached in variants}
+            floor = asyncio.run(_transport_floor(srv.address))
+            results = {cached: asyncio.run(_variant(srv.address, kind, cached)) for cached in variants}
         finally:
             srv.stop()
-    local = {cached: asyncio.run(_in_process(kind, cached)) for cached in variants}
     print(f"10-rule policy, 2 custom evaluators in the {kind} sandbox; server: separate process on loopback")
+    print(f"transport floor (health check round trip, 1 client): p50 {floor:.2f} ms")
     for cached in variants:
-        what = (
-            "evaluator results cached (measures everything but the sandbox)"
-            if cached
-            else "every request runs both evaluators in the sandbox"
-        )
+        what = "evaluator results cached (all but the sandbox)" if cached else "both evaluators run in the sandbox"
         print(f"\n{what}:")
+        remote, local = results[cached]
         for c in CONCURRENCY:
-            (rl, rw), (ll, lw) = remote[cached][c], local[cached][c]
+            (rl, rw), (ll, lw) = remote.results[c], local.results[c]
             print(f"concurrency {c}:")
             print(_row("gRPC", rl, rw))
             print(_row("in-process", ll, lw))
