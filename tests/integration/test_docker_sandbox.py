@@ -302,3 +302,36 @@ async def test_aclose_removes_every_container(docker_daemon):
     json.dumps(info)  # health/info answers are plain data
     await sandbox.aclose()
     assert await wait_gone(docker_daemon, bundle.digest) == []
+
+
+ORPHAN_SCRIPT = '''
+import asyncio, os, sys
+from orchestrator.limits import PoolLimits
+from sandbox.base import CodeBundle
+from sandbox.docker.backend import DockerSandbox
+
+async def main():
+    sb = DockerSandbox(pool_limits=PoolLimits(min_size=2, max_size=2))
+    await sb.prepare(CodeBundle(sys.argv[1]))
+    await asyncio.sleep(1.0)
+    print("ready", flush=True)
+    os.kill(os.getpid(), 9)  # the orchestrator dies without any cleanup
+
+asyncio.run(main())
+'''
+
+
+async def test_containers_go_away_when_the_orchestrator_is_killed(docker_daemon, repo_root):
+    """StdinOnce: the dead orchestrator's attach closes, the agent reads EOF, auto_remove deletes."""
+    import subprocess
+    import sys
+
+    code = BENIGN_CODE + "\n# orphan\n"
+    digest = CodeBundle(code).digest
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", ORPHAN_SCRIPT, code], cwd=repo_root,
+        capture_output=True, text=True, timeout=120,
+    )
+    assert "ready" in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == -9
+    assert await wait_gone(docker_daemon, digest, timeout=15) == []
