@@ -35,6 +35,7 @@ def _die_with_parent() -> None:
 def write_keys(path: Path) -> Path:
     lines = ["tenants:"] + [f"  {t}: [{k}]" for t, k in TENANT_KEYS.items()]
     path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
     return path
 
 

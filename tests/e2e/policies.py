@@ -172,3 +172,36 @@ rules:
     evaluator: slowish
     threshold: 0.5
 """
+
+
+MULTI_LANGUAGE = """
+name: multi-language
+description: the guide's rule chaining on a builtin language detector
+version: "1.0"
+evaluators:
+  - name: language_detector
+    type: builtin
+    config:
+      model: langdetect
+  - name: en_safety
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 0.0 if "harm" in response else 1.0}
+rules:
+  - name: detect_language
+    evaluator: language_detector
+    threshold: 0.5
+    action: continue
+    priority: 100
+  - name: english_safety
+    evaluator: en_safety
+    threshold: 0.8
+    action: block
+    priority: 90
+    conditions:
+      - field: previous_rule.detect_language.detected_language
+        operator: equals
+        value: en
+"""
