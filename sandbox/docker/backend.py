@@ -245,7 +245,7 @@ class DockerSandbox(Sandbox):
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"context is not JSON-serialisable: {exc}") from None
         finally:
-            await pool.release(container)
+            pool.release(container)
         diag = RunDiagnostics(
             stdout=_text(frame.get("stdout")),
             stderr=_text(frame.get("stderr")),

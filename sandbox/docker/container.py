@@ -49,6 +49,7 @@ AGENT_PIDS_HEADROOM = 16  # the warm parent, its threads and the waiting child; 
 STDOUT, STDERR = 1, 2
 MAX_FRAMES_PER_CALL = 64  # unrelated frames skipped while waiting for the call's answer
 STDERR_KEEP = 8 * 1024  # tail of the agent's own stderr kept for diagnostics
+_BACKGROUND: set[asyncio.Task[None]] = set()  # strong references to fire-and-forget cleanups
 
 # Environment variables a sandbox may receive (values from the backend's configuration). The
 # image's own ENV (PATH, HOME, PYTHONPATH, ...) is fixed at build time. Nothing from the host.
@@ -276,6 +277,14 @@ class WarmContainer:
         except (ConnectionError, OSError) as exc:
             await self.destroy()
             raise SandboxCrashedError(f"sandbox channel failed: {exc}") from None
+        except asyncio.CancelledError:
+            # The caller gave up mid-call: the agent is still busy with it, so this container
+            # cannot serve anyone else. Mark it dead now; kill and remove it in the background.
+            self.dead = True
+            task = asyncio.get_running_loop().create_task(self.destroy())
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+            raise
 
     async def destroy(self) -> None:
         """Kill then remove (idempotent, bounded); safe to call from any failure path."""

@@ -90,11 +90,9 @@ class WarmPool:
     # --- starting containers -----------------------------------------------------------------------
 
     def _spawn(self) -> None:
-        """Start one container in the background (caller holds ``cond``)."""
+        """Start one container in the background (no await: safe with or without ``cond`` held)."""
         self.starting += 1
-        task = asyncio.get_running_loop().create_task(self._start_one())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._background(self._start_one())
 
     async def _start_one(self) -> None:
         container = WarmContainer(self.rt, self.image, self.bundle.digest)
@@ -204,24 +202,34 @@ class WarmPool:
             finally:
                 self.waiting -= 1
 
-    async def release(self, c: WarmContainer) -> None:
-        """Return a container after a call; a dead one is dropped and replaced in the background."""
+    def release(self, c: WarmContainer) -> None:
+        """Return a container after a call; a dead one is dropped and replaced in the background.
+
+        Synchronous on purpose (no await between the bookkeeping steps, so no lock needed on one
+        event loop): a caller cancelled right after its call can never leak a busy slot.
+        """
+        self.busy.discard(c)
+        if c.alive and not self.closed:
+            c.idle_since = time.monotonic()
+            self.idle.append(c)
+        else:
+            self._retire(c)
+        self.ensure_min()
+        self._background(self._notify())
+
+    async def _notify(self) -> None:
         async with self.cond:
-            self.busy.discard(c)
-            if c.alive and not self.closed:
-                c.idle_since = time.monotonic()
-                self.idle.append(c)
-            else:
-                self._retire(c)
-            self.ensure_min()
             self.cond.notify_all()
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _retire(self, c: WarmContainer) -> None:
         self.replaced_total += 1
         if not c.dead or c.id is not None:
-            task = asyncio.get_running_loop().create_task(c.destroy())
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._background(c.destroy())
 
     # --- maintenance -------------------------------------------------------------------------------
 

@@ -335,3 +335,22 @@ async def test_containers_go_away_when_the_orchestrator_is_killed(docker_daemon,
     assert "ready" in proc.stdout, proc.stderr[-2000:]
     assert proc.returncode == -9
     assert await wait_gone(docker_daemon, digest, timeout=15) == []
+
+
+async def test_cancelled_call_does_not_leak_a_busy_container(docker_daemon):
+    sandbox = DockerSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1, queue_wait_s=5.0))
+    try:
+        bundle = _bundle(SLOW_CODE, tag="cancel")
+        await sandbox.prepare(bundle)
+        task = asyncio.ensure_future(sandbox.run(bundle, "", "", {"sleep": 30}, timeout=10))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        t0 = time.monotonic()
+        v, _ = await sandbox.run(bundle, "", "", {}, timeout=8)  # a fresh container, not the stuck one
+        assert v.score == 1.0 and time.monotonic() - t0 < 6
+        stats = sandbox.pool_stats(bundle)
+        assert stats["busy"] == 0 and stats["replaced"] >= 1
+    finally:
+        await sandbox.aclose()
