@@ -129,6 +129,8 @@ class ReviewInfo:
     resolved_at: float | None
     reviewer: str
     note: str
+    escalated: bool = False  # an open flag past its escalate_at
+    overdue: bool = False  # an open review past its review_due_at
 
 
 # --- conversions --------------------------------------------------------------------------
@@ -174,6 +176,8 @@ def _review(m: rev_pb.Review) -> ReviewInfo:
         resolved_at=convert.from_timestamp(m.resolved_at, m.HasField("resolved_at")),
         reviewer=m.reviewer,
         note=m.note,
+        escalated=m.escalated,
+        overdue=m.overdue,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -19,6 +20,7 @@ from orchestrator.store.base import (
     ReviewKind,
     ReviewRecord,
     ReviewState,
+    iso_seconds,
 )
 from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
 from protos.crossaudit.v1 import evaluator_pb2 as evr_pb
@@ -258,7 +260,11 @@ def evaluator_to_pb(e: EvaluatorRecord, include_code: bool = False) -> evr_pb.Ev
     )
 
 
-def review_to_pb(r: ReviewRecord) -> rev_pb.Review:
+def review_to_pb(r: ReviewRecord, now: float | None = None) -> rev_pb.Review:
+    now = time.time() if now is None else now
+    is_open = r.state is ReviewState.OPEN
+    escalate_at = iso_seconds(r.params.get("escalate_at"))
+    due_at = iso_seconds(r.params.get("review_due_at"))
     msg = rev_pb.Review(
         id=r.id,
         decision_id=r.decision_id,
@@ -272,6 +278,8 @@ def review_to_pb(r: ReviewRecord) -> rev_pb.Review:
         created_at=timestamp(r.created_at),
         reviewer=r.reviewer,
         note=r.note,
+        escalated=is_open and escalate_at is not None and escalate_at <= now,
+        overdue=is_open and due_at is not None and due_at <= now,
     )
     if r.resolved_at is not None:
         msg.resolved_at.CopyFrom(timestamp(r.resolved_at))

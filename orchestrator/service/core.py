@@ -616,6 +616,7 @@ class CrossAuditService:
         if limit < 0:
             raise InvalidInputError("limit must not be negative")
         cap = min(limit or self.limits.max_list_items, self.limits.max_list_items)
+        await self.store.auto_approve_due(tenant, time.time())
         return await self.store.list_reviews(tenant, state=state, policy=policy or None, limit=cap)
 
     async def resolve_review(
@@ -626,6 +627,7 @@ class CrossAuditService:
             raise InvalidInputError("resolve a review as approved, rejected or dismissed")
         if len(note.encode()) > self.limits.max_feedback_comment_bytes:
             raise InvalidInputError(f"note is longer than {self.limits.max_feedback_comment_bytes} bytes")
+        await self.store.auto_approve_due(tenant, time.time())
         return await self.store.resolve_review(
             tenant, review_id, state, reviewer=reviewer[: self.limits.max_name_length], note=note
         )

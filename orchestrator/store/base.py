@@ -130,6 +130,24 @@ class FeedbackRecord:
     created_at: float
 
 
+AUTO_REVIEWER = "auto"
+
+
+def iso_seconds(value: Any) -> float | None:
+    """Epoch seconds of an ISO-8601 timestamp param (``escalate_at``, ...), or None."""
+    import datetime as dt
+
+    if not isinstance(value, str):
+        return None
+    try:
+        ts = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=dt.UTC)
+    return ts.timestamp()
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -236,6 +254,11 @@ class Store(abc.ABC):
         limit: int = 100,
     ) -> list[ReviewRecord]:
         """Oldest first (a review queue)."""
+
+    @abc.abstractmethod
+    async def auto_approve_due(self, tenant: str, now: float) -> int:
+        """Approve (reviewer ``auto``) open require_review items whose ``auto_approve_at`` has
+        passed; returns how many."""
 
     @abc.abstractmethod
     async def resolve_review(

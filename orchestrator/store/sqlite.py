@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from orchestrator.errors import InvalidInputError, NotFoundError
 from orchestrator.store.base import (
+    AUTO_REVIEWER,
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
@@ -32,6 +33,7 @@ from orchestrator.store.base import (
     ReviewState,
     Store,
     StoreUnavailableError,
+    iso_seconds,
     sha256_text,
 )
 
@@ -565,6 +567,33 @@ class SQLiteStore(Store):
             q += " ORDER BY created_at, id LIMIT ?"
             args.append(max(0, int(limit)))
             return [_review_row(r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def auto_approve_due(self, tenant: str, now: float) -> int:
+        def tx(c: sqlite3.Connection) -> int:
+            rows = c.execute(
+                "SELECT id, params FROM reviews WHERE tenant=? AND state=? AND kind=? AND params LIKE ?",
+                (tenant, ReviewState.OPEN.value, ReviewKind.REQUIRE_REVIEW.value, '%"auto_approve_at"%'),
+            ).fetchall()
+            due = []
+            for r in rows:
+                at = iso_seconds(json.loads(r["params"]).get("auto_approve_at"))
+                if at is not None and at <= now:
+                    due.append(r["id"])
+            for review_id in due:
+                c.execute(
+                    "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
+                    (
+                        ReviewState.APPROVED.value,
+                        now,
+                        AUTO_REVIEWER,
+                        "auto-approved (auto_approve_after)",
+                        tenant,
+                        review_id,
+                    ),
+                )
+            return len(due)
 
         return await self._run(tx)
 

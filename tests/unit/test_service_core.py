@@ -244,3 +244,26 @@ async def test_rule_feedback_reaches_the_engine(store: SQLiteStore) -> None:
     fresh = service(store, ScriptedEngine())  # a restarted service loads the counts
     await fresh.evaluate("t1", policy="p", prompt="", response="")
     assert fresh.seen["t1:feedback"]("p", "r1").total == 1  # type: ignore[attr-defined]
+
+
+def test_escalated_and_overdue_are_computed_when_read() -> None:
+    from orchestrator.service.convert import review_to_pb
+    from orchestrator.store.base import ReviewKind, ReviewRecord
+
+    rec = ReviewRecord(
+        id="r",
+        tenant="t",
+        decision_id="d",
+        policy="p",
+        policy_revision=1,
+        environment="production",
+        rule="x",
+        kind=ReviewKind.FLAG,
+        state=ReviewState.OPEN,
+        params={"escalate_at": "2020-01-01T00:00:00+00:00", "review_due_at": "2999-01-01T00:00:00+00:00"},
+    )
+    msg = review_to_pb(rec)
+    assert msg.escalated and not msg.overdue
+    import dataclasses
+
+    assert not review_to_pb(dataclasses.replace(rec, state=ReviewState.DISMISSED)).escalated

@@ -193,3 +193,23 @@ async def test_a_closed_store_is_unavailable_not_a_crash(tmp_path: Path) -> None
     with pytest.raises(StoreUnavailableError) as err:
         await s.list_policies("t1")
     assert err.value.code is ErrorCode.UNAVAILABLE and err.value.retryable
+
+
+async def test_reviews_past_auto_approve_at_are_approved_by_auto(store: SQLiteStore) -> None:
+    import dataclasses
+
+    past, future = "2020-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"
+    due = dataclasses.replace(
+        review("dec1", "rv-due"), kind=ReviewKind.REQUIRE_REVIEW, params={"auto_approve_at": past}
+    )
+    later = dataclasses.replace(
+        review("dec1", "rv-later"), kind=ReviewKind.REQUIRE_REVIEW, params={"auto_approve_at": future}
+    )
+    flag = dataclasses.replace(review("dec1", "rv-flag"), params={"auto_approve_at": past})  # flags never auto-approve
+    await store.record_decision(audit("dec1"), [due, later, flag])
+    assert await store.auto_approve_due("t1", time.time()) == 1
+    assert await store.auto_approve_due("t1", time.time()) == 0
+    states = {r.id: (r.state, r.reviewer) for r in await store.list_reviews("t1")}
+    assert states["rv-due"] == (ReviewState.APPROVED, "auto")
+    assert states["rv-later"][0] is ReviewState.OPEN and states["rv-flag"][0] is ReviewState.OPEN
+    assert await store.auto_approve_due("t2", time.time()) == 0

@@ -26,25 +26,25 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63rossaudit/v1/review.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x02\n\x06Review\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x04 \x01(\x05\x12\x13\n\x0b\x65nvironment\x18\x05 \x01(\t\x12\x0c\n\x04rule\x18\x06 \x01(\t\x12\'\n\x04kind\x18\x07 \x01(\x0e\x32\x19.crossaudit.v1.ReviewKind\x12)\n\x05state\x18\x08 \x01(\x0e\x32\x1a.crossaudit.v1.ReviewState\x12\'\n\x06params\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bresolved_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08reviewer\x18\x0c \x01(\t\x12\x0c\n\x04note\x18\r \x01(\t\"^\n\x12ListReviewsRequest\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.crossaudit.v1.ReviewState\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\"=\n\x13ListReviewsResponse\x12&\n\x07reviews\x18\x01 \x03(\x0b\x32\x15.crossaudit.v1.Review\"m\n\x14ResolveReviewRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.crossaudit.v1.ReviewState\x12\x10\n\x08reviewer\x18\x03 \x01(\t\x12\x0c\n\x04note\x18\x04 \x01(\t*_\n\nReviewKind\x12\x1b\n\x17REVIEW_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1aREVIEW_KIND_REQUIRE_REVIEW\x10\x01\x12\x14\n\x10REVIEW_KIND_FLAG\x10\x02*\x94\x01\n\x0bReviewState\x12\x1c\n\x18REVIEW_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11REVIEW_STATE_OPEN\x10\x01\x12\x19\n\x15REVIEW_STATE_APPROVED\x10\x02\x12\x19\n\x15REVIEW_STATE_REJECTED\x10\x03\x12\x1a\n\x16REVIEW_STATE_DISMISSED\x10\x04\x32\xb2\x01\n\rReviewService\x12T\n\x0bListReviews\x12!.crossaudit.v1.ListReviewsRequest\x1a\".crossaudit.v1.ListReviewsResponse\x12K\n\rResolveReview\x12#.crossaudit.v1.ResolveReviewRequest\x1a\x15.crossaudit.v1.Reviewb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63rossaudit/v1/review.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x03\n\x06Review\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x04 \x01(\x05\x12\x13\n\x0b\x65nvironment\x18\x05 \x01(\t\x12\x0c\n\x04rule\x18\x06 \x01(\t\x12\'\n\x04kind\x18\x07 \x01(\x0e\x32\x19.crossaudit.v1.ReviewKind\x12)\n\x05state\x18\x08 \x01(\x0e\x32\x1a.crossaudit.v1.ReviewState\x12\'\n\x06params\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bresolved_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08reviewer\x18\x0c \x01(\t\x12\x0c\n\x04note\x18\r \x01(\t\x12\x11\n\tescalated\x18\x0e \x01(\x08\x12\x0f\n\x07overdue\x18\x0f \x01(\x08\"^\n\x12ListReviewsRequest\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.crossaudit.v1.ReviewState\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\"=\n\x13ListReviewsResponse\x12&\n\x07reviews\x18\x01 \x03(\x0b\x32\x15.crossaudit.v1.Review\"m\n\x14ResolveReviewRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.crossaudit.v1.ReviewState\x12\x10\n\x08reviewer\x18\x03 \x01(\t\x12\x0c\n\x04note\x18\x04 \x01(\t*_\n\nReviewKind\x12\x1b\n\x17REVIEW_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1aREVIEW_KIND_REQUIRE_REVIEW\x10\x01\x12\x14\n\x10REVIEW_KIND_FLAG\x10\x02*\x94\x01\n\x0bReviewState\x12\x1c\n\x18REVIEW_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11REVIEW_STATE_OPEN\x10\x01\x12\x19\n\x15REVIEW_STATE_APPROVED\x10\x02\x12\x19\n\x15REVIEW_STATE_REJECTED\x10\x03\x12\x1a\n\x16REVIEW_STATE_DISMISSED\x10\x04\x32\xb2\x01\n\rReviewService\x12T\n\x0bListReviews\x12!.crossaudit.v1.ListReviewsRequest\x1a\".crossaudit.v1.ListReviewsResponse\x12K\n\rResolveReview\x12#.crossaudit.v1.ResolveReviewRequest\x1a\x15.crossaudit.v1.Reviewb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'crossaudit.v1.review_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REVIEWKIND']._serialized_start=752
-  _globals['_REVIEWKIND']._serialized_end=847
-  _globals['_REVIEWSTATE']._serialized_start=850
-  _globals['_REVIEWSTATE']._serialized_end=998
+  _globals['_REVIEWKIND']._serialized_start=788
+  _globals['_REVIEWKIND']._serialized_end=883
+  _globals['_REVIEWSTATE']._serialized_start=886
+  _globals['_REVIEWSTATE']._serialized_end=1034
   _globals['_REVIEW']._serialized_start=109
-  _globals['_REVIEW']._serialized_end=480
-  _globals['_LISTREVIEWSREQUEST']._serialized_start=482
-  _globals['_LISTREVIEWSREQUEST']._serialized_end=576
-  _globals['_LISTREVIEWSRESPONSE']._serialized_start=578
-  _globals['_LISTREVIEWSRESPONSE']._serialized_end=639
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=641
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=750
-  _globals['_REVIEWSERVICE']._serialized_start=1001
-  _globals['_REVIEWSERVICE']._serialized_end=1179
+  _globals['_REVIEW']._serialized_end=516
+  _globals['_LISTREVIEWSREQUEST']._serialized_start=518
+  _globals['_LISTREVIEWSREQUEST']._serialized_end=612
+  _globals['_LISTREVIEWSRESPONSE']._serialized_start=614
+  _globals['_LISTREVIEWSRESPONSE']._serialized_end=675
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=677
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=786
+  _globals['_REVIEWSERVICE']._serialized_start=1037
+  _globals['_REVIEWSERVICE']._serialized_end=1215
 # @@protoc_insertion_point(module_scope)

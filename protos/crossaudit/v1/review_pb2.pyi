@@ -34,7 +34,7 @@ REVIEW_STATE_REJECTED: ReviewState
 REVIEW_STATE_DISMISSED: ReviewState
 
 class Review(_message.Message):
-    __slots__ = ("id", "decision_id", "policy", "policy_revision", "environment", "rule", "kind", "state", "params", "created_at", "resolved_at", "reviewer", "note")
+    __slots__ = ("id", "decision_id", "policy", "policy_revision", "environment", "rule", "kind", "state", "params", "created_at", "resolved_at", "reviewer", "note", "escalated", "overdue")
     ID_FIELD_NUMBER: _ClassVar[int]
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,8 @@ class Review(_message.Message):
     RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
     REVIEWER_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    ESCALATED_FIELD_NUMBER: _ClassVar[int]
+    OVERDUE_FIELD_NUMBER: _ClassVar[int]
     id: str
     decision_id: str
     policy: str
@@ -61,7 +63,9 @@ class Review(_message.Message):
     resolved_at: _timestamp_pb2.Timestamp
     reviewer: str
     note: str
-    def __init__(self, id: _Optional[str] = ..., decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_revision: _Optional[int] = ..., environment: _Optional[str] = ..., rule: _Optional[str] = ..., kind: _Optional[_Union[ReviewKind, str]] = ..., state: _Optional[_Union[ReviewState, str]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reviewer: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    escalated: bool
+    overdue: bool
+    def __init__(self, id: _Optional[str] = ..., decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_revision: _Optional[int] = ..., environment: _Optional[str] = ..., rule: _Optional[str] = ..., kind: _Optional[_Union[ReviewKind, str]] = ..., state: _Optional[_Union[ReviewState, str]] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reviewer: _Optional[str] = ..., note: _Optional[str] = ..., escalated: _Optional[bool] = ..., overdue: _Optional[bool] = ...) -> None: ...
 
 class ListReviewsRequest(_message.Message):
     __slots__ = ("state", "policy", "limit")
