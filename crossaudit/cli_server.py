@@ -356,7 +356,8 @@ def cmd_review_list(args: argparse.Namespace) -> int:
     if not items:
         print("no reviews")
     for r in items:
-        print(f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}")
+        marks = "".join(f"  [{m}]" for m in ("escalated", "overdue") if getattr(r, m))
+        print(f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}{marks}")
     return EXIT_OK
 
 
