@@ -80,7 +80,11 @@ class PolicyTester:
         box = sandbox if isinstance(sandbox, Sandbox) else make_sandbox(
             sandbox or os.environ.get(SANDBOX_ENV, "process"), sandbox_limits
         )
-        self.runtime = Runtime(box, env=env)
+        self._owned_sandbox = None if isinstance(sandbox, Sandbox) else box
+        from sandbox.models.pool import ModelServerPool
+
+        self._models = ModelServerPool()  # started lazily: costs nothing unless a builtin runs
+        self.runtime = Runtime(box, env=env, model_backend=self._models)
         self.engine = Engine(self.runtime, limits=engine_limits)
         self._closed = False
 
@@ -131,7 +135,9 @@ class PolicyTester:
 
     async def _aclose(self) -> None:
         await self.engine.aclose()
-        await self.runtime.aclose()
+        await self._models.aclose()
+        if self._owned_sandbox is not None:
+            await self._owned_sandbox.aclose()
 
     def __enter__(self) -> PolicyTester:
         return self

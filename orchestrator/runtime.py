@@ -43,7 +43,11 @@ class EvaluatorResolver(Protocol):
 
 
 class Runtime:
-    """An EvaluatorFactory over real runners."""
+    """An EvaluatorFactory over real runners.
+
+    The runners (sandbox, model servers) are shared, e.g. by every tenant of the service, so
+    the Runtime never closes them: whoever created them does.
+    """
 
     def __init__(
         self,
@@ -65,7 +69,9 @@ class Runtime:
         if kind is EvaluatorType.BUILTIN:
             from orchestrator.evaluators.builtin import build_builtin
 
-            return build_builtin(spec.name, envvars.expand(spec.config, self.env), backend=self.model_backend)
+            return build_builtin(
+                spec.name, envvars.expand(spec.config, self.env), backend=self.model_backend, environ=self.env
+            )
         from orchestrator.evaluators.llm import LLMEvaluator
 
         # ${VAR} in api_key/base_url is expanded by the evaluator at call time, so a missing
@@ -106,10 +112,6 @@ class Runtime:
         params = envvars.expand(cfg.parameters, self.env)
         return CustomEvaluator(spec.name, bundle, self.sandbox, params)
 
-    async def aclose(self) -> None:
-        await self.sandbox.aclose()
-        if self.model_backend is not None and hasattr(self.model_backend, "aclose"):
-            await self.model_backend.aclose()
 
 
 def _read_code(path: Path, name: str) -> str:
