@@ -160,7 +160,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
         self, tenant: str, request_iterator: AsyncIterator[ev_pb.EvaluateRequest], context: Any
     ) -> AsyncIterator[ev_pb.EvaluateStreamResponse]:
         limits = self.svc.limits
-        results: asyncio.Queue[Any] = asyncio.Queue()
+        results: asyncio.Queue[Any] = asyncio.Queue()  # bounded by the slots
         slots = asyncio.Semaphore(limits.max_stream_inflight)
         running: set[asyncio.Task[None]] = set()
         done = object()
@@ -177,9 +177,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
                     request_id=req.request_id,
                     error=ev_pb.ItemError(code=grpc_code(exc).name, message=exc.message, retryable=exc.retryable),
                 )
-            finally:
-                slots.release()
-            await results.put(item)
+            await results.put(item)  # its slot is released once the answer is sent
 
         async def reader() -> None:
             try:
@@ -207,6 +205,8 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                # evaluating + answered-but-unsent items stay within max_stream_inflight
+                slots.release()
         finally:
             feeder.cancel()
             for task in list(running):
