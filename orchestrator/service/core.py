@@ -639,6 +639,13 @@ class CrossAuditService:
         Returns one line per problem (invalid files are skipped, not fatal)."""
         if await self.store.get_meta("bootstrapped"):
             return []
+        if files:
+            log.info(
+                "first start: deploying %d policy file(s) to %s for %d tenant(s) (may build sandbox images)",
+                len(files),
+                environment,
+                len(tenants),
+            )
         problems = []
         for tenant in tenants:
             for filename, text in files:
