@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -138,45 +138,96 @@ class CustomConfig(CommonEvaluatorConfig):
         return dict(self.model_extra or {})
 
 
-class DetoxifyCategory(str, Enum):
-    TOXICITY = "toxicity"
-    SEVERE_TOXICITY = "severe_toxicity"
-    OBSCENE = "obscene"
-    THREAT = "threat"
-    INSULT = "insult"
-    IDENTITY_ATTACK = "identity_attack"
-    SEXUAL_EXPLICIT = "sexual_explicit"
+DETOXIFY_CATEGORIES = (
+    "toxicity", "severe_toxicity", "obscene", "threat", "insult", "identity_attack", "sexual_explicit",
+)
+# The guide writes short entity names; Presidio's recognizers use these.
+PRESIDIO_ENTITY_ALIASES: dict[str, str] = {
+    "EMAIL": "EMAIL_ADDRESS",
+    "SSN": "US_SSN",
+    "PHONE": "PHONE_NUMBER",
+    "CREDIT_CARD_NUMBER": "CREDIT_CARD",
+    "IP": "IP_ADDRESS",
+}
+DEFAULT_PRESIDIO_ENTITIES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "CREDIT_CARD")
+MAX_LISTED = 64  # categories / entities / languages in one builtin config
 
 
-class DetoxifyConfig(CommonEvaluatorConfig):
+class BuiltinConfigBase(CommonEvaluatorConfig):
+    """Shared by the three builtins. Also the model server's wire validation (one definition)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_kind: ClassVar[str]
+
+    text: Literal["response", "prompt"] = Field(
+        default="response", description="Which text is analysed (spans and redaction apply to the response)"
+    )
+
+
+class DetoxifyConfig(BuiltinConfigBase):
+    model_kind: ClassVar[str] = "detoxify"
+
     model: Literal["detoxify"] = Field(description="Detoxify toxicity classifier")
     variant: Literal["original", "unbiased", "multilingual"] = Field(default="original", description="Model variant")
-    threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="Category probability that counts as toxic")
-    categories: list[DetoxifyCategory] = Field(
-        default_factory=lambda: [DetoxifyCategory.TOXICITY], description="Categories considered"
+    threshold: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Category probability at or above which the text is toxic"
+    )
+    categories: tuple[str, ...] = Field(
+        default=("toxicity",),
+        description=f"Categories considered, e.g. {', '.join(DETOXIFY_CATEGORIES)}; [] = all the model predicts",
     )
     checkpoint: str | None = Field(default=None, description="Local checkpoint file (no hub downloads)")
     huggingface_config_path: str | None = Field(default=None, description="Local tokenizer/config directory")
 
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        out = tuple(dict.fromkeys(c.strip().lower() for c in v if c.strip()))
+        if len(out) > MAX_LISTED:
+            raise ValueError(f"at most {MAX_LISTED} categories")
+        return out
 
-class PresidioConfig(CommonEvaluatorConfig):
+
+class PresidioConfig(BuiltinConfigBase):
+    model_kind: ClassVar[str] = "presidio"
+
     model: Literal["presidio"] = Field(description="Presidio PII analyzer")
-    entities: list[str] = Field(
-        default_factory=lambda: ["PERSON", "EMAIL", "PHONE_NUMBER", "SSN", "CREDIT_CARD"],
-        description="Entity types (EMAIL, SSN and PHONE are accepted aliases)",
+    entities: tuple[str, ...] = Field(
+        default=DEFAULT_PRESIDIO_ENTITIES, description="Entity types (EMAIL, SSN and PHONE are accepted aliases)"
     )
     confidence_threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="Ignore findings below this")
-    language: str = Field(default="en", description="Text language")
+    language: str = Field(default="en", min_length=2, max_length=12, description="Text language")
     spacy_model_path: str | None = Field(default=None, description="Local spaCy pipeline directory")
 
+    @field_validator("entities")
+    @classmethod
+    def _entities(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        names = [e.strip().upper() for e in v if e.strip()]
+        out = tuple(dict.fromkeys(PRESIDIO_ENTITY_ALIASES.get(n, n) for n in names))
+        if not out:
+            raise ValueError("entities must name at least one entity type")
+        if len(out) > MAX_LISTED:
+            raise ValueError(f"at most {MAX_LISTED} entities")
+        return out
 
-class LangdetectConfig(CommonEvaluatorConfig):
+
+class LangdetectConfig(BuiltinConfigBase):
+    model_kind: ClassVar[str] = "langdetect"
+
     model: Literal["langdetect"] = Field(description="Language identification")
-    expected_languages: list[str] = Field(default_factory=list, description="If set, other languages fail")
+    expected_languages: tuple[str, ...] = Field(
+        default=(), description="If set, the score is the probability of the best expected language"
+    )
+    max_candidates: int = Field(default=5, ge=1, le=20, description="Candidate languages listed in details")
+
+    @field_validator("expected_languages")
+    @classmethod
+    def _languages(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(x.strip().lower() for x in v if x.strip()))
 
 
 BuiltinConfig = DetoxifyConfig | PresidioConfig | LangdetectConfig
-BUILTIN_MODELS: dict[str, type[CommonEvaluatorConfig]] = {
+BUILTIN_MODELS: dict[str, type[BuiltinConfigBase]] = {
     "detoxify": DetoxifyConfig,
     "presidio": PresidioConfig,
     "langdetect": LangdetectConfig,

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import ConfigurationError, InvalidInputError
+from orchestrator.policy.models import (
+    BUILTIN_MODELS,
+    BuiltinConfigBase,
+    DetoxifyConfig,
+    LangdetectConfig,
+    PresidioConfig,
+)
 
 ENV_DETOXIFY_CHECKPOINT = "CROSSAUDIT_DETOXIFY_CHECKPOINT"
 ENV_DETOXIFY_CONFIG = "CROSSAUDIT_DETOXIFY_CONFIG"
@@ -24,97 +31,8 @@ ENV_SPACY_MODEL = "CROSSAUDIT_SPACY_MODEL"
 # confine it to trusted model directories.
 ENV_MODEL_ROOTS = "CROSSAUDIT_MODEL_ROOTS"
 
-# The DSL guide writes short entity names; Presidio's recognizers use these.
-PRESIDIO_ENTITY_ALIASES: dict[str, str] = {
-    "EMAIL": "EMAIL_ADDRESS",
-    "SSN": "US_SSN",
-    "PHONE": "PHONE_NUMBER",
-    "CREDIT_CARD_NUMBER": "CREDIT_CARD",
-    "IP": "IP_ADDRESS",
-}
-DEFAULT_PRESIDIO_ENTITIES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "CREDIT_CARD")
-DETOXIFY_VARIANTS = ("original", "unbiased", "multilingual")
-
-
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    model_kind: ClassVar[str]
-
-    model: str
-    # Which text is analysed. Spans always index into that text; redaction uses ``response``.
-    text: Literal["response", "prompt"] = "response"
-    # Common evaluator settings (the policy layer's CommonEvaluatorConfig); the evaluator
-    # applies them, the model server ignores them.
-    rate_limit: int | None = Field(default=None, gt=0)
-    timeout: float | None = Field(default=None, gt=0)
-
-    @field_validator("model")
-    @classmethod
-    def _kind(cls, v: str) -> str:
-        if v.strip().lower() != cls.model_kind:
-            raise ValueError(f"model must be {cls.model_kind!r}")
-        return cls.model_kind
-
-
-class DetoxifyConfig(_Config):
-    """``model: detoxify``. ``passed`` is ``max(selected category probability) < threshold``."""
-
-    model_kind: ClassVar[str] = "detoxify"
-
-    variant: Literal["original", "unbiased", "multilingual"] = "original"
-    # Same default as the policy layer; an empty list means every category the checkpoint predicts.
-    categories: tuple[str, ...] = ("toxicity",)
-    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    checkpoint: str | None = None
-    huggingface_config_path: str | None = None
-
-    @field_validator("categories")
-    @classmethod
-    def _cats(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        out = tuple(dict.fromkeys(c.strip().lower() for c in v if c.strip()))
-        if len(out) > 64:
-            raise ValueError("at most 64 categories")
-        return out
-
-
-class PresidioConfig(_Config):
-    """``model: presidio``. Entities below ``confidence_threshold`` are ignored entirely."""
-
-    model_kind: ClassVar[str] = "presidio"
-
-    entities: tuple[str, ...] = DEFAULT_PRESIDIO_ENTITIES
-    confidence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    language: str = Field(default="en", min_length=2, max_length=12)
-    spacy_model_path: str | None = None
-
-    @field_validator("entities")
-    @classmethod
-    def _entities(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        names = [e.strip().upper() for e in v if e.strip()]
-        out = tuple(dict.fromkeys(PRESIDIO_ENTITY_ALIASES.get(n, n) for n in names))
-        if not out:
-            raise ValueError("entities must name at least one entity type")
-        if len(out) > 64:
-            raise ValueError("at most 64 entities")
-        return out
-
-
-class LangdetectConfig(_Config):
-    """``model: langdetect``. With ``expected_languages`` the score is the probability of the
-    best expected language, so a rule threshold reads "is in an expected language"."""
-
-    model_kind: ClassVar[str] = "langdetect"
-
-    expected_languages: tuple[str, ...] = ()
-    max_candidates: int = Field(default=5, ge=1, le=20)
-
-    @field_validator("expected_languages")
-    @classmethod
-    def _langs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(x.strip().lower() for x in v if x.strip()))
-
-
-CONFIGS: dict[str, type[_Config]] = {c.model_kind: c for c in (DetoxifyConfig, PresidioConfig, LangdetectConfig)}
+# One definition of the builtin configs: the policy layer's (pure pydantic, no model imports).
+CONFIGS: dict[str, type[BuiltinConfigBase]] = dict(BUILTIN_MODELS)
 BuiltinConfig = DetoxifyConfig | PresidioConfig | LangdetectConfig
 
 
