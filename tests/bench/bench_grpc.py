@@ -102,7 +102,7 @@ async def _variant(address: str, kind: str, cached: bool) -> tuple[_Side, _Side]
         for cl in clients:
             await cl.close()
         await engine.aclose()
-        await runtime.aclose()
+        await sandbox.aclose()
 
 
 async def _transport_floor(address: str) -> float:
