@@ -9,10 +9,10 @@ else should raise bare exceptions across a layer boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Stable, transport-neutral error categories (mapped to gRPC codes in the service)."""
 
     INVALID_ARGUMENT = "invalid_argument"

@@ -7,13 +7,13 @@ below its threshold. These models never carry proto types (the service converts)
 from __future__ import annotations
 
 import math
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"
@@ -21,7 +21,7 @@ class Status(str, Enum):
     SKIPPED = "skipped"
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     """Rule actions, declared from least to most severe (``severity`` relies on the order)."""
 
     CONTINUE = "continue"

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import (
     ConfigurationError,
@@ -33,6 +33,7 @@ from orchestrator.errors import (
     RateLimitedError,
 )
 from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.policy.models import LLMConfig
 from orchestrator.results import Verdict
 
 Provider = Literal["openai", "anthropic", "google", "azure", "openai_compatible"]
@@ -76,30 +77,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # --- config -----------------------------------------------------------------------------
 
 
-class LLMEvaluatorConfig(BaseModel):
-    """The ``config:`` of an ``llm`` evaluator (mirrors the policy layer's LLMConfig)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    provider: Provider
-    model: str = Field(min_length=1)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=500, gt=0, le=100_000)
-    system_prompt: str | None = None
-    response_format: Literal["json", "text"] = "json"
-    api_key: str | None = None
-    base_url: str | None = None
-    api_version: str | None = None  # Azure
-    organization: str | None = None  # OpenAI
-    rate_limit: int | None = Field(default=None, gt=0)  # requests per minute
-    rate_limit_burst: int | None = Field(default=None, gt=0)
-    timeout: float | None = Field(default=None, gt=0)
-
-    @field_validator("provider", mode="before")
-    @classmethod
-    def _provider(cls, v: Any) -> Any:
-        v = getattr(v, "value", v)
-        return v.strip().lower() if isinstance(v, str) else v
+# One definition: the policy layer's model is the evaluator's config.
+LLMEvaluatorConfig = LLMConfig
 
 
 def parse_llm_config(raw: Mapping[str, Any] | BaseModel) -> LLMEvaluatorConfig:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -40,7 +40,7 @@ class Strict(BaseModel):
 # --- metadata ---------------------------------------------------------------------------
 
 
-class Priority(str, Enum):
+class Priority(StrEnum):
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
@@ -84,13 +84,13 @@ class Metadata(Strict):
 # --- evaluators -------------------------------------------------------------------------
 
 
-class EvaluatorType(str, Enum):
+class EvaluatorType(StrEnum):
     LLM = "llm"
     CUSTOM = "custom"
     BUILTIN = "builtin"
 
 
-class LLMProvider(str, Enum):
+class LLMProvider(StrEnum):
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
     GOOGLE = "google"
@@ -104,6 +104,8 @@ class CommonEvaluatorConfig(Strict):
 
 
 class LLMConfig(CommonEvaluatorConfig):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     provider: LLMProvider = Field(
         default=LLMProvider.OPENAI, description="openai, anthropic, google, azure or openai_compatible"
     )
@@ -116,6 +118,12 @@ class LLMConfig(CommonEvaluatorConfig):
     base_url: str | None = Field(default=None, description="Endpoint override (vLLM, Ollama, proxies)")
     api_version: str | None = Field(default=None, description="Azure OpenAI API version")
     organization: str | None = Field(default=None, description="OpenAI organization id")
+    rate_limit_burst: int | None = Field(default=None, gt=0, description="Burst size of rate_limit (default rpm/10)")
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _provider(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
 
 
 class CustomConfig(CommonEvaluatorConfig):
@@ -264,7 +272,7 @@ class EvaluatorSpec(Strict):
 # --- rules ------------------------------------------------------------------------------
 
 
-class Operator(str, Enum):
+class Operator(StrEnum):
     EQUALS = "equals"
     NOT_EQUALS = "not_equals"
     CONTAINS = "contains"
@@ -299,7 +307,7 @@ class RuleSettings(Strict):
     retries: int | None = Field(default=None, ge=0, le=10, description="Retries for this rule (default: policy)")
 
 
-class FallbackOnError(str, Enum):
+class FallbackOnError(StrEnum):
     WARN = "warn"
     BLOCK = "block"
     ALLOW = "allow"
@@ -347,7 +355,7 @@ class DynamicThresholdConfig(Strict):
         return v
 
 
-class ConsensusStrategy(str, Enum):
+class ConsensusStrategy(StrEnum):
     MAJORITY = "majority"
     UNANIMOUS = "unanimous"
     WEIGHTED_AVERAGE = "weighted_average"
@@ -419,7 +427,7 @@ class Rule(Strict):
 # --- action configs ---------------------------------------------------------------------
 
 
-class LogLevel(str, Enum):
+class LogLevel(StrEnum):
     DEBUG = "debug"
     INFO = "info"
     WARNING = "warning"
@@ -443,7 +451,7 @@ class WarnConfig(ActionConfigBase):
     continue_processing: bool = Field(default=True, description="Keep evaluating lower-priority rules")
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
@@ -459,7 +467,7 @@ class FlagConfig(ActionConfigBase):
     auto_escalate_after: Duration | None = Field(default=None, description="Escalate if untouched this long")
 
 
-class ModifyStrategy(str, Enum):
+class ModifyStrategy(StrEnum):
     REDACT = "redact"
     REPLACE = "replace"
     SUMMARIZE = "summarize"
