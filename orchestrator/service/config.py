@@ -23,7 +23,9 @@ class ServiceLimits:
     max_stream_items: int = 1_000_000  # items one EvaluateStream may carry
     default_deadline_s: float = 30.0  # decision budget when the caller sets no deadline
     answer_margin_s: float = 0.05  # kept back from the caller's deadline: engine grace + audit write + answer
+    answer_margin_fraction: float = 0.25  # ... but never more than this share of a short deadline
     cutoff_margin_s: float = 0.02  # the engine is cancelled this long before the caller's deadline
+    cutoff_margin_fraction: float = 0.1  # ... but never more than this share of a short deadline
     shutdown_grace_s: float = 5.0  # in-flight calls get this long on SIGTERM
     max_list_items: int = 1_000  # list answers are capped at this many items
     max_name_length: int = 200  # policy/evaluator names, environments, labels

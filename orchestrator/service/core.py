@@ -372,7 +372,8 @@ class CrossAuditService:
         needs, or the default when the caller set no deadline."""
         if time_remaining is None:
             return self.limits.default_deadline_s
-        return min(time_remaining - self.limits.answer_margin_s, self.limits.default_deadline_s)
+        margin = min(self.limits.answer_margin_s, self.limits.answer_margin_fraction * time_remaining)
+        return min(time_remaining - margin, self.limits.default_deadline_s)
 
     async def evaluate(
         self,
@@ -419,7 +420,8 @@ class CrossAuditService:
             if time_remaining is None:
                 hard = budget + self.limits.answer_margin_s
             else:
-                hard = time_remaining - self.limits.cutoff_margin_s
+                cutoff = min(self.limits.cutoff_margin_s, self.limits.cutoff_margin_fraction * time_remaining)
+                hard = time_remaining - cutoff
             task = asyncio.ensure_future(decide())
             try:
                 done, _ = await asyncio.wait({task}, timeout=max(0.0, hard - (time.monotonic() - t0)))

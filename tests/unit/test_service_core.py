@@ -146,10 +146,12 @@ async def test_engine_gets_what_is_left_of_the_deadline(store: SQLiteStore) -> N
     await svc.deploy_policy("t1", POLICY)
     await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.2)
     await svc.evaluate("t1", policy="p", prompt="", response="")
+    await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.04)
     assert 0.1 < engine.timeouts[0] <= 0.2 - ServiceLimits().answer_margin_s
     assert 6.9 < engine.timeouts[1] <= 7.0
+    assert 0.02 < engine.timeouts[2] <= 0.03  # a short deadline keeps only a share back
     with pytest.raises(DeadlineExceededError):
-        await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.001)
+        await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.0)
 
 
 async def test_an_engine_that_overruns_is_cut_at_the_deadline(store: SQLiteStore) -> None:
