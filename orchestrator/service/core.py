@@ -288,7 +288,7 @@ class CrossAuditService:
         if hit is not None:
             self._policies.move_to_end(key)
             return hit.policy
-        policy = load_policy(rec.content, f"{rec.name}@{rec.version}")
+        policy = await _parse(rec.content, f"{rec.name}@{rec.version}")
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=False)
         self._cache(tenant, rec, policy)
@@ -302,14 +302,14 @@ class CrossAuditService:
 
     # --- policies -----------------------------------------------------------------------
 
-    def validate_policy(self, content: str, filename: str = "") -> Policy:
-        return load_policy(content, filename or "<policy>")
+    async def validate_policy(self, content: str, filename: str = "") -> Policy:
+        return await _parse(content, filename or "<policy>")
 
     async def deploy_policy(
         self, tenant: str, content: str, *, environment: str = "", filename: str = ""
     ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
         env = self._environment(environment)
-        policy = load_policy(content, filename or "<policy>")
+        policy = await _parse(content, filename or "<policy>")
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=True)
         version, deployment, created = await self.store.deploy_policy(
@@ -684,6 +684,11 @@ class CrossAuditService:
                 await eng.aclose()
             except Exception:  # closing must go on for the others
                 log.exception("closing an engine failed")
+
+
+async def _parse(text: str, filename: str) -> Policy:
+    """Parse and validate off the event loop: a large policy must not stall other requests."""
+    return await asyncio.to_thread(load_policy, text, filename)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

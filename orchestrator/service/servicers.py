@@ -87,7 +87,7 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
     @unary
     async def ValidatePolicy(self, tenant: str, request: pol_pb.ValidatePolicyRequest, context: Any):
         try:
-            policy = self.svc.validate_policy(request.content, request.filename)
+            policy = await self.svc.validate_policy(request.content, request.filename)
         except PolicyValidationError as e:
             return pol_pb.ValidatePolicyResponse(valid=False, issues=[convert.issue_to_pb(i) for i in e.issues])
         return pol_pb.ValidatePolicyResponse(
