@@ -36,6 +36,7 @@ class ServiceLimits:
     min_api_key_length: int = 16
     policy_cache_entries: int = 256  # parsed policies kept per process
     upload_timeout_s: float = 1_800.0  # validation + image build of one upload
+    max_concurrent_uploads_per_tenant: int = 2  # image builds are heavy: more = RESOURCE_EXHAUSTED
 
 
 @dataclass(frozen=True)

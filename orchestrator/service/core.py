@@ -184,6 +184,7 @@ class CrossAuditService:
         self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
         self._deployed: dict[tuple[str, str, str], int] = {}
         self._inflight: dict[str, int] = {}
+        self._uploading: dict[str, int] = {}
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -579,14 +580,23 @@ class CrossAuditService:
     ) -> tuple[EvaluatorRecord, bool]:
         deps = self.check_upload(name, code, language, list(dependencies))
         bundle = CodeBundle(code=code, dependencies=deps, language=language or "python")
-        if self.sandbox is not None:
-            try:
+        uploading = self._uploading.get(tenant, 0)
+        if uploading >= self.limits.max_concurrent_uploads_per_tenant:
+            raise RateLimitedError(
+                f"this tenant already has {uploading} upload(s) being prepared "
+                f"(limit {self.limits.max_concurrent_uploads_per_tenant}); retry later"
+            )
+        self._uploading[tenant] = uploading + 1
+        try:
+            if self.sandbox is not None:
                 async with asyncio.timeout(self.limits.upload_timeout_s):
                     await self.sandbox.prepare(bundle, progress)
-            except TimeoutError:
-                raise DeadlineExceededError(
-                    f"preparing the evaluator took longer than {self.limits.upload_timeout_s:.0f}s"
-                ) from None
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"preparing the evaluator took longer than {self.limits.upload_timeout_s:.0f}s"
+            ) from None
+        finally:
+            self._uploading[tenant] -= 1
         rec, created = await self.store.put_evaluator(
             tenant,
             name=name,

@@ -269,3 +269,41 @@ def test_escalated_and_overdue_are_computed_when_read() -> None:
     import dataclasses
 
     assert not review_to_pb(dataclasses.replace(rec, state=ReviewState.DISMISSED)).escalated
+
+
+class SlowPrepareSandbox:
+    """A sandbox whose prepare() takes a while (stands in for an image build)."""
+
+    limits = None
+
+    def __init__(self) -> None:
+        from orchestrator.limits import SandboxLimits
+
+        self.limits = SandboxLimits()
+        self.prepared: list[str] = []
+
+    async def prepare(self, bundle: Any, progress: Any = None) -> None:
+        if progress:
+            progress("building", 0.5)
+        await asyncio.sleep(0.2)
+        self.prepared.append(bundle.digest)
+
+    def info(self) -> dict:
+        return {}
+
+
+async def test_uploads_are_prepared_and_limited_per_tenant(store: SQLiteStore) -> None:
+    box = SlowPrepareSandbox()
+    svc = service(store, ScriptedEngine(), sandbox=box, limits=ServiceLimits(max_concurrent_uploads_per_tenant=1))
+    events: list[tuple[str, float]] = []
+    first = asyncio.create_task(
+        svc.upload_evaluator("t1", name="a", code=CODE, progress=lambda m, f: events.append((m, f)))
+    )
+    await asyncio.sleep(0.05)
+    with pytest.raises(RateLimitedError, match="upload"):
+        await svc.upload_evaluator("t1", name="b", code=CODE)
+    other = await svc.upload_evaluator("t2", name="b", code=CODE)  # other tenants are not affected
+    _rec, created = await first
+    assert created and other[1] and events == [("building", 0.5)]
+    assert len(box.prepared) == 2
+    await svc.upload_evaluator("t1", name="c", code=CODE)  # the slot is free again
