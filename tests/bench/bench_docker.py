@@ -122,31 +122,38 @@ async def run() -> None:
     print(f"cores={os.cpu_count()} docker={client.version().get('Version')} limits: cpus={LIMITS.cpus} "
           f"container_memory={LIMITS.container_memory_bytes >> 20} MiB")
 
+    # First call of a *new* evaluator whose dependency image is cached, on a quiet default pool
+    # (min_size 1), before the big pool below competes for the CPUs.
+    small = DockerSandbox(LIMITS)
+    try:
+        t0 = time.perf_counter()
+        await small.prepare(CodeBundle(GUIDE_PROFANITY_CODE, dependencies=GUIDE_PROFANITY_DEPS))
+        print(f"prepare (images cached or built now): {time.perf_counter() - t0:.2f} s")
+        await asyncio.sleep(1.0)
+        firsts_prepared, firsts_cold = [], []
+        for i in range(3):
+            fresh = CodeBundle(GUIDE_PROFANITY_CODE + f"\n# bench {i} {time.time_ns()}\n", GUIDE_PROFANITY_DEPS)
+            t0 = time.perf_counter()
+            await small.prepare(fresh)
+            await small.run(fresh, "p", "hello", {}, timeout=10)
+            firsts_prepared.append((time.perf_counter() - t0) * 1000)
+            await small.evict(fresh)
+            cold = CodeBundle(GUIDE_PROFANITY_CODE + f"\n# cold {i} {time.time_ns()}\n", GUIDE_PROFANITY_DEPS)
+            t0 = time.perf_counter()
+            await small.run(cold, "p", "hello", {}, timeout=10)
+            firsts_cold.append((time.perf_counter() - t0) * 1000)
+            await small.evict(cold)
+        image = small._images.find(deps)
+        assert image is not None
+    finally:
+        await small.aclose()
+
     pool = PoolLimits(min_size=4, max_size=4, queue_wait_s=10.0)
     sb = DockerSandbox(LIMITS, pool_limits=pool)
     try:
         bundle = CodeBundle(GUIDE_PROFANITY_CODE, dependencies=GUIDE_PROFANITY_DEPS)
-        t0 = time.perf_counter()
         await sb.prepare(bundle)
-        print(f"prepare (images cached or built now): {time.perf_counter() - t0:.2f} s")
-        image = sb._images.find(deps)
-        assert image is not None
-
-        # first call of a *new* evaluator whose dependency image is cached
-        fresh = CodeBundle(GUIDE_PROFANITY_CODE + f"\n# bench {time.time_ns()}\n", dependencies=GUIDE_PROFANITY_DEPS)
-        t0 = time.perf_counter()
-        await sb.prepare(fresh)
-        await sb.run(fresh, "p", "hello", {}, timeout=10)
-        first_prepared = (time.perf_counter() - t0) * 1000
-        cold_code = GUIDE_PROFANITY_CODE + f"\n# bench cold {time.time_ns()}\n"
-        cold = CodeBundle(cold_code, dependencies=GUIDE_PROFANITY_DEPS)
-        t0 = time.perf_counter()
-        await sb.run(cold, "p", "hello", {}, timeout=10)
-        first_cold = (time.perf_counter() - t0) * 1000
-        await sb.evict(fresh)
-        await sb.evict(cold)
-
-        await asyncio.sleep(2.0)  # let the pool reach min_size off the request path
+        await asyncio.sleep(3.0)  # let the pool reach min_size off the request path
         await warm_latencies(sb, bundle, 20)  # warm-up
         warm = await warm_latencies(sb, bundle, WARM_CALLS)
         p50, p99 = percentile(warm, 50), percentile(warm, 99)
@@ -165,8 +172,8 @@ async def run() -> None:
     print(f"warm call ({WARM_CALLS} sequential): p50 {p50:.2f} ms   p99 {p99:.2f} ms")
     print(f"docker run per call ({len(per_call)} runs): p50 {run_p50:.0f} ms")
     print(f"ratio docker-run / warm p50: {run_p50 / p50:.0f}x")
-    print(f"first call of a new evaluator, dependency image cached: prepare+call {first_prepared:.0f} ms; "
-          f"run() without prepare {first_cold:.0f} ms")
+    print(f"first call of a new evaluator, dependency image cached (median of 3): prepare+call "
+          f"{percentile(firsts_prepared, 50):.0f} ms; run() without prepare {percentile(firsts_cold, 50):.0f} ms")
     print(f"image build nltk+textblob, warm wheel cache (pip install --no-index + docker build --no-cache): "
           f"{build_s:.1f} s")
     for conc, (rate, errors) in rates.items():
