@@ -1,5 +1,6 @@
 """Service commands of the ``crossaudit`` CLI: ``serve`` and the client commands
-(``policy deploy|list|get|rollback``, ``evaluator upload|list|get``, ``review list|resolve``).
+(``policy deploy|list|get|rollback``, ``evaluator upload|list|get``, ``review list|resolve``,
+``audit list|get``).
 
 Server address and key come from ``--server``/``--api-key`` or ``CROSSAUDIT_SERVER``/
 ``CROSSAUDIT_API_KEY``. Errors are raised as typed CrossAuditErrors, which ``crossaudit.cli``
@@ -130,6 +131,17 @@ def register(
     eg.add_argument("--version", type=int, default=0)
     eg.add_argument("--code", action="store_true", help="include the source")
     eg.set_defaults(func=cmd_evaluator_get)
+
+    au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
+    asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
+    asub.required = True
+    al = asub.add_parser("list", parents=[common], help="recent decisions, most recent first")
+    al.add_argument("--policy", default="")
+    al.add_argument("--limit", type=int, default=20)
+    al.set_defaults(func=cmd_audit_list)
+    ag = asub.add_parser("get", parents=[common], help="one decision's audit record (JSON)")
+    ag.add_argument("decision_id")
+    ag.set_defaults(func=cmd_audit_get)
 
     rv = subparsers.add_parser("review", help="review items created by require_review and flag")
     rsub = rv.add_subparsers(dest="review_command", metavar="SUBCOMMAND")
@@ -346,6 +358,30 @@ def cmd_evaluator_get(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_audit_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_decisions(policy=args.policy, limit=args.limit)
+    if args.json:
+        _print_json(items)
+        return EXIT_OK
+    if not items:
+        print("no decisions")
+    for d in items:
+        verdict = "passed" if d.passed else "failed"
+        errored = f"  errored: {', '.join(d.errored_rules)}" if d.errored_rules else ""
+        print(
+            f"{d.decision_id}  {d.policy} v{d.policy_revision} ({d.environment})  {verdict} {d.action}  "
+            f"{d.latency_ms:.1f} ms{errored}"
+        )
+    return EXIT_OK
+
+
+def cmd_audit_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _print_json(c.get_decision(args.decision_id))
+    return EXIT_OK
+
+
 def cmd_review_list(args: argparse.Namespace) -> int:
     state = args.state
     with _client(args) as c:
@@ -380,4 +416,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -30,6 +30,8 @@ from orchestrator.service import convert
 from orchestrator.service.config import DEFAULT_ENVIRONMENT
 from orchestrator.service.errors import from_rpc_error
 from orchestrator.store.base import ReviewKind, ReviewState
+from protos.crossaudit.v1 import audit_pb2 as audit_pb
+from protos.crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
 from protos.crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
 from protos.crossaudit.v1 import evaluator_pb2 as evr_pb
@@ -133,6 +135,31 @@ class ReviewInfo:
     overdue: bool = False  # an open review past its review_due_at
 
 
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audit record: what decided, the outcome, per-rule results; hashes of the content."""
+
+    decision_id: str
+    policy: str
+    policy_revision: int
+    policy_version: str
+    policy_digest: str
+    environment: str
+    passed: bool
+    action: str
+    rules: list[dict[str, Any]]
+    errored_rules: list[str]
+    latency_ms: float
+    prompt_sha256: str
+    response_sha256: str
+    context_sha256: str
+    modified_response_sha256: str
+    created_at: float | None
+    request_id: str
+    prompt: str | None = None
+    response: str | None = None
+
+
 # --- conversions --------------------------------------------------------------------------
 
 
@@ -178,6 +205,30 @@ def _review(m: rev_pb.Review) -> ReviewInfo:
         note=m.note,
         escalated=m.escalated,
         overdue=m.overdue,
+    )
+
+
+def _audit(m: audit_pb.DecisionRecord) -> AuditEntry:
+    return AuditEntry(
+        decision_id=m.decision_id,
+        policy=m.policy,
+        policy_revision=m.policy_revision,
+        policy_version=m.policy_version,
+        policy_digest=m.policy_digest,
+        environment=m.environment,
+        passed=m.passed,
+        action=m.action,
+        rules=[convert.from_struct(r) for r in m.rules],
+        errored_rules=list(m.errored_rules),
+        latency_ms=m.latency_ms,
+        prompt_sha256=m.prompt_sha256,
+        response_sha256=m.response_sha256,
+        context_sha256=m.context_sha256,
+        modified_response_sha256=m.modified_response_sha256,
+        created_at=convert.from_timestamp(m.created_at),
+        request_id=m.request_id,
+        prompt=m.prompt if m.HasField("prompt") else None,
+        response=m.response if m.HasField("response") else None,
     )
 
 
@@ -281,6 +332,7 @@ class Client:
         self._evaluation = ev_grpc.EvaluationServiceStub(self._channel)
         self._evaluators = evr_grpc.EvaluatorServiceStub(self._channel)
         self._reviews = rev_grpc.ReviewServiceStub(self._channel)
+        self._audit = audit_grpc.AuditServiceStub(self._channel)
 
     def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         try:
@@ -419,6 +471,16 @@ class Client:
     ) -> ReviewInfo:
         req = rev_pb.ResolveReviewRequest(id=review_id, state=_state(state), reviewer=reviewer, note=note)
         return _review(self._call(self._reviews.ResolveReview, req))
+
+    # audit
+    def get_decision(self, decision_id: str) -> AuditEntry:
+        """The audit record of an answered decision."""
+        return _audit(self._call(self._audit.GetDecision, audit_pb.GetDecisionRequest(decision_id=decision_id)))
+
+    def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditEntry]:
+        """Audit records, most recent first (``limit`` 0 = the server's cap)."""
+        r = self._call(self._audit.ListDecisions, audit_pb.ListDecisionsRequest(policy=policy, limit=limit))
+        return [_audit(d) for d in r.decisions]
 
     def close(self) -> None:
         self._channel.close()

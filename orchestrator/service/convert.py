@@ -13,6 +13,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from orchestrator.errors import PolicyIssue
 from orchestrator.results import Action, ActionOutcome, Decision, EvaluatorResult, RuleResult, Span, Status
 from orchestrator.store.base import (
+    AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
     PolicySummaryRecord,
@@ -22,6 +23,7 @@ from orchestrator.store.base import (
     ReviewState,
     iso_seconds,
 )
+from protos.crossaudit.v1 import audit_pb2 as audit_pb
 from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
 from protos.crossaudit.v1 import evaluator_pb2 as evr_pb
 from protos.crossaudit.v1 import policy_pb2 as pol_pb
@@ -283,4 +285,31 @@ def review_to_pb(r: ReviewRecord, now: float | None = None) -> rev_pb.Review:
     )
     if r.resolved_at is not None:
         msg.resolved_at.CopyFrom(timestamp(r.resolved_at))
+    return msg
+
+
+def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
+    msg = audit_pb.DecisionRecord(
+        decision_id=a.decision_id,
+        policy=a.policy,
+        policy_revision=a.policy_revision,
+        policy_version=a.policy_version,
+        policy_digest=a.policy_digest,
+        environment=a.environment,
+        passed=a.passed,
+        action=a.action,
+        rules=[to_struct(r) for r in a.rules],
+        errored_rules=a.errored_rules,
+        latency_ms=a.latency_ms,
+        prompt_sha256=a.prompt_sha256,
+        response_sha256=a.response_sha256,
+        context_sha256=a.context_sha256,
+        modified_response_sha256=a.modified_response_sha256 or "",
+        created_at=timestamp(a.created_at),
+        request_id=a.request_id,
+    )
+    if a.prompt is not None:
+        msg.prompt = a.prompt
+    if a.response is not None:
+        msg.response = a.response
     return msg

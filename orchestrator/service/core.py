@@ -620,6 +620,18 @@ class CrossAuditService:
     async def list_evaluators(self, tenant: str, name: str = "") -> list[EvaluatorRecord]:
         return (await self.store.list_evaluators(tenant, name or None))[: self.limits.max_list_items]
 
+    # --- audit --------------------------------------------------------------------------
+
+    async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord:
+        self._name(decision_id, "decision_id")
+        return await self.store.get_decision(tenant, decision_id)
+
+    async def list_decisions(self, tenant: str, *, policy: str = "", limit: int = 0) -> list[AuditRecord]:
+        if limit < 0:
+            raise InvalidInputError("limit must not be negative")
+        cap = min(limit or self.limits.max_list_items, self.limits.max_list_items)
+        return await self.store.list_decisions(tenant, policy=policy or None, limit=cap)
+
     # --- reviews ------------------------------------------------------------------------
 
     async def list_reviews(

@@ -17,6 +17,8 @@ from orchestrator.service.auth import Authenticator
 from orchestrator.service.core import CrossAuditService
 from orchestrator.service.errors import abort, grpc_code
 from orchestrator.store.base import ReviewState
+from protos.crossaudit.v1 import audit_pb2 as audit_pb
+from protos.crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
 from protos.crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
 from protos.crossaudit.v1 import evaluator_pb2 as evr_pb
@@ -290,13 +292,26 @@ class ReviewServicer(_Base, rev_grpc.ReviewServiceServicer):
         return convert.review_to_pb(rec)
 
 
+class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
+    @unary
+    async def GetDecision(self, tenant: str, request: audit_pb.GetDecisionRequest, context: Any):
+        return convert.audit_to_pb(await self.svc.get_decision(tenant, request.decision_id))
+
+    @unary
+    async def ListDecisions(self, tenant: str, request: audit_pb.ListDecisionsRequest, context: Any):
+        recs = await self.svc.list_decisions(tenant, policy=request.policy, limit=request.limit)
+        return audit_pb.ListDecisionsResponse(decisions=[convert.audit_to_pb(r) for r in recs])
+
+
 def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Authenticator) -> list[str]:
-    """Register the four public services; returns their full names (for health/reflection)."""
+    """Register the public services; returns their full names (for health/reflection)."""
     pol_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(service, auth), server)
     ev_grpc.add_EvaluationServiceServicer_to_server(EvaluationServicer(service, auth), server)
     evr_grpc.add_EvaluatorServiceServicer_to_server(EvaluatorServicer(service, auth), server)
     rev_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(service, auth), server)
+    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(service, auth), server)
     return [
+        audit_pb.DESCRIPTOR.services_by_name["AuditService"].full_name,
         pol_pb.DESCRIPTOR.services_by_name["PolicyService"].full_name,
         ev_pb.DESCRIPTOR.services_by_name["EvaluationService"].full_name,
         evr_pb.DESCRIPTOR.services_by_name["EvaluatorService"].full_name,

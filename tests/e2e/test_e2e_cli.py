@@ -72,6 +72,9 @@ def test_evaluator_and_review_commands(server: ServerProcess, tmp_path: Path) ->
     with Client(server.address, api_key=key("globex")) as c:
         c.deploy_policy(KEYWORDS)
         d = c.evaluate("keywords", "p", "bad", timeout=10)
+    listed = cli(server, "audit", "list", "--policy", "keywords")
+    assert listed.returncode == 0 and d.decision_id in listed.stdout and "failed flag" in listed.stdout
+    assert json.loads(cli(server, "audit", "get", d.decision_id).stdout)["decision_id"] == d.decision_id
     [review_id] = d.review_ids
     assert review_id in cli(server, "review", "list").stdout
     res = cli(server, "review", "resolve", review_id, "--state", "rejected", "--note", "really bad")

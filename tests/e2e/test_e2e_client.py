@@ -94,6 +94,27 @@ def test_flag_and_require_review_create_reviews_that_can_be_resolved(client: Cli
     assert mine[0].id not in {r.id for r in client.list_reviews(state="open")}
 
 
+def test_the_audit_log_has_hashes_not_text(client: Client) -> None:
+    import hashlib
+
+    d = client.evaluate("keywords", "secret prompt", "a bad answer", context={"k": "v"}, timeout=10)
+    a = client.get_decision(d.decision_id)
+    assert (a.policy, a.policy_revision, a.environment, a.action, a.passed) == (
+        "keywords",
+        d.policy_revision,
+        "production",
+        "flag",
+        False,
+    )
+    assert a.prompt is None and a.response is None
+    assert a.response_sha256 == hashlib.sha256(b"a bad answer").hexdigest()
+    assert [r["rule"] for r in a.rules] == ["no_bad", "no_worse"]
+    assert a.rules[0]["evaluators"][0]["violations"] == 1  # counted, not copied
+    assert a.decision_id == client.list_decisions(policy="keywords", limit=1)[0].decision_id
+    with pytest.raises(NotFoundError):
+        client.get_decision("00000000-0000-0000-0000-000000000000")
+
+
 def test_feedback_on_a_decision_and_its_rules(client: Client) -> None:
     d = client.evaluate("keywords", "hi", "bad", timeout=10)
     assert client.submit_feedback(d.decision_id, "false_positive", rule="no_bad", comment="fine really")

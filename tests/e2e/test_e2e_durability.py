@@ -97,5 +97,7 @@ def test_kill_9_under_load_keeps_every_answered_decision(tmp_path: Path) -> None
             assert c.get_evaluator(ev.id).name == "survivor"
             assert c.evaluate("keywords", "p", "fine", timeout=10).passed
             assert c.submit_feedback(answered[-1], "correct")
+            for decision_id in (answered[0], answered[len(answered) // 2], answered[-1]):
+                assert c.get_decision(decision_id).policy == "keywords"
     finally:
         srv.stop()

@@ -9,7 +9,7 @@ import pytest
 
 from crossaudit import Client
 from orchestrator.errors import NotFoundError, PolicyValidationError, UnauthenticatedError
-from protos.crossaudit.v1 import evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
+from protos.crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import KEYWORDS, UPLOAD_CODE, uses_upload
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 PUBLIC_SERVICES = [
     s
-    for mod in (policy_pb2, evaluation_pb2, evaluator_pb2, review_pb2)
+    for mod in (policy_pb2, evaluation_pb2, evaluator_pb2, review_pb2, audit_pb2)
     for s in mod.DESCRIPTOR.services_by_name.values()
 ]
 
@@ -67,6 +67,12 @@ def test_tenants_are_isolated_in_every_service(acme: Client, globex: Client) -> 
     with pytest.raises(NotFoundError):
         globex.resolve_review(decision.review_ids[0], "approved")
 
+    # AuditService
+    with pytest.raises(NotFoundError):
+        globex.get_decision(decision.decision_id)
+    assert decision.decision_id not in {d.decision_id for d in globex.list_decisions()}
+    assert acme.get_decision(decision.decision_id).policy == "keywords"
+
     # the same names are independent per tenant
     mine = globex.deploy_policy(KEYWORDS.replace("flags", "globex flags"))
     assert mine.version.version == 1 and mine.created
@@ -100,7 +106,7 @@ def _call(channel: grpc.Channel, service: object, method: object, metadata: tupl
 )
 def test_every_method_rejects_a_missing_or_wrong_key(server: ServerProcess, metadata: tuple) -> None:
     methods = [(s, m) for s in PUBLIC_SERVICES for m in s.methods]
-    assert len(methods) == 13
+    assert len(methods) == 15
     with grpc.insecure_channel(server.address) as ch:
         codes = {f"{s.name}.{m.name}": _call(ch, s, m, metadata) for s, m in methods}
     assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, codes

@@ -18,14 +18,15 @@ def test_every_proto_has_importable_stubs() -> None:
 
 
 def test_public_services_are_in_package_crossaudit_v1() -> None:
-    from protos.crossaudit.v1 import evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
+    from protos.crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
 
     names = {
         s.full_name
-        for mod in (evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2)
+        for mod in (audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2)
         for s in mod.DESCRIPTOR.services_by_name.values()
     }
     assert names == {
+        "crossaudit.v1.AuditService",
         "crossaudit.v1.EvaluationService",
         "crossaudit.v1.EvaluatorService",
         "crossaudit.v1.PolicyService",
