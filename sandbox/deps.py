@@ -36,7 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from orchestrator.errors import ConfigurationError, DependencyRejectedError
+from orchestrator.errors import ConfigurationError, DependencyRejectedError, EvaluatorUnavailableError
 from orchestrator.limits import DependencyLimits
 from sandbox.base import ProgressCallback
 
@@ -55,6 +55,10 @@ PLATFORMS: tuple[str, ...] = (
     "manylinux2014_x86_64",
     *(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37)),
 )
+_NETWORK_MARKERS = (  # pip output that means "index unreachable", not "no such wheel": retryable
+    "Max retries exceeded", "Temporary failure in name resolution", "Connection refused",
+    "Connection reset", "Read timed out", "ConnectTimeoutError", "Network is unreachable",
+)  # fmt: skip
 _RESOLVER_VERSION = "1"  # bump when the resolution recipe changes: new cache keys
 
 
@@ -358,6 +362,8 @@ class Wheelhouse:
                 proc.wait()
         if proc.returncode != 0:
             detail = "\n".join(tail[-8:])
+            if any(marker in detail for marker in _NETWORK_MARKERS):
+                raise EvaluatorUnavailableError(f"the package index could not be reached; try again:\n{detail}")
             raise DependencyRejectedError(
                 f"dependencies could not be resolved to binary wheels for CPython {PYTHON_VERSION} "
                 f"(source builds are not allowed):\n{detail}"
