@@ -78,5 +78,6 @@ class EngineLimits:
     max_retries: int = 5  # ``settings.retries`` is clamped to this
     retry_backoff_s: float = 0.05  # first backoff; doubles per attempt, bounded by the deadline
     cache_entries: int = 10_000  # LRU size of the result cache
+    evaluator_instances: int = 1_000  # built evaluators kept (per policy version × name), LRU
     default_cache_duration_s: float = 300.0
     max_content_bytes: int = 1024 * 1024  # prompt + response of one request

@@ -25,6 +25,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,20 +117,28 @@ class Engine:
         self.feedback = feedback
         self.clock = clock
         self.now = now
-        self._evaluators: dict[tuple[str, str], Evaluator] = {}
+        self._evaluators: OrderedDict[tuple[str, str], Evaluator] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
 
     # -- evaluators ---------------------------------------------------------------------------
 
     def evaluator_for(self, policy: Policy, name: str) -> Evaluator:
         key = (policy.digest or str(id(policy)), name)
         ev = self._evaluators.get(key)
-        if ev is None:
-            ev = self.factory.build(policy.evaluator(name), policy)
-            self._evaluators[key] = ev
+        if ev is not None:
+            self._evaluators.move_to_end(key)
+            return ev
+        ev = self.factory.build(policy.evaluator(name), policy)
+        self._evaluators[key] = ev
+        while len(self._evaluators) > self.limits.evaluator_instances:  # old policy versions age out
+            _, old = self._evaluators.popitem(last=False)
+            task = asyncio.get_running_loop().create_task(old.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         return ev
 
     async def aclose(self) -> None:
-        evaluators, self._evaluators = list(self._evaluators.values()), {}
+        evaluators, self._evaluators = list(self._evaluators.values()), OrderedDict()
         for ev in evaluators:
             await ev.aclose()
 

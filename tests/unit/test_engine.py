@@ -322,3 +322,14 @@ async def test_disabled_rules_are_reported_skipped() -> None:
     policy = policy_yaml(["a"], "- {name: off, evaluator: a, enabled: false}\n- {name: on, evaluator: a}\n")
     d = await run(policy, Factory({"a": score(1.0)}))
     assert d.rule("off").status is Status.SKIPPED and d.rule("off").reason == "disabled"
+
+
+async def test_built_evaluators_are_bounded_lru() -> None:
+    from orchestrator.limits import EngineLimits
+
+    f = Factory({"a": score(1.0)})
+    engine = Engine(f, limits=EngineLimits(evaluator_instances=2))
+    for version in range(4):  # four policy versions -> four digests
+        policy = policy_yaml(["a"], f"- {{name: r{version}, evaluator: a}}\n")
+        await engine.evaluate(policy, "p", "r", {})
+    assert len(engine._evaluators) == 2
