@@ -23,6 +23,7 @@ import collections
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Mapping
@@ -83,8 +84,36 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
+SANDBOX_UID_RANGE = (20_000, 60_000)  # one uid per container, see UidAllocator
+
+
+class UidAllocator:
+    """Hands every container its own unprivileged uid (gid stays the image's sandbox group).
+
+    Why: ``RLIMIT_NPROC`` (the agent's per-call process cap) and the kernel's process
+    accounting are per *uid across the host*, not per container. With one shared uid, warm
+    parents of many pools, or one evaluator's fork bomb, would exhaust every other
+    evaluator's process budget. Distinct uids keep each container's count its own.
+    """
+
+    def __init__(self, start: int | None = None) -> None:
+        lo, hi = SANDBOX_UID_RANGE
+        self._next = start if start is not None else lo + secrets.randbelow(hi - lo)
+
+    def next(self) -> int:
+        lo, hi = SANDBOX_UID_RANGE
+        uid = self._next
+        self._next = lo + (uid + 1 - lo) % (hi - lo)
+        return uid
+
+
 def container_spec(
-    api: Any, image: str, limits: SandboxLimits, env: Mapping[str, str], labels: Mapping[str, str]
+    api: Any,
+    image: str,
+    limits: SandboxLimits,
+    env: Mapping[str, str],
+    labels: Mapping[str, str],
+    uid: int = SANDBOX_UID,
 ) -> dict[str, Any]:
     """``create_container`` keyword arguments: every isolation setting, from named limits only."""
     from docker.types import LogConfig, Ulimit
@@ -116,7 +145,7 @@ def container_spec(
     )
     return {
         "image": image,
-        "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "user": f"{int(uid)}:{SANDBOX_UID}",  # never 0: uid from UidAllocator, gid the sandbox group
         "stdin_open": True,  # + detach=False → StdinOnce: our disconnect is the agent's EOF
         "tty": False,
         "network_disabled": True,
@@ -177,6 +206,7 @@ class ContainerRuntime:
     pool_limits: PoolLimits
     env: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ENV))
     owner: str = field(default_factory=owner_id)
+    uids: UidAllocator = field(default_factory=UidAllocator)
 
     async def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -207,6 +237,7 @@ class WarmContainer:
         spec = container_spec(
             api, self.image, self.rt.limits, self.rt.env,
             {OWNER_LABEL: self.rt.owner, BUNDLE_LABEL: self.bundle_digest[:32]},
+            uid=self.rt.uids.next(),
         )
         self.id = api.create_container(**spec)["Id"]
         sock = api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})

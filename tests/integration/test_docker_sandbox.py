@@ -27,7 +27,7 @@ from orchestrator.limits import PoolLimits, SandboxLimits
 from sandbox.base import CodeBundle
 from sandbox.deps import validate_dependencies
 from sandbox.docker.backend import DockerSandbox
-from sandbox.docker.container import BUNDLE_LABEL, OWNER_LABEL, owner_id
+from sandbox.docker.container import BUNDLE_LABEL, OWNER_LABEL, SANDBOX_UID_RANGE, owner_id
 from sandbox.docker.images import LABEL, SANDBOX_UID
 from sandbox.docker.reaper import reap
 from tests.integration._docker import (
@@ -117,7 +117,8 @@ async def test_container_hardening_matches_limits(sb, docker_daemon):
     assert not hc.get("Binds")
     assert all(m["Type"] == "tmpfs" for m in info.get("Mounts") or [])
     assert hc["LogConfig"]["Type"] == "none"
-    assert cfg["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
+    uid, gid = (int(x) for x in cfg["User"].split(":"))
+    assert SANDBOX_UID_RANGE[0] <= uid < SANDBOX_UID_RANGE[1] and gid == SANDBOX_UID
     assert cfg["Labels"][LABEL] == "1" and cfg["Labels"][OWNER_LABEL] == owner_id()
     assert cfg["Labels"][BUNDLE_LABEL] == bundle.digest[:32]
     env_keys = {e.split("=", 1)[0] for e in cfg["Env"]}
@@ -156,7 +157,7 @@ async def test_inside_view_of_a_sandbox(sb):
     await sb.prepare(bundle)
     v, _ = await sb.run(bundle, "", "", {}, timeout=5)
     f = v.details
-    assert f["uid"] == SANDBOX_UID and f["gid"] == SANDBOX_UID
+    assert SANDBOX_UID_RANGE[0] <= f["uid"] < SANDBOX_UID_RANGE[1] and f["gid"] == SANDBOX_UID
     assert f["root_writable"] is False and f["tmp_writable"] is True
     assert f["interfaces"] == ["lo"]
     assert int(f["caps"]["CapEff"], 16) == 0 and int(f["caps"]["CapPrm"], 16) == 0

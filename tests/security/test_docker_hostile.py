@@ -487,3 +487,46 @@ async def test_suite_left_no_running_hostile_containers(env):
     ours = [c for c in running if c["Labels"].get("crossaudit.bundle") != env["benign"].digest[:32]]
     owner = f"{socket.gethostname()}:{os.getpid()}"
     assert not [c for c in ours if c["Labels"].get("crossaudit.owner") == owner]
+
+
+HOG_CODE = _src("""
+    import os, time
+    def evaluate(p, r, c):
+        kids = 0
+        for _ in range(200):
+            try:
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                kids += 1
+            except OSError:
+                break
+        time.sleep(float(c.get("hold", 2)))
+        raise RuntimeError(f"held {kids} processes")
+""")
+THREADS_CODE = _src("""
+    import threading
+    def evaluate(p, r, c):
+        threads = [threading.Thread(target=lambda: None) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return {"score": 1.0, "details": {"threads": len(threads)}}
+""")
+
+
+async def test_one_evaluators_process_hog_does_not_starve_another(env):
+    """Process accounting is per uid; every container has its own, so a hog stays contained."""
+    sb: DockerSandbox = env["sb"]
+    hog, victim = CodeBundle(HOG_CODE), CodeBundle(THREADS_CODE)
+    await asyncio.gather(sb.prepare(hog), sb.prepare(victim))
+    try:
+        hog_call = asyncio.ensure_future(sb.run(hog, "", "", {"hold": 2}, timeout=CALL_TIMEOUT))
+        await asyncio.sleep(1.0)  # the hog now holds its whole process budget
+        verdict, _ = await sb.run(victim, "", "", {}, timeout=CALL_TIMEOUT)
+        assert verdict.details["threads"] == 16
+        with pytest.raises((SandboxCodeError, SandboxLimitError)):
+            await hog_call
+    finally:
+        await asyncio.gather(sb.evict(hog), sb.evict(victim))

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.errors import ConfigurationError, DependencyRejectedError
 from orchestrator.limits import DependencyLimits, SandboxLimits
 from sandbox.deps import Dependency, dependency_key, import_names, parse_dependency, validate_dependencies
-from sandbox.docker.container import ENV_ALLOWLIST, check_env, container_spec
+from sandbox.docker.container import ENV_ALLOWLIST, SANDBOX_UID_RANGE, UidAllocator, check_env, container_spec
 from sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
 from sandbox.docker.reaper import _owner_alive
 
@@ -118,6 +118,15 @@ def test_container_spec_carries_every_isolation_setting():
     assert spec["user"] == f"{SANDBOX_UID}:{SANDBOX_UID}" and spec["tty"] is False and spec["stdin_open"] is True
     assert spec["labels"][LABEL] == "1" and spec["use_config_proxy"] is False
     assert spec["environment"] == {"LANG": "C.UTF-8"}
+    assert container_spec(api, "i", limits, {}, {}, uid=23456)["user"] == f"23456:{SANDBOX_UID}"
+
+
+def test_every_container_gets_its_own_unprivileged_uid():
+    lo, hi = SANDBOX_UID_RANGE
+    alloc = UidAllocator(start=hi - 2)
+    uids = [alloc.next() for _ in range(5)]
+    assert uids == [hi - 2, hi - 1, lo, lo + 1, lo + 2]  # wraps inside the range
+    assert all(u > 0 for u in uids) and len(set(uids)) == 5
 
 
 def test_only_allowlisted_environment_variables():
