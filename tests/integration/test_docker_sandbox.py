@@ -355,3 +355,12 @@ async def test_cancelled_call_does_not_leak_a_busy_container(docker_daemon):
         assert stats["busy"] == 0 and stats["replaced"] >= 1
     finally:
         await sandbox.aclose()
+
+
+async def test_sixteen_concurrent_calls_share_a_small_pool(sb):
+    bundle = _bundle(STATE_CODE, tag="concurrent")
+    await sb.prepare(bundle)
+    results = await asyncio.gather(*(sb.run(bundle, "", str(i), {}, timeout=10) for i in range(16)))
+    assert len(results) == 16 and all(v.details["calls_seen"] == 1 for v, _ in results)
+    stats = sb.pool_stats(bundle)
+    assert stats["started"] <= 2 and stats["busy"] == 0  # max_size of the module's pool
