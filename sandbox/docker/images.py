@@ -12,7 +12,7 @@ by name afterwards (also across processes: builds hold a file lock), and never h
 time. All functions here are blocking (docker-py, subprocess): async callers use an executor.
 
 CLI (``make images``): ``python -m sandbox.docker.images build-base [--force]``,
-``build-deps NAME[SPEC]...``, ``reap``.
+``build-deps NAME[SPEC]...``, ``reap``, ``prune``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ DEFAULT_BASE_IMAGE = "python:3.11-slim"
 LABEL = "crossaudit.sandbox"  # on every container this backend starts (reaped by label)
 IMAGE_LABEL = "crossaudit.image"  # base | runner | deps
 PRELOAD_LABEL = "crossaudit.preload"
+RUNNER_LABEL = "crossaudit.runner"  # on dependency images: the runner tag they were built FROM
+MAX_PRUNE = 1_000  # images examined per prune pass
 SANDBOX_UID = 10001
 
 SUITE = "bookworm"
@@ -298,10 +300,44 @@ class ImageManager:
                         IMAGE_LABEL: "deps",
                         PRELOAD_LABEL: json.dumps(site.preload),
                         "crossaudit.deps": json.dumps([str(d) for d in deps]),
+                        RUNNER_LABEL: runner,
                     },
                 )
         say(f"dependency image {tag} ready", 0.9)
         return DepsImage(tag, tuple(site.preload))
+
+
+    def prune(self, progress: ProgressCallback | None = None, *, dry_run: bool = False) -> list[str]:
+        """Remove runner and dependency images that are not built on the current runner.
+
+        Images still used by a container are kept (docker refuses to remove them; that is fine).
+        """
+        import docker.errors
+
+        say = progress or _noop
+        current = self.ensure_runner(say)
+        removed = []
+        images = self.client.api.images(filters={"label": IMAGE_LABEL})[:MAX_PRUNE]
+        for image in images:
+            labels = image.get("Labels") or {}
+            kind = labels.get(IMAGE_LABEL)
+            tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+            stale = (kind == "runner" and current not in tags) or (
+                kind == "deps" and labels.get(RUNNER_LABEL) != current
+            )
+            if not stale or not tags:  # untagged parents go with their child (noprune=False)
+                continue
+            for tag in tags:
+                if dry_run:
+                    removed.append(tag)
+                    continue
+                try:
+                    self.client.api.remove_image(tag, noprune=False)
+                    removed.append(tag)
+                    say(f"removed {tag}", 1.0)
+                except docker.errors.APIError:
+                    continue
+        return removed
 
 
 # --- host tools ------------------------------------------------------------------------------------
@@ -399,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("build-deps", help="build (or find) the image of a dependency set")
     d.add_argument("deps", nargs="*")
     sub.add_parser("reap", help="remove leftover sandbox containers whose owner process is gone")
+    pr = sub.add_parser("prune", help="remove runner/dependency images not built on the current runner")
+    pr.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     args = parser.parse_args(argv)
 
     client = _client_or_none()
@@ -418,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "build-deps":
             image = mgr.ensure_deps(validate_dependencies(args.deps, mgr.dep_limits), progress)
             print(f"dependency image: {image.tag} preload={list(image.preload)} ({time.monotonic() - t0:.1f}s)")
+        elif args.cmd == "prune":
+            stale = mgr.prune(progress, dry_run=args.dry_run)
+            print("\n".join(stale))
+            print(f"{'would remove' if args.dry_run else 'removed'} {len(stale)} stale image tag(s)")
         elif args.cmd == "reap":
             from sandbox.docker.reaper import reap
 
