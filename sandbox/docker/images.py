@@ -307,6 +307,14 @@ class ImageManager:
         return DepsImage(tag, tuple(site.preload))
 
 
+    def _current_deps(self, runner: str, labels: dict[str, str], tags: list[str]) -> bool:
+        """For images built before RUNNER_LABEL existed: is this the current tag of its dependency set?"""
+        try:
+            deps = validate_dependencies(json.loads(labels.get("crossaudit.deps", "[]")), self.dep_limits)
+        except (ValueError, CrossAuditError):
+            return False
+        return self.deps_tag(runner, deps) in tags
+
     def prune(self, progress: ProgressCallback | None = None, *, dry_run: bool = False) -> list[str]:
         """Remove runner and dependency images that are not built on the current runner.
 
@@ -323,7 +331,7 @@ class ImageManager:
             kind = labels.get(IMAGE_LABEL)
             tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
             stale = (kind == "runner" and current not in tags) or (
-                kind == "deps" and labels.get(RUNNER_LABEL) != current
+                kind == "deps" and labels.get(RUNNER_LABEL) != current and not self._current_deps(current, labels, tags)
             )
             if not stale or not tags:  # untagged parents go with their child (noprune=False)
                 continue
