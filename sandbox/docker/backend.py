@@ -21,6 +21,7 @@ import collections
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -88,7 +89,7 @@ class DockerSandbox(Sandbox):
         self._rt: ContainerRuntime | None = None
         self._start_lock: asyncio.Lock | None = None
         self._janitor: asyncio.Task[None] | None = None
-        self._prepare_locks: dict[str, asyncio.Lock] = {}
+        self._prepare_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._closed = False
         self.reaped = 0
 
@@ -189,7 +190,9 @@ class DockerSandbox(Sandbox):
         deps = self._validate(bundle)
         await self.start()
         assert self._images is not None
-        lock = self._prepare_locks.setdefault(bundle.digest, asyncio.Lock())
+        lock = self._prepare_locks.get(bundle.digest)  # one prepare per bundle at a time; freed when unused
+        if lock is None:
+            lock = self._prepare_locks[bundle.digest] = asyncio.Lock()
         async with lock:
             say("checking sandbox images", 0.0)
             image = await self._blocking(self._images.ensure_deps, deps, say)
