@@ -239,12 +239,18 @@ class WarmContainer:
             {OWNER_LABEL: self.rt.owner, BUNDLE_LABEL: self.bundle_digest[:32]},
             uid=self.rt.uids.next(),
         )
-        self.id = api.create_container(**spec)["Id"]
-        sock = api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        cid = self.id = api.create_container(**spec)["Id"]
+        sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)  # SocketIO over the unix socket → the socket itself
         dup = raw.dup()  # ours to hand to asyncio; the originals stay referenced until close
         self._sockets = [sock, raw]
-        api.start(self.id)
+        api.start(cid)
+        if self.dead:  # start() timed out while this thread was still creating: clean up here
+            for s in (dup, sock, raw):
+                with contextlib.suppress(Exception):
+                    s.close()
+            kill_and_remove(self.rt.client, cid)
+            raise EvaluatorUnavailableError("sandbox start was abandoned")
         return dup
 
     async def start(self, load_frame: Mapping[str, Any], timeout: float) -> dict[str, Any]:
