@@ -61,3 +61,19 @@ async def test_bundle_with_its_own_dependency_image(sb):
     v, _ = await sb.run(bundle, "", "", {}, timeout=10)
     assert v.details["six"].startswith("1.") and v.details["preloaded"] is True
     assert progress[-1] == ("evaluator ready", 1.0)
+
+
+def test_make_images_cli_finds_the_runner_by_content_tag(docker_daemon, repo_root):
+    """``make images`` runs this; a second run finds everything by tag and builds nothing."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "sandbox.docker.images", "build-base"]
+    first = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0 and "Step" not in second.stdout
+    tag = second.stdout.strip().splitlines()[-1].split()[2]
+    assert tag.startswith("crossaudit/runner:") and tag in first.stdout
+    labels = docker_daemon.images.get(tag).labels
+    assert labels["crossaudit.image"] == "runner"
