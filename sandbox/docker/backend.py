@@ -31,6 +31,7 @@ from orchestrator.errors import (
     ConfigurationError,
     CrossAuditError,
     EvaluatorTimeoutError,
+    EvaluatorUnavailableError,
     InvalidInputError,
 )
 from orchestrator.limits import DependencyLimits, PoolLimits, SandboxLimits
@@ -112,6 +113,15 @@ class DockerSandbox(Sandbox):
     async def _blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    async def _docker(self, fn: Any, *args: Any) -> Any:
+        """A blocking image operation; daemon/transport failures become typed, retryable errors."""
+        try:
+            return await self._blocking(fn, *args)
+        except CrossAuditError:
+            raise
+        except Exception as exc:  # docker.errors.*, requests' connection errors, OSError
+            raise EvaluatorUnavailableError(f"docker daemon error: {type(exc).__name__}: {exc}") from None
 
     async def start(self) -> None:
         """Connect, reap leftovers of dead orchestrators, start the janitor. Called lazily."""
@@ -195,7 +205,7 @@ class DockerSandbox(Sandbox):
             lock = self._prepare_locks[bundle.digest] = asyncio.Lock()
         async with lock:
             say("checking sandbox images", 0.0)
-            image = await self._blocking(self._images.ensure_deps, deps, say)
+            image = await self._docker(self._images.ensure_deps, deps, say)
             say("starting warm sandbox", 0.92)
             pool = self._pool_for(bundle, image)
             await pool.wait_ready(self.pool_limits.start_timeout_s)
@@ -211,7 +221,7 @@ class DockerSandbox(Sandbox):
         deps = self._validate(bundle)
         await self.start()
         assert self._images is not None
-        image = await self._blocking(self._images.find, deps)
+        image = await self._docker(self._images.find, deps)
         if image is None:
             raise ConfigurationError(
                 "the sandbox image for this evaluator's dependencies is not built; prepare() it first "

@@ -33,6 +33,7 @@ from typing import Any
 
 from orchestrator.errors import (
     ConfigurationError,
+    CrossAuditError,
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
     SandboxCrashedError,
@@ -276,13 +277,10 @@ class WarmContainer:
             raise EvaluatorUnavailableError(f"sandbox container died while loading: {exc} {tail}".strip()) from None
         except Exception as exc:
             await self.destroy()
-            if isinstance(exc, EvaluatorUnavailableError | ConfigurationError):
+            if isinstance(exc, CrossAuditError):
                 raise
-            import docker.errors
-
-            if isinstance(exc, docker.errors.DockerException):
-                raise EvaluatorUnavailableError(f"docker could not start a sandbox: {exc}") from None
-            raise
+            # docker.errors.*, requests' connection errors (daemon gone), OSError on the socket
+            raise EvaluatorUnavailableError(f"docker could not start a sandbox: {type(exc).__name__}: {exc}") from None
 
     async def call(self, prompt: str, response: str, context: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         """Send one call tagged with a fresh nonce; return the matching ``result`` frame.

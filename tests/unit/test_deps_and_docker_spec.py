@@ -155,3 +155,42 @@ def test_apt_sources_override_and_refusal(tmp_path, monkeypatch):
     monkeypatch.setenv("CROSSAUDIT_APT_SOURCES", str(other))
     with pytest.raises(ConfigurationError, match="apt sources"):
         host_apt_sources()
+
+
+class _DeadDaemonClient:
+    """Answers the ping, then every image/container call fails like a daemon that went away."""
+
+    class _Api:
+        def containers(self, **kw):
+            return []
+
+    def __init__(self) -> None:
+        self.api = self._Api()
+
+        class _Images:
+            def get(self, ref):
+                import requests
+
+                raise requests.exceptions.ConnectionError("daemon went away")
+
+        self.images = _Images()
+
+    def ping(self):
+        return True
+
+
+async def test_daemon_failures_surface_as_typed_retryable_errors():
+    from orchestrator.errors import EvaluatorUnavailableError
+    from sandbox.base import CodeBundle
+    from sandbox.docker.backend import DockerSandbox
+
+    sb = DockerSandbox(client=_DeadDaemonClient())
+    bundle = CodeBundle("def evaluate(p, r, c):\n    return {'score': 1.0}\n")
+    try:
+        with pytest.raises(EvaluatorUnavailableError) as info:
+            await sb.prepare(bundle)
+        assert info.value.retryable
+        with pytest.raises(EvaluatorUnavailableError):
+            await sb.run(bundle, "", "", {}, timeout=1)
+    finally:
+        await sb.aclose()
