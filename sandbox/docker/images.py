@@ -475,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     except CrossAuditError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # docker.errors.*, a daemon that went away: one line, not a traceback
+        print(f"error: docker: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
