@@ -40,24 +40,24 @@ proto: $(STAMP) ## Regenerate the committed gRPC stubs from protos/
 schema: $(STAMP) ## Regenerate policies/policy.schema.json
 	$(VENV)/bin/crossaudit policy schema > policies/policy.schema.json
 
-serve: $(STAMP) ## Run the service on embedded defaults (SQLite, docker sandbox if a daemon answers)
+serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker sandbox if a daemon answers)
 	$(VENV)/bin/crossaudit serve --dev --host $(HOST) --port $(PORT)
 
 run: serve ## Alias of serve
 
-test: $(MODELS_STAMP) ## Run the whole test suite (unit, security, integration with real Docker, e2e)
+test: $(MODELS_STAMP) images ## Run the whole test suite (unit, security, integration with real Docker, e2e)
 	$(PY) -m pytest tests/unit tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Fast unit tests only
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: $(MODELS_STAMP) ## Integration tests (real Docker daemon, real model loading)
+test-integration: $(MODELS_STAMP) images ## Integration tests (real Docker daemon, real model loading)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) ## End-to-end tests against the real gRPC server
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-test-security: $(STAMP) ## Hostile programs and inputs
+test-security: $(STAMP) images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
 bench: $(MODELS_STAMP) ## Benchmarks (print side-by-side ratios; not tests)

@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from orchestrator.engine.engine import Engine
-from orchestrator.errors import InvalidInputError
+from orchestrator.errors import CrossAuditError, InvalidInputError
 from orchestrator.limits import EngineLimits, SandboxLimits
 from orchestrator.policy import load_policy, load_policy_file
-from orchestrator.policy.models import Policy, TestCase
+from orchestrator.policy.models import EvaluatorType, Policy, TestCase
 from orchestrator.results import Decision
 from orchestrator.runtime import Runtime, make_sandbox
 from sandbox.base import Sandbox
@@ -66,6 +66,7 @@ class PolicyTester:
         engine_limits: EngineLimits | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        prepare: bool = True,
     ) -> None:
         if isinstance(policy, Policy):
             self.policy = policy
@@ -87,6 +88,28 @@ class PolicyTester:
         self.runtime = Runtime(box, env=env, model_backend=self._models)
         self.engine = Engine(self.runtime, limits=engine_limits)
         self._closed = False
+        self.preparation_errors: dict[str, str] = self.prepare() if prepare else {}
+
+    def prepare(self) -> dict[str, str]:
+        """Build images and warm sandboxes for the custom evaluators the rules use, now.
+
+        The Docker backend never builds at call time, so this runs at construction. Returns
+        the evaluators that could not be prepared (they fail their rules, closed, when run).
+        """
+        return self._run(self._prepare())
+
+    async def _prepare(self) -> dict[str, str]:
+        used = {n for r in self.policy.rules if r.enabled for n in r.evaluator_names}
+        used |= {r.fallback.evaluator for r in self.policy.rules if r.enabled and r.fallback and r.fallback.evaluator}
+        errors: dict[str, str] = {}
+        for spec in self.policy.evaluators:
+            if spec.name not in used or spec.kind is not EvaluatorType.CUSTOM:
+                continue
+            try:
+                await self.runtime.sandbox.prepare(self.runtime.bundle_for(spec, self.policy))
+            except CrossAuditError as e:
+                errors[spec.name] = e.message
+        return errors
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:

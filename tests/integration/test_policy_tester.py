@@ -191,3 +191,13 @@ def test_cli_policy_test_input_file_reports_expected_vs_actual(tmp_path: Path) -
     bad.write_text("{nope")
     res = run_cli("policy", "test", "policies/demo_offline.yaml", "--input", str(bad))
     assert res.returncode == 1 and "invalid JSON" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.docker
+def test_policy_tester_on_the_docker_backend(docker_daemon) -> None:
+    """PolicyTester prepares (builds images, warms pools) at construction, then runs in Docker."""
+    with PolicyTester(ROOT / "policies/demo_offline.yaml", sandbox="docker") as tester:
+        assert tester.preparation_errors == {}
+        assert tester.runtime.sandbox.name == "docker"
+        results = tester.run_cases()
+    assert [r.ok for r in results] == [True] * len(results), [r.line() for r in results]
