@@ -39,8 +39,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         report.append({"file": path, "valid": not strict_fail, "warnings": warnings})
         if not args.json:
             mark = "✗" if strict_fail else "✓"
-            print(f"{mark} {path}: {policy.name} v{policy.version} "
-                  f"({len(policy.evaluators)} evaluators, {len(policy.rules)} rules)")
+            print(
+                f"{mark} {path}: {policy.name} v{policy.version} "
+                f"({len(policy.evaluators)} evaluators, {len(policy.rules)} rules)"
+            )
             for w in warnings:
                 print(f"  warning: {w}")
     if args.json:
@@ -89,8 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     t = psub.add_parser("test", help="run a policy's test_cases (and --input cases.json)")
     t.add_argument("file", metavar="FILE")
     t.add_argument("--input", metavar="CASES.json", help="extra test cases (same shape as test_cases)")
-    t.add_argument("--sandbox", choices=["process", "docker", "auto"], default=None,
-                   help="where custom code runs (default: $CROSSAUDIT_SANDBOX or process)")
+    t.add_argument(
+        "--sandbox",
+        choices=["process", "docker", "auto"],
+        default=None,
+        help="where custom code runs (default: $CROSSAUDIT_SANDBOX or process)",
+    )
     t.add_argument("--timeout", type=float, default=None, help="seconds per evaluation")
     t.set_defaults(func=_cmd_test)
 

@@ -78,8 +78,10 @@ class PolicyTester:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crossaudit-tester", daemon=True)
         self._thread.start()
-        box = sandbox if isinstance(sandbox, Sandbox) else make_sandbox(
-            sandbox or os.environ.get(SANDBOX_ENV, "process"), sandbox_limits
+        box = (
+            sandbox
+            if isinstance(sandbox, Sandbox)
+            else make_sandbox(sandbox or os.environ.get(SANDBOX_ENV, "process"), sandbox_limits)
         )
         self._owned_sandbox = None if isinstance(sandbox, Sandbox) else box
         from sandbox.models.pool import ModelServerPool
@@ -120,7 +122,9 @@ class PolicyTester:
         """Evaluate one request; returns the Decision (.passed, .action, .rules, .modified_response)."""
         return self._run(self.aevaluate(prompt, response, context))
 
-    async def aevaluate(self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None) -> Decision:
+    async def aevaluate(
+        self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None
+    ) -> Decision:
         coro = self.engine.evaluate(self.policy, prompt, response, context, timeout=self.timeout)
         if asyncio.get_running_loop() is self._loop:
             return await coro
@@ -182,7 +186,7 @@ def load_cases_file(path: str | os.PathLike[str]) -> list[TestCase]:
     if isinstance(data, dict):
         data = data.get("test_cases", data.get("cases"))
     if not isinstance(data, list):
-        raise InvalidInputError(f"{path}: expected a list of test cases or {{\"test_cases\": [...]}}")
+        raise InvalidInputError(f'{path}: expected a list of test cases or {{"test_cases": [...]}}')
     try:
         return TypeAdapter(list[TestCase]).validate_python(data)
     except ValidationError as e:

@@ -38,7 +38,9 @@ class SandboxLimits:
     cpus: float = 1.0  # docker --cpus
     result_max_depth: int = 32  # nesting of the returned document
     result_max_violations: int = 1_000
-    container_memory_bytes: int = 512 * 1024 * 1024  # docker: a warm container (parent + one call's child); = memory+swap
+    container_memory_bytes: int = (
+        512 * 1024 * 1024
+    )  # docker: a warm container (parent + one call's child); = memory+swap
     frame_bytes: int = 4 * 1024 * 1024  # docker/process: longest agent protocol line accepted from the sandbox
     code_bytes: int = 256 * 1024  # largest evaluator source accepted (upload, inline policy code, agent load)
 

@@ -99,7 +99,9 @@ class Runtime:
         if stored is not None:
             return CodeBundle(code=stored.code, dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))))
         if base is not None and (base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py").is_file():
-            return CodeBundle(code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name), dependencies=deps)
+            return CodeBundle(
+                code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name), dependencies=deps
+            )
         raise NotFoundError(
             f"evaluator {spec.name!r} has no code: give config.code, config.code_file or an id, "
             f"or upload an evaluator named {spec.name!r}"
@@ -111,7 +113,6 @@ class Runtime:
         bundle = self.bundle_for(spec, policy)
         params = envvars.expand(cfg.parameters, self.env)
         return CustomEvaluator(spec.name, bundle, self.sandbox, params)
-
 
 
 def _read_code(path: Path, name: str) -> str:

@@ -181,8 +181,12 @@ class Engine:
                 if stopped_by is not None:
                     task.cancel()
                     results.append(
-                        RuleResult(rule=rule.name, status=Status.SKIPPED, passed=True,
-                                   reason=f"not applied: rule {stopped_by!r} stopped processing")
+                        RuleResult(
+                            rule=rule.name,
+                            status=Status.SKIPPED,
+                            passed=True,
+                            reason=f"not applied: rule {stopped_by!r} stopped processing",
+                        )
                     )
                     continue
                 res = await task
@@ -253,7 +257,9 @@ class Engine:
         else:
             strategy = rule.consensus_strategy or ConsensusStrategy.WEIGHTED_AVERAGE
             ballots = [
-                consensus.Ballot(score=r.score if r.score is not None else None, weight=w, vote=self._vote(r, threshold))
+                consensus.Ballot(
+                    score=r.score if r.score is not None else None, weight=w, vote=self._vote(r, threshold)
+                )
                 for r, (_, w) in zip(evaluated, weights, strict=False)
             ]
             score, passed, reason = consensus.combine(strategy, ballots, threshold)
@@ -295,7 +301,11 @@ class Engine:
         }
 
     def _errored(
-        self, rule: Rule, evaluated: list[EvaluatorResult], threshold: float, latency: float,
+        self,
+        rule: Rule,
+        evaluated: list[EvaluatorResult],
+        threshold: float,
+        latency: float,
         errored: list[EvaluatorResult],
     ) -> RuleResult:
         timed_out = all(r.status is Status.TIMEOUT for r in errored) and bool(errored)
@@ -303,12 +313,27 @@ class Engine:
         reasons = "; ".join(f"{r.evaluator}: {r.error}" for r in errored if r.error)
         on_error = rule.fallback.on_error if rule.fallback else None
         if on_error is FallbackOnError.ALLOW:
-            return RuleResult(rule=rule.name, status=status, passed=True, threshold=threshold, evaluators=evaluated,
-                              reason=f"no verdict, allowed by fallback.on_error: {reasons}", latency_ms=latency)
+            return RuleResult(
+                rule=rule.name,
+                status=status,
+                passed=True,
+                threshold=threshold,
+                evaluators=evaluated,
+                reason=f"no verdict, allowed by fallback.on_error: {reasons}",
+                latency_ms=latency,
+            )
         action = Action(on_error.value) if on_error else rule.action
         how = f"fallback.on_error={on_error.value}" if on_error else "fail-closed"
-        return RuleResult(rule=rule.name, status=status, passed=False, threshold=threshold, action=action,
-                          evaluators=evaluated, reason=f"no verdict ({how}): {reasons}", latency_ms=latency)
+        return RuleResult(
+            rule=rule.name,
+            status=status,
+            passed=False,
+            threshold=threshold,
+            action=action,
+            evaluators=evaluated,
+            reason=f"no verdict ({how}): {reasons}",
+            latency_ms=latency,
+        )
 
     async def _call(self, req: _Request, rule: Rule, name: str) -> EvaluatorResult:
         """One evaluator's result for this request, shared between rules that ask alike."""
@@ -325,8 +350,11 @@ class Engine:
         retries = min(retries, self.limits.max_retries)
         ttl = 0.0
         if req.policy.settings.cache_results or rule.settings.cache_duration is not None:
-            ttl = (rule.settings.cache_duration if rule.settings.cache_duration is not None
-                   else req.policy.settings.cache_duration or self.limits.default_cache_duration_s)
+            ttl = (
+                rule.settings.cache_duration
+                if rule.settings.cache_duration is not None
+                else req.policy.settings.cache_duration or self.limits.default_cache_duration_s
+            )
         key = (name, per_call, retries, ttl)
         task = req.calls.get(key)
         if task is None:
@@ -341,13 +369,19 @@ class Engine:
             evaluator = self.evaluator_for(req.policy, name)
         except Exception as e:  # a misconfigured evaluator fails its rules (closed), not the request
             err = e if isinstance(e, CrossAuditError) else EvaluatorError(f"{type(e).__name__}: {e}")
-            return EvaluatorResult(evaluator=name, kind=req.policy.evaluator(name).kind.value, status=Status.ERROR,
-                                   error=err.message, error_type=type(err).__name__)
+            return EvaluatorResult(
+                evaluator=name,
+                kind=req.policy.evaluator(name).kind.value,
+                status=Status.ERROR,
+                error=err.message,
+                error_type=type(err).__name__,
+            )
         kind = evaluator.kind
         cache_key = ""
         if ttl > 0:
-            material = json.dumps([evaluator.identity(), req.inp.prompt, req.inp.response, req.raw_context],
-                                  sort_keys=True, default=str)
+            material = json.dumps(
+                [evaluator.identity(), req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str
+            )
             cache_key = hashlib.sha256(material.encode()).hexdigest()
             hit = self.cache.get(cache_key)
             if hit is not None:
@@ -363,7 +397,9 @@ class Engine:
                 break
             timeout = min(per_call, remaining)
             try:
-                verdict = await asyncio.wait_for(evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S)
+                verdict = await asyncio.wait_for(
+                    evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
+                )
                 if cache_key:
                     self.cache.put(cache_key, verdict, ttl)
                 return self._result(name, kind, verdict, t0, attempts=attempts)
@@ -383,15 +419,31 @@ class Engine:
             backoff *= 2
         assert last is not None
         status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR
-        return EvaluatorResult(evaluator=name, kind=kind, status=status, error=last.message,
-                               error_type=type(last).__name__, attempts=attempts,
-                               latency_ms=(self.clock() - t0) * 1000)
-
-    def _result(self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False) -> EvaluatorResult:
         return EvaluatorResult(
-            evaluator=name, kind=kind, status=Status.PASS if v.passed is not False else Status.FAIL,
-            score=v.score, passed=v.passed, violations=list(v.violations), details=dict(v.details),
-            spans=list(v.spans), latency_ms=(self.clock() - t0) * 1000, attempts=attempts, cached=cached,
+            evaluator=name,
+            kind=kind,
+            status=status,
+            error=last.message,
+            error_type=type(last).__name__,
+            attempts=attempts,
+            latency_ms=(self.clock() - t0) * 1000,
+        )
+
+    def _result(
+        self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False
+    ) -> EvaluatorResult:
+        return EvaluatorResult(
+            evaluator=name,
+            kind=kind,
+            status=Status.PASS if v.passed is not False else Status.FAIL,
+            score=v.score,
+            passed=v.passed,
+            violations=list(v.violations),
+            details=dict(v.details),
+            spans=list(v.spans),
+            latency_ms=(self.clock() - t0) * 1000,
+            attempts=attempts,
+            cached=cached,
         )
 
     # -- the decision -------------------------------------------------------------------------
@@ -408,12 +460,17 @@ class Engine:
                 continue
             rule = by_name[res.rule]
             fields = {
-                "rule.name": rule.name, "rule.score": res.score, "rule.threshold": res.threshold,
-                "rule.action": res.action.value, "rule.status": res.status.value,
-                "policy.name": policy.name, "policy.version": policy.version,
+                "rule.name": rule.name,
+                "rule.score": res.score,
+                "rule.threshold": res.threshold,
+                "rule.action": res.action.value,
+                "rule.status": res.status.value,
+                "policy.name": policy.name,
+                "policy.version": policy.version,
                 "content.hash": req.inp.context["content"]["hash"],
                 "content.length": req.inp.context["content"]["length"],
-                "timestamp": moment.isoformat(), "decision.id": req.decision_id,
+                "timestamp": moment.isoformat(),
+                "decision.id": req.decision_id,
             }
             res.outcome = actions.build_outcome(rule, res, res.action, fields=fields, now=moment)
             outcomes.append(res.outcome)
@@ -423,8 +480,12 @@ class Engine:
             if res.action.severity > worst.severity:
                 worst = res.action
         passed = all(r.passed or r.action in (Action.CONTINUE, Action.ALLOW) for r in results)
-        errored = [r.rule for r in results if r.status in (Status.ERROR, Status.TIMEOUT)
-                   or any(e.status in (Status.ERROR, Status.TIMEOUT) for e in r.evaluators if not r.fallback_used)]
+        errored = [
+            r.rule
+            for r in results
+            if r.status in (Status.ERROR, Status.TIMEOUT)
+            or any(e.status in (Status.ERROR, Status.TIMEOUT) for e in r.evaluators if not r.fallback_used)
+        ]
         return Decision(
             policy=policy.name,
             policy_version=policy.version,

@@ -147,7 +147,13 @@ class CustomConfig(CommonEvaluatorConfig):
 
 
 DETOXIFY_CATEGORIES = (
-    "toxicity", "severe_toxicity", "obscene", "threat", "insult", "identity_attack", "sexual_explicit",
+    "toxicity",
+    "severe_toxicity",
+    "obscene",
+    "threat",
+    "insult",
+    "identity_attack",
+    "sexual_explicit",
 )
 # The guide writes short entity names; Presidio's recognizers use these.
 PRESIDIO_ENTITY_ALIASES: dict[str, str] = {

@@ -25,7 +25,6 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.errors import DependencyRejectedError, EvaluatorCodeError, PolicyIssue, PolicyValidationError
 from orchestrator.limits import PolicyLimits
 from orchestrator.policy import envvars
-from orchestrator.policy.regex import RegexError, compile_pattern
 from orchestrator.policy.models import (
     ACTION_CONFIGS,
     BUILTIN_MODELS,
@@ -37,6 +36,7 @@ from orchestrator.policy.models import (
     Policy,
     Rule,
 )
+from orchestrator.policy.regex import RegexError, compile_pattern
 from orchestrator.policy.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.results import Action
 
@@ -45,8 +45,17 @@ from sandbox.codecheck import check_code
 from sandbox.deps import validate_dependencies
 
 TEMPLATE_FIELDS = {
-    "rule.name", "rule.score", "rule.threshold", "rule.action", "rule.status",
-    "policy.name", "policy.version", "content.hash", "content.length", "timestamp", "decision.id",
+    "rule.name",
+    "rule.score",
+    "rule.threshold",
+    "rule.action",
+    "rule.status",
+    "policy.name",
+    "policy.version",
+    "content.hash",
+    "content.length",
+    "timestamp",
+    "decision.id",
 }
 TEMPLATE_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 PREVIOUS_RULE_FIELDS = {"score", "passed", "action", "status", "threshold"}  # plus any details key
@@ -135,9 +144,13 @@ def _partial_policy(data: dict[str, Any]) -> Policy:
     except ValidationError:
         settings = PolicySettings()
     return Policy.model_construct(
-        name=str(data.get("name", "")), description="", version="0",
-        evaluators=each("evaluators", EvaluatorSpec), rules=each("rules", Rule),
-        test_cases=each("test_cases", TestCase), settings=settings,
+        name=str(data.get("name", "")),
+        description="",
+        version="0",
+        evaluators=each("evaluators", EvaluatorSpec),
+        rules=each("rules", Rule),
+        test_cases=each("test_cases", TestCase),
+        settings=settings,
     )
 
 
@@ -192,7 +205,9 @@ def _pydantic_issues(err: ValidationError, model: type[BaseModel], prefix: Path,
 
 def _is_union_tag(part: Any) -> bool:
     # pydantic inserts union member names ('float', "literal['dynamic']") into locs.
-    return isinstance(part, str) and (part in {"float", "int", "str", "bool"} or part.startswith(("literal[", "function-")))
+    return isinstance(part, str) and (
+        part in {"float", "int", "str", "bool"} or part.startswith(("literal[", "function-"))
+    )
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -210,9 +225,7 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
 def _unwrap(tp: Any) -> Any:
     for _ in range(6):
         origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-        elif origin in (list, tuple, set):
+        if origin is typing.Annotated or origin in (list, tuple, set):
             tp = typing.get_args(tp)[0]
         elif origin is dict:
             tp = typing.get_args(tp)[1]
@@ -284,7 +297,9 @@ def _check_evaluator_configs(data: dict[str, Any], smap: SourceMap, policy: Poli
             if name not in BUILTIN_MODELS:
                 hint = _did_you_mean(str(name), list(BUILTIN_MODELS))
                 issues.append(
-                    smap.issue((*path, "model"), f"builtin model must be one of {sorted(BUILTIN_MODELS)}, got {name!r}{hint}")
+                    smap.issue(
+                        (*path, "model"), f"builtin model must be one of {sorted(BUILTIN_MODELS)}, got {name!r}{hint}"
+                    )
                 )
                 continue
             model = BUILTIN_MODELS[name]
@@ -430,8 +445,11 @@ def _semantic_checks(
             used.add(name)
             if name not in evaluator_names:
                 issues.append(
-                    smap.issue(path, f"undefined evaluator {name!r}{_did_you_mean(name, known)} "
-                                     "(define it in the evaluators section)")
+                    smap.issue(
+                        path,
+                        f"undefined evaluator {name!r}{_did_you_mean(name, known)} "
+                        "(define it in the evaluators section)",
+                    )
                 )
         if rule.evaluators:
             names = [e.name for e in rule.evaluators]
@@ -464,7 +482,9 @@ def _semantic_checks(
     return issues
 
 
-def _check_condition(field: str, op: Operator, value: Any, path: Path, smap: SourceMap, limits: PolicyLimits) -> list[PolicyIssue]:
+def _check_condition(
+    field: str, op: Operator, value: Any, path: Path, smap: SourceMap, limits: PolicyLimits
+) -> list[PolicyIssue]:
     vpath = (*path, "value")
     if op in (Operator.IN, Operator.NOT_IN):
         if not isinstance(value, list):
@@ -476,7 +496,11 @@ def _check_condition(field: str, op: Operator, value: Any, path: Path, smap: Sou
                     ipaddress.ip_network(item, strict=False)
                 except ValueError:
                     out.append(smap.issue((*vpath, k), f"invalid CIDR range {item!r}"))
-            elif isinstance(item, str) and field.split(".")[-1] in {"ip", "ip_address", "client_ip"} and _looks_like_ip(item):
+            elif (
+                isinstance(item, str)
+                and field.split(".")[-1] in {"ip", "ip_address", "client_ip"}
+                and _looks_like_ip(item)
+            ):
                 try:
                     ipaddress.ip_address(item)
                 except ValueError:
@@ -562,8 +586,11 @@ def _check_chaining(policy: Policy, rule_index: dict[str, int], smap: SourceMap)
                 issues.append(smap.issue(path, f"rule can never run: it reads disabled rule {ref!r}"))
             elif other.priority < rule.priority:
                 issues.append(
-                    smap.issue(path, f"rule {ref!r} (priority {other.priority}) cannot run before this rule "
-                                     f"(priority {rule.priority}); give it a higher priority")
+                    smap.issue(
+                        path,
+                        f"rule {ref!r} (priority {other.priority}) cannot run before this rule "
+                        f"(priority {rule.priority}); give it a higher priority",
+                    )
                 )
             graph[rule.name].append(ref)
     # cycles (possible among equal priorities)
@@ -573,9 +600,10 @@ def _check_chaining(policy: Policy, rule_index: dict[str, int], smap: SourceMap)
         state[n] = 1
         for m in graph.get(n, []):
             if state.get(m) == 1:
-                cycle = [*stack[stack.index(m):], m] if m in stack else [n, m]
-                issues.append(smap.issue(("rules", rule_index[n], "conditions"),
-                                         "previous_rule cycle: " + " -> ".join(cycle)))
+                cycle = [*stack[stack.index(m) :], m] if m in stack else [n, m]
+                issues.append(
+                    smap.issue(("rules", rule_index[n], "conditions"), "previous_rule cycle: " + " -> ".join(cycle))
+                )
             elif state.get(m) is None:
                 visit(m, [*stack, m])
         state[n] = 2

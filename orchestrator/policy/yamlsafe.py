@@ -131,7 +131,9 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
         line = mark.line + 1 if mark else None
         col = mark.column + 1 if mark else None
         msg = " ".join(str(x) for x in (e.context, e.problem) if x) or "invalid YAML"
-        raise PolicyValidationError([PolicyIssue(message=f"YAML syntax error: {msg}", file=file, line=line, column=col)]) from None
+        raise PolicyValidationError(
+            [PolicyIssue(message=f"YAML syntax error: {msg}", file=file, line=line, column=col)]
+        ) from None
     except yaml.YAMLError as e:
         raise PolicyValidationError([PolicyIssue(message=f"YAML error: {e}", file=file)]) from None
     except RecursionError:
@@ -150,8 +152,15 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
     if node.tag not in _ALLOWED_TAGS:
         line, col = _pos(node)
         raise PolicyValidationError(
-            [PolicyIssue(message=f"YAML tag {node.tag!r} is not allowed", path=format_path(path),
-                         file=smap.file, line=line, column=col)]
+            [
+                PolicyIssue(
+                    message=f"YAML tag {node.tag!r} is not allowed",
+                    path=format_path(path),
+                    file=smap.file,
+                    line=line,
+                    column=col,
+                )
+            ]
         )
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
@@ -159,7 +168,9 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 line, col = _pos(key_node)
-                issues.append(PolicyIssue("mapping keys must be plain scalars", format_path(path), smap.file, line, col))
+                issues.append(
+                    PolicyIssue("mapping keys must be plain scalars", format_path(path), smap.file, line, col)
+                )
                 continue
             key = "<<" if key_node.tag == "tag:yaml.org,2002:merge" else str(loader.construct_object(key_node))
             if key == "<<":

@@ -61,13 +61,20 @@ def test_guide_testing_framework_example(safety_policy: Path) -> None:
 
 def write_policy(tmp_path: Path, evaluators: str, rules: str, extra: str = "") -> Path:
     path = tmp_path / "p.yaml"
-    path.write_text('name: T\ndescription: d\nversion: "1.0"\nevaluators:\n' + textwrap.indent(textwrap.dedent(evaluators), "  ")
-                    + "rules:\n" + textwrap.indent(textwrap.dedent(rules), "  ") + extra)
+    path.write_text(
+        'name: T\ndescription: d\nversion: "1.0"\nevaluators:\n'
+        + textwrap.indent(textwrap.dedent(evaluators), "  ")
+        + "rules:\n"
+        + textwrap.indent(textwrap.dedent(rules), "  ")
+        + extra
+    )
     return path
 
 
 def test_real_timeout_kills_and_next_evaluation_works(tmp_path: Path) -> None:
-    path = write_policy(tmp_path, """\
+    path = write_policy(
+        tmp_path,
+        """\
         - name: spin
           type: custom
           config:
@@ -77,9 +84,11 @@ def test_real_timeout_kills_and_next_evaluation_works(tmp_path: Path) -> None:
                       while True:
                           pass
                   return {"score": 1.0}
-        """, """\
+        """,
+        """\
         - {name: r, evaluator: spin, settings: {timeout: 0.5, retries: 1}}
-        """)
+        """,
+    )
     with PolicyTester(path) as tester:
         start = time.perf_counter()
         d = tester.evaluate("p", "r", {"spin": True})
@@ -92,7 +101,9 @@ def test_real_timeout_kills_and_next_evaluation_works(tmp_path: Path) -> None:
 
 
 def test_code_error_fallback_and_parameters(tmp_path: Path) -> None:
-    path = write_policy(tmp_path, """\
+    path = write_policy(
+        tmp_path,
+        """\
         - name: broken
           type: custom
           config:
@@ -107,9 +118,11 @@ def test_code_error_fallback_and_parameters(tmp_path: Path) -> None:
               def evaluate(prompt, response, context):
                   limit = context["evaluator_config"]["limit"]
                   return {"score": 1.0 if len(response) <= limit else 0.0, "details": {"limit": limit}}
-        """, """\
+        """,
+        """\
         - {name: r, evaluator: broken, threshold: 0.5, fallback: {evaluator: backup, on_error: warn}}
-        """)
+        """,
+    )
     with PolicyTester(path) as tester:
         d = tester.evaluate("p", "short")
         assert d.passed and d.rule("r").fallback_used
@@ -120,22 +133,26 @@ def test_code_error_fallback_and_parameters(tmp_path: Path) -> None:
 
 
 def test_cache_through_the_sandbox(tmp_path: Path) -> None:
-    path = write_policy(tmp_path, """\
+    path = write_policy(
+        tmp_path,
+        """\
         - name: e
           type: custom
           config:
             code: |
               def evaluate(prompt, response, context):
                   return {"score": 0.9}
-        """, "- {name: r, evaluator: e}\n", "settings: {cache_results: true, cache_duration: 60}\n")
+        """,
+        "- {name: r, evaluator: e}\n",
+        "settings: {cache_results: true, cache_duration: 60}\n",
+    )
     with PolicyTester(path) as tester:
         assert not tester.evaluate("p", "x").rule("r").evaluators[0].cached
         assert tester.evaluate("p", "x").rule("r").evaluators[0].cached
 
 
 def test_llm_without_credentials_is_fail_closed_and_reported() -> None:
-    with PolicyTester(ROOT / "policies/guide/07_example_basic_content_safety.yaml",
-                      env={"PATH": "/usr/bin"}) as tester:
+    with PolicyTester(ROOT / "policies/guide/07_example_basic_content_safety.yaml", env={"PATH": "/usr/bin"}) as tester:
         d = tester.evaluate("hi", "hello")
     assert not d.passed and d.action is Action.BLOCK
     assert d.errored_rules == ["block_unsafe_content"]
@@ -145,32 +162,45 @@ def test_llm_without_credentials_is_fail_closed_and_reported() -> None:
 
 def test_enterprise_example_fail_closed_llm_stops_lower_rules() -> None:
     with PolicyTester(ROOT / "policies/guide/08_example_enterprise.yaml", env={}) as tester:
-        d = tester.evaluate("q", "The patient diagnosis is in the medical record.", {"content": {"category": "medical"}})
+        d = tester.evaluate(
+            "q", "The patient diagnosis is in the medical record.", {"content": {"category": "medical"}}
+        )
     assert d.rule("safety_gate").status is Status.ERROR and d.action is Action.BLOCK
     assert d.rule("compliance_review").status is Status.SKIPPED and "stopped" in d.rule("compliance_review").reason
 
 
 def test_enterprise_compliance_checker_found_by_name_next_to_policy(tmp_path: Path) -> None:
     src = ROOT / "policies/guide"
-    text = (src / "08_example_enterprise.yaml").read_text().replace("settings:\n", "settings:\n  stop_on_block: false\n")
+    text = (
+        (src / "08_example_enterprise.yaml").read_text().replace("settings:\n", "settings:\n  stop_on_block: false\n")
+    )
     (tmp_path / "evaluators").mkdir()
     (tmp_path / "evaluators/compliance_checker.py").write_text((src / "evaluators/compliance_checker.py").read_text())
     (tmp_path / "enterprise.yaml").write_text(text)
     with PolicyTester(tmp_path / "enterprise.yaml", env={}) as tester:
-        d = tester.evaluate("q", "The patient diagnosis is in the medical record.", {"content": {"category": "medical"}})
+        d = tester.evaluate(
+            "q", "The patient diagnosis is in the medical record.", {"content": {"category": "medical"}}
+        )
     review = d.rule("compliance_review")
     assert review.status is Status.FAIL and review.action is Action.REQUIRE_REVIEW
     assert review.evaluators[0].details["frameworks"] == ["gdpr", "hipaa"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crossaudit.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "crossaudit.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
 
 
-@pytest.mark.parametrize("path", ["policies/demo_offline.yaml", *sorted(
-    str(p.relative_to(ROOT)) for p in (ROOT / "policies/guide").glob("*.yaml") if "test_cases:" in p.read_text()
-)])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "policies/demo_offline.yaml",
+        *sorted(
+            str(p.relative_to(ROOT)) for p in (ROOT / "policies/guide").glob("*.yaml") if "test_cases:" in p.read_text()
+        ),
+    ],
+)
 def test_cli_policy_test_runs_embedded_cases(path: str) -> None:
     res = run_cli("policy", "test", path)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -179,10 +209,18 @@ def test_cli_policy_test_runs_embedded_cases(path: str) -> None:
 
 def test_cli_policy_test_input_file_reports_expected_vs_actual(tmp_path: Path) -> None:
     cases = tmp_path / "cases.json"
-    cases.write_text(json.dumps([
-        {"name": "wrongly_expected", "input": {"prompt": "p", "response": "badword1"}, "expected_result": "pass"},
-        {"name": "right", "input": {"response": "fine"}, "expected_result": "pass", "expected_action": "allow"},
-    ]))
+    cases.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "wrongly_expected",
+                    "input": {"prompt": "p", "response": "badword1"},
+                    "expected_result": "pass",
+                },
+                {"name": "right", "input": {"response": "fine"}, "expected_result": "pass", "expected_action": "allow"},
+            ]
+        )
+    )
     res = run_cli("policy", "test", "policies/demo_offline.yaml", "--input", str(cases))
     assert res.returncode == 1
     assert "FAIL  wrongly_expected: expected pass, got fail/block" in res.stdout

@@ -71,8 +71,16 @@ def test_operators(field: str, op: str, value: object, expected: bool) -> None:
 
 @pytest.mark.parametrize(
     ("op", "expected"),
-    [("equals", False), ("not_equals", True), ("in", False), ("not_in", True), ("contains", False),
-     ("not_contains", True), ("greater_than", False), ("regex_match", False)],
+    [
+        ("equals", False),
+        ("not_equals", True),
+        ("in", False),
+        ("not_in", True),
+        ("contains", False),
+        ("not_contains", True),
+        ("greater_than", False),
+        ("regex_match", False),
+    ],
 )
 def test_missing_field_semantics(op: str, expected: bool) -> None:
     value = [1] if op in ("in", "not_in") else (1 if op == "greater_than" else "x")
@@ -169,9 +177,9 @@ def test_modify_redact_replace_summarize() -> None:
         "Call [PERSON] at [PHONE_NUMBER]. The weather is nice. Email jane@x.io now."
     )
     words = ModifyConfig(strategy="redact")
-    assert actions.apply_modifications("a BadWord here, badword there", [(words, _rule_result(violations=["badword"]))]) == (
-        "a [REDACTED] here, [REDACTED] there"
-    )
+    assert actions.apply_modifications(
+        "a BadWord here, badword there", [(words, _rule_result(violations=["badword"]))]
+    ) == ("a [REDACTED] here, [REDACTED] there")
     replace = ModifyConfig(strategy="replace", replacement_text="[removed]")
     assert actions.apply_modifications(text, [(replace, _rule_result(spans))]) == "[removed]"
     summarize = ModifyConfig(strategy="summarize")
@@ -181,7 +189,9 @@ def test_modify_redact_replace_summarize() -> None:
     keep = ModifyConfig(strategy="summarize", preserve_meaning=True, replacement_text="[x]")
     assert actions.apply_modifications(text, [(keep, _rule_result(spans))]).startswith("Call [x] at [x].")
     overlapping = [Span(start=0, end=4), Span(start=2, end=9)]
-    assert actions.apply_modifications(text, [(words, _rule_result(overlapping))]) == "[REDACTED] at 555-1234." + text[22:]
+    assert (
+        actions.apply_modifications(text, [(words, _rule_result(overlapping))]) == "[REDACTED] at 555-1234." + text[22:]
+    )
 
 
 def test_durations() -> None:

@@ -63,8 +63,10 @@ def score(value: float, **kw: Any) -> Behaviour:
 
 
 def policy_yaml(evaluators: list[str], rules: str, settings: str = "") -> Any:
-    evs = "".join(f"  - name: {n}\n    type: custom\n    config: {{code: 'def evaluate(p, r, c): return {{}}'}}\n"
-                  for n in evaluators)
+    evs = "".join(
+        f"  - name: {n}\n    type: custom\n    config: {{code: 'def evaluate(p, r, c): return {{}}'}}\n"
+        for n in evaluators
+    )
     text = f'name: T\ndescription: d\nversion: "1.0"\nevaluators:\n{evs}rules:\n{textwrap.dedent(rules)}{settings}'
     return load_policy(text)
 
@@ -75,13 +77,16 @@ async def run(policy: Any, factory: Factory, response: str = "text", context: di
 
 
 async def test_priority_order_and_chaining_reads_previous_result() -> None:
-    policy = policy_yaml(["lang", "en", "es"], """\
+    policy = policy_yaml(
+        ["lang", "en", "es"],
+        """\
         - {name: english, evaluator: en, priority: 90, threshold: 0.5,
            conditions: [{field: previous_rule.detect.detected_language, operator: equals, value: en}]}
         - {name: detect, evaluator: lang, priority: 100, threshold: 0.8, action: continue}
         - {name: spanish, evaluator: es, priority: 90, threshold: 0.5,
            conditions: [{field: previous_rule.detect.detected_language, operator: equals, value: es}]}
-        """)
+        """,
+    )
     assert [r.name for r in plan(policy)] == ["detect", "english", "spanish"]
     f = Factory({"lang": score(0.99, details={"detected_language": "en"}), "en": score(0.1), "es": score(0.1)})
     d = await run(policy, f)
@@ -92,19 +97,26 @@ async def test_priority_order_and_chaining_reads_previous_result() -> None:
 
 
 async def test_equal_priority_reader_runs_after_what_it_reads() -> None:
-    policy = policy_yaml(["a", "b"], """\
-        - {name: reader, evaluator: a, conditions: [{field: previous_rule.source.score, operator: less_than, value: 0.5}]}
+    policy = policy_yaml(
+        ["a", "b"],
+        """\
+        - {name: reader, evaluator: a,
+           conditions: [{field: previous_rule.source.score, operator: less_than, value: 0.5}]}
         - {name: source, evaluator: b, action: continue}
-        """)
+        """,
+    )
     assert [r.name for r in plan(policy)] == ["source", "reader"]
 
 
 async def test_independent_evaluators_run_concurrently_and_shared_calls_run_once() -> None:
-    policy = policy_yaml(["slow1", "slow2"], """\
+    policy = policy_yaml(
+        ["slow1", "slow2"],
+        """\
         - {name: r1, evaluator: slow1, priority: 3}
         - {name: r2, evaluator: slow2, priority: 2}
         - {name: r3, evaluator: slow1, priority: 1, action: flag}
-        """)
+        """,
+    )
     f = Factory({"slow1": score(0.9, delay=0.05), "slow2": score(0.9, delay=0.05)})
     d = await run(policy, f)
     assert d.passed
@@ -115,10 +127,13 @@ async def test_independent_evaluators_run_concurrently_and_shared_calls_run_once
 
 
 async def test_block_stops_lower_priority_rules() -> None:
-    policy = policy_yaml(["bad", "other"], """\
+    policy = policy_yaml(
+        ["bad", "other"],
+        """\
         - {name: gate, evaluator: bad, priority: 10, action: block}
         - {name: later, evaluator: other, priority: 1, action: flag}
-        """)
+        """,
+    )
     d = await run(policy, Factory({"bad": score(0.1), "other": score(0.1)}))
     assert d.action is Action.BLOCK
     assert d.rule("later").status is Status.SKIPPED and "stopped" in d.rule("later").reason
@@ -128,21 +143,27 @@ async def test_block_stops_lower_priority_rules() -> None:
 
 
 async def test_warn_with_continue_processing_false_stops() -> None:
-    policy = policy_yaml(["a", "b"], """\
+    policy = policy_yaml(
+        ["a", "b"],
+        """\
         - {name: w, evaluator: a, priority: 10, action: warn, action_config: {continue_processing: false}}
         - {name: later, evaluator: b, priority: 1, action: flag}
-        """)
+        """,
+    )
     d = await run(policy, Factory({"a": score(0.1), "b": score(0.1)}))
     assert d.action is Action.WARN and d.rule("later").status is Status.SKIPPED
 
 
 async def test_outcome_severity_and_continue_does_not_fail() -> None:
-    policy = policy_yaml(["a", "b", "c"], """\
+    policy = policy_yaml(
+        ["a", "b", "c"],
+        """\
         - {name: cont, evaluator: a, action: continue, priority: 3}
         - {name: warn, evaluator: b, action: warn, priority: 2}
         - {name: review, evaluator: c, action: require_review, priority: 1,
            action_config: {reviewer_role: compliance_officer, max_review_time: 2h}}
-        """)
+        """,
+    )
     d = await run(policy, Factory({"a": score(0.1), "b": score(0.1), "c": score(0.1)}))
     assert d.action is Action.REQUIRE_REVIEW and not d.passed
     review = next(o for o in d.outcomes if o.rule == "review")
@@ -159,7 +180,9 @@ async def test_evaluator_explicit_passed_false_fails_the_rule() -> None:
 
 
 async def test_every_action_outcome() -> None:
-    policy = policy_yaml(["a"], """\
+    policy = policy_yaml(
+        ["a"],
+        """\
         - {name: b, evaluator: a, action: block, priority: 6,
            action_config: {message: no, error_code: SAFETY_VIOLATION, http_status: 451}}
         - {name: w, evaluator: a, action: warn, priority: 5, action_config: {message: careful, log_level: warning}}
@@ -175,12 +198,18 @@ async def test_every_action_outcome() -> None:
             webhook_url: https://hooks.example/x
             headers: {Authorization: "Bearer ${HOOK_TOKEN}"}
             payload: {violation_type: "{{rule.name}}", content_hash: "{{content.hash}}", ts: "{{timestamp}}"}
-        """, "settings: {stop_on_block: false}\n")
+        """,
+        "settings: {stop_on_block: false}\n",
+    )
     d = await run(policy, Factory({"a": score(0.0)}), response="abc")
     by = {o.rule: o for o in d.outcomes}
     assert by["b"].params["error_code"] == "SAFETY_VIOLATION" and by["b"].params["http_status"] == 451
     assert by["w"].params == {"message": "careful", "log_level": "warning", "continue_processing": True}
-    assert by["f"].params["severity"] == "high" and by["f"].params["assignee"] == "team" and "escalate_at" in by["f"].params
+    assert (
+        by["f"].params["severity"] == "high"
+        and by["f"].params["assignee"] == "team"
+        and "escalate_at" in by["f"].params
+    )
     assert d.modified_response == "X"
     assert "auto_approve_at" in by["rr"].params
     import hashlib
@@ -204,17 +233,21 @@ async def test_retry_on_retryable_errors_only() -> None:
     async def broken(inp: EvaluationInput, timeout: float, n: int) -> Verdict:
         raise SandboxCodeError("ValueError: bug")
 
-    policy = policy_yaml(["flaky", "broken"], """\
+    policy = policy_yaml(
+        ["flaky", "broken"],
+        """\
         - {name: r1, evaluator: flaky, settings: {retry_on_failure: true}}
         - {name: r2, evaluator: broken, action: flag, settings: {retries: 3}}
-        """)
+        """,
+    )
     f = Factory({"flaky": flaky, "broken": broken})
     d = await run(policy, f)
     assert d.rule("r1").passed and d.rule("r1").evaluators[0].attempts == 2
     assert d.rule("r2").status is Status.ERROR and d.rule("r2").evaluators[0].attempts == 1
     assert d.errored_rules == ["r2"] and d.action is Action.FLAG  # fail-closed with the rule's action
-    no_retry = policy_yaml(["flaky"], "- {name: r1, evaluator: flaky, settings: {retry_on_failure: false}}\n",
-                           "settings: {retries: 3}\n")
+    no_retry = policy_yaml(
+        ["flaky"], "- {name: r1, evaluator: flaky, settings: {retry_on_failure: false}}\n", "settings: {retries: 3}\n"
+    )
     d = await run(no_retry, Factory({"flaky": flaky}))
     assert d.rule("r1").status is Status.ERROR and d.rule("r1").evaluators[0].attempts == 1
 
@@ -224,10 +257,13 @@ async def test_timeouts_per_rule_and_policy() -> None:
         await asyncio.sleep(30)
         raise AssertionError("unreachable")
 
-    policy = policy_yaml(["hang", "ok"], """\
+    policy = policy_yaml(
+        ["hang", "ok"],
+        """\
         - {name: slow, evaluator: hang, settings: {timeout: 0.05}}
         - {name: fast, evaluator: ok, action: flag}
-        """)
+        """,
+    )
     d = await run(policy, Factory({"hang": hang, "ok": score(0.9)}))
     slow = d.rule("slow")
     assert slow.status is Status.TIMEOUT and slow.action is Action.BLOCK and not slow.passed
@@ -235,8 +271,9 @@ async def test_timeouts_per_rule_and_policy() -> None:
     whole = policy_yaml(["hang"], "- {name: slow, evaluator: hang}\n", "settings: {timeout: 0.1}\n")
     d = await Engine(Factory({"hang": hang})).evaluate(whole, "p", "r", {})
     assert d.rule("slow").status is Status.TIMEOUT
-    d = await Engine(Factory({"hang": hang})).evaluate(policy_yaml(["hang"], "- {name: s, evaluator: hang}\n"),
-                                                       "p", "r", {}, timeout=0.05)
+    d = await Engine(Factory({"hang": hang})).evaluate(
+        policy_yaml(["hang"], "- {name: s, evaluator: hang}\n"), "p", "r", {}, timeout=0.05
+    )
     assert d.rule("s").status is Status.TIMEOUT
 
 
@@ -300,10 +337,14 @@ async def test_cache_hit_and_expiry() -> None:
 
 
 async def test_feedback_moves_threshold() -> None:
-    policy = policy_yaml(["a"], """\
+    policy = policy_yaml(
+        ["a"],
+        """\
         - {name: learn, evaluator: a, threshold: 0.8, action: flag,
-           feedback_config: {collect_user_feedback: true, update_model: true, feedback_weight: 0.2, min_feedback_count: 10}}
-        """)
+           feedback_config: {collect_user_feedback: true, update_model: true, feedback_weight: 0.2,
+                             min_feedback_count: 10}}
+        """,
+    )
     stats = {("T", "learn"): FeedbackStats(total=10, false_positive=10)}
     engine = Engine(Factory({"a": score(0.7)}), feedback=lambda p, r: stats.get((p, r)))
     d = await engine.evaluate(policy, "p", "r", {})

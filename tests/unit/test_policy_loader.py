@@ -68,14 +68,19 @@ def test_guide_common_error_threshold_out_of_range() -> None:
 
 def test_guide_correct_snippets_load() -> None:
     load_policy('name: "Test Policy"\ndescription: "Test policy description"\nversion: "1.0"\n')
-    p = load_policy(HEAD + 'evaluators:\n  - name: "safety_check"\n    type: "llm"\n'
-                    'rules:\n  - name: "test_rule"\n    evaluator: "safety_check"\n')
+    p = load_policy(
+        HEAD + 'evaluators:\n  - name: "safety_check"\n    type: "llm"\n'
+        'rules:\n  - name: "test_rule"\n    evaluator: "safety_check"\n'
+    )
     assert p.rules[0].threshold == 0.5 and p.rules[0].action == "block"
     assert any("no model given" in w for w in p.warnings)
 
 
 def test_all_errors_reported_at_once_with_did_you_mean() -> None:
-    text = HEAD + EVAL + textwrap.dedent("""\
+    text = (
+        HEAD
+        + EVAL
+        + textwrap.dedent("""\
         rules:
           - name: r1
             evaluatr: safety_check
@@ -88,6 +93,7 @@ def test_all_errors_reported_at_once_with_did_you_mean() -> None:
                 operator: equal
                 value: admin
         """)
+    )
     msgs = issues_of(text)
     joined = "\n".join(msgs)
     assert "unknown field 'evaluatr' (did you mean 'evaluator'?)" in joined
@@ -105,20 +111,28 @@ def test_all_errors_reported_at_once_with_did_you_mean() -> None:
         ("    conditions: [{field: x, operator: regex_match, value: '(a)\\1'}]\n", "invalid regular expression"),
         ("    conditions: [{field: x, operator: in, value: 'abc'}]\n", "needs a list value"),
         ("    conditions: [{field: x, operator: greater_than, value: 'abc'}]\n", "needs a number"),
-        ("    conditions: [{field: x, operator: equals, value: 1}, {field: x, operator: equals, value: 2}]\n",
-         "rule can never run"),
-        ("    conditions: [{field: x, operator: greater_than, value: 5}, {field: x, operator: less_than, value: 3}]\n",
-         "rule can never run"),
+        (
+            "    conditions: [{field: x, operator: equals, value: 1}, {field: x, operator: equals, value: 2}]\n",
+            "rule can never run",
+        ),
+        (
+            "    conditions: [{field: x, operator: greater_than, value: 5}, {field: x, operator: less_than, value: 3}]\n",  # noqa: E501
+            "rule can never run",
+        ),
         ("    threshold: dynamic\n", "threshold 'dynamic' needs threshold_config"),
         ("    threshold_config: {base_threshold: 0.5}\n", "threshold_config needs threshold: 'dynamic'"),
         ("    consensus_strategy: majority\n", "consensus_strategy needs 'evaluators'"),
         ("    fallback: {evaluator: nope}\n", "undefined evaluator 'nope'"),
-        ("    action: custom\n    action_config: {webhook_url: 'https://h/x', payload: {a: '{{rule.nme}}'}}\n",
-         "unknown template field {{rule.nme}} (did you mean 'rule.name'?)"),
+        (
+            "    action: custom\n    action_config: {webhook_url: 'https://h/x', payload: {a: '{{rule.nme}}'}}\n",
+            "unknown template field {{rule.nme}} (did you mean 'rule.name'?)",
+        ),
         ("    action: flag\n    action_config: {severity: urgent}\n", "got 'urgent'"),
         ("    action: flag\n    action_config: {auto_escalate_after: 'soon'}\n", "auto_escalate_after"),
-        ("    threshold: dynamic\n    threshold_config: {base_threshold: 0.5, time_of_day_modifier: {'9-17': 0.1}}\n",
-         "must look like '09:00-17:00'"),
+        (
+            "    threshold: dynamic\n    threshold_config: {base_threshold: 0.5, time_of_day_modifier: {'9-17': 0.1}}\n",  # noqa: E501
+            "must look like '09:00-17:00'",
+        ),
     ],
 )
 def test_semantic_errors(rule_extra: str, expected: str) -> None:
@@ -129,8 +143,15 @@ def test_semantic_errors(rule_extra: str, expected: str) -> None:
 
 def test_chaining_errors_unknown_later_disabled_cycle() -> None:
     def rule(name: str, prio: int, reads: str | None = None, enabled: bool = True) -> str:
-        cond = f"    conditions: [{{field: previous_rule.{reads}.score, operator: less_than, value: 1}}]\n" if reads else ""
-        return f"  - name: {name}\n    evaluator: safety_check\n    priority: {prio}\n    enabled: {str(enabled).lower()}\n" + cond
+        cond = (
+            f"    conditions: [{{field: previous_rule.{reads}.score, operator: less_than, value: 1}}]\n"
+            if reads
+            else ""
+        )
+        return (
+            f"  - name: {name}\n    evaluator: safety_check\n    priority: {prio}\n    enabled: {str(enabled).lower()}\n"  # noqa: E501
+            + cond
+        )
 
     msgs = issues_of(HEAD + EVAL + "rules:\n" + rule("a", 10, "ghost") + rule("b", 10, "c") + rule("c", 5))
     assert any("unknown rule 'ghost'" in m for m in msgs)
@@ -147,8 +168,10 @@ def test_custom_code_must_define_evaluate() -> None:
     text = HEAD + "evaluators:\n  - name: e\n    type: custom\n    config:\n      code: 'def run(x): pass'\n"
     msgs = issues_of(text + "rules:\n  - name: r\n    evaluator: e\n")
     assert any("evaluate" in m and "evaluators[0].config.code" in m for m in msgs)
-    msgs = issues_of(HEAD + "evaluators:\n  - name: e\n    type: custom\n    config:\n      code: 'def evaluate(:'\n"
-                     "rules:\n  - name: r\n    evaluator: e\n")
+    msgs = issues_of(
+        HEAD + "evaluators:\n  - name: e\n    type: custom\n    config:\n      code: 'def evaluate(:'\n"
+        "rules:\n  - name: r\n    evaluator: e\n"
+    )
     assert any("evaluators[0].config.code" in m for m in msgs)
 
 
@@ -161,7 +184,10 @@ def test_hostile_dependencies_rejected(dep: str) -> None:
 
 
 def test_unset_env_is_a_warning_naming_the_variable_never_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = HEAD + "evaluators:\n  - name: e\n    type: llm\n    config: {provider: openai, model: m, api_key: '${CA_TEST_KEY}'}\n"
+    text = (
+        HEAD
+        + "evaluators:\n  - name: e\n    type: llm\n    config: {provider: openai, model: m, api_key: '${CA_TEST_KEY}'}\n"  # noqa: E501
+    )
     text += "rules:\n  - name: r\n    evaluator: e\n"
     policy = load_policy(text, env={})
     assert policy.warnings == ["environment variable CA_TEST_KEY is not set (needed at evaluation time)"]
@@ -187,7 +213,7 @@ def test_hostile_or_malformed_yaml(text: str, expected: str) -> None:
 
 
 def test_billion_laughs_fails_fast() -> None:
-    lol = "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n"
+    lol = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
     for i in range(1, 10):
         prev = chr(ord("a") + i - 1)
         cur = chr(ord("a") + i)
@@ -224,8 +250,9 @@ def test_committed_schema_is_fresh() -> None:
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crossaudit.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "crossaudit.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def test_cli_validate_exit_codes_and_no_traceback(tmp_path: Path) -> None:
@@ -235,7 +262,9 @@ def test_cli_validate_exit_codes_and_no_traceback(tmp_path: Path) -> None:
     hostile.write_text("a: &a [1]\nb: *a\n" + "c: " + "[" * 500 + "\n")
     garbage = tmp_path / "garbage.yaml"
     garbage.write_bytes(bytes(range(256)))
-    res = run_cli("policy", "validate", str(hostile), str(garbage), str(tmp_path / "nope.yaml"), "policies/demo_offline.yaml")
+    res = run_cli(
+        "policy", "validate", str(hostile), str(garbage), str(tmp_path / "nope.yaml"), "policies/demo_offline.yaml"
+    )
     assert res.returncode == 1
     assert "Traceback" not in res.stdout + res.stderr
     assert res.stdout.count("✗") == 3 and res.stdout.count("✓") == 1
