@@ -42,6 +42,8 @@ APP_FILES = (
     "orchestrator/__init__.py",
     "orchestrator/errors.py",
     "orchestrator/results.py",
+    "orchestrator/policy/__init__.py",
+    "orchestrator/policy/models.py",  # the builtin configs (one definition, pure pydantic)
     "sandbox/__init__.py",
     "sandbox/models/__init__.py",
     "sandbox/models/config.py",

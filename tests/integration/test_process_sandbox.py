@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -14,19 +13,17 @@ from orchestrator.limits import PoolLimits, SandboxLimits
 from sandbox.base import CodeBundle
 from sandbox.process.backend import ProcessSandbox, import_names
 
-GUIDE = Path(__file__).resolve().parents[3] / "shared" / "spec" / "policy-dsl-guide.md"
+# The guide's examples live verbatim in policies/guide/ (CI has no other copy of the guide).
+GUIDE_EVALUATORS = Path(__file__).resolve().parents[2] / "policies" / "guide" / "03_evaluator_types.yaml"
 LIMITS = SandboxLimits(timeout_s=10.0)
 
 
 def guide_profanity_code() -> str:
-    """The guide's custom_profanity_filter code, verbatim (dedented from its YAML block)."""
-    text = GUIDE.read_text() if GUIDE.exists() else ""
-    m = re.search(r'name: "custom_profanity_filter".*?code: \|\n(.*?)```', text, re.S)
-    if m is None:
-        pytest.skip("policy DSL guide not available")
-    lines = m.group(1).splitlines()
-    indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
-    return "\n".join(line[indent:] for line in lines) + "\n"
+    """The guide's custom_profanity_filter code, verbatim (from its example policy file)."""
+    from orchestrator.policy import load_policy_file
+
+    spec = load_policy_file(GUIDE_EVALUATORS).evaluator("custom_profanity_filter")
+    return spec.typed_config.code
 
 
 @pytest.fixture
