@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -39,6 +38,7 @@ from packaging.utils import canonicalize_name
 from orchestrator.errors import ConfigurationError, DependencyRejectedError, EvaluatorUnavailableError
 from orchestrator.limits import DependencyLimits
 from sandbox.base import ProgressCallback
+from sandbox.streaming import run_streaming
 
 # A name (PEP 508 "identifier") then optional comma-separated clauses of a PEP 440 operator and a
 # version made only of version characters. Checked *before* packaging parses the string, so
@@ -334,34 +334,13 @@ class Wheelhouse:
 
     def _run(self, cmd: list[str], deadline: float, say: ProgressCallback, fraction: float) -> None:
         """Run pip with a deadline, streaming its lines as progress; a failure is a typed rejection."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if deadline - time.monotonic() <= 0:
             raise DependencyRejectedError("dependency resolution timed out")
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-        )
-        tail: list[str] = []
-        assert proc.stdout is not None
-        try:
-            for n, line in enumerate(proc.stdout):
-                line = line.rstrip()
-                if line:
-                    tail = [*tail[-19:], line]
-                    if n < 10_000:
-                        say(line[:200], fraction)
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    raise DependencyRejectedError("dependency resolution timed out")
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise DependencyRejectedError("dependency resolution timed out") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            detail = "\n".join(tail[-8:])
+        run = run_streaming(cmd, deadline, say, fraction)
+        if run.timed_out:
+            raise DependencyRejectedError("dependency resolution timed out")
+        if run.returncode != 0:
+            detail = "\n".join(run.tail[-8:])
             if any(marker in detail for marker in _NETWORK_MARKERS):
                 raise EvaluatorUnavailableError(f"the package index could not be reached; try again:\n{detail}")
             raise DependencyRejectedError(

@@ -32,7 +32,7 @@ from orchestrator.errors import (
 )
 from orchestrator.limits import DependencyLimits, SandboxLimits
 from orchestrator.policy import Policy, load_policy
-from orchestrator.policy.models import EvaluatorType
+from orchestrator.policy.models import NAME_PATTERN, EvaluatorType
 from orchestrator.results import Action, Decision
 from orchestrator.runtime import StoredEvaluator
 from orchestrator.service.config import DEFAULT_ENVIRONMENT, ServiceLimits
@@ -55,7 +55,7 @@ from sandbox.base import CodeBundle, ProgressCallback, Sandbox
 
 log = logging.getLogger("crossaudit.service")
 
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")  # evaluator names (same as the DSL's)
+NAME = re.compile(NAME_PATTERN)  # evaluator names: the DSL's rule
 ENVIRONMENT = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 REVIEW_ACTIONS = {Action.REQUIRE_REVIEW: ReviewKind.REQUIRE_REVIEW, Action.FLAG: ReviewKind.FLAG}

@@ -36,6 +36,7 @@ from orchestrator.errors import ConfigurationError, CrossAuditError
 from orchestrator.limits import DependencyLimits
 from sandbox.base import ProgressCallback
 from sandbox.deps import Dependency, Wheelhouse, default_cache_dir, file_lock, validate_dependencies
+from sandbox.streaming import run_streaming
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNER_DIR = REPO_ROOT / "images" / "runner"
@@ -397,28 +398,10 @@ def ensure_mmdebstrap(say: ProgressCallback = _noop) -> str:
 
 
 def _run_streaming(cmd: list[str], timeout_s: float, say: ProgressCallback, frac: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    tail: list[str] = []
-    assert proc.stdout is not None
-    try:
-        for n, line in enumerate(proc.stdout):
-            line = line.rstrip()
-            if line:
-                tail = [*tail[-19:], line]
-                if n < 10_000:
-                    say(line[:200], frac)
-            if time.monotonic() > deadline:
-                break
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != 0:
-        raise ConfigurationError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}):\n" + "\n".join(tail[-10:]))
+    run = run_streaming(cmd, time.monotonic() + timeout_s, say, frac)
+    if run.returncode != 0:
+        status = f"timed out after {timeout_s:.0f}s" if run.timed_out else f"exit {run.returncode}"
+        raise ConfigurationError(f"{Path(cmd[0]).name} failed ({status}):\n" + "\n".join(run.tail[-10:]))
 
 
 # --- CLI ---------------------------------------------------------------------------------------------
