@@ -56,8 +56,10 @@ class Runtime:
         resolver: EvaluatorResolver | None = None,
         model_backend: Any = None,
         env: Mapping[str, str] | None = None,
+        tenant: str = "",
     ) -> None:
         self.sandbox = sandbox
+        self.tenant = tenant
         self.resolver = resolver
         self.model_backend = model_backend
         self.env = env if env is not None else os.environ
@@ -87,20 +89,32 @@ class Runtime:
             stored = self.resolver.by_id(spec.id) if self.resolver else None
             if stored is None:
                 raise NotFoundError(f"evaluator {spec.name!r}: no uploaded evaluator with id {spec.id!r}")
-            return CodeBundle(code=stored.code, dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))))
+            return CodeBundle(
+                code=stored.code,
+                dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))),
+                tenant=self.tenant,
+            )
         if cfg.code is not None:
-            return CodeBundle(code=cfg.code, dependencies=deps)
+            return CodeBundle(code=cfg.code, dependencies=deps, tenant=self.tenant)
         base = Path(policy.source_path).parent if policy.source_path else None
         if cfg.code_file is not None:
             if base is None:
                 raise ConfigurationError(f"evaluator {spec.name!r}: code_file needs a policy loaded from a file")
-            return CodeBundle(code=_read_code(base / cfg.code_file, spec.name), dependencies=deps)
+            return CodeBundle(
+                code=_read_code(base / cfg.code_file, spec.name), dependencies=deps, tenant=self.tenant
+            )
         stored = self.resolver.by_name(spec.name) if self.resolver else None
         if stored is not None:
-            return CodeBundle(code=stored.code, dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))))
+            return CodeBundle(
+                code=stored.code,
+                dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))),
+                tenant=self.tenant,
+            )
         if base is not None and (base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py").is_file():
             return CodeBundle(
-                code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name), dependencies=deps
+                code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name),
+                dependencies=deps,
+                tenant=self.tenant,
             )
         raise NotFoundError(
             f"evaluator {spec.name!r} has no code: give config.code, config.code_file or an id, "

@@ -23,12 +23,18 @@ ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1)
 
 @dataclass(frozen=True)
 class CodeBundle:
-    """Evaluator code plus its declared dependencies; content-addressed by ``digest``."""
+    """Evaluator code plus its declared dependencies; content-addressed by ``digest``.
+
+    ``tenant`` is who the code runs for. It is not part of ``digest`` (identical code shares
+    images and build caches) but it is part of ``pool_key``: a warm sandbox serves one tenant
+    and one evaluator version, never more (docs/threat-model.md).
+    """
 
     code: str
     dependencies: tuple[str, ...] = ()
     language: str = "python"
     entrypoint: str = "evaluate"
+    tenant: str = ""
 
     @property
     def digest(self) -> str:
@@ -37,6 +43,11 @@ class CodeBundle:
             sort_keys=True,
         )
         return hashlib.sha256(doc.encode()).hexdigest()
+
+    @property
+    def pool_key(self) -> str:
+        """Identity of a warm pool: this code, for this tenant only."""
+        return hashlib.sha256(f"{self.tenant}\0{self.digest}".encode()).hexdigest()
 
     @property
     def deps_digest(self) -> str:

@@ -266,7 +266,7 @@ class CrossAuditService:
             return
         from orchestrator.runtime import Runtime
 
-        runtime = Runtime(self.sandbox, resolver=self.uploads(tenant))
+        runtime = Runtime(self.sandbox, resolver=self.uploads(tenant), tenant=tenant)
         for _, spec in _custom_specs(policy):
             try:
                 bundle = runtime.bundle_for(spec, policy)
@@ -579,7 +579,7 @@ class CrossAuditService:
         progress: ProgressCallback | None = None,
     ) -> tuple[EvaluatorRecord, bool]:
         deps = self.check_upload(name, code, language, list(dependencies))
-        bundle = CodeBundle(code=code, dependencies=deps, language=language or "python")
+        bundle = CodeBundle(code=code, dependencies=deps, language=language or "python", tenant=tenant)
         uploading = self._uploading.get(tenant, 0)
         if uploading >= self.limits.max_concurrent_uploads_per_tenant:
             raise RateLimitedError(

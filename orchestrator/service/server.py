@@ -44,7 +44,7 @@ def runtime_engines(
     from orchestrator.runtime import Runtime
 
     def make(tenant: str, uploads: UploadedEvaluators, feedback: TenantFeedback) -> DecisionEngine:
-        runtime = Runtime(sandbox, resolver=uploads, model_backend=model_backend)
+        runtime = Runtime(sandbox, resolver=uploads, model_backend=model_backend, tenant=tenant)
         return Engine(runtime, limits=limits, feedback=feedback)
 
     return make

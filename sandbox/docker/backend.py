@@ -167,15 +167,15 @@ class DockerSandbox(Sandbox):
         return validate_dependencies(bundle.dependencies, self.dep_limits)
 
     def _pool_for(self, bundle: CodeBundle, image: DepsImage) -> WarmPool:
-        pool = self._pools.get(bundle.digest)
+        pool = self._pools.get(bundle.pool_key)
         if pool is not None and pool.image == image.tag and not pool.closed:
-            self._pools.move_to_end(bundle.digest)
+            self._pools.move_to_end(bundle.pool_key)
             return pool
         assert self._rt is not None
         if pool is not None:  # the image changed (agent/runner rebuilt): start over
             self._close_later(pool)
         pool = WarmPool(self._rt, bundle, image.tag, image.preload)
-        self._pools[bundle.digest] = pool
+        self._pools[bundle.pool_key] = pool
         self._evict()
         return pool
 
@@ -200,9 +200,9 @@ class DockerSandbox(Sandbox):
         deps = self._validate(bundle)
         await self.start()
         assert self._images is not None
-        lock = self._prepare_locks.get(bundle.digest)  # one prepare per bundle at a time; freed when unused
+        lock = self._prepare_locks.get(bundle.pool_key)  # one prepare per bundle at a time; freed when unused
         if lock is None:
-            lock = self._prepare_locks[bundle.digest] = asyncio.Lock()
+            lock = self._prepare_locks[bundle.pool_key] = asyncio.Lock()
         async with lock:
             say("checking sandbox images", 0.0)
             image = await self._docker(self._images.ensure_deps, deps, say)
@@ -214,9 +214,9 @@ class DockerSandbox(Sandbox):
             say("evaluator ready", 1.0)
 
     async def _pool_for_run(self, bundle: CodeBundle) -> WarmPool:
-        pool = self._pools.get(bundle.digest)
+        pool = self._pools.get(bundle.pool_key)
         if pool is not None and not pool.closed:
-            self._pools.move_to_end(bundle.digest)
+            self._pools.move_to_end(bundle.pool_key)
             return pool
         deps = self._validate(bundle)
         await self.start()
@@ -299,12 +299,12 @@ class DockerSandbox(Sandbox):
 
     async def evict(self, bundle: CodeBundle) -> None:
         """Stop a bundle's warm pool now (evaluator deleted or replaced); the next call starts cold."""
-        pool = self._pools.pop(bundle.digest, None)
+        pool = self._pools.pop(bundle.pool_key, None)
         if pool is not None:
             await pool.close()
 
     def pool_stats(self, bundle: CodeBundle) -> dict[str, Any] | None:
-        pool = self._pools.get(bundle.digest)
+        pool = self._pools.get(bundle.pool_key)
         return pool.stats() if pool else None
 
     async def aclose(self) -> None:

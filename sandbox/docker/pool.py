@@ -1,4 +1,4 @@
-"""Warm pools: per bundle digest, ready containers whose agent already imported deps and code.
+"""Warm pools: per tenant and bundle (``CodeBundle.pool_key``), ready containers whose agent loaded the code.
 
 Why this shape:
 

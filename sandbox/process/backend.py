@@ -178,7 +178,7 @@ class _Agent:
 
 
 class _Pool:
-    """Warm agents of one bundle digest."""
+    """Warm agents of one bundle for one tenant (``CodeBundle.pool_key``)."""
 
     def __init__(self, bundle: CodeBundle) -> None:
         self.bundle = bundle
@@ -339,7 +339,7 @@ class ProcessSandbox(Sandbox):
     def _pool(self, bundle: CodeBundle) -> _Pool:
         """The bundle's pool (LRU). Pools idle past ``PoolLimits.idle_timeout_s`` are closed on the way."""
         now = time.monotonic()
-        key = bundle.digest
+        key = bundle.pool_key
         for other_key, other in list(self._pools.items()):
             busy = other.count - len(other.idle)
             if other_key != key and busy <= 0 and now - other.last_used > self.pool_limits.idle_timeout_s:
