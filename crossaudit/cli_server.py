@@ -63,6 +63,11 @@ def register(
         help="where custom code runs (auto: docker where a daemon answers, else process)",
     )
     s.add_argument(
+        "--allow-process-sandbox",
+        action="store_true",
+        help="with API keys, accept the process sandbox (weaker isolation than docker) for custom code",
+    )
+    s.add_argument(
         "--api-keys",
         default=None,
         metavar="FILE",
@@ -221,6 +226,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         data_dir=Path(args.data_dir),
         sandbox=args.sandbox,
+        allow_process_sandbox=args.allow_process_sandbox,
         api_keys_file=Path(keys) if keys else None,
         dev=args.dev,
         metrics_port=args.metrics_port,

@@ -110,36 +110,53 @@ class Engine:
         feedback: FeedbackSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        scope: str = "",
     ) -> None:
+        """``scope`` names whose verdicts this engine caches (the service passes the tenant), so a
+        cache handed to two engines still never serves one tenant's verdict to another."""
+        self.scope = scope
         self.factory = factory
         self.limits = limits or EngineLimits()
         self.cache = cache if cache is not None else ResultCache(self.limits.cache_entries, clock)
         self.feedback = feedback
         self.clock = clock
         self.now = now
-        self._evaluators: OrderedDict[tuple[str, str], Evaluator] = OrderedDict()
+        self._evaluators: OrderedDict[tuple[str, str], tuple[Evaluator, str]] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
 
     # -- evaluators ---------------------------------------------------------------------------
 
     def evaluator_for(self, policy: Policy, name: str) -> Evaluator:
+        return self._evaluator(policy, name)[0]
+
+    def _evaluator(self, policy: Policy, name: str) -> tuple[Evaluator, str]:
+        """The built evaluator and its cache identity (computed once per policy version)."""
         key = (policy.digest or str(id(policy)), name)
-        ev = self._evaluators.get(key)
-        if ev is not None:
+        hit = self._evaluators.get(key)
+        if hit is not None:
             self._evaluators.move_to_end(key)
-            return ev
-        ev = self.factory.build(policy.evaluator(name), policy)
-        self._evaluators[key] = ev
+            return hit
+        spec = policy.evaluator(name)
+        ev = self.factory.build(spec, policy)
+        built = self._evaluators[key] = (ev, self._cache_identity(ev, spec.model_dump(mode="json")))
         while len(self._evaluators) > self.limits.evaluator_instances:  # old policy versions age out
-            _, old = self._evaluators.popitem(last=False)
+            _, (old, _identity) = self._evaluators.popitem(last=False)
             task = asyncio.get_running_loop().create_task(old.aclose())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
-        return ev
+        return built
+
+    def _cache_identity(self, evaluator: Evaluator, spec: Mapping[str, Any]) -> str:
+        """Everything a cached verdict depends on besides the input: the scope (tenant), the
+        evaluator's identity (kind, name, code + dependency digest for custom code) and its
+        whole spec as written, so ``${NAME}`` secrets count by name, never by value. A redeploy
+        that changes any of these, or another policy's evaluator of the same name, never hits."""
+        material = json.dumps([self.scope, evaluator.identity(), spec], sort_keys=True, default=str)
+        return hashlib.sha256(material.encode()).hexdigest()
 
     async def aclose(self) -> None:
         evaluators, self._evaluators = list(self._evaluators.values()), OrderedDict()
-        for ev in evaluators:
+        for ev, _identity in evaluators:
             await ev.aclose()
 
     # -- evaluation -----------------------------------------------------------------------------
@@ -324,6 +341,9 @@ class Engine:
             )
         action = Action(on_error.value) if on_error else rule.action
         how = f"fallback.on_error={on_error.value}" if on_error else "fail-closed"
+        if action is Action.MODIFY:
+            # Nothing to redact with: answering ``modify`` would hand back the original text.
+            action, how = Action.BLOCK, "fail-closed: modify had no verdict to redact with, escalated to block"
         return RuleResult(
             rule=rule.name,
             status=status,
@@ -366,7 +386,7 @@ class Engine:
     async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
         t0 = self.clock()
         try:
-            evaluator = self.evaluator_for(req.policy, name)
+            evaluator, identity = self._evaluator(req.policy, name)
         except Exception as e:  # a misconfigured evaluator fails its rules (closed), not the request
             err = e if isinstance(e, CrossAuditError) else EvaluatorError(f"{type(e).__name__}: {e}")
             return EvaluatorResult(
@@ -380,7 +400,7 @@ class Engine:
         cache_key = ""
         if ttl > 0:
             material = json.dumps(
-                [evaluator.identity(), req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str
+                [identity, req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str
             )
             cache_key = hashlib.sha256(material.encode()).hexdigest()
             hit = self.cache.get(cache_key)
@@ -486,13 +506,20 @@ class Engine:
             if r.status in (Status.ERROR, Status.TIMEOUT)
             or any(e.status in (Status.ERROR, Status.TIMEOUT) for e in r.evaluators if not r.fallback_used)
         ]
+        # A modify rule that produced no verdict (errored, timed out) means the response may hold
+        # what it should have redacted: never return it as the modified response.
+        unredacted = any(
+            by_name[r.rule].action is Action.MODIFY and r.status in (Status.ERROR, Status.TIMEOUT)
+            for r in results
+            if r.rule in by_name
+        )
         return Decision(
             policy=policy.name,
             policy_version=policy.version,
             passed=passed,
             action=worst,
             rules=results,
-            modified_response=actions.apply_modifications(req.inp.response, edits),
+            modified_response=None if unredacted else actions.apply_modifications(req.inp.response, edits),
             outcomes=outcomes,
             errored_rules=errored,
             latency_ms=(self.clock() - start) * 1000,

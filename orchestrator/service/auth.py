@@ -96,9 +96,8 @@ def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict
     limits = limits or ServiceLimits()
     p = Path(path)
     try:
+        check_private_file(p, "API keys file")
         st = p.stat()
-        if st.st_mode & 0o077:
-            log.warning("API keys file %s is readable by group/others; chmod 600 it", p)
         if st.st_size > limits.max_api_keys_file_bytes:
             raise ConfigurationError(f"API keys file {p} is larger than {limits.max_api_keys_file_bytes} bytes")
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
@@ -132,6 +131,20 @@ def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict
             seen[key] = tenant
         out[tenant] = list(keys)
     return out
+
+
+def check_private_file(path: Path, what: str) -> None:
+    """Refuse a secret file (API keys, TLS private key) that group or others may access."""
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} {path} not found") from None
+    except OSError as e:
+        raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: chmod 600 {path}"
+        )
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

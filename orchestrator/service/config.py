@@ -45,6 +45,7 @@ class ServerConfig:
     port: int = 50051  # 0 = an ephemeral port (printed on start)
     data_dir: Path = Path(".crossaudit")
     sandbox: str = "auto"  # docker | process | auto
+    allow_process_sandbox: bool = False  # with API keys, the weaker process sandbox is an explicit opt-in
     api_keys_file: Path | None = None
     dev: bool = False
     metrics_port: int | None = None  # None = no metrics endpoint; 0 = ephemeral

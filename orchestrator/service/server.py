@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from orchestrator.errors import ConfigurationError
 from orchestrator.limits import EngineLimits
-from orchestrator.service.auth import Authenticator, AuthInterceptor
+from orchestrator.service.auth import Authenticator, AuthInterceptor, check_private_file
 from orchestrator.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
 from orchestrator.service.core import (
     CrossAuditService,
@@ -29,11 +30,12 @@ from orchestrator.service.core import (
 from orchestrator.service.metrics import ServiceMetrics
 from orchestrator.service.servicers import add_servicers
 from orchestrator.store.base import Store
-from orchestrator.store.sqlite import SQLiteStore
+from orchestrator.store.sqlite import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, SQLiteStore
 from sandbox.base import Sandbox
 
 log = logging.getLogger("crossaudit.service")
 API_KEYS_ENV = "CROSSAUDIT_API_KEYS_FILE"
+MAX_DATA_DIR_ENTRIES_FIXED = 100_000  # bound on the start-up permission walk of the data directory
 
 
 def runtime_engines(
@@ -45,7 +47,7 @@ def runtime_engines(
 
     def make(tenant: str, uploads: UploadedEvaluators, feedback: TenantFeedback) -> DecisionEngine:
         runtime = Runtime(sandbox, resolver=uploads, model_backend=model_backend, tenant=tenant)
-        return Engine(runtime, limits=limits, feedback=feedback)
+        return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)
 
     return make
 
@@ -68,14 +70,53 @@ def check_config(config: ServerConfig) -> None:
         raise ConfigurationError("--tls-cert and --tls-key go together")
     if not 0 <= config.port <= 65535:
         raise ConfigurationError(f"invalid port {config.port}")
+    if config.sandbox == "process":
+        check_process_sandbox_allowed(config)
+    if config.tls_key:
+        check_private_file(config.tls_key, "TLS private key")
+    if config.api_keys_file:
+        check_private_file(config.api_keys_file, "API keys file")  # before anything starts
+
+
+def check_process_sandbox_allowed(config: ServerConfig) -> None:
+    """With API keys (several tenants), custom code in the weaker process sandbox is an opt-in.
+
+    A RestrictedPython or kernel escape there reaches the server's user, so an operator must
+    say so explicitly (``--allow-process-sandbox``); ``--dev`` (one local tenant) may use it.
+    """
+    if not config.dev and not config.allow_process_sandbox:
+        raise ConfigurationError(
+            "custom code would run in the process sandbox, which isolates tenants less than docker "
+            "(no container: a RestrictedPython or kernel escape reaches the server's user); start a "
+            "Docker daemon, or accept this with --allow-process-sandbox"
+        )
+
+
+def secure_data_dir(data_dir: Path) -> None:
+    """The data directory 0700 and everything in it 0600 (dirs 0700), whatever the umask.
+
+    It holds every tenant's uploaded code, policies and audit log; an operator's laxer umask,
+    or an older install, must not leave it readable by other local users.
+    """
+    data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    data_dir.chmod(PRIVATE_DIR_MODE)
+    for n, path in enumerate(data_dir.rglob("*")):
+        if n >= MAX_DATA_DIR_ENTRIES_FIXED:
+            log.warning("data directory %s: stopped fixing permissions after %d entries", data_dir, n)
+            break
+        with contextlib.suppress(OSError):
+            if path.is_symlink():
+                continue
+            path.chmod(PRIVATE_DIR_MODE if path.is_dir() else PRIVATE_FILE_MODE)
 
 
 def lock_data_dir(data_dir: Path) -> Any:
     """One server per data directory: an exclusive ``flock`` (released when the process dies)."""
     import fcntl
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fh = (data_dir / "server.lock").open("a")
+    secure_data_dir(data_dir)
+    fd = os.open(data_dir / "server.lock", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE_MODE)
+    fh = os.fdopen(fd, "a")
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -175,6 +216,12 @@ async def start_server(
 
             sandbox = make_sandbox(config.sandbox)
             owned.append(sandbox)
+            if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
+                try:
+                    check_process_sandbox_allowed(config)
+                except ConfigurationError:
+                    await sandbox.aclose()
+                    raise
         from sandbox.models.pool import ModelServerPool
 
         model_backend = ModelServerPool()
@@ -266,9 +313,11 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
     tenants = running.auth.tenants if running.auth else []
     parts.append("dev: tenant 'default', no keys" if config.dev else f"{len(tenants)} tenant(s)")
     if info:
-        parts.append(f"sandbox {info.get('backend', '?')}")
-        if info.get("backend") == "process":
+        backend = info.get("backend", "?")
+        parts.append(f"sandbox {backend}" + (" (WEAKER isolation than docker)" if backend == "process" else ""))
+        if backend == "process":
             log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
+    parts.append(f"data in {config.data_dir}")
     if running.metrics_port is not None:
         parts.append(f"metrics on {_address(config.metrics_host, running.metrics_port)}")
     announce(", ".join(parts), flush=True)

@@ -9,7 +9,9 @@ also survives power loss at the cost of an fsync per commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -185,13 +187,19 @@ class SQLiteStore(Store):
             raise InvalidInputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _private_files(Path(self.path))
         # One thread owns the connection: sqlite3 objects never cross threads concurrently.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossaudit-store")
-        self._conn = self._executor.submit(self._open, sync, busy_timeout_ms).result()
+        try:
+            self._conn = self._executor.submit(self._open, sync, busy_timeout_ms).result()
+        except sqlite3.Error as e:  # corrupt file, not a database, locked by another program, I/O error
+            self._executor.shutdown(wait=False)
+            raise StoreUnavailableError(f"cannot open the database {self.path}: {e}") from None
         self._closed = False
 
     def _open(self, sync: str, busy_timeout_ms: int) -> sqlite3.Connection:
+        # Bounded by busy_timeout_ms: a database another program holds locked fails start-up with
+        # one clear error instead of hanging.
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
@@ -696,3 +704,25 @@ class SQLiteStore(Store):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=True)
+
+
+PRIVATE_FILE_MODE = 0o600  # the database holds every tenant's code, policies and audit log
+PRIVATE_DIR_MODE = 0o700
+
+
+def _private_files(db: Path) -> None:
+    """Create the database file owner-only before SQLite opens it, whatever the umask.
+
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode, so creating the
+    main file 0600 keeps all three private; files left by an older, laxer version are fixed.
+    """
+    db.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    fd = os.open(db, os.O_CREAT | os.O_RDWR | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = db.with_name(db.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            side.chmod(PRIVATE_FILE_MODE)

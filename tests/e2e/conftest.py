@@ -70,6 +70,7 @@ class ServerProcess:
             str(keys),
             "--sandbox",
             self.sandbox,
+            *(["--allow-process-sandbox"] if self.sandbox == "process" else []),
             "--policies-dir",
             str(self.policies_dir),
             "--metrics-port",

@@ -111,6 +111,7 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     key_path.write_bytes(
         k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
+    key_path.chmod(0o600)
     return cert_path, key_path
 
 

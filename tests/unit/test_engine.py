@@ -336,6 +336,29 @@ async def test_cache_hit_and_expiry() -> None:
     assert f2.built["a"].calls == 2
 
 
+async def test_cache_key_covers_scope_and_the_evaluator_spec() -> None:
+    """One cache shared by two engines (tenants), or by two specs of one name, never crosses over."""
+    cache = ResultCache(100)
+    settings = "settings: {cache_results: true}\n"
+    policy = policy_yaml(["a"], "- {name: r, evaluator: a}\n", settings)
+    f1, f2 = Factory({"a": score(0.9)}), Factory({"a": score(0.1)})
+    await Engine(f1, cache=cache, scope="acme").evaluate(policy, "p", "same", {})
+    d = await Engine(f2, cache=cache, scope="globex").evaluate(policy, "p", "same", {})
+    assert f2.built["a"].calls == 1 and not d.rule("r").evaluators[0].cached and d.rule("r").score == 0.1
+
+    engine = Engine(Factory({"a": score(0.5)}), cache=cache, scope="acme")
+    rethresholded = policy_yaml(["a"], "- {name: r, evaluator: a, threshold: 0.2}\n", settings)
+    hit = await engine.evaluate(rethresholded, "p", "same", {})
+    assert hit.rule("r").evaluators[0].cached, "a threshold change leaves the evaluator's verdict valid"
+    reconfigured = load_policy(
+        'name: T\ndescription: d\nversion: "1.0"\nevaluators:\n'
+        "  - name: a\n    type: custom\n    config: {words: [beta], code: 'def evaluate(p, r, c): return {}'}\n"
+        f"rules:\n- {{name: r, evaluator: a}}\n{settings}"
+    )
+    miss = await engine.evaluate(reconfigured, "p", "same", {})
+    assert not miss.rule("r").evaluators[0].cached and miss.rule("r").score == 0.5
+
+
 async def test_feedback_moves_threshold() -> None:
     policy = policy_yaml(
         ["a"],

@@ -15,6 +15,7 @@ K1, K2 = "k1-" + "a" * 20, "k2-" + "b" * 20
 def write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "keys.yaml"
     p.write_text(text)
+    p.chmod(0o600)
     return p
 
 
