@@ -36,6 +36,8 @@ from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
 from protos.crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
 from protos.crossaudit.v1 import evaluator_pb2 as evr_pb
 from protos.crossaudit.v1 import evaluator_pb2_grpc as evr_grpc
+from protos.crossaudit.v1 import info_pb2 as info_pb
+from protos.crossaudit.v1 import info_pb2_grpc as info_grpc
 from protos.crossaudit.v1 import policy_pb2 as pol_pb
 from protos.crossaudit.v1 import policy_pb2_grpc as pol_grpc
 from protos.crossaudit.v1 import review_pb2 as rev_pb
@@ -161,6 +163,16 @@ class AuditEntry:
 
 
 # --- conversions --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    tenant: str
+    multi_tenant: bool
+    sandbox_backend: str
+    isolation: str
+    weaker_isolation: bool
 
 
 def _version(m: pol_pb.PolicyVersion) -> PolicyVersion:
@@ -333,6 +345,7 @@ class Client:
         self._evaluators = evr_grpc.EvaluatorServiceStub(self._channel)
         self._reviews = rev_grpc.ReviewServiceStub(self._channel)
         self._audit = audit_grpc.AuditServiceStub(self._channel)
+        self._info = info_grpc.InfoServiceStub(self._channel)
 
     def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         try:
@@ -473,6 +486,18 @@ class Client:
         return _review(self._call(self._reviews.ResolveReview, req))
 
     # audit
+    def server_info(self) -> ServerInfo:
+        """The server's version and where custom code runs (``weaker_isolation`` for the process sandbox)."""
+        m = self._call(self._info.GetServerInfo, info_pb.GetServerInfoRequest())
+        return ServerInfo(
+            version=m.version,
+            tenant=m.tenant,
+            multi_tenant=m.multi_tenant,
+            sandbox_backend=m.sandbox_backend,
+            isolation=m.isolation,
+            weaker_isolation=m.weaker_isolation,
+        )
+
     def get_decision(self, decision_id: str) -> AuditEntry:
         """The audit record of an answered decision."""
         return _audit(self._call(self._audit.GetDecision, audit_pb.GetDecisionRequest(decision_id=decision_id)))

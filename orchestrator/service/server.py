@@ -114,8 +114,11 @@ def lock_data_dir(data_dir: Path) -> Any:
     """One server per data directory: an exclusive ``flock`` (released when the process dies)."""
     import fcntl
 
-    secure_data_dir(data_dir)
-    fd = os.open(data_dir / "server.lock", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE_MODE)
+    try:
+        secure_data_dir(data_dir)
+        fd = os.open(data_dir / "server.lock", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE_MODE)
+    except OSError as e:
+        raise ConfigurationError(f"cannot use data directory {data_dir}: {e.strerror}") from None
     fh = os.fdopen(fd, "a")
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -23,6 +23,8 @@ from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
 from protos.crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
 from protos.crossaudit.v1 import evaluator_pb2 as evr_pb
 from protos.crossaudit.v1 import evaluator_pb2_grpc as evr_grpc
+from protos.crossaudit.v1 import info_pb2 as info_pb
+from protos.crossaudit.v1 import info_pb2_grpc as info_grpc
 from protos.crossaudit.v1 import policy_pb2 as pol_pb
 from protos.crossaudit.v1 import policy_pb2_grpc as pol_grpc
 from protos.crossaudit.v1 import review_pb2 as rev_pb
@@ -303,14 +305,42 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
         return audit_pb.ListDecisionsResponse(decisions=[convert.audit_to_pb(r) for r in recs])
 
 
+class InfoServicer(_Base, info_grpc.InfoServiceServicer):
+    """Version and isolation of this server, so a caller can tell a weaker sandbox apart."""
+
+    @unary
+    async def GetServerInfo(self, tenant: str, request: info_pb.GetServerInfoRequest, context: Any) -> Any:
+        info = self.svc.sandbox.info() if self.svc.sandbox is not None else {}
+        backend = str(info.get("backend", ""))
+        return info_pb.ServerInfo(
+            version=_version(),
+            tenant=tenant,
+            multi_tenant=not self.auth.dev,
+            sandbox_backend=backend,
+            isolation=str(info.get("isolation", "")),
+            weaker_isolation=backend == "process",
+        )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("crossaudit")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
 def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Authenticator) -> list[str]:
     """Register the public services; returns their full names (for health/reflection)."""
+    info_grpc.add_InfoServiceServicer_to_server(InfoServicer(service, auth), server)
     pol_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(service, auth), server)
     ev_grpc.add_EvaluationServiceServicer_to_server(EvaluationServicer(service, auth), server)
     evr_grpc.add_EvaluatorServiceServicer_to_server(EvaluatorServicer(service, auth), server)
     rev_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(service, auth), server)
     audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(service, auth), server)
     return [
+        info_pb.DESCRIPTOR.services_by_name["InfoService"].full_name,
         audit_pb.DESCRIPTOR.services_by_name["AuditService"].full_name,
         pol_pb.DESCRIPTOR.services_by_name["PolicyService"].full_name,
         ev_pb.DESCRIPTOR.services_by_name["EvaluationService"].full_name,

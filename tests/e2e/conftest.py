@@ -48,6 +48,7 @@ class ServerProcess:
         self.extra = extra
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
+        self.start_line = ""
         self.metrics_address = ""
         self.log = data_dir / "server.log"
         self.policies_dir = data_dir / "policies"
@@ -95,6 +96,7 @@ class ServerProcess:
             if not line:
                 break
             if line.startswith("crossaudit serving on "):
+                self.start_line = line.strip()
                 self.address = line.split()[3].rstrip(",")
                 if "metrics on " in line:
                     self.metrics_address = line.rsplit("metrics on ", 1)[1].strip()

@@ -115,13 +115,15 @@ def test_process_sandbox_with_api_keys_needs_an_explicit_opt_in(tmp_path: Path) 
     _one_error_line(res, "--allow-process-sandbox")
 
 
-def test_process_sandbox_start_line_says_it_is_weaker(tmp_path: Path) -> None:
+def test_process_sandbox_start_line_and_info_say_it_is_weaker(tmp_path: Path) -> None:
     srv = ServerProcess(tmp_path)  # --sandbox process --allow-process-sandbox
     srv.start()
     try:
-        assert srv.proc is not None
-        log = srv.log.read_text()
-        assert "weaker isolation" in log
+        assert "WEAKER isolation" in srv.start_line
+        with Client(srv.address, api_key=key("globex")) as c:
+            info = c.server_info()
+        assert info.sandbox_backend == "process" and info.weaker_isolation and info.multi_tenant
+        assert info.tenant == "globex" and "weaker" in info.isolation
     finally:
         assert srv.stop() == 0
 
