@@ -18,7 +18,7 @@ import pytest
 
 from crossaudit import Client
 from orchestrator.results import Action
-from tests.e2e.conftest import ROOT, ServerProcess, key, server, write_keys  # noqa: F401 (fixture)
+from tests.e2e.conftest import ROOT, ServerProcess, key, write_keys
 
 pytestmark = [pytest.mark.security, pytest.mark.e2e]
 
@@ -38,7 +38,7 @@ def _serve(*args: str, cwd: Path = ROOT, umask: int | None = None) -> subprocess
         text=True,
         timeout=60,
         env=env,
-        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,  # noqa: PLW1509
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
 
 
