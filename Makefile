@@ -46,10 +46,10 @@ serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker s
 run: serve ## Alias of serve
 
 test: $(MODELS_STAMP) images ## Run the whole test suite (unit, security, integration with real Docker, e2e)
-	$(PY) -m pytest tests/unit tests/security tests/integration tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
-test-unit: $(STAMP) ## Fast unit tests only
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
+	$(PY) -m pytest tests/unit tests/cases $(PYTEST_ARGS)
 
 test-integration: $(MODELS_STAMP) images ## Integration tests (real Docker daemon, real model loading)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)

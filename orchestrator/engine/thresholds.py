@@ -80,7 +80,9 @@ def feedback_adjusted(threshold: float, cfg: FeedbackConfig | None, stats: Feedb
     More false positives lower the threshold (the rule was too strict); more false
     negatives raise it. The shift is feedback_weight × (fn - fp) / total.
     """
-    if cfg is None or not cfg.update_model or stats is None or stats.total < cfg.min_feedback_count:
+    if cfg is None or not (cfg.collect_user_feedback and cfg.update_model):
+        return threshold, ""  # feedback not collected for this rule, or not used
+    if stats is None or stats.total < cfg.min_feedback_count:
         return threshold, ""
     shift = cfg.feedback_weight * (stats.false_negative - stats.false_positive) / stats.total
     new = min(1.0, max(0.0, threshold + shift))

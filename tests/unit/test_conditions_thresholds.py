@@ -137,12 +137,14 @@ def test_time_range_wrap_around_boundaries() -> None:
 
 
 def test_feedback_adjusts_threshold_only_with_enough_labels() -> None:
-    cfg = FeedbackConfig(update_model=True, feedback_weight=0.1, min_feedback_count=10)
+    cfg = FeedbackConfig(collect_user_feedback=True, update_model=True, feedback_weight=0.1, min_feedback_count=10)
     assert feedback_adjusted(0.8, cfg, FeedbackStats(total=5, false_positive=5))[0] == 0.8
     assert feedback_adjusted(0.8, cfg, FeedbackStats(total=10, false_positive=10))[0] == pytest.approx(0.7)
     assert feedback_adjusted(0.8, cfg, FeedbackStats(total=10, false_negative=5))[0] == pytest.approx(0.85)
-    off = FeedbackConfig(update_model=False)
+    off = FeedbackConfig(collect_user_feedback=True, update_model=False)
     assert feedback_adjusted(0.8, off, FeedbackStats(total=100, false_positive=100))[0] == 0.8
+    not_collected = FeedbackConfig(collect_user_feedback=False, update_model=True)
+    assert feedback_adjusted(0.8, not_collected, FeedbackStats(total=100, false_positive=100))[0] == 0.8
 
 
 @pytest.mark.parametrize(
