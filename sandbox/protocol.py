@@ -20,6 +20,7 @@ from orchestrator.errors import (
     CrossAuditError,
     EvaluatorCodeError,
     EvaluatorTimeoutError,
+    ProtocolError,
     ResultInvalidError,
     SandboxCodeError,
     SandboxCrashedError,
@@ -28,43 +29,14 @@ from orchestrator.errors import (
     SandboxSecurityError,
 )
 from orchestrator.limits import SandboxLimits
-from orchestrator.results import Span, Verdict
+from orchestrator.results import SPAN_OFFSET_MAX, Span, Verdict, check_wire, wire_text
 
 MESSAGE_MAX = 2000  # characters of a sandbox error message passed on to users
 SCORE_KEYS = ("score", "safety_score")  # "score" wins when both are present
 KNOWN_KEYS = frozenset({*SCORE_KEYS, "violations", "passed", "details", "spans"})
 
 
-class ProtocolError(SandboxCrashedError):
-    """The agent broke the protocol (bad JSON, oversized line, wrong frame): treat as a crash."""
-
-
 # --------------------------------------------------------------------------- result validation
-
-
-def _walk_check(obj: Any, max_depth: int) -> None:
-    """Iteratively check nesting depth, finiteness and key types of a decoded JSON document."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        cur, depth = stack.pop()
-        if isinstance(cur, float):
-            if not math.isfinite(cur):
-                raise ResultInvalidError("result contains a non-finite number (NaN or infinity)")
-        elif isinstance(cur, Mapping):
-            if depth > max_depth:
-                raise ResultInvalidError(f"result is nested deeper than {max_depth} levels")
-            for k, v in cur.items():
-                if not isinstance(k, str):
-                    raise ResultInvalidError("result keys must be strings")
-                stack.append((v, depth + 1))
-        elif isinstance(cur, (list, tuple)):
-            if depth > max_depth:
-                raise ResultInvalidError(f"result is nested deeper than {max_depth} levels")
-            stack.extend((v, depth + 1) for v in cur)
-        elif cur is None or isinstance(cur, (str, int, bool)):
-            continue
-        else:
-            raise ResultInvalidError(f"result contains a non-JSON value of type {type(cur).__name__}")
 
 
 def _compact(value: Any) -> str:
@@ -98,9 +70,9 @@ def _spans(raw: Any, limits: SandboxLimits) -> list[Span]:
             raise ResultInvalidError(f"spans[{i}] must be an object")
         start, end = item.get("start"), item.get("end")
         if not (isinstance(start, int) and isinstance(end, int) and _is_int(start) and _is_int(end)) or not (
-            0 <= start <= end
+            0 <= start <= end <= SPAN_OFFSET_MAX
         ):
-            raise ResultInvalidError(f"spans[{i}] needs integers 0 <= start <= end")
+            raise ResultInvalidError(f"spans[{i}] needs integers 0 <= start <= end <= {SPAN_OFFSET_MAX}")
         label = item.get("label", "")
         if not isinstance(label, str):
             raise ResultInvalidError(f"spans[{i}].label must be a string")
@@ -122,7 +94,9 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
     limits = limits or SandboxLimits()
     if not isinstance(obj, Mapping):
         raise ResultInvalidError(f"evaluate must return a dict, got {type(obj).__name__}")
-    _walk_check(obj, limits.result_max_depth)
+    # What the wire can carry (finite, ±2^53, UTF-8, depth, size): the check every evaluator
+    # kind shares (Verdict repeats it), so an unsendable result is this rule's error.
+    check_wire(obj, max_depth=limits.result_max_depth, max_bytes=limits.result_bytes)
     try:
         size = len(_compact(obj).encode())
     except (TypeError, ValueError, RecursionError) as exc:
@@ -171,7 +145,7 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
 
 
 def _clip(text: Any) -> str:
-    s = str(text) if text is not None else ""
+    s = wire_text(str(text)) if text is not None else ""  # the message reaches users and gRPC headers
     return s if len(s) <= MESSAGE_MAX else s[: MESSAGE_MAX - 3] + "..."
 
 
@@ -236,11 +210,17 @@ class AgentChannel:
         restricted: bool,
         limits: SandboxLimits,
         rlimit_nproc: bool = True,
+        reset: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The ``load`` frame. ``rlimit_nproc=False`` skips RLIMIT_NPROC (use a cgroup pids limit instead)."""
+        """The ``load`` frame. ``rlimit_nproc=False`` skips RLIMIT_NPROC (use a cgroup pids limit instead).
+
+        ``reset`` (``{"paths": [absolute dirs], "ipc": bool}``) asks the agent to empty those
+        directories (and remove SysV IPC objects) after every call and to report each reset
+        with a ``reset`` frame.
+        """
         keys = ("timeout_s", "memory_bytes", "cpu_s", "pids", "nofile", "file_bytes", "output_bytes",
-                "result_bytes", "result_max_depth", "result_max_violations")  # fmt: skip
-        return {
+                "result_bytes", "result_max_depth", "result_max_violations", "cleanup_s")  # fmt: skip
+        frame = {
             "op": "load",
             "code": code,
             "entrypoint": entrypoint,
@@ -249,6 +229,9 @@ class AgentChannel:
             "rlimit_nproc": rlimit_nproc,
             "limits": {k: getattr(limits, k) for k in keys},
         }
+        if reset is not None:
+            frame["reset"] = {"paths": list(reset.get("paths", ())), "ipc": bool(reset.get("ipc", False))}
+        return frame
 
     @staticmethod
     def call_frame(prompt: str, response: str, context: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:

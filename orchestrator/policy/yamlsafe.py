@@ -23,6 +23,7 @@ from orchestrator.errors import PolicyIssue, PolicyValidationError
 from orchestrator.limits import PolicyLimits
 
 Path = tuple[str | int, ...]
+_SURROGATE = "a \\u escape makes a lone surrogate (not valid Unicode text)"
 
 _ALLOWED_TAGS = {
     "tag:yaml.org,2002:str",
@@ -118,7 +119,10 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
             [PolicyIssue(message=f"policy file larger than {limits.max_file_bytes} bytes", file=file)]
         )
     smap = SourceMap(file=file)
-    loader = _Bounded(text, limits, file)
+    try:
+        loader = _Bounded(text, limits, file)  # the reader checks every character here
+    except yaml.reader.ReaderError as e:
+        raise PolicyValidationError([_reader_issue(text, file, e)]) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -126,6 +130,8 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
         data = _to_python(node, (), smap, loader)
     except PolicyValidationError:
         raise
+    except yaml.reader.ReaderError as e:
+        raise PolicyValidationError([_reader_issue(text, file, e)]) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
@@ -141,6 +147,30 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
     finally:
         loader.dispose()
     return data, smap
+
+
+def _reader_issue(text: str, file: str, e: yaml.reader.ReaderError) -> PolicyIssue:
+    """A character YAML refuses (NUL, other control characters, a raw surrogate), located."""
+    pos = e.position if isinstance(e.position, int) and 0 <= e.position <= len(text) else None
+    char = e.character if isinstance(e.character, int) else None
+    what = f"character U+{char:04X}" if char is not None else "a character"
+    message = f"{what} is not allowed in a policy (only printable characters, tab and line breaks are)"
+    if pos is None:
+        return PolicyIssue(message=message, file=file)
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return PolicyIssue(message=message, file=file, line=line, column=column)
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """A ``"\\ud800"`` escape decodes to a string that cannot be stored or sent (not UTF-8)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _pos(node: yaml.Node) -> tuple[int, int]:
@@ -173,6 +203,10 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
                 )
                 continue
             key = "<<" if key_node.tag == "tag:yaml.org,2002:merge" else str(loader.construct_object(key_node))
+            if _lone_surrogate(key):
+                line, col = _pos(key_node)
+                issues.append(PolicyIssue(_SURROGATE, format_path(path), smap.file, line, col))
+                continue
             if key == "<<":
                 line, col = _pos(key_node)
                 issues.append(PolicyIssue("YAML merge keys are not allowed", format_path(path), smap.file, line, col))
@@ -190,4 +224,8 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
         return [_to_python(child, (*path, i), smap, loader) for i, child in enumerate(node.value)]
     if node.tag == "tag:yaml.org,2002:bool" and node.value.lower() not in ("true", "false"):
         return node.value  # YAML 1.2: yes/no/on/off are strings (a rule may be named "off")
-    return loader.construct_object(node, deep=True)
+    value = loader.construct_object(node, deep=True)
+    if _lone_surrogate(value):
+        line, col = _pos(node)
+        raise PolicyValidationError([PolicyIssue(_SURROGATE, format_path(path), smap.file, line, col)])
+    return value

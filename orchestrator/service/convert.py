@@ -10,8 +10,19 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from orchestrator.errors import PolicyIssue
-from orchestrator.results import Action, ActionOutcome, Decision, EvaluatorResult, RuleResult, Span, Status
+from orchestrator.errors import InvalidInputError, PolicyIssue
+from orchestrator.results import (
+    WIRE_INT_MAX,
+    Action,
+    ActionOutcome,
+    Decision,
+    EvaluatorResult,
+    RuleResult,
+    Span,
+    Status,
+    wire_text,
+)
+from orchestrator.service.decoding import depth_message
 from orchestrator.store.base import (
     AuditRecord,
     DeploymentRecord,
@@ -40,13 +51,19 @@ REVIEW_STATE_FROM_PB = {v: k for k, v in REVIEW_STATE_TO_PB.items()}
 
 
 def _jsonable(value: Any) -> Any:
-    """JSON-compatible copy (tuples → lists, enums/objects → str, NaN/inf → None)."""
+    """Struct-compatible copy (tuples → lists, enums/objects → str, NaN/inf → None, integers
+    beyond ±2^53 → str, lone surrogates → U+FFFD), so that converting never fails. Evaluator
+    results were already refused at the sandbox boundary when they needed any of this."""
 
     def fix(v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             return None
+        if isinstance(v, int) and not isinstance(v, bool) and not -WIRE_INT_MAX <= v <= WIRE_INT_MAX:
+            return str(v)
+        if isinstance(v, str):
+            return wire_text(v)
         if isinstance(v, dict):
-            return {str(k): fix(x) for k, x in v.items()}
+            return {wire_text(str(k)): fix(x) for k, x in v.items()}
         if isinstance(v, list | tuple):
             return [fix(x) for x in v]
         return v
@@ -61,10 +78,25 @@ def to_struct(doc: dict[str, Any] | None) -> struct_pb2.Struct:
     return s
 
 
-def from_struct(s: struct_pb2.Struct | None) -> dict[str, Any]:
+def from_struct(s: struct_pb2.Struct | None, *, max_depth: int | None = None, what: str = "struct") -> dict[str, Any]:
+    """The Struct as a dict; with ``max_depth``, deeper nesting is an InvalidInputError."""
     if s is None:
         return {}
-    return json_format.MessageToDict(s)
+    doc = json_format.MessageToDict(s)
+    if max_depth is not None and _depth(doc) > max_depth:
+        raise InvalidInputError(f"{what} is {depth_message(max_depth)}")
+    return doc
+
+
+def _depth(doc: Any) -> int:
+    deepest = 0
+    stack = [(doc, 1)]
+    while stack:
+        cur, depth = stack.pop()
+        if isinstance(cur, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (cur.values() if isinstance(cur, dict) else cur))
+    return deepest
 
 
 def timestamp(seconds: float | None) -> timestamp_pb2.Timestamp | None:

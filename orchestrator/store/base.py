@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from orchestrator.errors import CrossAuditError, ErrorCode
+# The store's errors live in the one hierarchy (orchestrator.errors); re-exported for compatibility.
+from orchestrator.errors import ReviewAlreadyResolvedError as ReviewAlreadyResolvedError
+from orchestrator.errors import StoreUnavailableError as StoreUnavailableError
 
 
 class ReviewKind(StrEnum):
@@ -288,16 +290,3 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
-
-
-class StoreUnavailableError(CrossAuditError):
-    """The database cannot be used right now (closed, locked, disk full, I/O error)."""
-
-    code = ErrorCode.UNAVAILABLE
-    retryable = True
-
-
-class ReviewAlreadyResolvedError(CrossAuditError):
-    """A review was resolved before; its resolution is immutable."""
-
-    code = ErrorCode.FAILED_PRECONDITION

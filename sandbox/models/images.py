@@ -41,6 +41,7 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
 APP_FILES = (
     "orchestrator/__init__.py",
     "orchestrator/errors.py",
+    "orchestrator/errcodec.py",  # the one error codec (grpc + errors only)
     "orchestrator/results.py",
     "orchestrator/policy/__init__.py",
     "orchestrator/policy/models.py",  # the builtin configs (one definition, pure pydantic)

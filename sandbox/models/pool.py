@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -32,12 +33,13 @@ from typing import Any, Protocol
 
 import grpc
 
+from orchestrator import errcodec
 from orchestrator import errors as E
 from orchestrator.results import Span, Verdict
 from protos.crossaudit.v1 import modelserver_pb2 as pb
 from protos.crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 from sandbox.models.runtimes import RUNTIMES, ModelRuntime, runtime_for
-from sandbox.models.server import ERROR_TYPE_KEY, MAX_MESSAGE_BYTES
+from sandbox.models.server import MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -63,32 +65,28 @@ class ModelBackend(Protocol):
     ) -> Verdict: ...
 
 
-_BY_NAME: dict[str, type[E.CrossAuditError]] = {
-    cls.__name__: cls
-    for cls in vars(E).values()
-    if isinstance(cls, type) and issubclass(cls, E.CrossAuditError) and cls.__init__ is E.CrossAuditError.__init__
-}
-_BY_STATUS: dict[grpc.StatusCode, type[E.CrossAuditError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: E.InvalidInputError,
-    grpc.StatusCode.FAILED_PRECONDITION: E.ConfigurationError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: E.RateLimitedError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: E.EvaluatorTimeoutError,
-    grpc.StatusCode.UNAVAILABLE: E.EvaluatorUnavailableError,
-    grpc.StatusCode.CANCELLED: E.EvaluatorUnavailableError,
-}
+# Statuses a model server did not encode (its transport, a crash) are evaluator failures.
+MODEL_EDGE = errcodec.Fallback(
+    peer="model server",
+    classes={
+        grpc.StatusCode.INVALID_ARGUMENT: E.InvalidInputError,
+        grpc.StatusCode.FAILED_PRECONDITION: E.ConfigurationError,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: E.RateLimitedError,
+        grpc.StatusCode.DEADLINE_EXCEEDED: E.EvaluatorTimeoutError,
+        grpc.StatusCode.UNAVAILABLE: E.EvaluatorUnavailableError,
+        grpc.StatusCode.CANCELLED: E.EvaluatorUnavailableError,
+    },
+    other=E.EvaluatorError,
+)
 
 
 def error_from_rpc(exc: grpc.aio.AioRpcError, model: str) -> E.CrossAuditError:
-    """Map a model server's gRPC error back to the typed error it raised."""
-    name = dict(exc.trailing_metadata() or ()).get(ERROR_TYPE_KEY, "")
-    cls = _BY_NAME.get(str(name)) or _BY_STATUS.get(exc.code(), E.EvaluatorError)
-    detail = exc.details() or exc.code().name
-    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) and not name:
-        detail = f"model server {model} unreachable: {detail}"
-    return cls(detail)
+    """The typed error a model server raised, through the one codec."""
+    return errcodec.from_rpc_error(exc, fallback=dataclasses.replace(MODEL_EDGE, peer=f"model server {model}"))
 
 
 def verdict_from_reply(reply: pb.AnalyzeReply) -> Verdict:
+    """Re-validate a model server's reply (the same result checks as custom code's)."""
     try:
         details = json.loads(reply.details_json) if reply.details_json else {}
         return Verdict(
@@ -98,8 +96,8 @@ def verdict_from_reply(reply: pb.AnalyzeReply) -> Verdict:
             details=details if isinstance(details, dict) else {},
             spans=[Span(start=s.start, end=s.end, label=s.label, score=s.score) for s in reply.spans],
         )
-    except ValueError as exc:
-        raise E.EvaluatorError(f"model server sent an invalid reply: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise E.ResultInvalidError(f"model server sent an invalid reply: {exc}") from None
 
 
 @dataclass

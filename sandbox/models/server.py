@@ -25,23 +25,20 @@ from typing import Any
 
 import grpc
 
-from orchestrator.errors import CrossAuditError, InvalidInputError, RateLimitedError
+from orchestrator import errcodec
+from orchestrator.errors import (
+    CrossAuditError,
+    EvaluatorError,
+    EvaluatorTimeoutError,
+    InvalidInputError,
+    RateLimitedError,
+)
 from protos.crossaudit.v1 import modelserver_pb2 as pb
 from protos.crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 from sandbox.models.runtimes import RUNTIMES, ModelRuntime, runtime_for
 
-ERROR_TYPE_KEY = "x-crossaudit-error-type"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # prompt + response + config of one call
 LOOPBACK = "127.0.0.1"
-
-_STATUS = {
-    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
-    "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
-    "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "deadline_exceeded": grpc.StatusCode.DEADLINE_EXCEEDED,
-    "unavailable": grpc.StatusCode.UNAVAILABLE,
-    "not_found": grpc.StatusCode.NOT_FOUND,
-}
 
 
 def _json_object(raw: str, field: str) -> dict[str, Any]:
@@ -101,15 +98,11 @@ class ModelServicer(pb_grpc.ModelServerServicer):
             finally:
                 self.pending -= 1
         except TimeoutError:
-            await _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, "EvaluatorTimeoutError", "model call timed out")
-            raise  # unreachable: abort raises
-        except CrossAuditError as exc:
-            code = _STATUS.get(exc.code.value, grpc.StatusCode.INTERNAL)
-            await _abort(context, code, type(exc).__name__, exc.message)
-            raise
+            await errcodec.abort(context, EvaluatorTimeoutError("model call timed out"))
+        except CrossAuditError as exc:  # typed errors cross the edge through the one codec
+            await errcodec.abort(context, exc)
         except Exception as exc:  # a model bug must come back typed, not as an opaque UNKNOWN
-            await _abort(context, grpc.StatusCode.INTERNAL, "EvaluatorError", f"{type(exc).__name__}: {exc}")
-            raise
+            await errcodec.abort(context, EvaluatorError(f"{type(exc).__name__}: {exc}"))
         return pb.AnalyzeReply(
             score=verdict.score,
             passed=verdict.passed,
@@ -128,11 +121,6 @@ class ModelServicer(pb_grpc.ModelServerServicer):
             load_ms=self.load_ms,
             requests=self.requests,
         )
-
-
-async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, error_type: str, message: str) -> None:
-    context.set_trailing_metadata(((ERROR_TYPE_KEY, error_type),))
-    await context.abort(code, message)
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:

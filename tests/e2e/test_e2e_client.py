@@ -12,10 +12,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from crossaudit import Client
 from orchestrator.errors import (
-    ConfigurationError,
     InvalidInputError,
     NotFoundError,
     PolicyValidationError,
+    ReviewAlreadyResolvedError,
 )
 from orchestrator.results import Action
 from tests.e2e.conftest import ServerProcess, key, need_docker
@@ -87,7 +87,7 @@ def test_flag_and_require_review_create_reviews_that_can_be_resolved(client: Cli
     assert all(r.decision_id == d.decision_id and r.policy_revision == 1 for r in mine)
     done = client.resolve_review(mine[0].id, "approved", reviewer="ann", note="ok")
     assert done.state.value == "approved" and done.reviewer == "ann" and done.resolved_at
-    with pytest.raises(ConfigurationError, match="already approved"):  # FAILED_PRECONDITION
+    with pytest.raises(ReviewAlreadyResolvedError, match="already approved"):  # FAILED_PRECONDITION, typed
         client.resolve_review(mine[0].id, "rejected")
     with pytest.raises(InvalidInputError):
         client.resolve_review(mine[1].id, "bogus")

@@ -171,14 +171,18 @@ class EvaluateResponse(_message.Message):
     def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_version: _Optional[str] = ..., policy_revision: _Optional[int] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[_Union[Action, str]] = ..., rules: _Optional[_Iterable[_Union[RuleResult, _Mapping]]] = ..., modified_response: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ActionOutcome, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., review_ids: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ItemError(_message.Message):
-    __slots__ = ("code", "message", "retryable")
+    __slots__ = ("code", "message", "retryable", "error_type", "detail")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
     retryable: bool
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    error_type: str
+    detail: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., error_type: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class EvaluateStreamResponse(_message.Message):
     __slots__ = ("request_id", "decision", "error")
