@@ -71,7 +71,8 @@ def register(
         "--api-keys",
         default=None,
         metavar="FILE",
-        help=f"tenants file 'tenants: {{name: [key, ...]}}' (default: ${API_KEYS_FILE_ENV})",
+        help=f"tenants file 'tenants: {{name: [key, ...]}}' or 'tenants: {{name: {{keys: [...], secrets: "
+        f"{{NAME: {{env: VAR}}}}}}}}' (default: ${API_KEYS_FILE_ENV})",
     )
     s.add_argument("--dev", action="store_true", help="no keys, one 'default' tenant; loopback only")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
@@ -87,6 +88,14 @@ def register(
         "--audit-raw-text",
         action="store_true",
         help="store prompt/response text in the audit log (default: SHA-256 hashes only)",
+    )
+    s.add_argument(
+        "--llm-base-url-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host every tenant's LLM base_url may name (repeatable; also llm_base_url_hosts in the "
+        "API-keys file); with API keys and none listed, only the providers' default endpoints",
     )
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=cmd_serve)
@@ -235,6 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tls_key=Path(args.tls_key) if args.tls_key else None,
         policies_dir=Path(args.policies_dir) if args.policies_dir else None,
         audit_raw_text=args.audit_raw_text,
+        llm_base_url_hosts=tuple(args.llm_base_url_host),
     )
     try:
         asyncio.run(serve(config))

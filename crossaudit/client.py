@@ -24,11 +24,12 @@ from typing import Any, TypeAlias
 import grpc
 from pydantic import Field
 
-from orchestrator.errors import CrossAuditError, InvalidInputError, PolicyIssue
+from orchestrator.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
+from orchestrator.policy.inline import Inlined, inline_local_code
 from orchestrator.results import Decision
 from orchestrator.service import convert
 from orchestrator.service.config import DEFAULT_ENVIRONMENT
-from orchestrator.service.errors import from_rpc_error
+from orchestrator.service.errors import from_item, from_rpc_error
 from orchestrator.store.base import ReviewKind, ReviewState
 from protos.crossaudit.v1 import audit_pb2 as audit_pb
 from protos.crossaudit.v1 import audit_pb2_grpc as audit_grpc
@@ -265,6 +266,21 @@ def _policy_source(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
         raise InvalidInputError(f"cannot read policy file {p}: {e}") from None
 
 
+def _policy_upload(
+    path_or_text: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None
+) -> tuple[str, str, Inlined]:
+    """(text to send, filename, how it was inlined). The service never reads files a policy
+    names, so ``code_file`` and ``evaluators/<name>.py`` are inlined here as ``config.code``:
+    relative to the policy file, or for policy text to ``base_dir`` (without one, text is sent
+    as is and the service refuses a ``code_file``)."""
+    text, filename = _policy_source(path_or_text)
+    base = Path(filename).parent if filename else base_dir
+    if base is None:
+        return text, filename, Inlined(text)
+    inlined = inline_local_code(text, base, filename=filename or "<policy>")
+    return inlined.text, filename, inlined
+
+
 def _state(state: ReviewState | str | None) -> Any:  # a review_pb2.ReviewState value
     if state is None or state in ("", "any"):
         return rev_pb.REVIEW_STATE_UNSPECIFIED
@@ -284,14 +300,13 @@ def _evaluate_request(
     environment: str,
     request_id: str = "",
 ) -> ev_pb.EvaluateRequest:
-    return ev_pb.EvaluateRequest(
-        policy=policy,
-        environment=environment,
-        prompt=prompt,
-        response=response,
-        context=convert.to_struct(dict(context or {})),
-        request_id=request_id,
+    req = ev_pb.EvaluateRequest(
+        policy=policy, environment=environment, prompt=prompt, response=response, request_id=request_id
     )
+    # CopyFrom, not the constructor (which re-parses): a context too deep to parse is the
+    # server's to refuse, typed (INVALID_ARGUMENT naming max_struct_depth)
+    req.context.CopyFrom(convert.to_struct(dict(context or {})))
+    return req
 
 
 def _credentials(tls: TlsOption) -> grpc.ChannelCredentials | None:
@@ -354,18 +369,32 @@ class Client:
             raise from_rpc_error(e) from None
 
     # policies
-    def validate_policy(self, path_or_text: str | os.PathLike[str]) -> list[PolicyIssue]:
-        """Every issue the server finds (empty: valid)."""
-        text, filename = _policy_source(path_or_text)
+    def validate_policy(
+        self, path_or_text: str | os.PathLike[str], *, base_dir: str | os.PathLike[str] | None = None
+    ) -> list[PolicyIssue]:
+        """Every issue the server finds (empty: valid), after inlining local files (as deploy)."""
+        try:
+            text, filename, inlined = _policy_upload(path_or_text, base_dir)
+        except PolicyValidationError as e:  # a local file it names cannot be read
+            return e.issues
         r = self._call(self._policies.ValidatePolicy, pol_pb.ValidatePolicyRequest(content=text, filename=filename))
-        return [convert.issue_from_pb(i) for i in r.issues]
+        return inlined.relocate(PolicyValidationError([convert.issue_from_pb(i) for i in r.issues])).issues
 
     def deploy_policy(
-        self, path_or_text: str | os.PathLike[str], environment: str = DEFAULT_ENVIRONMENT
+        self,
+        path_or_text: str | os.PathLike[str],
+        environment: str = DEFAULT_ENVIRONMENT,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
     ) -> DeployResult:
-        text, filename = _policy_source(path_or_text)
+        """Deploy a policy file (or text). ``code_file`` and ``evaluators/<name>.py`` are read here,
+        next to the policy file (or in ``base_dir`` for text), and sent inline as ``config.code``."""
+        text, filename, inlined = _policy_upload(path_or_text, base_dir)
         req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
-        r = self._call(self._policies.DeployPolicy, req)
+        try:
+            r = self._call(self._policies.DeployPolicy, req)
+        except PolicyValidationError as e:  # lines of the author's file, not of the inlined text
+            raise inlined.relocate(e, filename) from None
         return DeployResult(_version(r.version), _deployment(r.deployment), r.created)
 
     def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
@@ -518,19 +547,8 @@ class Client:
 
 
 def _item_error(err: ev_pb.ItemError, request_id: str) -> CrossAuditError:
-    code = getattr(grpc.StatusCode, err.code, grpc.StatusCode.UNKNOWN)
-
-    class _Err(grpc.RpcError):
-        def code(self) -> grpc.StatusCode:
-            return code
-
-        def details(self) -> str:
-            return err.message
-
-        def trailing_metadata(self) -> tuple:
-            return (("crossaudit-retryable", "1" if err.retryable else "0"),)
-
-    exc = from_rpc_error(_Err())
+    """A stream item's error, rebuilt by the one codec (class, retryable flag, wire fields)."""
+    exc = from_item(err.code, err.message, err.retryable, err.error_type, err.detail)
     exc.request_id = request_id  # type: ignore[attr-defined]
     return exc
 
@@ -569,11 +587,19 @@ class AsyncClient:
             raise from_rpc_error(e) from None
 
     async def deploy_policy(
-        self, path_or_text: str | os.PathLike[str], environment: str = DEFAULT_ENVIRONMENT
+        self,
+        path_or_text: str | os.PathLike[str],
+        environment: str = DEFAULT_ENVIRONMENT,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
     ) -> DeployResult:
-        text, filename = _policy_source(path_or_text)
+        """As :meth:`Client.deploy_policy` (local files inlined)."""
+        text, filename, inlined = _policy_upload(path_or_text, base_dir)
         req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
-        r = await self._call(self._policies.DeployPolicy, req)
+        try:
+            r = await self._call(self._policies.DeployPolicy, req)
+        except PolicyValidationError as e:
+            raise inlined.relocate(e, filename) from None
         return DeployResult(_version(r.version), _deployment(r.deployment), r.created)
 
     async def evaluate(

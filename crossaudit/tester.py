@@ -7,6 +7,8 @@
 
 Custom code runs in a sandbox (``process`` by default: no Docker needed; ``docker`` or
 ``auto`` on request), builtins in model servers, LLM evaluators through provider SDKs.
+Unlike the service, the tester reads the local environment for ``${NAME}`` (``env=`` to
+override) and resolves ``code_file`` and ``evaluators/<name>.py`` next to the policy file.
 The sync API runs an event loop on a private thread, so it also works inside async code.
 """
 
@@ -87,7 +89,9 @@ class PolicyTester:
         from sandbox.models.pool import ModelServerPool
 
         self._models = ModelServerPool()  # started lazily: costs nothing unless a builtin runs
-        self.runtime = Runtime(box, env=env, model_backend=self._models)
+        # Local convenience: ${NAME} and the LLM providers' variables come from ``env`` (default:
+        # this process's environment), and code_file / evaluators/<name>.py are read from disk.
+        self.runtime = Runtime(box, env=env, model_backend=self._models, local_files=True)
         self.engine = Engine(self.runtime, limits=engine_limits)
         self._closed = False
         self.preparation_errors: dict[str, str] = self.prepare() if prepare else {}

@@ -3,6 +3,15 @@
 It is the one place that knows which runner serves which kind: custom code → the
 configured Sandbox (docker or process), builtins → model servers, llm → provider SDKs.
 The policy layer and the engine only see the Evaluator interface.
+
+Two trust settings, both safe by default for the service:
+
+- ``secrets``: where ``${NAME}`` and the LLM providers' standard variables come from, read by
+  the evaluators at call time (default: ``env``, i.e. the local environment, for PolicyTester);
+  the service passes the tenant's grants (:class:`~orchestrator.secrets.TenantSecrets`).
+- ``local_files``: only the local PolicyTester reads ``code_file`` and ``evaluators/<name>.py``
+  next to the policy file. The service never reads a file that a policy names (its clients
+  inline those files before deploying).
 """
 
 from __future__ import annotations
@@ -17,11 +26,10 @@ from orchestrator.errors import ConfigurationError, EvaluatorCodeError, NotFound
 from orchestrator.evaluators.base import Evaluator
 from orchestrator.evaluators.custom import CustomEvaluator
 from orchestrator.limits import SandboxLimits
-from orchestrator.policy import envvars
+from orchestrator.policy.inline import LOCAL_EVALUATOR_DIR
 from orchestrator.policy.models import CustomConfig, EvaluatorSpec, EvaluatorType, Policy
+from orchestrator.secrets import HostAllowlist, SecretSource, as_secret_source
 from sandbox.base import CodeBundle, Sandbox
-
-LOCAL_EVALUATOR_DIR = "evaluators"  # <policy dir>/evaluators/<name>.py serves custom evaluators by name
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,20 @@ class Runtime:
         model_backend: Any = None,
         env: Mapping[str, str] | None = None,
         tenant: str = "",
+        secrets: SecretSource | None = None,
+        llm_hosts: HostAllowlist | None = None,
+        local_files: bool = False,
     ) -> None:
+        """``env``: the process environment for operator settings (model paths) and, without
+        ``secrets``, the secret source too. ``llm_hosts``: None = any LLM endpoint."""
         self.sandbox = sandbox
         self.tenant = tenant
         self.resolver = resolver
         self.model_backend = model_backend
         self.env = env if env is not None else os.environ
+        self.secrets = secrets if secrets is not None else as_secret_source(env)
+        self.llm_hosts = llm_hosts
+        self.local_files = local_files
 
     def build(self, spec: EvaluatorSpec, policy: Policy) -> Evaluator:
         kind = spec.kind
@@ -72,16 +88,20 @@ class Runtime:
             from orchestrator.evaluators.builtin import build_builtin
 
             return build_builtin(
-                spec.name, envvars.expand(spec.config, self.env), backend=self.model_backend, environ=self.env
+                spec.name, spec.config, backend=self.model_backend, environ=self.env, secrets=self.secrets
             )
         from orchestrator.evaluators.llm import LLMEvaluator
 
-        # ${VAR} in api_key/base_url is expanded by the evaluator at call time, so a missing
-        # secret fails only the rules that need it, naming the variable.
-        return LLMEvaluator(spec.name, spec.typed_config, environ=self.env)
+        # ${NAME} is expanded by each evaluator at call time, so a missing secret fails only the
+        # rules that need it (naming it), and a rotated one applies to the next call.
+        return LLMEvaluator(spec.name, spec.typed_config, secrets=self.secrets, hosts=self.llm_hosts)
 
     def bundle_for(self, spec: EvaluatorSpec, policy: Policy) -> CodeBundle:
-        """The code and dependencies of a custom evaluator, from the first source that has it."""
+        """The code and dependencies of a custom evaluator, from the first source that has it:
+        the uploaded evaluator ``id``, ``config.code``, then (``local_files`` only) ``code_file``
+        and ``evaluators/<name>.py`` next to the policy file, then an upload of the same name.
+        The local file beats an upload because the author sees it; the CLI and Client inline
+        with the same precedence, so a policy means the same locally and on the service."""
         cfg = spec.typed_config
         assert isinstance(cfg, CustomConfig)
         deps = tuple(cfg.dependencies)
@@ -96,24 +116,29 @@ class Runtime:
             )
         if cfg.code is not None:
             return CodeBundle(code=cfg.code, dependencies=deps, tenant=self.tenant)
-        base = Path(policy.source_path).parent if policy.source_path else None
+        base = Path(policy.source_path).parent if policy.source_path and self.local_files else None
         if cfg.code_file is not None:
+            if not self.local_files:
+                raise ConfigurationError(
+                    f"evaluator {spec.name!r}: code_file is read only by the local PolicyTester; "
+                    "deploy with the crossaudit CLI or Client, which inline it"
+                )
             if base is None:
                 raise ConfigurationError(f"evaluator {spec.name!r}: code_file needs a policy loaded from a file")
             return CodeBundle(
                 code=_read_code(base / cfg.code_file, spec.name), dependencies=deps, tenant=self.tenant
+            )
+        if base is not None and (base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py").is_file():
+            return CodeBundle(
+                code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name),
+                dependencies=deps,
+                tenant=self.tenant,
             )
         stored = self.resolver.by_name(spec.name) if self.resolver else None
         if stored is not None:
             return CodeBundle(
                 code=stored.code,
                 dependencies=tuple(dict.fromkeys((*stored.dependencies, *deps))),
-                tenant=self.tenant,
-            )
-        if base is not None and (base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py").is_file():
-            return CodeBundle(
-                code=_read_code(base / LOCAL_EVALUATOR_DIR / f"{spec.name}.py", spec.name),
-                dependencies=deps,
                 tenant=self.tenant,
             )
         raise NotFoundError(
@@ -125,8 +150,7 @@ class Runtime:
         cfg = spec.typed_config
         assert isinstance(cfg, CustomConfig)
         bundle = self.bundle_for(spec, policy)
-        params = envvars.expand(cfg.parameters, self.env)
-        return CustomEvaluator(spec.name, bundle, self.sandbox, params)
+        return CustomEvaluator(spec.name, bundle, self.sandbox, cfg.parameters, secrets=self.secrets)
 
 
 def _read_code(path: Path, name: str) -> str:

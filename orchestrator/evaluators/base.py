@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from orchestrator.results import Verdict
+from orchestrator.results import Span, Verdict
+from orchestrator.secrets import SecretUse
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,17 @@ class EvaluatorFactory(Protocol):
 
     def build(self, spec: Any, policy: Any) -> Evaluator:  # EvaluatorSpec, Policy (policy layer models)
         ...
+
+
+def mask_verdict(verdict: Verdict, use: SecretUse) -> Verdict:
+    """``verdict`` with the secret values of ``use`` masked out of its violations, details and
+    span labels: what an evaluator returns never carries a secret it was given."""
+    if not use:
+        return verdict
+    return verdict.model_copy(
+        update={
+            "violations": [use.mask(v) for v in verdict.violations],
+            "details": use.scrub(verdict.details),
+            "spans": [Span(start=s.start, end=s.end, label=use.mask(s.label), score=s.score) for s in verdict.spans],
+        }
+    )

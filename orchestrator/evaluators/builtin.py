@@ -10,6 +10,10 @@ and spaCy never load into the orchestrator. Scores follow DESIGN.md (1 = complia
 - presidio: ``1 - max(confidence of entities >= confidence_threshold)``; spans for redaction;
 - langdetect: detection probability (of the best expected language when some are given),
   ``details.detected_language`` and the candidate list.
+
+``${NAME}`` in a builtin's config is expanded from its secret source at each call (and the
+values masked out of what the call returns); model paths not in the config come from the
+process environment (``environ``: the operator's settings, never a tenant's secrets).
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
 from orchestrator.evaluators.llm import TokenBucket
+from orchestrator.policy import envvars
 from orchestrator.results import Verdict
+from orchestrator.secrets import SecretSource, SecretUse, as_secret_source
 from sandbox.models.config import (
     DetoxifyConfig,
     LangdetectConfig,
@@ -59,11 +65,16 @@ class BuiltinEvaluator(Evaluator):
         *,
         backend: ModelBackend | None = None,
         environ: Mapping[str, str] | None = None,
+        secrets: SecretSource | None = None,
     ) -> None:
         super().__init__(name)
-        self.config = parse_config(self.model, config or {})
+        raw = config.model_dump(mode="json", exclude_none=True) if isinstance(config, BaseModel) else dict(config or {})
+        self._raw = raw
+        self._references = bool(envvars.references(raw))
+        self.config = parse_config(self.model, config or {})  # references stay as written
         self._backend = backend
         self._environ = environ
+        self._secrets = secrets if secrets is not None else as_secret_source(environ)
         self._resolved: Any = None
         self._limiter = TokenBucket(self.config.rate_limit, name=name) if self.config.rate_limit else None
 
@@ -71,10 +82,15 @@ class BuiltinEvaluator(Evaluator):
     def backend(self) -> ModelBackend:
         return self._backend if self._backend is not None else default_pool()
 
-    def resolved_config(self) -> Any:
-        """The config with model paths filled from the environment (ConfigurationError if none)."""
+    def resolved_config(self, use: SecretUse | None = None) -> Any:
+        """The config with ``${NAME}`` expanded (now: at each call when it has references) and
+        model paths filled from the environment (ConfigurationError if none)."""
+        environ = os.environ if self._environ is None else self._environ
+        if self._references:
+            expanded = envvars.expand(self._raw, self._secrets, use, where=f"builtin evaluator {self.name!r} config")
+            return resolve_paths(parse_config(self.model, expanded), environ)
         if self._resolved is None:
-            self._resolved = resolve_paths(self.config, os.environ if self._environ is None else self._environ)
+            self._resolved = resolve_paths(self.config, environ)
         return self._resolved
 
     def check(self) -> None:
@@ -92,19 +108,24 @@ class BuiltinEvaluator(Evaluator):
         await self.backend.analyze(self.model, self._wire_config(cfg), "", "", {}, timeout=timeout)
 
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
-        cfg = self.resolved_config()
-        if cfg.timeout:
-            timeout = min(timeout, cfg.timeout)
-        if self._limiter is not None:
-            timeout -= await self._limiter.acquire(timeout)
-        return await self.backend.analyze(
-            self.model,
-            self._wire_config(cfg),
-            inp.prompt,
-            inp.response,
-            dict(inp.context),
-            timeout=max(timeout, 0.0),
-        )
+        use = SecretUse()
+        try:
+            cfg = self.resolved_config(use)
+            if cfg.timeout:
+                timeout = min(timeout, cfg.timeout)
+            if self._limiter is not None:
+                timeout -= await self._limiter.acquire(timeout)
+            verdict = await self.backend.analyze(
+                self.model,
+                self._wire_config(cfg),
+                inp.prompt,
+                inp.response,
+                dict(inp.context),
+                timeout=max(timeout, 0.0),
+            )
+        except Exception as exc:  # a model server's message may quote the config it was sent
+            raise use.mask_error(exc) from None
+        return mask_verdict(verdict, use)
 
     def identity(self) -> str:
         doc = json.dumps(self.config.model_dump(mode="json"), sort_keys=True)
@@ -140,6 +161,7 @@ def build_builtin(
     *,
     backend: ModelBackend | None = None,
     environ: Mapping[str, str] | None = None,
+    secrets: SecretSource | None = None,
 ) -> BuiltinEvaluator:
     """Pick the evaluator class from ``config.model`` (detoxify | presidio | langdetect)."""
     from orchestrator.errors import InvalidInputError
@@ -148,4 +170,4 @@ def build_builtin(
     cls = BUILTINS.get(str(model or "").strip().lower())
     if cls is None:
         raise InvalidInputError(f"builtin evaluator {name!r}: model must be one of {sorted(BUILTINS)}, not {model!r}")
-    return cls(name, config, backend=backend, environ=environ)
+    return cls(name, config, backend=backend, environ=environ, secrets=secrets)

@@ -7,16 +7,23 @@ number). SDK-level retries are off: the engine owns retries, so each error is ty
 an honest ``retryable`` flag (429/408/409/5xx, timeouts and connection failures are retryable;
 other 4xx and unusable answers are not). ``rate_limit`` is a per-evaluator token bucket; a call
 whose wait would pass its deadline fails at once with RateLimitedError instead of waiting.
+
+Credentials and endpoints come from a :class:`~orchestrator.secrets.SecretSource` at call time:
+``${NAME}`` in ``api_key``/``base_url``/``organization`` and the providers' standard variables
+(``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ...) alike, so in the service a tenant reaches only
+what the operator granted it. With a :class:`~orchestrator.secrets.HostAllowlist` every explicit
+endpoint must name an allowed host (checked at each call). The values a call used are masked out
+of its verdict and errors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Mapping
@@ -32,9 +39,11 @@ from orchestrator.errors import (
     ProviderError,
     RateLimitedError,
 )
-from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
+from orchestrator.policy import envvars
 from orchestrator.policy.models import LLMConfig
 from orchestrator.results import Verdict
+from orchestrator.secrets import HostAllowlist, SecretSource, SecretUse, as_secret_source
 
 Provider = Literal["openai", "anthropic", "google", "azure", "openai_compatible"]
 
@@ -46,8 +55,8 @@ API_KEY_ENV: dict[str, tuple[str, ...]] = {
     "anthropic": ("ANTHROPIC_API_KEY",),
     "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
 }
-# The SDKs' own endpoint variables, read from the evaluator's environment (not only os.environ)
-# so a runtime with its own env mapping can point a policy at a local server.
+# The SDKs' own endpoint variables, read from the evaluator's secret source (not os.environ) so
+# a runtime with its own env mapping can point a policy at a local server.
 BASE_URL_ENV: dict[str, str] = {
     "openai": "OPENAI_BASE_URL",
     "openai_compatible": "OPENAI_BASE_URL",
@@ -64,6 +73,7 @@ MAX_VIOLATION_CHARS = 500
 MAX_REASONING_CHARS = 4_000
 SCORE_TOLERANCE = 0.05  # scores within this of [0, 1] are clamped; further out is garbage
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+MAX_RETIRED_CLIENTS = 4  # SDK clients replaced after a secret rotated, closed when more pile up
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a content safety evaluator for an AI governance platform. Judge whether the AI "
@@ -71,7 +81,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "0 and 1, where 1 means fully safe and compliant), violations (list of short strings naming "
     "each problem found), reasoning (one short paragraph)."
 )
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 # --- config -----------------------------------------------------------------------------
@@ -269,77 +278,98 @@ class LLMEvaluator(Evaluator):
         config: Mapping[str, Any] | BaseModel,
         *,
         environ: Mapping[str, str] | None = None,
+        secrets: SecretSource | None = None,
+        hosts: HostAllowlist | None = None,
     ) -> None:
+        """``secrets`` (default: ``environ``, else the process environment) provides every
+        credential and endpoint; ``hosts`` (None = unrestricted) allowlists explicit endpoints."""
         super().__init__(name)
         self.config = parse_llm_config(config)
-        self._environ = os.environ if environ is None else environ
+        self._secrets = secrets if secrets is not None else as_secret_source(environ)
+        self._hosts = hosts
         self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._client_key: tuple[Any, ...] | None = None
+        self._retired: list[Any] = []
         cfg = self.config
         self._limiter = TokenBucket(cfg.rate_limit, burst=cfg.rate_limit_burst, name=name) if cfg.rate_limit else None
-        if cfg.provider == "openai_compatible" and not (cfg.base_url or self._environ.get("OPENAI_BASE_URL")):
+        if cfg.provider == "openai_compatible" and not (cfg.base_url or self._secrets.granted("OPENAI_BASE_URL")):
             raise ConfigurationError(
                 f"llm evaluator {name!r}: provider openai_compatible needs base_url (or OPENAI_BASE_URL)"
             )
 
     # -- settings --
 
-    def api_key(self) -> str:
-        """The key from config (``${VAR}`` expanded if the policy layer did not) or the provider's env var."""
+    def api_key(self, use: SecretUse | None = None) -> str:
+        """The key from config (``${NAME}`` expanded now) or the provider's standard variable."""
         cfg = self.config
-        key = self._expand(cfg.api_key, "api_key")
+        key = self._expand(cfg.api_key, "api_key", use)
         if key:
             return key
         names = API_KEY_ENV[cfg.provider]
         for env in names:
-            if self._environ.get(env):
-                return self._environ[env]
+            found = self._lookup(env, use)
+            if found:
+                return found
         if cfg.provider == "openai_compatible":
             return "not-needed"  # vLLM / Ollama accept any key; the SDK requires one
         raise ConfigurationError(
             f"llm evaluator {self.name!r}: no API key for {cfg.provider}: set config.api_key or {' / '.join(names)}"
         )
 
-    def _expand(self, value: str | None, field: str) -> str | None:
-        """``${VAR}`` references the policy layer left for call time (secrets are never stored)."""
+    def _expand(self, value: str | None, field: str, use: SecretUse | None) -> str | None:
         if not value:
             return value
+        return envvars.expand(value, self._secrets, use, where=f"llm evaluator {self.name!r}: {field}")
 
-        def sub(m: re.Match[str]) -> str:
-            found = self._environ.get(m.group(1))
-            if not found:
-                raise ConfigurationError(
-                    f"llm evaluator {self.name!r}: {field} refers to ${{{m.group(1)}}}, which is not set"
-                )
-            return found
+    def _lookup(self, name: str, use: SecretUse | None) -> str | None:
+        """A provider's standard variable from the secret source (a tenant's grants in the service)."""
+        if not name or not self._secrets.granted(name):
+            return None
+        found = self._secrets.get(name)
+        if found and use is not None:
+            use.add(found)
+        return found
 
-        return _ENV_REF.sub(sub, value)
+    def _check_endpoint(self, url: str | None) -> None:
+        if url and self._hosts is not None:
+            problem = self._hosts.url_problem(url, show_host=False)
+            if problem:
+                raise ConfigurationError(f"llm evaluator {self.name!r}: {problem}")
 
     def system_prompt(self) -> str:
         return self.config.system_prompt or DEFAULT_SYSTEM_PROMPT
 
-    def _make_client(self, timeout: float) -> Any:
+    def settings(self, use: SecretUse | None = None) -> tuple[str, str | None, str | None, str | None]:
+        """(api key, endpoint, organization, azure api version), read from the secret source now;
+        an endpoint outside the host allowlist is refused before anything is sent."""
         cfg = self.config
-        key = self.api_key()
-        base_url = self._expand(cfg.base_url, "base_url") or self._environ.get(BASE_URL_ENV.get(cfg.provider, ""))
+        key = self.api_key(use)
+        base_url = self._expand(cfg.base_url, "base_url", use) or self._lookup(BASE_URL_ENV.get(cfg.provider, ""), use)
+        version = None
+        if cfg.provider == "azure":
+            base_url = base_url or self._lookup(AZURE_ENDPOINT_ENV, use)
+            if not base_url:
+                raise ConfigurationError(
+                    f"llm evaluator {self.name!r}: azure needs base_url (the resource endpoint) or {AZURE_ENDPOINT_ENV}"
+                )
+            version = cfg.api_version or self._lookup(AZURE_API_VERSION_ENV, None) or DEFAULT_AZURE_API_VERSION
+        self._check_endpoint(base_url)
+        return key, base_url, self._expand(cfg.organization, "organization", use), version
+
+    def _make_client(self, timeout: float, settings: tuple[str, str | None, str | None, str | None]) -> Any:
+        cfg = self.config
+        key, base_url, organization, version = settings
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 
             return openai.AsyncOpenAI(
-                api_key=key, base_url=base_url, organization=self._expand(cfg.organization, "organization"),
-                max_retries=0, timeout=timeout,
+                api_key=key, base_url=base_url, organization=organization, max_retries=0, timeout=timeout
             )
         if cfg.provider == "azure":
             import openai
 
-            endpoint = base_url or self._environ.get(AZURE_ENDPOINT_ENV)
-            if not endpoint:
-                raise ConfigurationError(
-                    f"llm evaluator {self.name!r}: azure needs base_url (the resource endpoint) or {AZURE_ENDPOINT_ENV}"
-                )
-            version = cfg.api_version or self._environ.get(AZURE_API_VERSION_ENV) or DEFAULT_AZURE_API_VERSION
             return openai.AsyncAzureOpenAI(
-                api_key=key, azure_endpoint=endpoint, api_version=version, max_retries=0, timeout=timeout
+                api_key=key, azure_endpoint=base_url or "", api_version=version, max_retries=0, timeout=timeout
             )
         if cfg.provider == "anthropic":
             import anthropic
@@ -355,19 +385,33 @@ class LLMEvaluator(Evaluator):
             return genai.Client(api_key=key, http_options=opts)
         raise ConfigurationError(f"unknown llm provider {cfg.provider!r}")  # unreachable: validated
 
-    def client(self, timeout: float = 60.0) -> Any:
-        """The SDK client, built once per event loop (SDK HTTP pools are loop-bound)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = self._make_client(timeout)
-            self._client_loop = loop
+    def client(self, timeout: float = 60.0, use: SecretUse | None = None) -> Any:
+        """The SDK client for the current settings, rebuilt when the event loop (SDK HTTP pools
+        are loop-bound) or a setting (a rotated secret) changed since the last call."""
+        settings = self.settings(use)
+        key = (asyncio.get_running_loop(), settings)
+        if self._client is None or self._client_key != key:
+            if self._client is not None:
+                self._retire(self._client)
+            self._client = self._make_client(timeout, settings)
+            self._client_key = key
         return self._client
+
+    def _retire(self, client: Any) -> None:
+        """Calls in flight may still use a replaced client: close it only when others pile up."""
+        self._retired.append(client)
+        while len(self._retired) > MAX_RETIRED_CLIENTS:
+            old = self._retired.pop(0)
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(_close_client(old))
 
     # -- calls --
 
-    async def _complete(self, prompt: str, response: str, timeout: float) -> tuple[str, dict[str, Any]]:
+    async def _complete(
+        self, prompt: str, response: str, timeout: float, use: SecretUse
+    ) -> tuple[str, dict[str, Any]]:
         cfg = self.config
-        client = self.client()
+        client = self.client(use=use)
         user = build_user_message(prompt, response)
         if cfg.provider in ("openai", "openai_compatible", "azure"):
             kwargs: dict[str, Any] = {}
@@ -415,6 +459,13 @@ class LLMEvaluator(Evaluator):
         return res.text or "", {"usage": meta, "finish_reason": str(getattr(finish, "value", finish) or "")}
 
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        use = SecretUse()
+        try:
+            return mask_verdict(await self._evaluate(inp, timeout, use), use)
+        except Exception as exc:  # the key or endpoint may be echoed in an SDK's or provider's message
+            raise use.mask_error(exc) from None
+
+    async def _evaluate(self, inp: EvaluationInput, timeout: float, use: SecretUse) -> Verdict:
         cfg = self.config
         if cfg.timeout:
             timeout = min(timeout, cfg.timeout)
@@ -423,7 +474,9 @@ class LLMEvaluator(Evaluator):
         if timeout <= 0:
             raise EvaluatorTimeoutError(f"llm evaluator {self.name!r}: no time left for the call")
         try:
-            text, meta = await asyncio.wait_for(self._complete(inp.prompt, inp.response, timeout), timeout=timeout)
+            text, meta = await asyncio.wait_for(
+                self._complete(inp.prompt, inp.response, timeout, use), timeout=timeout
+            )
         except TimeoutError:
             raise EvaluatorTimeoutError(
                 f"{cfg.provider} model {cfg.model} did not answer within {timeout:.3g}s"
@@ -465,13 +518,17 @@ class LLMEvaluator(Evaluator):
         return f"{self.kind}:{self.name}:{hashlib.sha256(doc.encode()).hexdigest()[:16]}"
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is None:
-            return
-        try:
-            if hasattr(client, "aio"):
-                await client.aio.aclose()
-            else:
-                await client.close()
-        except Exception:
-            pass
+        clients, self._client, self._retired = [self._client, *self._retired], None, []
+        for client in clients:
+            if client is not None:
+                await _close_client(client)
+
+
+async def _close_client(client: Any) -> None:
+    try:
+        if hasattr(client, "aio"):
+            await client.aio.aclose()
+        else:
+            await client.close()
+    except Exception:
+        pass

@@ -130,8 +130,10 @@ class CustomConfig(CommonEvaluatorConfig):
     """Custom Python code. Keys not listed here are *parameters* passed to the code.
 
     The code is taken from, in order: the evaluator's ``id`` (an uploaded evaluator),
-    ``code``, ``code_file`` (relative to the policy file), an uploaded evaluator with the
-    same name, or ``evaluators/<name>.py`` next to the policy file.
+    ``code``, ``code_file`` (relative to the policy file), ``evaluators/<name>.py`` next to
+    the policy file, or an uploaded evaluator with the same name. Files are read where the
+    author is: by PolicyTester, or inlined as ``code`` by ``crossaudit policy deploy``; the
+    service never reads a file a policy names.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -139,7 +141,9 @@ class CustomConfig(CommonEvaluatorConfig):
     language: Literal["python"] = Field(default="python", description="Only python is supported")
     dependencies: list[str] = Field(default_factory=list, description="pip requirements, e.g. 'textblob>=0.18'")
     code: str | None = Field(default=None, description="Inline source defining evaluate(prompt, response, context)")
-    code_file: str | None = Field(default=None, description="Path to the source, relative to the policy file")
+    code_file: str | None = Field(
+        default=None, description="Path to the source, relative to the policy file (inlined by deploy)"
+    )
 
     @property
     def parameters(self) -> dict[str, Any]:

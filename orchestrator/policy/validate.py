@@ -16,7 +16,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -39,6 +39,7 @@ from orchestrator.policy.models import (
 from orchestrator.policy.regex import RegexError, compile_pattern
 from orchestrator.policy.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.results import Action
+from orchestrator.secrets import SecretSource, as_secret_source
 
 # Pure input checks shared with evaluator uploads (stdlib + packaging only: no runners).
 from sandbox.codecheck import check_code
@@ -59,6 +60,8 @@ TEMPLATE_FIELDS = {
 }
 TEMPLATE_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 PREVIOUS_RULE_FIELDS = {"score", "passed", "action", "status", "threshold"}  # plus any details key
+IssueAt = Callable[[Path, str], PolicyIssue]  # (field path, message) -> a located issue
+PolicyCheck = Callable[[Policy, IssueAt], list[PolicyIssue]]  # a caller's extra rule (see load_policy)
 
 
 def load_policy(
@@ -66,9 +69,16 @@ def load_policy(
     filename: str = "<policy>",
     *,
     limits: PolicyLimits | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | SecretSource | None = None,
+    checks: Sequence[PolicyCheck] = (),
 ) -> Policy:
-    """Parse and validate policy YAML text. Raises PolicyValidationError listing all issues."""
+    """Parse and validate policy YAML text. Raises PolicyValidationError listing all issues.
+
+    ``env`` is where ``${NAME}`` references may point (a mapping or None = the process
+    environment: unset names are warnings; a strict source such as a tenant's grants: names it
+    does not grant are errors). ``checks`` are extra rules of the caller (the service's), run
+    with a locator so that their issues carry line and column like every other issue.
+    """
     limits = limits or PolicyLimits()
     data, smap = load_yaml(text, filename, limits)
     issues: list[PolicyIssue] = []
@@ -85,7 +95,9 @@ def load_policy(
     issues.extend(_check_evaluator_configs(data, smap, partial))
     issues.extend(_check_action_configs(data, smap, partial))
     warnings: list[str] = []
-    issues.extend(_semantic_checks(partial, smap, limits, warnings, env if env is not None else os.environ))
+    issues.extend(_semantic_checks(partial, smap, limits, warnings, as_secret_source(env)))
+    for check in checks:
+        issues.extend(check(partial, smap.issue))
     if issues:
         raise PolicyValidationError(_dedupe(issues))
     assert policy is not None
@@ -96,7 +108,10 @@ def load_policy(
 
 
 def load_policy_file(
-    path: str | os.PathLike[str], *, limits: PolicyLimits | None = None, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    limits: PolicyLimits | None = None,
+    env: Mapping[str, str] | SecretSource | None = None,
 ) -> Policy:
     """Read and validate a policy file (size-checked before it is read)."""
     limits = limits or PolicyLimits()
@@ -390,7 +405,7 @@ def _check_templates(value: Any, path: Path, smap: SourceMap) -> list[PolicyIssu
 
 
 def _semantic_checks(
-    policy: Policy, smap: SourceMap, limits: PolicyLimits, warnings: list[str], env: Mapping[str, str]
+    policy: Policy, smap: SourceMap, limits: PolicyLimits, warnings: list[str], secrets: SecretSource
 ) -> list[PolicyIssue]:
     issues: list[PolicyIssue] = []
     if len(policy.rules) > limits.max_rules:
@@ -477,8 +492,7 @@ def _semantic_checks(
             warnings.append(f"evaluator {name!r} is defined but no rule uses it")
 
     issues.extend(_check_chaining(policy, rule_index, smap))
-    for name in sorted(_unset_env(policy, env)):
-        warnings.append(f"environment variable {name} is not set (needed at evaluation time)")
+    issues.extend(_check_references(policy, smap, secrets, warnings))
     return issues
 
 
@@ -614,15 +628,29 @@ def _check_chaining(policy: Policy, rule_index: dict[str, int], smap: SourceMap)
     return issues
 
 
-def _unset_env(policy: Policy, env: Mapping[str, str]) -> set[str]:
-    found: set[str] = set()
-    for ev in policy.evaluators:
-        if ev is not None:
-            found |= envvars.references(ev.config)
-    for rule in policy.rules:
-        if rule is not None:
-            found |= envvars.references(rule.action_config)
-    return {name for name in found if name not in env}
+def _check_references(
+    policy: Policy, smap: SourceMap, secrets: SecretSource, warnings: list[str]
+) -> list[PolicyIssue]:
+    """``${NAME}`` in expanded fields: a name a strict source (a tenant's grants) does not grant
+    is an error at its location; an unset environment variable is a warning. Never a value."""
+    issues: list[PolicyIssue] = []
+    unset: set[str] = set()
+    for path, name in envvars.locate(policy):
+        if secrets.granted(name):
+            continue
+        if secrets.strict:
+            issues.append(
+                smap.issue(
+                    path,
+                    f"{secrets.kind} {name} is not granted to this tenant (the operator grants secrets "
+                    "per tenant in the API-keys file)",
+                )
+            )
+        else:
+            unset.add(name)
+    for name in sorted(unset):
+        warnings.append(f"{secrets.kind} {name} is not set (needed at evaluation time)")
+    return issues
 
 
 def _dedupe(issues: list[PolicyIssue]) -> list[PolicyIssue]:

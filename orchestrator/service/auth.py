@@ -6,6 +6,14 @@ Keys come from a YAML file (``--api-keys FILE`` / ``CROSSAUDIT_API_KEYS_FILE``):
       acme: [key-one-at-least-16-chars, ...]
       globex: [...]
 
+or, with what the operator grants a tenant besides its keys (``orchestrator.service.grants``)::
+
+    llm_base_url_hosts: [llm.internal.example]
+    tenants:
+      acme:
+        keys: [key-one-at-least-16-chars]
+        secrets: {OPENAI_API_KEY: {env: ACME_OPENAI_KEY}, HOOK_TOKEN: {file: /run/secrets/acme_hook}}
+
 ``--dev`` runs without keys: every call is the ``default`` tenant (loopback only).
 Keys are kept as SHA-256 digests; health checking and reflection need no key.
 """
@@ -16,6 +24,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,7 @@ import yaml
 
 from orchestrator.errors import ConfigurationError, UnauthenticatedError
 from orchestrator.service.config import DEV_TENANT, ServiceLimits
+from orchestrator.service.grants import LLM_HOSTS_KEY, TenantGrants, parse_hosts, parse_tenant_entry
 
 log = logging.getLogger("crossaudit.service")
 AUTH_HEADER = "authorization"
@@ -41,10 +51,18 @@ def _digest(key: str) -> bytes:
 
 
 class Authenticator:
-    """Maps API keys to tenants. ``Authenticator.dev()`` accepts every call as ``default``."""
+    """Maps API keys to tenants. ``Authenticator.dev()`` accepts every call as ``default``.
 
-    def __init__(self, tenants: Mapping[str, list[str]] | None, *, dev: bool = False) -> None:
+    ``grants`` (from the same file) are what each tenant may use besides its keys; by default
+    nothing (no secrets, only the LLM providers' default endpoints), or in dev mode the local
+    environment.
+    """
+
+    def __init__(
+        self, tenants: Mapping[str, list[str]] | None, *, dev: bool = False, grants: TenantGrants | None = None
+    ) -> None:
         self.dev = dev
+        self.grants = grants if grants is not None else (TenantGrants.dev() if dev else TenantGrants())
         self._by_digest: dict[bytes, str] = {}
         for tenant, keys in (tenants or {}).items():
             for key in keys:
@@ -57,7 +75,8 @@ class Authenticator:
 
     @classmethod
     def from_file(cls, path: str | Path, limits: ServiceLimits | None = None) -> Authenticator:
-        return cls(load_api_keys(path, limits))
+        tenants = load_tenants_file(path, limits)
+        return cls(tenants.keys, grants=tenants.grants)
 
     def tenant_for_key(self, key: str | None) -> str:
         if self.dev:
@@ -91,8 +110,20 @@ def bearer_key(metadata: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class TenantsFile:
+    keys: dict[str, list[str]]
+    grants: TenantGrants
+
+
 def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict[str, list[str]]:
-    """Read and validate the tenants file; every problem is a ConfigurationError naming it."""
+    """The tenants' keys of the API-keys file (see :func:`load_tenants_file`)."""
+    return load_tenants_file(path, limits).keys
+
+
+def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> TenantsFile:
+    """Read and validate the tenants file (keys and grants); every problem is a
+    ConfigurationError naming it, never a key's or a secret's value."""
     limits = limits or ServiceLimits()
     p = Path(path)
     try:
@@ -109,11 +140,19 @@ def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict
         raise ConfigurationError(f"API keys file {p} is not valid YAML: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("tenants"), dict) or not doc["tenants"]:
         raise ConfigurationError(f"API keys file {p} must be a mapping 'tenants: {{name: [key, ...]}}'")
+    unknown = sorted(str(k) for k in set(doc) - {"tenants", LLM_HOSTS_KEY})
+    if unknown:
+        raise ConfigurationError(f"API keys file {p}: unknown field(s) {unknown} (expected tenants, {LLM_HOSTS_KEY})")
     seen: dict[str, str] = {}
     out: dict[str, list[str]] = {}
-    for tenant, keys in doc["tenants"].items():
+    secrets: dict[str, Any] = {}
+    tenant_hosts: dict[str, tuple[str, ...]] = {}
+    for tenant, entry in doc["tenants"].items():
         if not isinstance(tenant, str) or not TENANT_NAME.match(tenant):
             raise ConfigurationError(f"API keys file {p}: invalid tenant name {tenant!r}")
+        keys, secrets[tenant], tenant_hosts[tenant] = parse_tenant_entry(
+            entry, f"API keys file {p}: tenant {tenant!r}", p.parent
+        )
         if isinstance(keys, str):
             keys = [keys]
         if not isinstance(keys, list) or not keys:
@@ -130,7 +169,12 @@ def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict
                 )
             seen[key] = tenant
         out[tenant] = list(keys)
-    return out
+    grants = TenantGrants(
+        secrets=secrets,
+        llm_hosts=parse_hosts(doc.get(LLM_HOSTS_KEY), f"API keys file {p}"),
+        tenant_llm_hosts=tenant_hosts,
+    )
+    return TenantsFile(out, grants)
 
 
 def check_private_file(path: Path, what: str) -> None:

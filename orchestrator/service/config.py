@@ -37,6 +37,9 @@ class ServiceLimits:
     policy_cache_entries: int = 256  # parsed policies kept per process
     upload_timeout_s: float = 1_800.0  # validation + image build of one upload
     max_concurrent_uploads_per_tenant: int = 2  # image builds are heavy: more = RESOURCE_EXHAUSTED
+    # Struct/list nesting of a request's Struct (Evaluate context); deeper is INVALID_ARGUMENT.
+    # The protobuf runtime cannot decode much deeper anyway (its recursion limit: ~33 levels).
+    max_struct_depth: int = 32
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class ServerConfig:
     tls_key: Path | None = None
     policies_dir: Path | None = Path("policies")
     audit_raw_text: bool = False  # store prompt/response text in the audit log (else hashes only)
+    llm_base_url_hosts: tuple[str, ...] = ()  # LLM hosts every tenant may use (besides the API-keys file's)
     store_synchronous: str = "NORMAL"  # SQLite synchronous: NORMAL survives kill -9, FULL power loss
     limits: ServiceLimits = field(default_factory=ServiceLimits)
 

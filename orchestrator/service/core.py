@@ -9,7 +9,7 @@ instances and cached results are never shared between tenants.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import re
 import time
@@ -36,6 +36,8 @@ from orchestrator.policy.models import NAME_PATTERN, EvaluatorType
 from orchestrator.results import Action, Decision
 from orchestrator.runtime import StoredEvaluator
 from orchestrator.service.config import DEFAULT_ENVIRONMENT, ServiceLimits
+from orchestrator.service.grants import TenantGrants
+from orchestrator.service.hosted import hosted_checks
 from orchestrator.service.metrics import ServiceMetrics
 from orchestrator.store.base import (
     AuditRecord,
@@ -140,6 +142,7 @@ class EvaluationOutcome:
     revision: int
     environment: str
     review_ids: list[str] = field(default_factory=list)
+    answer: Any = None  # what ``evaluate(encode=...)`` made of it before the audit write
 
 
 @dataclass
@@ -169,6 +172,7 @@ class CrossAuditService:
         dependency_limits: DependencyLimits | None = None,
         metrics: ServiceMetrics | None = None,
         audit_raw_text: bool = False,
+        grants: TenantGrants | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -177,6 +181,9 @@ class CrossAuditService:
         self.dependency_limits = dependency_limits or DependencyLimits()
         self.metrics = metrics or ServiceMetrics()
         self.audit_raw_text = audit_raw_text
+        # What each tenant's ${NAME} and LLM endpoints may reach; default: nothing but the
+        # providers' default endpoints (the service passes the API-keys file's grants).
+        self.grants = grants if grants is not None else TenantGrants()
         self._engine_provider = engines
         self._engines: dict[str, DecisionEngine] = {}
         self._uploads: dict[str, UploadedEvaluators] = {}
@@ -253,9 +260,19 @@ class CrossAuditService:
                         )
                     )
             elif not _inline_code(spec):
-                # without an upload the engine may still find evaluators/<name>.py next to a policy file
-                with contextlib.suppress(NotFoundError):
+                # The service never looks for evaluators/<name>.py (the CLI and Client inline it):
+                # without an upload of that name there is no code, whatever exists on this disk.
+                try:
                     up.add(await self.store.get_evaluator_by_name(tenant, spec.name), as_name=True)
+                except NotFoundError:
+                    issues.append(
+                        PolicyIssue(
+                            message=f"custom evaluator {spec.name!r} has no code: give config.code or an id, or "
+                            f"upload an evaluator named {spec.name!r} (`crossaudit policy deploy` inlines "
+                            f"evaluators/{spec.name}.py from next to the policy file)",
+                            path=f"evaluators[{i}]",
+                        )
+                    )
         if issues:
             raise PolicyValidationError(issues)
 
@@ -289,7 +306,7 @@ class CrossAuditService:
         if hit is not None:
             self._policies.move_to_end(key)
             return hit.policy
-        policy = await _parse(rec.content, f"{rec.name}@{rec.version}")
+        policy = await self._parse(tenant, rec.content, f"{rec.name}@{rec.version}")
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=False)
         self._cache(tenant, rec, policy)
@@ -303,14 +320,21 @@ class CrossAuditService:
 
     # --- policies -----------------------------------------------------------------------
 
-    async def validate_policy(self, content: str, filename: str = "") -> Policy:
-        return await _parse(content, filename or "<policy>")
+    async def _parse(self, tenant: str, text: str, filename: str) -> Policy:
+        """Parse and validate for ``tenant``: ``${NAME}`` only as granted to it, and the
+        service's rules (no file references, allowlisted LLM hosts), each issue located."""
+        return await _parse(
+            text, filename, env=self.grants.source(tenant), checks=(hosted_checks(self.grants.hosts(tenant)),)
+        )
+
+    async def validate_policy(self, content: str, filename: str = "", *, tenant: str = "") -> Policy:
+        return await self._parse(tenant, content, filename or "<policy>")
 
     async def deploy_policy(
         self, tenant: str, content: str, *, environment: str = "", filename: str = ""
     ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
         env = self._environment(environment)
-        policy = await _parse(content, filename or "<policy>")
+        policy = await self._parse(tenant, content, filename or "<policy>")
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=True)
         version, deployment, created = await self.store.deploy_policy(
@@ -387,7 +411,11 @@ class CrossAuditService:
         environment: str = "",
         time_remaining: float | None = None,
         request_id: str = "",
+        encode: Callable[[EvaluationOutcome], Any] | None = None,
     ) -> EvaluationOutcome:
+        """Decide, audit, answer. ``encode`` turns the outcome into the answer (the wire message)
+        *before* the audit record is written: if it fails, nothing is audited, so the audit log
+        never holds a decision the caller did not receive."""
         t0 = time.monotonic()
         budget = self.budget(time_remaining)
         if budget <= 0:
@@ -437,11 +465,14 @@ class CrossAuditService:
             rec, pol, decision = task.result()
             decision.decision_id = decision_id
             reviews = self._reviews(tenant, decision, rec.version, env)
+            outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
+            if encode is not None:
+                outcome.answer = encode(outcome)
             await self.store.record_decision(
                 self._audit(tenant, decision, rec, env, prompt, response, context, pol, request_id), reviews
             )
             self.metrics.observe_decision(decision, time.monotonic() - t0)
-            return EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
+            return outcome
         finally:
             self._inflight[tenant] -= 1
             self.metrics.inflight.dec()
@@ -708,9 +739,9 @@ class CrossAuditService:
                 log.exception("closing an engine failed")
 
 
-async def _parse(text: str, filename: str) -> Policy:
+async def _parse(text: str, filename: str, **options: Any) -> Policy:
     """Parse and validate off the event loop: a large policy must not stall other requests."""
-    return await asyncio.to_thread(load_policy, text, filename)
+    return await asyncio.to_thread(functools.partial(load_policy, text, filename, **options))
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

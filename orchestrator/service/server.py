@@ -16,7 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from orchestrator.errors import ConfigurationError
+from orchestrator.errors import ConfigurationError, CrossAuditError
 from orchestrator.limits import EngineLimits
 from orchestrator.service.auth import Authenticator, AuthInterceptor, check_private_file
 from orchestrator.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
@@ -27,6 +27,7 @@ from orchestrator.service.core import (
     TenantFeedback,
     UploadedEvaluators,
 )
+from orchestrator.service.grants import TenantGrants
 from orchestrator.service.metrics import ServiceMetrics
 from orchestrator.service.servicers import add_servicers
 from orchestrator.store.base import Store
@@ -39,14 +40,28 @@ MAX_DATA_DIR_ENTRIES_FIXED = 100_000  # bound on the start-up permission walk of
 
 
 def runtime_engines(
-    sandbox: Sandbox, *, model_backend: Any = None, limits: EngineLimits | None = None
+    sandbox: Sandbox,
+    *,
+    model_backend: Any = None,
+    limits: EngineLimits | None = None,
+    grants: TenantGrants | None = None,
 ) -> EngineProvider:
-    """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool."""
+    """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool.
+    A tenant's evaluators reach only its granted secrets and allowlisted LLM hosts."""
     from orchestrator.engine.engine import Engine
     from orchestrator.runtime import Runtime
 
+    grants = grants if grants is not None else TenantGrants()
+
     def make(tenant: str, uploads: UploadedEvaluators, feedback: TenantFeedback) -> DecisionEngine:
-        runtime = Runtime(sandbox, resolver=uploads, model_backend=model_backend, tenant=tenant)
+        runtime = Runtime(
+            sandbox,
+            resolver=uploads,
+            model_backend=model_backend,
+            tenant=tenant,
+            secrets=grants.source(tenant),
+            llm_hosts=grants.hosts(tenant),
+        )
         return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)
 
     return make
@@ -136,14 +151,38 @@ def _read(path: Path, what: str) -> bytes:
 
 
 def policy_files(directory: Path | None) -> list[tuple[str, str]]:
-    """``policies/*.yaml`` (and .yml) as (filename, text), sorted."""
+    """``policies/*.yaml`` (and .yml) as (filename, text), sorted. They are the operator's files:
+    their ``code_file`` and ``evaluators/<name>.py`` are inlined here, as the CLI does, because
+    the service itself never reads a file that a policy names."""
+    from orchestrator.policy.inline import inline_local_code
+
     if directory is None or not Path(directory).is_dir():
         return []
     out = []
     for p in sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")]):
         with contextlib.suppress(OSError, UnicodeDecodeError):
-            out.append((p.name, p.read_text(encoding="utf-8")))
+            text = p.read_text(encoding="utf-8")
+            with contextlib.suppress(CrossAuditError):  # left as is: the deploy reports the problem
+                text = inline_local_code(text, p.parent).text
+            out.append((p.name, text))
     return out
+
+
+def _log_grants(grants: TenantGrants, tenants: list[str]) -> None:
+    """Names and sources of each tenant's secrets (never values); unavailable ones as warnings."""
+    if grants.development:
+        log.info("dev mode: ${NAME} in policies reads this process's environment")
+        return
+    for tenant in tenants:
+        names = grants.secrets.get(tenant, {})
+        if names:
+            log.info("tenant %s is granted secrets: %s", tenant, grants.describe(tenant))
+        source = grants.source(tenant)
+        for name in names:
+            source.get(name)  # logs a warning naming the secret and its source when unavailable
+        hosts = grants.hosts(tenant)
+        allowed = ", ".join(hosts.patterns) if hosts else "the providers' default endpoints only"
+        log.info("tenant %s: LLM base_url hosts: %s", tenant, allowed)
 
 
 @dataclass
@@ -211,6 +250,8 @@ async def start_server(
     limits = config.limits
     if auth is None:
         auth = Authenticator.dev_mode() if config.dev else Authenticator.from_file(config.api_keys_file, limits)  # type: ignore[arg-type]
+    grants = auth.grants.with_hosts(config.llm_base_url_hosts)
+    _log_grants(grants, auth.tenants)
     owned: list[Any] = []
     model_backend = None
     if engines is None:
@@ -229,7 +270,7 @@ async def start_server(
 
         model_backend = ModelServerPool()
         owned.append(model_backend)
-        engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits)
+        engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits, grants=grants)
     lock = None
     if store is None:
         lock = lock_data_dir(config.data_dir)
@@ -238,7 +279,13 @@ async def start_server(
     if sandbox is not None:
         metrics.watch_sandbox(sandbox.info)
     service = CrossAuditService(
-        store, engines, sandbox=sandbox, limits=limits, metrics=metrics, audit_raw_text=config.audit_raw_text
+        store,
+        engines,
+        sandbox=sandbox,
+        limits=limits,
+        metrics=metrics,
+        audit_raw_text=config.audit_raw_text,
+        grants=grants,
     )
 
     options = [

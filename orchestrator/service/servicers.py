@@ -11,11 +11,18 @@ from typing import Any
 
 import grpc
 
-from orchestrator.errors import CrossAuditError, InvalidInputError, PolicyValidationError, RateLimitedError
+from orchestrator.errors import (
+    CrossAuditError,
+    InvalidInputError,
+    PolicyValidationError,
+    RateLimitedError,
+    ResultInvalidError,
+)
 from orchestrator.service import convert
 from orchestrator.service.auth import Authenticator
-from orchestrator.service.core import CrossAuditService
-from orchestrator.service.errors import abort, grpc_code
+from orchestrator.service.core import CrossAuditService, EvaluationOutcome
+from orchestrator.service.decoding import DecodingGuard
+from orchestrator.service.errors import abort, grpc_code, item_fields
 from orchestrator.store.base import ReviewState
 from protos.crossaudit.v1 import audit_pb2 as audit_pb
 from protos.crossaudit.v1 import audit_pb2_grpc as audit_grpc
@@ -31,6 +38,7 @@ from protos.crossaudit.v1 import review_pb2 as rev_pb
 from protos.crossaudit.v1 import review_pb2_grpc as rev_grpc
 
 log = logging.getLogger("crossaudit.service")
+ANSWER_ENVELOPE_BYTES = 64  # an EvaluateStream item's framing around the decision (+ its request_id)
 
 
 class _Base:
@@ -91,7 +99,7 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
     @unary
     async def ValidatePolicy(self, tenant: str, request: pol_pb.ValidatePolicyRequest, context: Any):
         try:
-            policy = await self.svc.validate_policy(request.content, request.filename)
+            policy = await self.svc.validate_policy(request.content, request.filename, tenant=tenant)
         except PolicyValidationError as e:
             return pol_pb.ValidatePolicyResponse(valid=False, issues=[convert.issue_to_pb(i) for i in e.issues])
         return pol_pb.ValidatePolicyResponse(
@@ -137,23 +145,37 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
 
 class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
     async def _evaluate(self, tenant: str, request: ev_pb.EvaluateRequest, context: Any) -> ev_pb.EvaluateResponse:
+        limits = self.svc.limits
+        caller_context = convert.from_struct(request.context, max_depth=limits.max_struct_depth, what="context")
+
+        def encode(out: EvaluationOutcome) -> ev_pb.EvaluateResponse:
+            # Runs before the audit write, so a decision that cannot be sent is never audited.
+            msg = convert.decision_to_pb(
+                out.decision,
+                revision=out.revision,
+                environment=out.environment,
+                review_ids=out.review_ids,
+                request_id=request.request_id,
+            )
+            size = msg.ByteSize() + len(request.request_id.encode()) + ANSWER_ENVELOPE_BYTES
+            if size > limits.max_send_message_bytes:
+                raise ResultInvalidError(
+                    f"the decision is {size} bytes, over the {limits.max_send_message_bytes}-byte answer limit"
+                )
+            return msg
+
         out = await self.svc.evaluate(
             tenant,
             policy=request.policy,
             prompt=request.prompt,
             response=request.response,
-            context=convert.from_struct(request.context),
+            context=caller_context,
             environment=request.environment,
             time_remaining=context.time_remaining(),
             request_id=request.request_id,
+            encode=encode,
         )
-        return convert.decision_to_pb(
-            out.decision,
-            revision=out.revision,
-            environment=out.environment,
-            review_ids=out.review_ids,
-            request_id=request.request_id,
-        )
+        return out.answer
 
     @unary
     async def Evaluate(self, tenant: str, request: ev_pb.EvaluateRequest, context: Any):
@@ -176,11 +198,8 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
             except Exception as exc:  # one item's failure is its answer; the stream goes on
                 if not isinstance(exc, CrossAuditError):
                     log.exception("EvaluateStream item failed with an unexpected error", exc_info=exc)
-                    exc = CrossAuditError("internal error (see the server log)")
-                item = ev_pb.EvaluateStreamResponse(
-                    request_id=req.request_id,
-                    error=ev_pb.ItemError(code=grpc_code(exc).name, message=exc.message, retryable=exc.retryable),
-                )
+                error = ev_pb.ItemError(**item_fields(exc))  # the one codec: type, flag, details
+                item = ev_pb.EvaluateStreamResponse(request_id=req.request_id, error=error)
             await results.put(item)  # its slot is released once the answer is sent
 
         async def reader() -> None:
@@ -332,7 +351,12 @@ def _version() -> str:
 
 
 def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Authenticator) -> list[str]:
-    """Register the public services; returns their full names (for health/reflection)."""
+    """Register the public services; returns their full names (for health/reflection).
+    Every request deserializer is guarded: bytes that do not decode are INVALID_ARGUMENT."""
+    rpcs = service.metrics.rpcs
+    server = DecodingGuard(  # type: ignore[assignment]
+        server, service.limits.max_struct_depth, lambda method: rpcs.labels(method, "INVALID_ARGUMENT").inc()
+    )
     info_grpc.add_InfoServiceServicer_to_server(InfoServicer(service, auth), server)
     pol_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(service, auth), server)
     ev_grpc.add_EvaluationServiceServicer_to_server(EvaluationServicer(service, auth), server)

@@ -42,10 +42,24 @@ def write_keys(path: Path) -> Path:
 class ServerProcess:
     """``python -m crossaudit.cli serve`` on 127.0.0.1:0; ``address`` once started."""
 
-    def __init__(self, data_dir: Path, *, sandbox: str = "process", extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        sandbox: str = "process",
+        extra: tuple[str, ...] = (),
+        keys_text: str | None = None,
+        env: dict[str, str] | None = None,
+        dev: bool = False,
+    ) -> None:
+        """``keys_text``: the API-keys file (default: ``TENANT_KEYS``); ``env``: added to the
+        server's environment; ``dev``: ``--dev`` instead of API keys."""
         self.data_dir = data_dir
         self.sandbox = sandbox
         self.extra = extra
+        self.keys_text = keys_text
+        self.extra_env = dict(env or {})
+        self.dev = dev
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
         self.start_line = ""
@@ -55,7 +69,13 @@ class ServerProcess:
         self.policies_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self) -> str:
-        keys = write_keys(self.data_dir / "keys.yaml")
+        keys = self.data_dir / "keys.yaml"
+        if self.keys_text is None:
+            write_keys(keys)
+        else:
+            keys.write_text(self.keys_text)
+            keys.chmod(0o600)
+        auth = ["--dev"] if self.dev else ["--api-keys", str(keys)]
         cmd = [
             sys.executable,
             "-m",
@@ -67,8 +87,7 @@ class ServerProcess:
             "0",
             "--data-dir",
             str(self.data_dir / "data"),
-            "--api-keys",
-            str(keys),
+            *auth,
             "--sandbox",
             self.sandbox,
             *(["--allow-process-sandbox"] if self.sandbox == "process" else []),
@@ -78,7 +97,7 @@ class ServerProcess:
             "0",
             *self.extra,
         ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")} | self.extra_env
         log = self.log.open("a")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=_die_with_parent
