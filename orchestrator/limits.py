@@ -32,7 +32,10 @@ class SandboxLimits:
     pids: int = 64  # processes + threads
     nofile: int = 64  # open files
     file_bytes: int = 1024 * 1024  # largest file the code may write (RLIMIT_FSIZE)
-    tmpfs_bytes: int = 16 * 1024 * 1024  # /tmp size in a container
+    tmpfs_bytes: int = 16 * 1024 * 1024  # /tmp size in a container (and /dev/shm)
+    tmpfs_inodes: int = 16_384  # files + directories in /tmp (and /dev/shm): bounds what a call leaves behind
+    ipc_objects: int = 64  # docker: SysV shm segments, semaphore sets, message queues and POSIX queues, each
+    cleanup_s: float = 2.0  # the reset after each call (kill, wipe, IPC); beyond it the sandbox is retired
     output_bytes: int = 64 * 1024  # captured stdout+stderr, each; the rest is dropped
     result_bytes: int = 1024 * 1024  # the JSON result document
     cpus: float = 1.0  # docker --cpus

@@ -62,8 +62,9 @@ class DockerSandbox(Sandbox):
 
     name: ClassVar[str] = "docker"
     isolation: ClassVar[str] = (
-        "docker: separate container per evaluator version; no network, read-only root, all capabilities "
-        "dropped, no-new-privileges, non-root, memory/pids/CPU/files/tmpfs caps; fresh process per call"
+        "docker: separate containers per tenant and evaluator version; no network, read-only root, all "
+        "capabilities dropped, no-new-privileges, non-root, memory/pids/CPU/files/tmpfs caps; fresh process "
+        "per call, and every process, scratch file and IPC object of a call removed before the next"
     )
 
     def __init__(
@@ -290,6 +291,9 @@ class DockerSandbox(Sandbox):
                     "cpus": self.limits.cpus,
                     "nofile": self.limits.nofile,
                     "tmpfs_bytes": self.limits.tmpfs_bytes,
+                    "tmpfs_inodes": self.limits.tmpfs_inodes,
+                    "ipc_objects": self.limits.ipc_objects,
+                    "cleanup_s": self.limits.cleanup_s,
                     "pool_min": self.pool_limits.min_size,
                     "pool_max": self.pool_limits.max_size,
                 },

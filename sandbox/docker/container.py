@@ -45,12 +45,18 @@ from sandbox.protocol import AgentChannel, error_from_frame
 log = logging.getLogger(__name__)
 
 OWNER_LABEL = "crossaudit.owner"  # "<hostname>:<pid>" of the orchestrator process that started it
-BUNDLE_LABEL = "crossaudit.bundle"
+BUNDLE_LABEL = "crossaudit.bundle"  # the code's digest: identical code of two tenants shares it
+POOL_LABEL = "crossaudit.pool"  # the warm pool (tenant + code, ``CodeBundle.pool_key``): never shared
 AGENT_NOFILE_HEADROOM = 64  # the warm parent's own pipes; the call's child gets exactly ``nofile``
 AGENT_PIDS_HEADROOM = 16  # the warm parent, its threads and the waiting child; calls get ``pids``
 STDOUT, STDERR = 1, 2
 MAX_FRAMES_PER_CALL = 64  # unrelated frames skipped while waiting for the call's answer
 STDERR_KEEP = 8 * 1024  # tail of the agent's own stderr kept for diagnostics
+SETTLE_SLACK_S = 5.0  # beyond SandboxLimits.cleanup_s: the agent also forks its next child before reporting
+SCRATCH_DIRS = ("/tmp", "/dev/shm")  # the only writable filesystems: tmpfs, size- and inode-capped
+RESET_PATHS = (*SCRATCH_DIRS, "/dev/mqueue")  # emptied by the agent after every call (POSIX queues too)
+SEM_PER_SET = 250  # kernel.sem SEMMSL; SEMMNI (sets) is SandboxLimits.ipc_objects
+SEM_OPS_PER_CALL = 32  # kernel.sem SEMOPM
 _BACKGROUND: set[asyncio.Task[None]] = set()  # strong references to fire-and-forget cleanups
 
 # Environment variables a sandbox may receive (values from the backend's configuration). The
@@ -108,6 +114,18 @@ class UidAllocator:
         return uid
 
 
+def ipc_sysctls(limits: SandboxLimits) -> dict[str, str]:
+    """Caps of the container's own IPC namespace: what a call can leave there stays small to remove."""
+    n = int(limits.ipc_objects)
+    return {
+        "kernel.shmmni": str(n),
+        "kernel.msgmni": str(n),
+        "kernel.sem": f"{SEM_PER_SET} {SEM_PER_SET * n} {SEM_OPS_PER_CALL} {n}",
+        "fs.mqueue.queues_max": str(n),
+        "kernel.shm_rmid_forced": "1",  # a segment nobody is attached to dies with its creator
+    }
+
+
 def container_spec(
     api: Any,
     image: str,
@@ -120,11 +138,12 @@ def container_spec(
     from docker.types import LogConfig, Ulimit
 
     mem = int(limits.container_memory_bytes)
+    scratch = f"rw,noexec,nosuid,nodev,size={int(limits.tmpfs_bytes)},nr_inodes={int(limits.tmpfs_inodes)},mode=1777"
     host_config = api.create_host_config(
         network_mode="none",  # no interface but loopback
         read_only=True,  # root filesystem read-only (site-packages, agent, /etc)
-        tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={int(limits.tmpfs_bytes)},mode=1777"},
-        shm_size=int(limits.tmpfs_bytes),  # /dev/shm is the other writable tmpfs: same cap
+        tmpfs=dict.fromkeys(SCRATCH_DIRS, scratch),  # /dev/shm too: same size and inode caps
+        sysctls=ipc_sysctls(limits),
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         mem_limit=mem,
@@ -217,10 +236,11 @@ class ContainerRuntime:
 class WarmContainer:
     """A started container whose agent has loaded one bundle; serves one call at a time."""
 
-    def __init__(self, rt: ContainerRuntime, image: str, bundle_digest: str) -> None:
+    def __init__(self, rt: ContainerRuntime, image: str, bundle_digest: str, pool_key: str = "") -> None:
         self.rt = rt
         self.image = image
         self.bundle_digest = bundle_digest
+        self.pool_key = pool_key
         self.id: str | None = None
         self.channel: AttachChannel | None = None
         self._sockets: list[Any] = []
@@ -228,6 +248,7 @@ class WarmContainer:
         self.calls = 0
         self.idle_since = time.monotonic()
         self.load_info: dict[str, Any] = {}
+        self.reset_pending = False  # a call was answered: the agent's reset frame follows
 
     @property
     def alive(self) -> bool:
@@ -237,7 +258,7 @@ class WarmContainer:
         api = self.rt.client.api
         spec = container_spec(
             api, self.image, self.rt.limits, self.rt.env,
-            {OWNER_LABEL: self.rt.owner, BUNDLE_LABEL: self.bundle_digest[:32]},
+            {OWNER_LABEL: self.rt.owner, BUNDLE_LABEL: self.bundle_digest[:32], POOL_LABEL: self.pool_key[:32]},
             uid=self.rt.uids.next(),
         )
         cid = self.id = api.create_container(**spec)["Id"]
@@ -297,6 +318,7 @@ class WarmContainer:
                 for _ in range(MAX_FRAMES_PER_CALL):
                     frame = await self.channel.recv()
                     if frame.get("op") == "result" and frame.get("id") == nonce:
+                        self.reset_pending = True
                         return frame
                     if frame.get("op") == "error":
                         raise error_from_frame(frame)
@@ -320,6 +342,36 @@ class WarmContainer:
             _BACKGROUND.add(task)
             task.add_done_callback(_BACKGROUND.discard)
             raise
+
+    async def settle(self) -> dict[str, Any] | None:
+        """After an answered call: wait for the agent's ``reset`` frame (clean, next child forked).
+
+        Returns that frame (``cleanup_ms``, ``reap_ms``, ``spawn_ms``, counts). A failed, malformed
+        or missing reset destroys the container and returns None: a sandbox that may still hold a
+        caller's leftovers never serves another call.
+        """
+        assert self.channel is not None
+        self.reset_pending = False
+        problem: object = "no reset frame"
+        try:
+            async with asyncio.timeout(self.rt.limits.cleanup_s + SETTLE_SLACK_S):
+                for _ in range(MAX_FRAMES_PER_CALL):
+                    frame = await self.channel.recv()
+                    if frame.get("op") != "reset":
+                        continue
+                    ms = frame.get("cleanup_ms")
+                    if frame.get("ok") is True and isinstance(ms, int | float) and not isinstance(ms, bool):
+                        return frame
+                    problem = frame.get("error") or "malformed reset frame"
+                    break
+        except TimeoutError:
+            problem = "reset timed out"
+        except (CrossAuditError, ConnectionError, OSError) as exc:
+            problem = exc
+        if not self.dead:  # else it was destroyed on purpose (pool closed, evicted) while settling
+            log.warning("retiring sandbox container %s: %s", (self.id or "?")[:12], problem)
+        await self.destroy()
+        return None
 
     async def destroy(self) -> None:
         """Kill then remove (idempotent, bounded); safe to call from any failure path."""

@@ -11,11 +11,15 @@ Why this shape:
   caller gets its error at once and a replacement starts off the request path.
 * Errors that are the *code's* fault (load errors) stick to the pool, so a broken bundle
   fails fast instead of restarting containers in a loop.
+* After each answered call a container *settles* before it is idle again: its agent kills every
+  other process, empties the scratch filesystems and removes IPC objects, then reports (a
+  ``reset`` frame, read here off the caller's path). A failed reset retires the container.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -30,13 +34,14 @@ from orchestrator.errors import (
     SandboxSecurityError,
 )
 from sandbox.base import CodeBundle
-from sandbox.docker.container import ContainerRuntime, WarmContainer
+from sandbox.docker.container import RESET_PATHS, ContainerRuntime, WarmContainer
 from sandbox.protocol import AgentChannel, error_from_frame
 
 log = logging.getLogger(__name__)
 
 START_RETRY_BACKOFF_S = 1.0  # after an infrastructure start failure, before trying again
 MAX_WAIT_ROUNDS = 10_000  # wake-ups of one waiting caller (each bounded by the deadline)
+CLEANUP_SAMPLES = 1024  # recent reset frames (per-call cleanup times) kept for stats()
 
 
 class WarmPool:
@@ -60,6 +65,10 @@ class WarmPool:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.started_total = 0
         self.replaced_total = 0
+        self.settling = 0  # answered containers whose reset is not reported yet (counted in busy)
+        self.cleanups = 0
+        self.cleanup_failures = 0
+        self.resets: collections.deque[dict[str, Any]] = collections.deque(maxlen=CLEANUP_SAMPLES)
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -68,14 +77,20 @@ class WarmPool:
         return len(self.idle) + len(self.busy) + self.starting
 
     def stats(self) -> dict[str, Any]:
+        cleanup = [float(r["cleanup_ms"]) for r in self.resets]
         return {
             "image": self.image,
             "idle": len(self.idle),
-            "busy": len(self.busy),
+            "busy": len(self.busy) - self.settling,  # serving a call (settling ones are counted below)
             "starting": self.starting,
             "waiting": self.waiting,
             "started": self.started_total,
             "replaced": self.replaced_total,
+            "settling": self.settling,
+            "cleanups": self.cleanups,
+            "cleanup_failures": self.cleanup_failures,
+            "cleanup_ms_p50": sorted(cleanup)[len(cleanup) // 2] if cleanup else None,
+            "cleanup_ms_max": max(cleanup, default=None),
         }
 
     def load_frame(self) -> dict[str, Any]:
@@ -85,6 +100,7 @@ class WarmPool:
             preload=self.preload,
             restricted=False,
             limits=self.rt.limits,
+            reset={"paths": RESET_PATHS, "ipc": True},
         )
 
     # --- starting containers -----------------------------------------------------------------------
@@ -95,7 +111,7 @@ class WarmPool:
         self._background(self._start_one())
 
     async def _start_one(self) -> None:
-        container = WarmContainer(self.rt, self.image, self.bundle.digest)
+        container = WarmContainer(self.rt, self.image, self.bundle.digest, self.bundle.pool_key)
         error: CrossAuditError | None = None
         try:
             frame = await container.start(self.load_frame(), self.rt.pool_limits.start_timeout_s)
@@ -180,7 +196,7 @@ class WarmPool:
                             time.monotonic() - self.last_error_at < START_RETRY_BACKOFF_S
                         ):
                             raise self.last_error
-                        if self.starting < self.waiting:
+                        if self.starting + self.settling < self.waiting:  # a settling one is ms away
                             self._spawn()
                         queued_since = None
                     elif queued_since is None:
@@ -206,8 +222,13 @@ class WarmPool:
         """Return a container after a call; a dead one is dropped and replaced in the background.
 
         Synchronous on purpose (no await between the bookkeeping steps, so no lock needed on one
-        event loop): a caller cancelled right after its call can never leak a busy slot.
+        event loop): a caller cancelled right after its call can never leak a busy slot. A
+        container that answered a call stays busy until it has settled (see the module docstring).
         """
+        if c.reset_pending and c.alive and not self.closed:
+            self.settling += 1
+            self._background(self._settle(c))
+            return
         self.busy.discard(c)
         if c.alive and not self.closed:
             c.idle_since = time.monotonic()
@@ -216,6 +237,27 @@ class WarmPool:
             self._retire(c)
         self.ensure_min()
         self._background(self._notify())
+
+    async def _settle(self, c: WarmContainer) -> None:
+        reset: dict[str, Any] | None = None
+        try:
+            reset = await c.settle()
+        finally:
+            self.settling -= 1
+            self.busy.discard(c)
+            if not self.closed:
+                self.cleanups += 1
+                if reset is None:
+                    self.cleanup_failures += 1
+                else:
+                    self.resets.append(reset)
+                if reset is not None and c.alive:
+                    c.idle_since = time.monotonic()
+                    self.idle.append(c)
+                else:
+                    self._retire(c)
+                self.ensure_min()
+                self._background(self._notify())
 
     async def _notify(self) -> None:
         async with self.cond:

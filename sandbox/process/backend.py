@@ -6,7 +6,8 @@ RestrictedPython, imports the declared modules once and keeps a single-use child
 ahead of demand; that child applies rlimits, drops root to an unprivileged uid and runs in
 a network namespace of its own when the kernel allows. The wall-clock deadline is enforced
 here, from outside: on timeout the agent's whole process tree is SIGKILLed and a replacement
-is started off the request path.
+is started off the request path. After every answer the agent resets itself (kills its
+descendants, empties its temp dir) and reports it; only then is it handed to the next caller.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ AGENT_PATH = Path(__file__).resolve().parent.parent / "agent" / "agent.py"
 SANDBOX_UID = 65534  # the agent drops call children to this uid when it runs as root
 KILL_ROUNDS = 10  # rounds of "find descendants, SIGKILL them" when tearing an agent down
 DEFAULT_MAX_BUNDLES = 16  # warm bundles kept (LRU); each holds up to PoolLimits.max_size agents
+SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                     "NUMEXPR_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+SETTLE_SLACK_S = 5.0  # beyond SandboxLimits.cleanup_s for the agent's reset frame (it forks its next child first)
 
 # pip distribution name -> import name, where they differ (the rest: lowercase, '-' -> '_').
 _IMPORT_NAMES = {
@@ -184,6 +188,7 @@ class _Pool:
         self.bundle = bundle
         self.idle: list[_Agent] = []
         self.count = 0  # live + starting agents
+        self.settling = 0  # agents that answered and have not reported their reset yet
         self.waiters: list[asyncio.Future[_Agent]] = []
         self.load_error: CrossAuditError | None = None
         self.closed = False
@@ -303,7 +308,8 @@ class ProcessSandbox(Sandbox):
         except BaseException:
             self._discard(pool, agent)
             raise
-        self._release(pool, agent)
+        pool.settling += 1
+        self._background(self._settle(pool, agent), spawn=True)
         wall_ms = answer.get("wall_ms")
         diag = RunDiagnostics(
             stdout=str(answer.get("stdout", "")),
@@ -341,7 +347,7 @@ class ProcessSandbox(Sandbox):
         now = time.monotonic()
         key = bundle.pool_key
         for other_key, other in list(self._pools.items()):
-            busy = other.count - len(other.idle)
+            busy = other.count - len(other.idle) - other.settling
             if other_key != key and busy <= 0 and now - other.last_used > self.pool_limits.idle_timeout_s:
                 self._close_pool(self._pools.pop(other_key))
         pool = self._pools.get(key)
@@ -379,8 +385,8 @@ class ProcessSandbox(Sandbox):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise EvaluatorTimeoutError(f"no sandbox was ready within the {timeout:.3g}s deadline")
-            if pool.count < self.pool_limits.max_size:
-                pool.count += 1
+            if pool.count < self.pool_limits.max_size and pool.settling <= len(pool.waiters):
+                pool.count += 1  # (a settling agent is a few ms away: the first caller waits for it)
                 task = self._background(self._start(pool, counted=True), spawn=True)
                 try:
                     return await asyncio.wait_for(asyncio.shield(task), remaining)
@@ -404,6 +410,24 @@ class ProcessSandbox(Sandbox):
             finally:
                 with contextlib.suppress(ValueError):
                     pool.waiters.remove(fut)
+
+    async def _settle(self, pool: _Pool, agent: _Agent) -> None:
+        """Hand an agent on only once it reports its reset after a call; discard it when that failed."""
+        ok = False
+        try:
+            assert agent.proc.stdout is not None
+            frame = await asyncio.wait_for(
+                agent.channel.read_answer(agent.proc.stdout, "reset"), self.limits.cleanup_s + SETTLE_SLACK_S
+            )
+            ok = frame.get("ok") is True
+        except (TimeoutError, CrossAuditError, OSError):
+            pass
+        finally:
+            pool.settling -= 1
+            if ok:
+                self._release(pool, agent)
+            else:
+                self._discard(pool, agent)
 
     def _adopt(self, pool: _Pool, task: asyncio.Task[_Agent]) -> None:
         if not task.cancelled() and task.exception() is None:
@@ -459,7 +483,11 @@ class ProcessSandbox(Sandbox):
 
     @staticmethod
     def _env(workdir: str) -> dict[str, str]:
-        """Nothing from the host environment: no tokens, no proxies, no PYTHON* settings."""
+        """Nothing from the host environment: no tokens, no proxies, no PYTHON* settings.
+
+        Numeric libraries get one thread: the warm agent forks every call and refuses a load
+        whose imports leave threads running (OpenBLAS, imported by nltk, starts one per core).
+        """
         return {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
@@ -467,6 +495,7 @@ class ProcessSandbox(Sandbox):
             "HOME": workdir,
             "TMPDIR": workdir,
             "PYTHONDONTWRITEBYTECODE": "1",
+            **SINGLE_THREAD_ENV,
         }
 
     async def _start(self, pool: _Pool, *, counted: bool = False) -> _Agent:
@@ -494,6 +523,7 @@ class ProcessSandbox(Sandbox):
                 preload=import_names(pool.bundle.dependencies),
                 restricted=self.restricted,
                 limits=self.limits,
+                reset={"paths": [workdir], "ipc": False},  # its cwd, HOME and TMPDIR: emptied after each call
             )
             try:
                 loaded = await asyncio.wait_for(

@@ -1,4 +1,5 @@
-"""Docker sandbox benchmark: warm pool vs ``docker run`` per call, cold start, image build, throughput.
+"""Docker sandbox benchmark: warm pool vs ``docker run`` per call, cold start, image build, throughput,
+the per-call reset after each answer, and the CPU an idle pool burns.
 
 Run: ``python -m tests.bench docker`` (or ``make bench``). Prints figures measured side by side
 in one run; asserts nothing (shared, noisy machines). Needs a Docker daemon.
@@ -20,15 +21,31 @@ from orchestrator.limits import PoolLimits, SandboxLimits
 from sandbox.base import CodeBundle
 from sandbox.deps import default_cache_dir, dependency_key, validate_dependencies
 from sandbox.docker.backend import DockerSandbox, docker_client
-from sandbox.docker.container import AGENT_NOFILE_HEADROOM, AGENT_PIDS_HEADROOM, DEFAULT_ENV, OWNER_LABEL, owner_id
+from sandbox.docker.container import (
+    AGENT_NOFILE_HEADROOM,
+    AGENT_PIDS_HEADROOM,
+    DEFAULT_ENV,
+    OWNER_LABEL,
+    POOL_LABEL,
+    SCRATCH_DIRS,
+    ipc_sysctls,
+    owner_id,
+)
 from sandbox.docker.images import SANDBOX_UID, ImageManager
 from sandbox.protocol import AgentChannel
-from tests.integration._docker import GUIDE_PROFANITY_CODE, GUIDE_PROFANITY_DEPS, percentile
+from tests.integration._docker import (
+    GUIDE_PROFANITY_CODE,
+    GUIDE_PROFANITY_DEPS,
+    IDLE_BURNER_CODE,
+    container_cpu_ns,
+    percentile,
+)
 
 WARM_CALLS = 500
 RUN_PER_CALL = 10
 THROUGHPUT_CALLS = 400
 LEVEL_BUDGET_S = 60.0
+IDLE_WINDOW_S = 3.0
 LIMITS = SandboxLimits()
 
 
@@ -36,9 +53,11 @@ def _docker_run_argv(image: str, limits: SandboxLimits) -> list[str]:
     """The same hardening as the pool's containers, as ``docker run`` flags."""
     mem = str(limits.container_memory_bytes)
     nofile = limits.nofile + AGENT_NOFILE_HEADROOM
+    scratch = f"rw,noexec,nosuid,nodev,size={limits.tmpfs_bytes},nr_inodes={limits.tmpfs_inodes},mode=1777"
     argv = [
-        "docker", "run", "-i", "--rm", "--network", "none", "--read-only",
-        "--tmpfs", f"/tmp:rw,noexec,nosuid,nodev,size={limits.tmpfs_bytes}", "--cap-drop", "ALL",
+        "docker", "run", "-i", "--rm", "--network", "none", "--read-only", "--ipc", "private",
+        *(x for d in SCRATCH_DIRS for x in ("--tmpfs", f"{d}:{scratch}")),
+        *(x for k, v in ipc_sysctls(limits).items() for x in ("--sysctl", f"{k}={v}")), "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--memory", mem, "--memory-swap", mem,
         "--pids-limit", str(limits.pids + AGENT_PIDS_HEADROOM), "--cpus", str(limits.cpus),
         "--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", "core=0:0", "--log-driver", "none",
@@ -84,6 +103,38 @@ async def warm_latencies(sb: DockerSandbox, bundle: CodeBundle, n: int) -> list[
         if isinstance(diag.extra.get("agent_ms"), int | float):
             AGENT_MS.append(float(diag.extra["agent_ms"]))
     return lat
+
+
+def reset_figures(resets: list[dict]) -> str:
+    """The agent's reset after each answer (off the request path), from its ``reset`` frames."""
+    def p(key: str, q: float) -> float:
+        return percentile([float(r.get(key) or 0.0) for r in resets], q)
+
+    return (f"cleanup p50 {p('cleanup_ms', 50):.2f} ms  p99 {p('cleanup_ms', 99):.2f} ms  max "
+            f"{max(float(r['cleanup_ms']) for r in resets):.2f} ms (of which waiting for the call's processes "
+            f"to exit: p50 {p('reap_ms', 50):.2f} ms); then the fork of the next child p50 {p('spawn_ms', 50):.2f} ms")
+
+
+async def idle_cpu(client) -> dict[str, float]:
+    """Fraction of one core a warm container uses with no call in flight, after one call whose module
+    body tried to burn CPU (a fork chain, spinning threads): read from the container's cgroup."""
+    out: dict[str, float] = {}
+    sb = DockerSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1))
+    try:
+        for name, code in IDLE_BURNER_CODE.items():
+            bundle = CodeBundle(code, tenant=f"bench-idle-{name}")
+            await sb.prepare(bundle)
+            found = client.api.containers(filters={"label": f"{POOL_LABEL}={bundle.pool_key[:32]}"})
+            await sb.run(bundle, "", "", {}, timeout=10)  # the module body runs inside this call
+            await asyncio.sleep(0.5)
+            n0, t0 = await asyncio.to_thread(container_cpu_ns, client, found[0]["Id"])
+            await asyncio.sleep(IDLE_WINDOW_S)
+            n1, t1 = await asyncio.to_thread(container_cpu_ns, client, found[0]["Id"])
+            out[name] = (n1 - n0) / 1e9 / (t1 - t0)
+            await sb.evict(bundle)
+    finally:
+        await sb.aclose()
+    return out
 
 
 async def throughput(sb: DockerSandbox, bundle: CodeBundle, concurrency: int, total: int) -> tuple[float, int]:
@@ -161,8 +212,12 @@ async def run() -> None:
         await sb.prepare(bundle)
         await asyncio.sleep(3.0)  # let the pool reach min_size off the request path
         await warm_latencies(sb, bundle, 20)  # warm-up
+        sb._pools[bundle.pool_key].resets.clear()
         warm = await warm_latencies(sb, bundle, WARM_CALLS)
         p50, p99 = percentile(warm, 50), percentile(warm, 99)
+        await asyncio.sleep(0.5)  # the last resets are reported after their answers
+        resets = list(sb._pools[bundle.pool_key].resets)
+        failures = sb.pool_stats(bundle)["cleanup_failures"]
         per_call = await asyncio.to_thread(docker_run_per_call, image.tag, image.preload, RUN_PER_CALL)
         run_p50 = percentile(per_call, 50) if per_call else float("nan")
 
@@ -172,11 +227,13 @@ async def run() -> None:
     finally:
         await sb.aclose()
 
+    idle = await idle_cpu(client)
     build_s = await asyncio.to_thread(build_time_with_warm_wheels, client, deps)
 
     print(f"evaluator: the guide's custom_profanity_filter, dependencies {list(GUIDE_PROFANITY_DEPS)}")
     print(f"warm call ({WARM_CALLS} sequential): p50 {p50:.2f} ms   p99 {p99:.2f} ms   "
           f"(agent inside the container: p50 {percentile(AGENT_MS, 50):.2f} ms)")
+    print(f"reset after each warm call ({len(resets)} resets, {failures} failed): {reset_figures(resets)}")
     print(f"docker run per call ({len(per_call)} runs): p50 {run_p50:.0f} ms")
     print(f"ratio docker-run / warm p50: {run_p50 / p50:.0f}x")
     print(f"first call of a new evaluator, dependency image cached (median of 3): prepare+call "
@@ -185,6 +242,8 @@ async def run() -> None:
           f"{build_s:.1f} s")
     for conc, (rate, errors) in rates.items():
         print(f"throughput at {conc:>2} concurrent (pool max {pool.max_size}): {rate:7.1f} calls/s  errors={errors}")
+    print(f"idle CPU over {IDLE_WINDOW_S:.0f} s after one call, module body that tries to burn it: "
+          + ", ".join(f"{name} {share:.1%} of a core" for name, share in idle.items()))
 
 
 def main() -> None:

@@ -53,6 +53,45 @@ def evaluate(prompt, response, context):
     return {"score": 1.0, "passed": True, "details": {"echo": response[:50]}}
 '''
 
+# Module bodies that try to burn CPU with no call in flight (security tests, bench). The fork
+# chain moves to a new process every 0.2 s, so a per-process RLIMIT_CPU never stops it.
+IDLE_BURNER_CODE = {
+    "fork_chain": """
+import os, time
+
+def _chain():
+    while True:
+        try:
+            if os.fork():
+                os._exit(0)
+        except OSError:
+            pass
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            pass
+
+if os.fork() == 0:
+    os.setsid()
+    _chain()
+
+def evaluate(prompt, response, context):
+    return {"score": 1.0, "details": {"ok": True}}
+""",
+    "spinning_threads": """
+import threading
+
+def _spin():
+    while True:
+        pass
+
+for _ in range(2):
+    threading.Thread(target=_spin, daemon=True).start()
+
+def evaluate(prompt, response, context):
+    return {"score": 1.0, "details": {"ok": True}}
+""",
+}
+
 
 def bundle_containers(client: Any, digest: str | None = None, *, running_only: bool = True) -> list[dict[str, Any]]:
     """Sandbox containers (optionally of one bundle) as docker-py summaries."""
@@ -175,6 +214,12 @@ class ConnectionCounter:
             await self.server.wait_closed()
         if self.udp is not None:
             self.udp.close()
+
+
+def container_cpu_ns(client: Any, cid: str) -> tuple[int, float]:
+    """CPU time a container has used so far (ns, the daemon's cgroup figure) and when it was read."""
+    stats = client.api.stats(cid, stream=False, one_shot=True)
+    return int(stats["cpu_stats"]["cpu_usage"]["total_usage"]), time.monotonic()
 
 
 def percentile(values: Iterable[float], q: float) -> float:

@@ -125,7 +125,13 @@ HOSTILE: dict[str, tuple[str, tuple[type[CrossAuditError], ...]]] = {
         import os, time
         def evaluate(p, r, c):
             if c.get("probe"):
-                strays = [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) not in (1, os.getpid())]
+                def agent(pid):  # the warm parent, its I/O process, this process
+                    try:
+                        with open(f"/proc/{pid}/comm") as fh:
+                            return pid in (1, os.getpid()) or fh.read().strip() == "crossaudit-io"
+                    except OSError:
+                        return True  # gone meanwhile
+                strays = [int(d) for d in os.listdir("/proc") if d.isdigit() and not agent(int(d))]
                 return {"score": 1.0, "details": {"strays": strays}}
             if os.fork() == 0:
                 os.setsid()

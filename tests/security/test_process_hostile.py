@@ -421,6 +421,6 @@ async def test_daemonised_grandchild_is_reaped_after_a_normal_call(raw) -> None:
     verdict, _ = await raw.run(bundle, "p", "r", {}, timeout=5)
     assert verdict.score == 0.5
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and len(_processes_in(workdirs)) > 2:  # the agent + its next child
+    while time.monotonic() < deadline and len(_processes_in(workdirs)) > 3:  # agent, its I/O process, next child
         time.sleep(0.05)
-    assert len(_processes_in(workdirs)) <= 2
+    assert len(_processes_in(workdirs)) <= 3
