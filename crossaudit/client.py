@@ -514,7 +514,7 @@ class Client:
         req = rev_pb.ResolveReviewRequest(id=review_id, state=_state(state), reviewer=reviewer, note=note)
         return _review(self._call(self._reviews.ResolveReview, req))
 
-    # audit
+    # info
     def server_info(self) -> ServerInfo:
         """The server's version and where custom code runs (``weaker_isolation`` for the process sandbox)."""
         m = self._call(self._info.GetServerInfo, info_pb.GetServerInfoRequest())
@@ -527,6 +527,7 @@ class Client:
             weaker_isolation=m.weaker_isolation,
         )
 
+    # audit
     def get_decision(self, decision_id: str) -> AuditEntry:
         """The audit record of an answered decision."""
         return _audit(self._call(self._audit.GetDecision, audit_pb.GetDecisionRequest(decision_id=decision_id)))

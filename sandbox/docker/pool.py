@@ -230,7 +230,11 @@ class WarmPool:
             self._background(self._settle(c))
             return
         self.busy.discard(c)
-        if c.alive and not self.closed:
+        self._park(c, healthy=True)
+
+    def _park(self, c: WarmContainer, *, healthy: bool) -> None:
+        """Back to idle if it is healthy and alive, else retired; then refill and wake waiters."""
+        if healthy and c.alive and not self.closed:
             c.idle_since = time.monotonic()
             self.idle.append(c)
         else:
@@ -251,13 +255,7 @@ class WarmPool:
                     self.cleanup_failures += 1
                 else:
                     self.resets.append(reset)
-                if reset is not None and c.alive:
-                    c.idle_since = time.monotonic()
-                    self.idle.append(c)
-                else:
-                    self._retire(c)
-                self.ensure_min()
-                self._background(self._notify())
+                self._park(c, healthy=reset is not None)
 
     async def _notify(self) -> None:
         async with self.cond:
