@@ -178,14 +178,16 @@ class LoopMonitor:
 
 
 class ConnectionCounter:
-    """A TCP listener and a UDP socket on all interfaces of *this* machine, counting what arrives
-    (stands in for the orchestrator's own port in egress probes)."""
+    """A TCP listener and a UDP socket on loopback and this machine's own addresses (``own_addresses``),
+    one port for all, counting what arrives (stands in for the orchestrator's own port in egress probes).
+    Never all interfaces: only addresses verified to be this machine's."""
 
-    def __init__(self) -> None:
+    def __init__(self, hosts: list[str] | None = None) -> None:
+        self.hosts = ["127.0.0.1", *[h for h in (hosts or []) if h != "127.0.0.1"]]
         self.tcp_connections = 0
         self.udp_datagrams = 0
-        self.server: asyncio.base_events.Server | None = None
-        self.udp: asyncio.DatagramTransport | None = None
+        self.servers: list[asyncio.base_events.Server] = []
+        self.udps: list[asyncio.DatagramTransport] = []
         self.port = 0
         self.udp_port = 0
 
@@ -194,8 +196,6 @@ class ConnectionCounter:
             self.tcp_connections += 1
             writer.close()
 
-        self.server = await asyncio.start_server(on_conn, host="0.0.0.0", port=0)
-        self.port = self.server.sockets[0].getsockname()[1]
         counter = self
 
         class Udp(asyncio.DatagramProtocol):
@@ -203,17 +203,23 @@ class ConnectionCounter:
                 counter.udp_datagrams += 1
 
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(Udp, local_addr=("0.0.0.0", 0))
-        self.udp = transport
-        self.udp_port = transport.get_extra_info("sockname")[1]
+        for host in self.hosts:  # the first bind picks the port; the others share it where free
+            with contextlib.suppress(OSError):
+                server = await asyncio.start_server(on_conn, host=host, port=self.port)
+                self.servers.append(server)
+                self.port = self.port or server.sockets[0].getsockname()[1]
+            with contextlib.suppress(OSError):
+                transport, _ = await loop.create_datagram_endpoint(Udp, local_addr=(host, self.udp_port))
+                self.udps.append(transport)
+                self.udp_port = self.udp_port or transport.get_extra_info("sockname")[1]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-        if self.udp is not None:
-            self.udp.close()
+        for server in self.servers:
+            server.close()
+            await server.wait_closed()
+        for transport in self.udps:
+            transport.close()
 
 
 def container_cpu_ns(client: Any, cid: str) -> tuple[int, float]:

@@ -420,7 +420,7 @@ async def env(docker_daemon):
     benign = CodeBundle(BENIGN_CODE + "\n# hostile-suite benign\n")
     await sandbox.prepare(benign)
     own = own_addresses(docker_daemon)
-    async with ConnectionCounter() as counter:
+    async with ConnectionCounter(own) as counter:
         yield {"sb": sandbox, "benign": benign, "own": own, "counter": counter, "client": docker_daemon}
     await sandbox.aclose()
     os.environ.pop("CROSSAUDIT_TEST_HOST_SECRET", None)
