@@ -34,6 +34,7 @@ from orchestrator.engine import actions, consensus
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
+from orchestrator.engine.ratelimit import TokenBucket
 from orchestrator.engine.thresholds import FeedbackStats, rule_threshold
 from orchestrator.errors import (
     CrossAuditError,
@@ -87,6 +88,13 @@ def plan(policy: Policy) -> list[Rule]:
     return ordered
 
 
+@dataclass(frozen=True)
+class _Built:
+    evaluator: Evaluator
+    identity: str  # the result cache's view of it (see Engine._cache_identity)
+    limiter: TokenBucket | None  # the spec's rate_limit
+
+
 @dataclass
 class _Request:
     policy: Policy
@@ -121,16 +129,16 @@ class Engine:
         self.feedback = feedback
         self.clock = clock
         self.now = now
-        self._evaluators: OrderedDict[tuple[str, str], tuple[Evaluator, str]] = OrderedDict()
+        self._evaluators: OrderedDict[tuple[str, str], _Built] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
 
     # -- evaluators ---------------------------------------------------------------------------
 
     def evaluator_for(self, policy: Policy, name: str) -> Evaluator:
-        return self._evaluator(policy, name)[0]
+        return self._evaluator(policy, name).evaluator
 
-    def _evaluator(self, policy: Policy, name: str) -> tuple[Evaluator, str]:
-        """The built evaluator and its cache identity (computed once per policy version)."""
+    def _evaluator(self, policy: Policy, name: str) -> _Built:
+        """The built evaluator, its cache identity and its rate limiter (once per policy version)."""
         key = (policy.digest or str(id(policy)), name)
         hit = self._evaluators.get(key)
         if hit is not None:
@@ -138,10 +146,13 @@ class Engine:
             return hit
         spec = policy.evaluator(name)
         ev = self.factory.build(spec, policy)
-        built = self._evaluators[key] = (ev, self._cache_identity(ev, spec.model_dump(mode="json")))
+        cfg = spec.typed_config
+        rpm = getattr(cfg, "rate_limit", None)
+        limiter = TokenBucket(rpm, burst=getattr(cfg, "rate_limit_burst", None), name=name) if rpm else None
+        built = self._evaluators[key] = _Built(ev, self._cache_identity(ev, spec.model_dump(mode="json")), limiter)
         while len(self._evaluators) > self.limits.evaluator_instances:  # old policy versions age out
-            _, (old, _identity) = self._evaluators.popitem(last=False)
-            task = asyncio.get_running_loop().create_task(old.aclose())
+            _, old_built = self._evaluators.popitem(last=False)
+            task = asyncio.get_running_loop().create_task(old_built.evaluator.aclose())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         return built
@@ -156,8 +167,8 @@ class Engine:
 
     async def aclose(self) -> None:
         evaluators, self._evaluators = list(self._evaluators.values()), OrderedDict()
-        for ev, _identity in evaluators:
-            await ev.aclose()
+        for built in evaluators:
+            await built.evaluator.aclose()
 
     # -- evaluation -----------------------------------------------------------------------------
 
@@ -386,7 +397,8 @@ class Engine:
     async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
         t0 = self.clock()
         try:
-            evaluator, identity = self._evaluator(req.policy, name)
+            built = self._evaluator(req.policy, name)
+            evaluator, identity = built.evaluator, built.identity
         except Exception as e:  # a misconfigured evaluator fails its rules (closed), not the request
             err = e if isinstance(e, CrossAuditError) else EvaluatorError(f"{type(e).__name__}: {e}")
             return EvaluatorResult(
@@ -417,6 +429,8 @@ class Engine:
                 break
             timeout = min(per_call, remaining)
             try:
+                if built.limiter is not None:  # rate_limit, for every evaluator kind
+                    timeout -= await built.limiter.acquire(timeout)
                 verdict = await asyncio.wait_for(
                     evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
                 )

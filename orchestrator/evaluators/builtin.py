@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
-from orchestrator.evaluators.llm import TokenBucket
 from orchestrator.policy import envvars
 from orchestrator.results import Verdict
 from orchestrator.secrets import SecretSource, SecretUse, as_secret_source
@@ -76,7 +75,6 @@ class BuiltinEvaluator(Evaluator):
         self._environ = environ
         self._secrets = secrets if secrets is not None else as_secret_source(environ)
         self._resolved: Any = None
-        self._limiter = TokenBucket(self.config.rate_limit, name=name) if self.config.rate_limit else None
 
     @property
     def backend(self) -> ModelBackend:
@@ -113,8 +111,6 @@ class BuiltinEvaluator(Evaluator):
             cfg = self.resolved_config(use)
             if cfg.timeout:
                 timeout = min(timeout, cfg.timeout)
-            if self._limiter is not None:
-                timeout -= await self._limiter.acquire(timeout)
             verdict = await self.backend.analyze(
                 self.model,
                 self._wire_config(cfg),

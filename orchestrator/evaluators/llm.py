@@ -5,8 +5,8 @@ The model is asked for a JSON object ``{"safety_score": 0..1, "violations": [...
 "reasoning": "..."}`` and the answer is parsed robustly (fenced JSON, JSON inside prose, a bare
 number). SDK-level retries are off: the engine owns retries, so each error is typed here with
 an honest ``retryable`` flag (429/408/409/5xx, timeouts and connection failures are retryable;
-other 4xx and unusable answers are not). ``rate_limit`` is a per-evaluator token bucket; a call
-whose wait would pass its deadline fails at once with RateLimitedError instead of waiting.
+other 4xx and unusable answers are not). ``rate_limit`` is applied by the engine, as for every
+evaluator kind (``orchestrator/engine/ratelimit.py``).
 
 Credentials and endpoints come from a :class:`~orchestrator.secrets.SecretSource` at call time:
 ``${NAME}`` in ``api_key``/``base_url``/``organization`` and the providers' standard variables
@@ -25,7 +25,6 @@ import inspect
 import json
 import math
 import re
-import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -37,7 +36,6 @@ from orchestrator.errors import (
     EvaluatorUnavailableError,
     InvalidInputError,
     ProviderError,
-    RateLimitedError,
 )
 from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
 from orchestrator.policy import envvars
@@ -99,50 +97,6 @@ def parse_llm_config(raw: Mapping[str, Any] | BaseModel) -> LLMEvaluatorConfig:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
         raise InvalidInputError(f"invalid llm evaluator config: {problems}") from None
-
-
-# --- rate limiting ----------------------------------------------------------------------
-
-
-class TokenBucket:
-    """Requests-per-minute limiter for one evaluator (one event loop).
-
-    Capacity (burst) defaults to a tenth of the per-minute rate, at least 1, so a burst cannot
-    spend a whole minute's budget at once. A caller reserves a token (the count may go
-    negative: reservations queue in order) and sleeps until it is due; if that wait would
-    exceed its deadline it gets RateLimitedError immediately and reserves nothing.
-    """
-
-    def __init__(self, per_minute: float, *, burst: int | None = None, name: str = "") -> None:
-        if per_minute <= 0:
-            raise ConfigurationError("rate_limit must be positive")
-        self.rate = per_minute / 60.0  # tokens per second
-        self.capacity = float(burst or max(1, int(per_minute // 10)))
-        self.tokens = self.capacity
-        self.updated = time.monotonic()
-        self.name = name
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-
-    def wait_time(self) -> float:
-        self._refill()
-        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
-
-    async def acquire(self, deadline_s: float) -> float:
-        """Take one token; return the seconds waited. Raises RateLimitedError past ``deadline_s``."""
-        wait = self.wait_time()
-        if wait > deadline_s:
-            raise RateLimitedError(
-                f"evaluator {self.name!r} rate limit ({self.rate * 60:g}/min): next slot in {wait:.2f}s, "
-                f"deadline in {max(deadline_s, 0):.2f}s"
-            )
-        self.tokens -= 1
-        if wait > 0:
-            await asyncio.sleep(wait)
-        return wait
 
 
 # --- answer parsing ---------------------------------------------------------------------
@@ -291,7 +245,6 @@ class LLMEvaluator(Evaluator):
         self._client_key: tuple[Any, ...] | None = None
         self._retired: list[Any] = []
         cfg = self.config
-        self._limiter = TokenBucket(cfg.rate_limit, burst=cfg.rate_limit_burst, name=name) if cfg.rate_limit else None
         if cfg.provider == "openai_compatible" and not (cfg.base_url or self._secrets.granted("OPENAI_BASE_URL")):
             raise ConfigurationError(
                 f"llm evaluator {name!r}: provider openai_compatible needs base_url (or OPENAI_BASE_URL)"
@@ -469,8 +422,6 @@ class LLMEvaluator(Evaluator):
         cfg = self.config
         if cfg.timeout:
             timeout = min(timeout, cfg.timeout)
-        if self._limiter is not None:
-            timeout -= await self._limiter.acquire(timeout)
         if timeout <= 0:
             raise EvaluatorTimeoutError(f"llm evaluator {self.name!r}: no time left for the call")
         try:

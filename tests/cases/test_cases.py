@@ -129,6 +129,6 @@ def test_every_construct_of_the_guide_has_cases() -> None:
     constructs = {
         "basic", "priority", "enabled", "conditions", "actions", "modify", "custom_action", "fallback",
         "retries", "timeouts", "cache", "chaining", "dynamic_thresholds", "consensus", "feedback",
-        "stop_on_block",
+        "stop_on_block", "rate_limit",
     }  # fmt: skip
     assert constructs <= folders, f"constructs without cases: {sorted(constructs - folders)}"

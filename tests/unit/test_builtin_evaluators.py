@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.errors import ConfigurationError, InvalidInputError, RateLimitedError
+from orchestrator.errors import ConfigurationError, InvalidInputError
 from orchestrator.evaluators.base import EvaluationInput
 from orchestrator.evaluators.builtin import (
     DetoxifyEvaluator,
@@ -115,13 +115,6 @@ def test_model_roots_confine_paths(monkeypatch: pytest.MonkeyPatch, tmp_path) ->
     with pytest.raises(ConfigurationError, match="outside"):
         PresidioEvaluator("p", {"model": "presidio", "spacy_model_path": str(tmp_path / "models/../x")}).check()
     PresidioEvaluator("p", {"model": "presidio", "spacy_model_path": str(tmp_path / "models" / "en")}).check()
-
-
-async def test_rate_limit_applies_to_builtins() -> None:
-    ev = LangdetectEvaluator("l", {"model": "langdetect", "rate_limit": 6}, backend=RecordingBackend())
-    await ev.evaluate(EvaluationInput("", "hello"), timeout=1)
-    with pytest.raises(RateLimitedError):
-        await ev.evaluate(EvaluationInput("", "hello"), timeout=1)  # next slot in 10 s
 
 
 def test_identity_follows_config() -> None:

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from orchestrator.engine.ratelimit import TokenBucket
 from orchestrator.errors import ConfigurationError, InvalidInputError, ProviderError, RateLimitedError
-from orchestrator.evaluators.llm import LLMEvaluator, TokenBucket, build_user_message, parse_answer
+from orchestrator.evaluators.llm import LLMEvaluator, build_user_message, parse_answer
 
 
 @pytest.mark.parametrize(

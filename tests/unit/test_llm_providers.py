@@ -17,15 +17,16 @@ from typing import Any
 
 import pytest
 
+from orchestrator.engine.engine import Engine
 from orchestrator.errors import (
     ConfigurationError,
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
     ProviderError,
-    RateLimitedError,
 )
 from orchestrator.evaluators.base import EvaluationInput
 from orchestrator.evaluators.llm import LLMEvaluator
+from orchestrator.policy import load_policy
 
 INP = EvaluationInput(prompt="How do I bake bread?", response="Mix flour, water, yeast; knead; bake.")
 GOOD = {"safety_score": 0.92, "violations": [], "reasoning": "Harmless cooking advice."}
@@ -265,19 +266,31 @@ async def test_connection_refused_is_unavailable() -> None:
 
 
 async def test_rate_limit_waits_or_refuses(fake: FakeProviders) -> None:
-    ev = LLMEvaluator("rl", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1",
-                             "rate_limit": 120, "rate_limit_burst": 1})  # one slot every 0.5 s
+    """rate_limit is the engine's (one limiter for every kind): a call whose slot is past its
+    deadline is refused without reaching the provider; one within it waits for the slot."""
+    policy = load_policy(
+        'name: rl\ndescription: d\nversion: "1.0"\nevaluators:\n'
+        f"  - {{name: rl, type: llm, config: {{provider: openai, model: m, api_key: k, base_url: '{fake.url}/v1',"
+        " rate_limit: 120, rate_limit_burst: 1}}\n"  # one slot every 0.5 s
+        "rules:\n  - {name: r, evaluator: rl, threshold: 0.0, action: block}\n"
+    )
+
+    class Build:
+        def build(self, spec: Any, policy: Any) -> LLMEvaluator:
+            return LLMEvaluator(spec.name, spec.config)
+
+    engine = Engine(Build())
     try:
-        await ev.evaluate(INP, timeout=5)
-        with pytest.raises(RateLimitedError):
-            await ev.evaluate(INP, timeout=0.1)  # the next slot is ~0.5 s away: refused at once
+        assert (await engine.evaluate(policy, INP.prompt, INP.response, timeout=5)).passed
+        refused = await engine.evaluate(policy, INP.prompt, INP.response, timeout=0.1)
+        assert refused.rule("r").evaluators[0].error_type == "RateLimitedError"  # next slot ~0.5 s away
         assert len(fake.requests) == 1
         t0 = time.monotonic()
-        await ev.evaluate(INP, timeout=5)  # waits for the slot
+        assert (await engine.evaluate(policy, INP.prompt, INP.response, timeout=5)).passed  # waits for the slot
         assert 0.2 < time.monotonic() - t0 < 2.0
         assert len(fake.requests) == 2
     finally:
-        await ev.aclose()
+        await engine.aclose()
 
 
 async def test_api_key_from_env_reference_and_standard_env(fake: FakeProviders, monkeypatch) -> None:
