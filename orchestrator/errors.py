@@ -69,6 +69,9 @@ class CrossAuditError(Exception):
 
     code: ErrorCode = ErrorCode.INTERNAL
     retryable: bool = False
+    # Seconds the failing party asked us to wait before trying again (HTTP Retry-After); the
+    # engine's one retry policy waits at least this long, within the deadline.
+    retry_after: float | None = None
     # Attributes beyond message/retryable that cross process boundaries (JSON values).
     wire_fields: ClassVar[tuple[str, ...]] = ()
 

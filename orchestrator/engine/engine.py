@@ -447,9 +447,10 @@ class Engine:
                 last = EvaluatorError(f"{type(e).__name__}: {e}")
             if not last.retryable or attempt > retries:
                 break
-            if self.clock() + backoff >= req.deadline:
+            wait = max(backoff, last.retry_after or 0.0)  # the provider's Retry-After, at least
+            if self.clock() + wait >= req.deadline:
                 break
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(wait)
             backoff *= 2
         assert last is not None
         status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR

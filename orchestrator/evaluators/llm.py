@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
+import email.utils
 import hashlib
 import inspect
 import json
@@ -213,6 +215,32 @@ def _accepts(fn: Any, param: str) -> bool:
         return param in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+MAX_RETRY_AFTER_S = 3600.0  # a larger Retry-After is taken as this (the deadline bounds it anyway)
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds from an HTTP ``Retry-After`` header (delta-seconds or an HTTP date), else None."""
+    try:
+        value = headers.get("retry-after") if headers is not None else None
+    except Exception:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 def _status_error(provider: str, status: int, message: str) -> ProviderError:
@@ -459,7 +487,9 @@ class LLMEvaluator(Evaluator):
         if status is None and isinstance(getattr(exc, "code", None), int):
             status = getattr(exc, "code")  # noqa: B009 - google.genai.errors.APIError
         if isinstance(status, int):
-            return _status_error(provider, status, str(getattr(exc, "message", "") or exc))
+            err = _status_error(provider, status, str(getattr(exc, "message", "") or exc))
+            err.retry_after = retry_after_s(getattr(getattr(exc, "response", None), "headers", None))
+            return err
         if "Connection" in name or "Connect" in name or isinstance(exc, OSError):
             return EvaluatorUnavailableError(f"{provider} unreachable: {exc}")
         return ProviderError(f"{provider} call failed: {name}: {exc}"[:500], retryable=False)

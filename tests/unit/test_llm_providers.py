@@ -80,12 +80,14 @@ class FakeProviders:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                owner.requests.append({"path": self.path, "headers": headers, "json": body})
+                owner.requests.append({"path": self.path, "headers": headers, "json": body, "at": time.monotonic()})
                 kind, arg = owner.script.popleft() if owner.script else ("answer", json.dumps(GOOD))
                 if kind == "delay":
                     time.sleep(arg)
                     kind, arg = "answer", json.dumps(GOOD)
+                retry_after = None
                 if kind == "fail":
+                    arg, retry_after = arg if isinstance(arg, tuple) else (arg, None)
                     status, payload = arg, {"error": {"message": f"scripted {arg}", "type": "err", "code": arg}}
                 elif "/messages" in self.path:
                     status, payload = 200, _anthropic_body(arg)
@@ -99,6 +101,8 @@ class FakeProviders:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
+                if retry_after is not None:
+                    self.send_header("retry-after", retry_after)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -112,8 +116,8 @@ class FakeProviders:
     def answer(self, text: str) -> None:
         self.script.append(("answer", text))
 
-    def fail(self, status: int) -> None:
-        self.script.append(("fail", status))
+    def fail(self, status: int, retry_after: str | None = None) -> None:
+        self.script.append(("fail", (status, retry_after) if retry_after is not None else status))
 
     def delay(self, seconds: float) -> None:
         self.script.append(("delay", seconds))
@@ -289,6 +293,32 @@ async def test_rate_limit_waits_or_refuses(fake: FakeProviders) -> None:
         assert (await engine.evaluate(policy, INP.prompt, INP.response, timeout=5)).passed  # waits for the slot
         assert 0.2 < time.monotonic() - t0 < 2.0
         assert len(fake.requests) == 2
+    finally:
+        await engine.aclose()
+
+
+async def test_retry_after_is_honoured_within_the_deadline(fake: FakeProviders) -> None:
+    """The one retry policy waits at least the provider's Retry-After (not its own 50 ms backoff)."""
+    policy = load_policy(
+        'name: ra\ndescription: d\nversion: "1.0"\nevaluators:\n'
+        f"  - {{name: m, type: llm, config: {{provider: openai, model: m, api_key: k, base_url: '{fake.url}/v1'}}}}\n"
+        "rules:\n  - {name: r, evaluator: m, threshold: 0.0, action: block, settings: {retries: 1}}\n"
+    )
+
+    class Build:
+        def build(self, spec: Any, policy: Any) -> LLMEvaluator:
+            return LLMEvaluator(spec.name, spec.config)
+
+    engine = Engine(Build())
+    try:
+        fake.fail(429, retry_after="1")
+        assert (await engine.evaluate(policy, INP.prompt, INP.response, timeout=10)).passed
+        first, second = fake.requests[-2:]
+        assert second["at"] - first["at"] >= 0.95
+        fake.fail(429, retry_after="30")  # past the deadline: no pointless wait, the rule errors at once
+        d = await engine.evaluate(policy, INP.prompt, INP.response, timeout=2)
+        assert d.rule("r").evaluators[0].error_type == "ProviderError"
+        assert len(fake.requests) == 3 and d.rule("r").evaluators[0].attempts == 1  # not retried
     finally:
         await engine.aclose()
 
