@@ -96,6 +96,7 @@ def load_policy(
     issues.extend(_check_action_configs(data, smap, partial))
     warnings: list[str] = []
     issues.extend(_semantic_checks(partial, smap, limits, warnings, as_secret_source(env)))
+    issues.extend(_check_conditions(data, smap, limits))
     for check in checks:
         issues.extend(check(partial, smap.issue))
     if issues:
@@ -478,8 +479,6 @@ def _semantic_checks(
             issues.append(smap.issue((*rp, "threshold_config"), "threshold_config needs threshold: 'dynamic'"))
         if rule.fallback and rule.fallback.evaluator is None and rule.fallback.on_error is None:
             issues.append(smap.issue((*rp, "fallback"), "fallback needs 'evaluator' and/or 'on_error'"))
-        for j, cond in enumerate(rule.conditions):
-            issues.extend(_check_condition(cond.field, cond.operator, cond.value, (*rp, "conditions", j), smap, limits))
         issues.extend(_contradictions(rule, rp, smap))
 
     for ev in policy.evaluators:
@@ -493,6 +492,27 @@ def _semantic_checks(
 
     issues.extend(_check_chaining(policy, rule_index, smap))
     issues.extend(_check_references(policy, smap, secrets, warnings))
+    return issues
+
+
+def _check_conditions(data: dict[str, Any], smap: SourceMap, limits: PolicyLimits) -> list[PolicyIssue]:
+    """Every condition's value against its operator, read from the document itself: a rule with
+    one bad condition (say an unknown operator) still gets its other conditions checked, so every
+    problem of a file is reported at once."""
+    issues: list[PolicyIssue] = []
+    rules = data.get("rules")
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        conditions = rule.get("conditions") if isinstance(rule, dict) else None
+        for j, cond in enumerate(conditions if isinstance(conditions, list) else []):
+            if not isinstance(cond, dict) or not isinstance(cond.get("field"), str):
+                continue
+            try:
+                op = Operator(cond.get("operator"))
+            except ValueError:
+                continue  # the model pass reports the operator itself
+            issues.extend(
+                _check_condition(cond["field"], op, cond.get("value"), ("rules", i, "conditions", j), smap, limits)
+            )
     return issues
 
 

@@ -276,3 +276,31 @@ def test_cli_schema_matches_committed() -> None:
     res = run_cli("policy", "schema")
     assert res.returncode == 0
     assert res.stdout == (ROOT / "policies" / "policy.schema.json").read_text()
+
+
+def test_every_problem_of_one_rule_is_reported_at_once() -> None:
+    """A bad regex, a bad CIDR and an unknown operator in one rule: three issues, not just the operator."""
+    text = textwrap.dedent(
+        """\
+        name: p
+        description: d
+        version: "1"
+        evaluators:
+          - {name: e, type: custom, config: {code: "def evaluate(p, r, c): pass"}}
+        rules:
+          - name: r
+            evaluator: e
+            conditions:
+              - {field: a, operator: regex_match, value: "(a"}
+              - {field: request.ip, operator: in, value: ["10.0.0.0/33"]}
+              - {field: b, operator: equal, value: 1}
+        """
+    )
+    with pytest.raises(PolicyValidationError) as info:
+        load_policy(text, "p.yaml")
+    paths = sorted(i.path for i in info.value.issues)
+    assert paths == [
+        "rules[0].conditions[0].value",
+        "rules[0].conditions[1].value[0]",
+        "rules[0].conditions[2].operator",
+    ], [str(i) for i in info.value.issues]
