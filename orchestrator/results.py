@@ -161,6 +161,11 @@ class Verdict(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def rechecked(self) -> Verdict:
+        """The wire check again: ``model_copy(update=...)`` skips validators, so whoever receives a
+        verdict built that way (the engine, for every evaluator kind) checks it once more."""
+        return self._wire()
+
     def _wire(self) -> Verdict:
         # Raised as ResultInvalidError (not a ValueError, so pydantic passes it through):
         # custom, builtin and llm results fail alike, as a rule error.

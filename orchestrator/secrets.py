@@ -39,6 +39,8 @@ SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # the names ``${NAME}`` c
 MASK = "***"
 MAX_SECRET_BYTES = 64 * 1024  # a file secret larger than this is unavailable (never read whole)
 MIN_MASKED_LINE_CHARS = 4  # lines of a multi-line secret shorter than this are not masked alone
+MIN_PARTIAL_MASK_CHARS = 8  # a capped message ending in a secret's first 8+ characters has them masked
+CUT_TAIL_CHARS = " .…'\")]}\n"  # what a cap may leave after the cut: ellipses, closing quotes, brackets
 DEFAULT_PORTS = {"http": 80, "https": 443}  # the schemes an LLM base_url may use, and their ports
 ALLOWED_URL_SCHEMES = frozenset(DEFAULT_PORTS)
 
@@ -194,6 +196,8 @@ class SecretUse:
         for form in self._patterns():
             if form in text:
                 text = text.replace(form, MASK)
+        for form in self._patterns():
+            text = _mask_cut_tail(text, form)
         return text
 
     def scrub(self, value: Any) -> Any:
@@ -223,6 +227,17 @@ class SecretUse:
                 if isinstance(text, str):
                     setattr(diagnostics, field, self.mask(text))
         return exc
+
+
+def _mask_cut_tail(text: str, form: str) -> str:
+    """Mask a secret that a length cap cut off: text that ends (before closing dots, quotes or
+    spaces) with the first ``MIN_PARTIAL_MASK_CHARS``+ characters of a secret. Error messages are
+    capped where they are made (SDKs, the sandbox), before they reach the masking."""
+    body = text.rstrip(CUT_TAIL_CHARS)
+    for k in range(min(len(form) - 1, len(body)), MIN_PARTIAL_MASK_CHARS - 1, -1):
+        if body.endswith(form[:k]):
+            return body[:-k] + MASK + text[len(body) :]
+    return text
 
 
 # --- LLM endpoints -------------------------------------------------------------------------------

@@ -20,24 +20,15 @@ from typing import Any
 
 from orchestrator.policy import envvars
 from orchestrator.policy.models import (
-    DURATION_PATTERN,
     ActionConfigBase,
     CustomActionConfig,
     ModifyConfig,
     ModifyStrategy,
     Rule,
+    duration_seconds,
 )
 from orchestrator.policy.validate import TEMPLATE_RE
 from orchestrator.results import Action, ActionOutcome, RuleResult, Span
-
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration_seconds(text: str) -> float:
-    m = re.match(DURATION_PATTERN, text)
-    if not m:
-        raise ValueError(f"bad duration {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(3)]
 
 
 def _after(now: dt.datetime, duration: str | None) -> str | None:

@@ -434,6 +434,7 @@ class Engine:
                 verdict = await asyncio.wait_for(
                     evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
                 )
+                verdict = verdict.rechecked()  # an adapter may have extended it without validation
                 if cache_key:
                     self.cache.put(cache_key, verdict, ttl)
                 return self._result(name, kind, verdict, t0, attempts=attempts)

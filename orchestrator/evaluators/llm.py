@@ -338,30 +338,52 @@ class LLMEvaluator(Evaluator):
         return key, base_url, self._expand(cfg.organization, "organization", use), version
 
     def _make_client(self, timeout: float, settings: tuple[str, str | None, str | None, str | None]) -> Any:
+        """The provider's SDK client. Redirects are never followed: the allowlist checks the
+        endpoint, and httpx keeps ``x-api-key``/``api-key`` headers across a redirect to another host."""
         cfg = self.config
         key, base_url, organization, version = settings
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 
             return openai.AsyncOpenAI(
-                api_key=key, base_url=base_url, organization=organization, max_retries=0, timeout=timeout
+                api_key=key,
+                base_url=base_url,
+                organization=organization,
+                max_retries=0,
+                timeout=timeout,
+                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
             )
         if cfg.provider == "azure":
             import openai
 
             return openai.AsyncAzureOpenAI(
-                api_key=key, azure_endpoint=base_url or "", api_version=version, max_retries=0, timeout=timeout
+                api_key=key,
+                azure_endpoint=base_url or "",
+                api_version=version,
+                max_retries=0,
+                timeout=timeout,
+                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
             )
         if cfg.provider == "anthropic":
             import anthropic
 
-            return anthropic.AsyncAnthropic(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
+            return anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=timeout,
+                http_client=anthropic.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
+            )
         if cfg.provider == "google":
             from google import genai
             from google.genai import types
 
-            opts = types.HttpOptions(base_url=base_url, timeout=int(timeout * 1000)) if base_url else (
-                types.HttpOptions(timeout=int(timeout * 1000))
+            no_redirects = {"follow_redirects": False}
+            opts = types.HttpOptions(
+                timeout=int(timeout * 1000),
+                client_args=no_redirects,
+                async_client_args=no_redirects,
+                **({"base_url": base_url} if base_url else {}),
             )
             return genai.Client(api_key=key, http_options=opts)
         raise ConfigurationError(f"unknown llm provider {cfg.provider!r}")  # unreachable: validated
@@ -388,9 +410,7 @@ class LLMEvaluator(Evaluator):
 
     # -- calls --
 
-    async def _complete(
-        self, prompt: str, response: str, timeout: float, use: SecretUse
-    ) -> tuple[str, dict[str, Any]]:
+    async def _complete(self, prompt: str, response: str, timeout: float, use: SecretUse) -> tuple[str, dict[str, Any]]:
         cfg = self.config
         client = self.client(use=use)
         user = build_user_message(prompt, response)
@@ -453,9 +473,7 @@ class LLMEvaluator(Evaluator):
         if timeout <= 0:
             raise EvaluatorTimeoutError(f"llm evaluator {self.name!r}: no time left for the call")
         try:
-            text, meta = await asyncio.wait_for(
-                self._complete(inp.prompt, inp.response, timeout, use), timeout=timeout
-            )
+            text, meta = await asyncio.wait_for(self._complete(inp.prompt, inp.response, timeout, use), timeout=timeout)
         except TimeoutError:
             raise EvaluatorTimeoutError(
                 f"{cfg.provider} model {cfg.model} did not answer within {timeout:.3g}s"

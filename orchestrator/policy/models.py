@@ -17,7 +17,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from orchestrator.results import Action
 
@@ -468,7 +468,27 @@ class Severity(StrEnum):
     CRITICAL = "critical"
 
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN, description="e.g. 30m, 2h, 24h, 7d")]
+DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION_S = 3650 * 86400  # review/escalation times: ten years at most (larger ones overflow dates)
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of a duration such as ``30m`` or ``24h`` (``DURATION_PATTERN``)."""
+    m = re.match(DURATION_PATTERN, text)
+    if not m:
+        raise ValueError(f"bad duration {text!r}")
+    return float(m.group(1)) * DURATION_UNITS[m.group(3)]
+
+
+def _bounded_duration(text: str) -> str:
+    if duration_seconds(text) > MAX_DURATION_S:
+        raise ValueError(f"duration {text.strip()!r} is longer than the maximum of {MAX_DURATION_S // 86400}d")
+    return text
+
+
+Duration = Annotated[
+    str, Field(pattern=DURATION_PATTERN, description="e.g. 30m, 2h, 24h, 7d"), AfterValidator(_bounded_duration)
+]
 
 
 class FlagConfig(ActionConfigBase):

@@ -20,6 +20,7 @@ import pytest
 from orchestrator.engine.engine import Engine
 from orchestrator.errors import (
     ConfigurationError,
+    CrossAuditError,
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
     ProviderError,
@@ -67,6 +68,7 @@ class FakeProviders:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.script: deque[tuple[str, Any]] = deque()
+        self.usage: Any = None  # replaces the OpenAI answer's usage block when set
         self.truncate = False  # report finish_reason "length" on OpenAI answers
         owner = self
 
@@ -86,6 +88,12 @@ class FakeProviders:
                     time.sleep(arg)
                     kind, arg = "answer", json.dumps(GOOD)
                 retry_after = None
+                if kind == "redirect":  # to another server: the SDKs must not follow it
+                    self.send_response(307)
+                    self.send_header("location", arg + self.path)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 if kind == "fail":
                     arg, retry_after = arg if isinstance(arg, tuple) else (arg, None)
                     status, payload = arg, {"error": {"message": f"scripted {arg}", "type": "err", "code": arg}}
@@ -95,6 +103,8 @@ class FakeProviders:
                     status, payload = 200, _google_body(arg)
                 else:
                     status, payload = 200, _openai_body(arg)
+                    if owner.usage is not None:
+                        payload["usage"] = owner.usage
                     if owner.truncate:
                         payload["choices"][0]["finish_reason"] = "length"
                 data = json.dumps(payload).encode()
@@ -321,6 +331,52 @@ async def test_retry_after_is_honoured_within_the_deadline(fake: FakeProviders) 
         assert len(fake.requests) == 3 and d.rule("r").evaluators[0].attempts == 1  # not retried
     finally:
         await engine.aclose()
+
+
+async def test_provider_fields_outside_the_wire_become_a_rule_error(fake: FakeProviders) -> None:
+    """usage/finish_reason from the endpoint join the verdict without validation; the engine
+    checks every verdict again, so NaN or a 400-deep list is ResultInvalidError, not INTERNAL."""
+    policy = load_policy(
+        'name: w\ndescription: d\nversion: "1.0"\nevaluators:\n'
+        f"  - {{name: m, type: llm, config: {{provider: openai, model: m, api_key: k, base_url: '{fake.url}/v1'}}}}\n"
+        "rules:\n  - {name: r, evaluator: m, threshold: 0.0, action: block}\n"
+    )
+
+    class Build:
+        def build(self, spec: Any, policy: Any) -> LLMEvaluator:
+            return LLMEvaluator(spec.name, spec.config)
+
+    deep: Any = 1
+    for _ in range(400):
+        deep = [deep]
+    fake.usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2, "deep": deep}
+    engine = Engine(Build())
+    try:
+        d = await engine.evaluate(policy, INP.prompt, INP.response, timeout=10)
+        [ev] = d.rule("r").evaluators
+        assert ev.status.value == "error" and ev.error_type == "ResultInvalidError", ev.error
+        assert not d.passed
+    finally:
+        await engine.aclose()
+        fake.usage = None
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "google"])
+async def test_redirects_are_not_followed(fake: FakeProviders, provider: str) -> None:
+    """A redirect from an allowlisted endpoint must not carry the key to another host."""
+    other = FakeProviders()
+    try:
+        fake.script.append(("redirect", other.url))
+        base = fake.url + ("/v1" if provider == "openai" else "")
+        ev = LLMEvaluator("r", {"provider": provider, "model": "m", "api_key": "k", "base_url": base})
+        try:
+            with pytest.raises(CrossAuditError):
+                await ev.evaluate(INP, timeout=5)
+        finally:
+            await ev.aclose()
+        assert other.requests == []
+    finally:
+        other.close()
 
 
 async def test_api_key_from_env_reference_and_standard_env(fake: FakeProviders, monkeypatch) -> None:

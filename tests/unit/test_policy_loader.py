@@ -304,3 +304,21 @@ def test_every_problem_of_one_rule_is_reported_at_once() -> None:
         "rules[0].conditions[1].value[0]",
         "rules[0].conditions[2].operator",
     ], [str(i) for i in info.value.issues]
+
+
+@pytest.mark.parametrize("field", ["max_review_time", "auto_approve_after"])
+def test_absurd_durations_are_validation_errors_not_date_overflows(field: str) -> None:
+    """A review time of ~2.7e11 years passed validation and overflowed the date at decision time (INTERNAL)."""
+    text = textwrap.dedent(
+        f"""\
+        name: p
+        description: d
+        version: "1"
+        evaluators:
+          - {{name: e, type: custom, config: {{code: "def evaluate(p, r, c): pass"}}}}
+        rules:
+          - {{name: r, evaluator: e, action: require_review, action_config: {{{field}: "99999999999999d"}}}}
+        """
+    )
+    with pytest.raises(PolicyValidationError, match="longer than the maximum of 3650d"):
+        load_policy(text, "p.yaml")

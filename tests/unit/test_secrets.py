@@ -232,3 +232,16 @@ def test_a_missing_code_file_is_reported_at_its_field(tmp_path: Path) -> None:
         inline_local_code(text, tmp_path, filename="p.yaml")
     (issue,) = err.value.issues
     assert issue.path == "evaluators[0].config.code_file" and issue.line == 8 and "file not found" in issue.message
+
+
+def test_a_secret_cut_by_a_length_cap_is_still_masked() -> None:
+    """Messages are capped where they are made (SDK errors, the sandbox) before masking sees them."""
+    from orchestrator.secrets import SecretUse
+
+    use = SecretUse()
+    use.add("sk-SECRETVALUE-0123456789abcdef")
+    cut = ("A" * 245 + " bad key Bearer sk-SECRETVALUE-012345")[:300]
+    assert "SECRETVALUE" not in use.mask(cut) and use.mask(cut).endswith("Bearer ***")
+    assert use.mask(cut + "...") == use.mask(cut) + "..."
+    assert "sk-SECRE" not in use.mask("got 'sk-SECRE'")
+    assert use.mask("short sk-S") == "short sk-S"  # under 8 characters: ordinary text stays
