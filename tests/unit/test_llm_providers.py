@@ -30,12 +30,25 @@ from orchestrator.evaluators.llm import LLMEvaluator
 from orchestrator.policy import load_policy
 
 INP = EvaluationInput(prompt="How do I bake bread?", response="Mix flour, water, yeast; knead; bake.")
+
+
+class LLMFactory:
+    """Builds the real LLMEvaluator for each spec, so the engine's own policies (rate limits,
+    retries, the wire re-check) are exercised against the stub providers."""
+
+    def build(self, spec: Any, policy: Any) -> LLMEvaluator:
+        return LLMEvaluator(spec.name, spec.config)
+
+
 GOOD = {"safety_score": 0.92, "violations": [], "reasoning": "Harmless cooking advice."}
 
 
 def _openai_body(text: str) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
     }
@@ -43,8 +56,13 @@ def _openai_body(text: str) -> dict[str, Any]:
 
 def _anthropic_body(text: str) -> dict[str, Any]:
     return {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
-        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
         "usage": {"input_tokens": 11, "output_tokens": 7},
     }
 
@@ -157,8 +175,15 @@ async def _run(ev: LLMEvaluator, timeout: float = 10.0):
 async def test_openai_request_and_parsed_verdict(fake: FakeProviders) -> None:
     ev = LLMEvaluator(
         "safety",
-        {"provider": "openai", "model": "gpt-4", "temperature": 0.1, "max_tokens": 321,
-         "system_prompt": "Judge it.", "api_key": "sk-test", "base_url": fake.url + "/v1"},
+        {
+            "provider": "openai",
+            "model": "gpt-4",
+            "temperature": 0.1,
+            "max_tokens": 321,
+            "system_prompt": "Judge it.",
+            "api_key": "sk-test",
+            "base_url": fake.url + "/v1",
+        },
     )
     v = await _run(ev)
     assert v.score == pytest.approx(0.92)
@@ -178,16 +203,26 @@ async def test_openai_request_and_parsed_verdict(fake: FakeProviders) -> None:
 async def test_openai_compatible_needs_no_key(fake: FakeProviders, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     fake.answer('```json\n{"score": 0.3, "violations": ["insult"], "reasoning": "rude"}\n```')
-    ev = LLMEvaluator("local", {"provider": "openai_compatible", "model": "llama3", "base_url": fake.url + "/v1",
-                                "response_format": "text"})
+    ev = LLMEvaluator(
+        "local",
+        {"provider": "openai_compatible", "model": "llama3", "base_url": fake.url + "/v1", "response_format": "text"},
+    )
     v = await _run(ev)
     assert v.score == pytest.approx(0.3) and v.violations == ["insult"]
     assert "response_format" not in fake.requests[-1]["json"]
 
 
 async def test_azure_deployment_path_and_key_header(fake: FakeProviders) -> None:
-    ev = LLMEvaluator("az", {"provider": "azure", "model": "my-deploy", "api_key": "az-key", "base_url": fake.url,
-                             "api_version": "2024-10-21"})
+    ev = LLMEvaluator(
+        "az",
+        {
+            "provider": "azure",
+            "model": "my-deploy",
+            "api_key": "az-key",
+            "base_url": fake.url,
+            "api_version": "2024-10-21",
+        },
+    )
     v = await _run(ev)
     assert v.score == pytest.approx(0.92)
     req = fake.requests[-1]
@@ -196,10 +231,21 @@ async def test_azure_deployment_path_and_key_header(fake: FakeProviders) -> None
 
 
 async def test_anthropic_messages(fake: FakeProviders) -> None:
-    fake.answer('Here is my evaluation: {"safety_score": 0.1, "violations": [{"type": "violence"}], '
-                '"reasoning": "threat"} Hope it helps.')
-    ev = LLMEvaluator("claude", {"provider": "anthropic", "model": "claude-x", "api_key": "ant-key",
-                                 "base_url": fake.url, "system_prompt": "Be strict.", "max_tokens": 99})
+    fake.answer(
+        'Here is my evaluation: {"safety_score": 0.1, "violations": [{"type": "violence"}], '
+        '"reasoning": "threat"} Hope it helps.'
+    )
+    ev = LLMEvaluator(
+        "claude",
+        {
+            "provider": "anthropic",
+            "model": "claude-x",
+            "api_key": "ant-key",
+            "base_url": fake.url,
+            "system_prompt": "Be strict.",
+            "max_tokens": 99,
+        },
+    )
     v = await _run(ev)
     assert v.score == pytest.approx(0.1) and v.violations == ["violence"]
     req = fake.requests[-1]
@@ -211,8 +257,17 @@ async def test_anthropic_messages(fake: FakeProviders) -> None:
 
 async def test_google_generate_content(fake: FakeProviders) -> None:
     fake.answer("0.75")
-    ev = LLMEvaluator("gem", {"provider": "google", "model": "gemini-x", "api_key": "g-key", "base_url": fake.url,
-                              "temperature": 0.2, "max_tokens": 77})
+    ev = LLMEvaluator(
+        "gem",
+        {
+            "provider": "google",
+            "model": "gemini-x",
+            "api_key": "g-key",
+            "base_url": fake.url,
+            "temperature": 0.2,
+            "max_tokens": 77,
+        },
+    )
     v = await _run(ev)
     assert v.score == pytest.approx(0.75)
     req = fake.requests[-1]
@@ -226,14 +281,30 @@ async def test_google_generate_content(fake: FakeProviders) -> None:
 
 @pytest.mark.parametrize(
     ("provider", "status", "retryable"),
-    [("openai", 429, True), ("openai", 503, True), ("openai", 400, False), ("openai", 401, False),
-     ("anthropic", 429, True), ("anthropic", 500, True), ("anthropic", 404, False),
-     ("google", 429, True), ("google", 500, True), ("google", 400, False)],
+    [
+        ("openai", 429, True),
+        ("openai", 503, True),
+        ("openai", 400, False),
+        ("openai", 401, False),
+        ("anthropic", 429, True),
+        ("anthropic", 500, True),
+        ("anthropic", 404, False),
+        ("google", 429, True),
+        ("google", 500, True),
+        ("google", 400, False),
+    ],
 )
 async def test_http_errors_are_typed(fake: FakeProviders, provider: str, status: int, retryable: bool) -> None:
     fake.fail(status)
-    ev = LLMEvaluator("e", {"provider": provider, "model": "m", "api_key": "k", "base_url": fake.url + (
-        "/v1" if provider == "openai" else "")})
+    ev = LLMEvaluator(
+        "e",
+        {
+            "provider": provider,
+            "model": "m",
+            "api_key": "k",
+            "base_url": fake.url + ("/v1" if provider == "openai" else ""),
+        },
+    )
     with pytest.raises(ProviderError) as info:
         await _run(ev)
     assert info.value.retryable is retryable
@@ -252,8 +323,9 @@ async def test_garbage_answer_is_not_retryable(fake: FakeProviders) -> None:
 async def test_answer_cut_at_max_tokens_says_so(fake: FakeProviders) -> None:
     fake.script.append(("answer", '{"safety_score": 0.9, "reasoning": "this goes on and o'))
     fake.truncate = True
-    ev = LLMEvaluator("cut", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1",
-                              "max_tokens": 12})
+    ev = LLMEvaluator(
+        "cut", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1", "max_tokens": 12}
+    )
     with pytest.raises(ProviderError, match="max_tokens=12"):
         await _run(ev)
 
@@ -272,8 +344,9 @@ async def test_connection_refused_is_unavailable() -> None:
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ev = LLMEvaluator("down", {"provider": "anthropic", "model": "m", "api_key": "k",
-                               "base_url": f"http://127.0.0.1:{port}"})
+    ev = LLMEvaluator(
+        "down", {"provider": "anthropic", "model": "m", "api_key": "k", "base_url": f"http://127.0.0.1:{port}"}
+    )
     with pytest.raises(EvaluatorUnavailableError) as info:
         await _run(ev, timeout=5)
     assert info.value.retryable
@@ -289,11 +362,7 @@ async def test_rate_limit_waits_or_refuses(fake: FakeProviders) -> None:
         "rules:\n  - {name: r, evaluator: rl, threshold: 0.0, action: block}\n"
     )
 
-    class Build:
-        def build(self, spec: Any, policy: Any) -> LLMEvaluator:
-            return LLMEvaluator(spec.name, spec.config)
-
-    engine = Engine(Build())
+    engine = Engine(LLMFactory())
     try:
         assert (await engine.evaluate(policy, INP.prompt, INP.response, timeout=5)).passed
         refused = await engine.evaluate(policy, INP.prompt, INP.response, timeout=0.1)
@@ -315,11 +384,7 @@ async def test_retry_after_is_honoured_within_the_deadline(fake: FakeProviders) 
         "rules:\n  - {name: r, evaluator: m, threshold: 0.0, action: block, settings: {retries: 1}}\n"
     )
 
-    class Build:
-        def build(self, spec: Any, policy: Any) -> LLMEvaluator:
-            return LLMEvaluator(spec.name, spec.config)
-
-    engine = Engine(Build())
+    engine = Engine(LLMFactory())
     try:
         fake.fail(429, retry_after="1")
         assert (await engine.evaluate(policy, INP.prompt, INP.response, timeout=10)).passed
@@ -342,15 +407,11 @@ async def test_provider_fields_outside_the_wire_become_a_rule_error(fake: FakePr
         "rules:\n  - {name: r, evaluator: m, threshold: 0.0, action: block}\n"
     )
 
-    class Build:
-        def build(self, spec: Any, policy: Any) -> LLMEvaluator:
-            return LLMEvaluator(spec.name, spec.config)
-
     deep: Any = 1
     for _ in range(400):
         deep = [deep]
     fake.usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2, "deep": deep}
-    engine = Engine(Build())
+    engine = Engine(LLMFactory())
     try:
         d = await engine.evaluate(policy, INP.prompt, INP.response, timeout=10)
         [ev] = d.rule("r").evaluators
@@ -385,8 +446,15 @@ async def test_api_key_from_env_reference_and_standard_env(fake: FakeProviders, 
     await _run(ev)
     assert fake.requests[-1]["headers"]["authorization"] == "Bearer from-ref"
     monkeypatch.setenv("FAKE_PORT", str(fake.port))
-    ev = LLMEvaluator("u", {"provider": "openai_compatible", "model": "m",
-                            "base_url": "http://127.0.0.1:${FAKE_PORT}/v1", "api_key": "sk-${MY_KEY}"})
+    ev = LLMEvaluator(
+        "u",
+        {
+            "provider": "openai_compatible",
+            "model": "m",
+            "base_url": "http://127.0.0.1:${FAKE_PORT}/v1",
+            "api_key": "sk-${MY_KEY}",
+        },
+    )
     await _run(ev)
     assert fake.requests[-1]["headers"]["authorization"] == "Bearer sk-from-ref"
     monkeypatch.setenv("ANTHROPIC_API_KEY", "std-env")
