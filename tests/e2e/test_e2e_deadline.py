@@ -51,6 +51,20 @@ def busy(before: dict[int, int], after: dict[int, int]) -> set[int]:
     return {pid for pid, ticks in after.items() if ticks > before.get(pid, ticks)}
 
 
+QUIET_WITHIN_S = 15.0  # bound on waiting for earlier calls' replacements to finish warming up
+
+
+def wait_quiet() -> None:
+    """Until no sandbox process burns CPU (bounded): a replacement container still warming up from
+    the previous test would otherwise be the only 'busy' process seen during the next call."""
+    deadline = time.monotonic() + QUIET_WITHIN_S
+    while time.monotonic() < deadline:
+        before = agent_cpu()
+        time.sleep(0.3)
+        if not busy(before, agent_cpu()):
+            return
+
+
 class Sampler(threading.Thread):
     """Which agent processes burn CPU during the call (minus those busy before it)."""
 
@@ -121,6 +135,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.mark.parametrize("policy", ["sleeper-fallback", "sleeper"])
 def test_deadline_is_answered_in_time_and_the_sandbox_is_killed(server: ServerProcess, policy: str) -> None:
+    wait_quiet()
     sampler = Sampler()
     with Client(server.address, api_key=key("acme")) as c:
         sampler.start()
