@@ -32,10 +32,10 @@ $(MODELS_STAMP): $(STAMP)
 models: $(MODELS_STAMP) ## Install the model extras (detoxify/torch/transformers)
 
 images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
-	$(PY) -m sandbox.docker.images build-base
+	$(PY) -m crossaudit.sandbox.docker build-base
 
-proto: $(STAMP) ## Regenerate the committed gRPC stubs from protos/
-	$(PY) -m protos.generate
+proto: $(STAMP) ## Regenerate the committed gRPC stubs (crossaudit/v1/*.proto)
+	$(PY) -m tools.generate_protos
 
 schema: $(STAMP) ## Regenerate policies/policy.schema.json
 	$(VENV)/bin/crossaudit policy schema > policies/policy.schema.json
@@ -45,7 +45,8 @@ serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker s
 
 run: serve ## Alias of serve
 
-test: $(MODELS_STAMP) images ## Run the whole test suite (unit, security, integration with real Docker, e2e)
+test: $(MODELS_STAMP) images ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
@@ -63,11 +64,12 @@ test-security: $(STAMP) images ## Hostile programs and inputs
 bench: $(MODELS_STAMP) ## Benchmarks (print side-by-side ratios; not tests)
 	$(PY) -m tests.bench
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and the layering contract (import-linter, pyproject.toml [tool.importlinter])
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP) ## mypy
-	$(VENV)/bin/mypy orchestrator sandbox crossaudit
+	$(VENV)/bin/mypy crossaudit
 
 clean: ## Remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

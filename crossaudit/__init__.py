@@ -10,11 +10,11 @@ __all__ = ["Client", "PolicyTester"]
 def __getattr__(name: str) -> Any:
     # Lazy so that ``import crossaudit`` stays cheap and the CLI starts fast.
     if name == "PolicyTester":
-        from crossaudit.tester import PolicyTester
+        from crossaudit.sdk.tester import PolicyTester
 
         return PolicyTester
     if name == "Client":
-        from crossaudit.client import Client
+        from crossaudit.sdk.client import Client
 
         return Client
     raise AttributeError(name)

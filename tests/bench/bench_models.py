@@ -54,7 +54,7 @@ async def _throughput(backend: Any, model: str, cfg: dict[str, Any], n: int) -> 
 
 
 async def _bench(kinds: dict[str, dict[str, Any]]) -> None:
-    from sandbox.models.pool import InProcessModels, ModelServerPool
+    from crossaudit.modelserver.pool import InProcessModels, ModelServerPool
 
     pool = ModelServerPool()
     local = InProcessModels()
@@ -88,7 +88,7 @@ async def _bench(kinds: dict[str, dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    from sandbox.models.testing import build_spacy_pipeline, build_tiny_detoxify
+    from crossaudit.modelserver.testing import build_spacy_pipeline, build_tiny_detoxify
 
     with tempfile.TemporaryDirectory(prefix="ca-bench-models-") as tmp:
         root = Path(tmp)

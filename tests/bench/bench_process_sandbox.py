@@ -10,9 +10,9 @@ import asyncio
 import statistics
 import time
 
-from orchestrator.limits import PoolLimits, SandboxLimits
-from sandbox.base import CodeBundle
-from sandbox.process.backend import ProcessSandbox
+from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.process.backend import ProcessSandbox
 
 WARM_CALLS = 200
 COLD_CALLS = 15

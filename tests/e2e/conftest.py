@@ -161,7 +161,7 @@ def need_docker() -> None:
     from tests.conftest import docker_client, need
 
     try:
-        from sandbox.docker.backend import DockerSandbox  # noqa: F401
+        from crossaudit.sandbox.docker.backend import DockerSandbox  # noqa: F401
     except ImportError:
         need(False, "the docker sandbox backend is not available")
     need(docker_client() is not None, "no Docker daemon answers")

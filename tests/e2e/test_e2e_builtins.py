@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crossaudit import Client
-from orchestrator.results import Action, Status
+from crossaudit.kernel.results import Action, Status
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import MULTI_LANGUAGE
 

@@ -11,13 +11,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from crossaudit import Client
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     InvalidInputError,
     NotFoundError,
     PolicyValidationError,
     ReviewAlreadyResolvedError,
 )
-from orchestrator.results import Action
+from crossaudit.kernel.results import Action
 from tests.e2e.conftest import ServerProcess, key, need_docker
 from tests.e2e.policies import KEYWORDS, KEYWORDS_V2, LEARNING, UPLOAD_CODE, uses_upload
 

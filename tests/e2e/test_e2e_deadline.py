@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from orchestrator.errors import DeadlineExceededError
-from orchestrator.results import Action, Status
+from crossaudit.kernel.errors import DeadlineExceededError
+from crossaudit.kernel.results import Action, Status
 from tests.e2e.conftest import ServerProcess, key, need_docker
 from tests.e2e.policies import sleeper
 
@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 DEADLINE_S = 0.2
 MARGIN_S = 0.3  # generous: shared CI machines; typical overshoot is a few ms
 KILL_WITHIN_S = 3.0
-# process backend: ``python -I sandbox/agent/agent.py``; docker runner: ``python3 -s /opt/crossaudit/entry.py``
+# process backend: ``python -I .../crossaudit/sandbox/agent/agent.py``;
+# docker runner: ``python3 -s /opt/crossaudit/entry.py``
 AGENT_MARKERS = (b"agent.py", b"/opt/crossaudit/")
 
 

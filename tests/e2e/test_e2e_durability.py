@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from orchestrator.errors import CrossAuditError
+from crossaudit.kernel.errors import CrossAuditError
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import KEYWORDS, UPLOAD_CODE, uses_upload
 

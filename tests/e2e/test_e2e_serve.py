@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from orchestrator.errors import EvaluatorUnavailableError
+from crossaudit.kernel.errors import EvaluatorUnavailableError
 from tests.conftest import need
 from tests.e2e.conftest import ROOT, ServerProcess, key, write_keys
 from tests.e2e.policies import KEYWORDS, busy

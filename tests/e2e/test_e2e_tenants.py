@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from crossaudit import Client
-from orchestrator.errors import NotFoundError, PolicyValidationError, UnauthenticatedError
-from protos.crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
+from crossaudit.kernel.errors import NotFoundError, PolicyValidationError, UnauthenticatedError
+from crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import KEYWORDS, UPLOAD_CODE, uses_upload
 

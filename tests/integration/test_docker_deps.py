@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 
-from orchestrator.errors import DependencyRejectedError
-from orchestrator.limits import DependencyLimits, PoolLimits
-from sandbox.base import CodeBundle
-from sandbox.deps import Wheelhouse, validate_dependencies
-from sandbox.docker.backend import DockerSandbox
+from crossaudit.kernel.depspec import validate_dependencies
+from crossaudit.kernel.errors import DependencyRejectedError
+from crossaudit.kernel.limits import DependencyLimits, PoolLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.deps import Wheelhouse
+from crossaudit.sandbox.docker.backend import DockerSandbox
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -68,7 +69,7 @@ def test_make_images_cli_finds_the_runner_by_content_tag(docker_daemon, repo_roo
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "sandbox.docker.images", "build-base"]
+    cmd = [sys.executable, "-m", "crossaudit.sandbox.docker", "build-base"]
     first = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-2000:]
     second = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=120)

@@ -15,7 +15,8 @@ import time
 import pytest
 import pytest_asyncio
 
-from orchestrator.errors import (
+from crossaudit.kernel.depspec import validate_dependencies
+from crossaudit.kernel.errors import (
     ConfigurationError,
     DependencyRejectedError,
     EvaluatorCodeError,
@@ -23,13 +24,12 @@ from orchestrator.errors import (
     PoolExhaustedError,
     SandboxCodeError,
 )
-from orchestrator.limits import PoolLimits, SandboxLimits
-from sandbox.base import CodeBundle
-from sandbox.deps import validate_dependencies
-from sandbox.docker.backend import DockerSandbox
-from sandbox.docker.container import BUNDLE_LABEL, OWNER_LABEL, SANDBOX_UID_RANGE, owner_id
-from sandbox.docker.images import LABEL, SANDBOX_UID
-from sandbox.docker.reaper import reap
+from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.docker.backend import DockerSandbox
+from crossaudit.sandbox.docker.container import BUNDLE_LABEL, OWNER_LABEL, SANDBOX_UID_RANGE, owner_id
+from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID
+from crossaudit.sandbox.docker.reaper import reap
 from tests.integration._docker import (
     BENIGN_CODE,
     GUIDE_PROFANITY_CODE,
@@ -307,9 +307,9 @@ async def test_aclose_removes_every_container(docker_daemon):
 
 ORPHAN_SCRIPT = '''
 import asyncio, os, sys
-from orchestrator.limits import PoolLimits
-from sandbox.base import CodeBundle
-from sandbox.docker.backend import DockerSandbox
+from crossaudit.kernel.limits import PoolLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.docker.backend import DockerSandbox
 
 async def main():
     sb = DockerSandbox(pool_limits=PoolLimits(min_size=2, max_size=2))

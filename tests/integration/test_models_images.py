@@ -16,10 +16,10 @@ import time
 import grpc
 import pytest
 
-from protos.crossaudit.v1 import modelserver_pb2 as pb
-from protos.crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
-from sandbox.models.pool import verdict_from_reply
-from sandbox.models.testing import build_spacy_pipeline
+from crossaudit.modelserver.pool import verdict_from_reply
+from crossaudit.modelserver.testing import build_spacy_pipeline
+from crossaudit.v1 import modelserver_pb2 as pb
+from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 
 pytestmark = [
     pytest.mark.models,
@@ -29,7 +29,7 @@ pytestmark = [
 
 
 def test_presidio_image_serves_over_unix_socket(docker_daemon, tmp_path) -> None:
-    from sandbox.models.images import build
+    from crossaudit.modelserver.images import build
 
     tag = build("presidio")
     pipeline = build_spacy_pipeline(tmp_path / "pipeline")

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from crossaudit import PolicyTester
-from orchestrator.results import Action, Status
+from crossaudit.kernel.results import Action, Status
 from tests.conftest import ROOT
 from tests.unit.test_llm_providers import FakeProviders
 

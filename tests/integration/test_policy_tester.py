@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import PolicyTester
-from orchestrator.results import Action, Status
+from crossaudit.kernel.results import Action, Status
 from tests.conftest import ROOT
 
 SAFETY_POLICY = """\

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import EvaluatorCodeError, PoolExhaustedError, SandboxCodeError
-from orchestrator.limits import PoolLimits, SandboxLimits
-from sandbox.base import CodeBundle
-from sandbox.process.backend import ProcessSandbox, import_names
+from crossaudit.kernel.errors import EvaluatorCodeError, PoolExhaustedError, SandboxCodeError
+from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.process.backend import ProcessSandbox, import_names
 
 # The guide's examples live verbatim in policies/guide/ (CI has no other copy of the guide).
 GUIDE_EVALUATORS = Path(__file__).resolve().parents[2] / "policies" / "guide" / "03_evaluator_types.yaml"
@@ -20,7 +20,7 @@ LIMITS = SandboxLimits(timeout_s=10.0)
 
 def guide_profanity_code() -> str:
     """The guide's custom_profanity_filter code, verbatim (from its example policy file)."""
-    from orchestrator.policy import load_policy_file
+    from crossaudit.orchestrator.policy import load_policy_file
 
     spec = load_policy_file(GUIDE_EVALUATORS).evaluator("custom_profanity_filter")
     return spec.typed_config.code
@@ -239,7 +239,7 @@ class _AgentProc:
         import subprocess
         import sys
 
-        from sandbox.process.backend import AGENT_PATH
+        from crossaudit.sandbox.process.backend import AGENT_PATH
 
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(AGENT_PATH)],
@@ -270,7 +270,7 @@ class _AgentProc:
 
 
 def _load(agent: _AgentProc, code: str, restricted: bool = True) -> dict:
-    from sandbox.protocol import AgentChannel
+    from crossaudit.sandbox.protocol import AgentChannel
 
     agent.send(AgentChannel.load_frame(code, restricted=restricted, limits=SandboxLimits(timeout_s=5)))
     return agent.recv()
@@ -331,7 +331,7 @@ def test_agent_unrestricted_runs_without_restrictedpython_semantics() -> None:
 def test_stale_workdirs_of_dead_orchestrators_are_removed(tmp_path, monkeypatch) -> None:
     import tempfile
 
-    from sandbox.process.backend import WORKDIR_PREFIX, reap_stale_workdirs
+    from crossaudit.sandbox.process.backend import WORKDIR_PREFIX, reap_stale_workdirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = tmp_path / f"{WORKDIR_PREFIX}999999999-abc"

@@ -20,7 +20,7 @@ import time
 import pytest
 import pytest_asyncio
 
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     CrossAuditError,
     DependencyRejectedError,
     EvaluatorTimeoutError,
@@ -30,9 +30,9 @@ from orchestrator.errors import (
     SandboxError,
     SandboxLimitError,
 )
-from orchestrator.limits import PoolLimits, SandboxLimits
-from sandbox.base import CodeBundle
-from sandbox.docker.backend import DockerSandbox
+from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.docker.backend import DockerSandbox
 from tests.integration._docker import BENIGN_CODE, ConnectionCounter, LoopMonitor, own_addresses, wait_gone
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

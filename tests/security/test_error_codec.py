@@ -1,11 +1,11 @@
-"""Errors keep their type across every gRPC edge (the one codec, ``orchestrator/errcodec.py``).
+"""Errors keep their type across every gRPC edge (the one codec, ``crossaudit/kernel/errcodec.py``).
 
 Every CrossAuditError subclass (found programmatically: a new subclass is covered without
 editing this file) goes through a REAL grpc.aio server on loopback — a small generic service
 whose handler raises the class named in the request through the codec — and must come back as
 the same class with the same retryable flag (and its ``issues`` / ``limit``): as a unary
 status, as a streaming abort, and as an EvaluateStream ``ItemError``. The model-server edge
-(``sandbox.models.server`` → ``sandbox.models.pool``) is driven the same way.
+(``crossaudit.modelserver.server`` → ``crossaudit.modelserver.pool``) is driven the same way.
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ from typing import Any
 import grpc
 import pytest
 
-import sandbox.protocol  # noqa: F401 - every module defining error classes is imported
-from crossaudit.client import _item_error
-from orchestrator import errcodec
-from orchestrator import errors as E
-from orchestrator.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError
-from orchestrator.results import Verdict
-from orchestrator.service.errors import from_rpc_error
-from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
-from protos.crossaudit.v1 import modelserver_pb2 as pb
-from protos.crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
-from sandbox.models.pool import error_from_rpc
-from sandbox.models.runtimes import ModelRuntime
-from sandbox.models.server import ModelServicer
+import crossaudit.sandbox.protocol  # noqa: F401 - every module defining error classes is imported
+from crossaudit.kernel import errcodec
+from crossaudit.kernel import errors as E
+from crossaudit.kernel.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError
+from crossaudit.kernel.results import Verdict
+from crossaudit.modelserver.pool import error_from_rpc
+from crossaudit.modelserver.runtimes import ModelRuntime
+from crossaudit.modelserver.server import ModelServicer
+from crossaudit.sdk.client import _item_error
+from crossaudit.service.errors import from_rpc_error
+from crossaudit.v1 import evaluation_pb2 as ev_pb
+from crossaudit.v1 import modelserver_pb2 as pb
+from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.security
 
@@ -83,7 +83,7 @@ def test_every_product_error_class_is_registered_under_its_own_name() -> None:
         if custom_init:
             assert cls in EXAMPLES, f"{cls.__name__} has its own constructor: add an example to EXAMPLES"
     # the store's errors are part of the one hierarchy (and still importable from the store)
-    from orchestrator.store.base import ReviewAlreadyResolvedError, StoreUnavailableError
+    from crossaudit.store.base import ReviewAlreadyResolvedError, StoreUnavailableError
 
     assert ReviewAlreadyResolvedError is E.ReviewAlreadyResolvedError
     assert StoreUnavailableError is E.StoreUnavailableError

@@ -23,9 +23,9 @@ import grpc
 import pytest
 
 from crossaudit import Client, PolicyTester
-from orchestrator.errors import PolicyValidationError
-from protos.crossaudit.v1 import policy_pb2 as pol_pb
-from protos.crossaudit.v1 import policy_pb2_grpc as pol_grpc
+from crossaudit.kernel.errors import PolicyValidationError
+from crossaudit.v1 import policy_pb2 as pol_pb
+from crossaudit.v1 import policy_pb2_grpc as pol_grpc
 from tests.e2e.conftest import ROOT, ServerProcess, key
 
 pytestmark = pytest.mark.security

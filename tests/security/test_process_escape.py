@@ -16,9 +16,9 @@ import json
 
 import pytest
 
-from orchestrator.errors import SandboxCodeError, SandboxSecurityError
-from sandbox.base import CodeBundle
-from sandbox.process.backend import ProcessSandbox
+from crossaudit.kernel.errors import SandboxCodeError, SandboxSecurityError
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.process.backend import ProcessSandbox
 from tests.security.test_process_hostile import LIMITS, _fn, expect
 
 pytestmark = pytest.mark.security
@@ -534,7 +534,7 @@ async def test_legit_idioms(sb) -> None:
 
 def _restrictions():
     """A Restrictions object without make_globals (which is meant for the single-use call child)."""
-    from sandbox.agent.agent import SAFE_MODULES, Restrictions, SandboxViolation
+    from crossaudit.sandbox.agent.agent import SAFE_MODULES, Restrictions, SandboxViolation
 
     return Restrictions(SAFE_MODULES, frozenset()), SandboxViolation
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     CrossAuditError,
     EvaluatorTimeoutError,
     ResultInvalidError,
@@ -22,9 +22,9 @@ from orchestrator.errors import (
     SandboxLimitError,
     SandboxSecurityError,
 )
-from orchestrator.limits import SandboxLimits
-from sandbox.base import CodeBundle
-from sandbox.process.backend import ProcessSandbox
+from crossaudit.kernel.limits import SandboxLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.process.backend import ProcessSandbox
 
 pytestmark = pytest.mark.security
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from orchestrator.results import Action
+from crossaudit.kernel.results import Action
 from tests.e2e.conftest import ROOT, ServerProcess, key, write_keys
 
 pytestmark = [pytest.mark.security, pytest.mark.e2e]

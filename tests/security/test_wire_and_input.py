@@ -19,12 +19,12 @@ import pytest
 from google.protobuf import struct_pb2
 
 from crossaudit import Client, PolicyTester
-from orchestrator.errors import InvalidInputError, PolicyValidationError
-from orchestrator.results import Action, Status
-from orchestrator.service.config import ServiceLimits
-from protos.crossaudit.v1 import evaluation_pb2 as ev_pb
-from protos.crossaudit.v1 import policy_pb2 as pol_pb
-from protos.crossaudit.v1 import policy_pb2_grpc as pol_grpc
+from crossaudit.kernel.errors import InvalidInputError, PolicyValidationError
+from crossaudit.kernel.results import Action, Status
+from crossaudit.service.config import ServiceLimits
+from crossaudit.v1 import evaluation_pb2 as ev_pb
+from crossaudit.v1 import policy_pb2 as pol_pb
+from crossaudit.v1 import policy_pb2_grpc as pol_grpc
 from tests.e2e.conftest import ServerProcess, key
 
 pytestmark = pytest.mark.security

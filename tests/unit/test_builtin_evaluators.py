@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from orchestrator.errors import ConfigurationError, InvalidInputError
-from orchestrator.evaluators.base import EvaluationInput
-from orchestrator.evaluators.builtin import (
+from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
+from crossaudit.kernel.results import Verdict
+from crossaudit.modelserver.pool import InProcessModels
+from crossaudit.modelserver.testing import build_spacy_pipeline
+from crossaudit.orchestrator.evaluators.base import EvaluationInput
+from crossaudit.orchestrator.evaluators.builtin import (
     DetoxifyEvaluator,
     LangdetectEvaluator,
     PresidioEvaluator,
     build_builtin,
 )
-from orchestrator.results import Verdict
-from sandbox.models.pool import InProcessModels
-from sandbox.models.testing import build_spacy_pipeline
 
 PII_TEXT = "Call John Smith at 212-555-1234 or mail john@example.com; SSN 219-09-9999; card 4111 1111 1111 1111."
 
@@ -62,7 +62,7 @@ def test_config_validation_and_aliases() -> None:
 
 
 def test_accepts_policy_layer_models() -> None:
-    models = pytest.importorskip("orchestrator.policy.models")
+    models = pytest.importorskip("crossaudit.kernel.dsl")
     ev = DetoxifyEvaluator("t", models.DetoxifyConfig(model="detoxify", categories=["threat", "insult"],
                                                       rate_limit=30, timeout=2))
     assert ev.config.categories == ("threat", "insult") and ev.config.rate_limit == 30

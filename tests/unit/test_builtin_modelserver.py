@@ -11,19 +11,19 @@ from typing import Any
 import grpc
 import pytest
 
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     ConfigurationError,
     EvaluatorError,
     EvaluatorTimeoutError,
     InvalidInputError,
     RateLimitedError,
 )
-from orchestrator.results import Span, Verdict
-from protos.crossaudit.v1 import modelserver_pb2 as pb
-from protos.crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
-from sandbox.models.pool import error_from_rpc, verdict_from_reply
-from sandbox.models.runtimes import ModelRuntime
-from sandbox.models.server import ModelServicer
+from crossaudit.kernel.results import Span, Verdict
+from crossaudit.modelserver.pool import error_from_rpc, verdict_from_reply
+from crossaudit.modelserver.runtimes import ModelRuntime
+from crossaudit.modelserver.server import ModelServicer
+from crossaudit.v1 import modelserver_pb2 as pb
+from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 
 
 class FakeRuntime(ModelRuntime):

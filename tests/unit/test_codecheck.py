@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import EvaluatorCodeError
-from orchestrator.limits import SandboxLimits
-from sandbox.codecheck import check_code
+from crossaudit.kernel.codecheck import check_code
+from crossaudit.kernel.errors import EvaluatorCodeError
+from crossaudit.kernel.limits import SandboxLimits
 
 GOOD = [
     "def evaluate(prompt, response, context):\n    return {'score': 1.0}\n",

@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigurationError, DependencyRejectedError
-from orchestrator.limits import DependencyLimits, SandboxLimits
-from sandbox.deps import Dependency, dependency_key, import_names, parse_dependency, validate_dependencies
-from sandbox.docker.container import ENV_ALLOWLIST, SANDBOX_UID_RANGE, UidAllocator, check_env, container_spec
-from sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
-from sandbox.docker.reaper import _owner_alive
+from crossaudit.kernel.depspec import Dependency, parse_dependency, validate_dependencies
+from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError
+from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
+from crossaudit.sandbox.deps import dependency_key, import_names
+from crossaudit.sandbox.docker.container import (
+    ENV_ALLOWLIST,
+    SANDBOX_UID_RANGE,
+    UidAllocator,
+    check_env,
+    container_spec,
+)
+from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
+from crossaudit.sandbox.docker.reaper import _owner_alive
 
 
 @pytest.mark.parametrize(
@@ -180,9 +187,9 @@ class _DeadDaemonClient:
 
 
 async def test_daemon_failures_surface_as_typed_retryable_errors():
-    from orchestrator.errors import EvaluatorUnavailableError
-    from sandbox.base import CodeBundle
-    from sandbox.docker.backend import DockerSandbox
+    from crossaudit.kernel.errors import EvaluatorUnavailableError
+    from crossaudit.sandbox.base import CodeBundle
+    from crossaudit.sandbox.docker.backend import DockerSandbox
 
     sb = DockerSandbox(client=_DeadDaemonClient())
     bundle = CodeBundle("def evaluate(p, r, c):\n    return {'score': 1.0}\n")

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from orchestrator.engine.ratelimit import TokenBucket
-from orchestrator.errors import ConfigurationError, InvalidInputError, ProviderError, RateLimitedError
-from orchestrator.evaluators.llm import LLMEvaluator, build_user_message, parse_answer
+from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, ProviderError, RateLimitedError
+from crossaudit.orchestrator.engine.ratelimit import TokenBucket
+from crossaudit.orchestrator.evaluators.llm import LLMEvaluator, build_user_message, parse_answer
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_config_validation() -> None:
 
 
 def test_accepts_the_policy_layer_model() -> None:
-    models = pytest.importorskip("orchestrator.policy.models")
+    models = pytest.importorskip("crossaudit.kernel.dsl")
     cfg = models.LLMConfig(provider="anthropic", model="claude", rate_limit=10, timeout=3)
     ev = LLMEvaluator("x", cfg)
     assert ev.config.provider == "anthropic" and ev.config.rate_limit == 10 and ev.config.timeout == 3

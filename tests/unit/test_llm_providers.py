@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine.engine import Engine
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
     ProviderError,
 )
-from orchestrator.evaluators.base import EvaluationInput
-from orchestrator.evaluators.llm import LLMEvaluator
-from orchestrator.policy import load_policy
+from crossaudit.orchestrator.engine.engine import Engine
+from crossaudit.orchestrator.evaluators.base import EvaluationInput
+from crossaudit.orchestrator.evaluators.llm import LLMEvaluator
+from crossaudit.orchestrator.policy import load_policy
 
 INP = EvaluationInput(prompt="How do I bake bread?", response="Mix flour, water, yeast; knead; bake.")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import PolicyValidationError
-from orchestrator.limits import PolicyLimits
-from orchestrator.policy import load_policy, load_policy_file
-from orchestrator.policy.schema import policy_json_schema_text
+from crossaudit.kernel.errors import PolicyValidationError
+from crossaudit.kernel.limits import PolicyLimits
+from crossaudit.orchestrator.policy import load_policy, load_policy_file
+from crossaudit.orchestrator.policy.schema import policy_json_schema_text
 from tests.conftest import ROOT
 
 HEAD = 'name: "T"\ndescription: "d"\nversion: "1.0"\n'

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     EvaluatorCodeError,
     EvaluatorTimeoutError,
     ResultInvalidError,
@@ -17,8 +17,8 @@ from orchestrator.errors import (
     SandboxLimitError,
     SandboxSecurityError,
 )
-from orchestrator.limits import SandboxLimits
-from sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
+from crossaudit.kernel.limits import SandboxLimits
+from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
 
 LIMITS = SandboxLimits(result_max_depth=5, result_max_violations=3, result_bytes=10_000)
 

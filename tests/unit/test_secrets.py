@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigurationError, PolicyValidationError, SandboxCodeError
-from orchestrator.policy import envvars, load_policy
-from orchestrator.policy.inline import inline_local_code
-from orchestrator.secrets import (
+from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError, SandboxCodeError
+from crossaudit.orchestrator.policy import envvars, load_policy
+from crossaudit.orchestrator.policy.inline import inline_local_code
+from crossaudit.orchestrator.secrets import (
     MASK,
     EnvironmentSecrets,
     HostAllowlist,
@@ -18,8 +18,8 @@ from orchestrator.secrets import (
     SecretUse,
     TenantSecrets,
 )
-from orchestrator.service.auth import load_tenants_file
-from sandbox.base import RunDiagnostics
+from crossaudit.sandbox.base import RunDiagnostics
+from crossaudit.service.auth import load_tenants_file
 
 K1, K2 = "k1-" + "a" * 20, "k2-" + "b" * 20
 HEAD = 'name: t\ndescription: d\nversion: "1.0"\n'
@@ -181,7 +181,7 @@ def test_unknown_top_level_field_is_an_error(tmp_path: Path) -> None:
 
 
 def test_dev_grants_read_the_local_environment() -> None:
-    from orchestrator.service.grants import TenantGrants
+    from crossaudit.service.grants import TenantGrants
 
     dev = TenantGrants.dev()
     assert isinstance(dev.source("default"), EnvironmentSecrets) and dev.hosts("default") is None
@@ -236,7 +236,7 @@ def test_a_missing_code_file_is_reported_at_its_field(tmp_path: Path) -> None:
 
 def test_a_secret_cut_by_a_length_cap_is_still_masked() -> None:
     """Messages are capped where they are made (SDK errors, the sandbox) before masking sees them."""
-    from orchestrator.secrets import SecretUse
+    from crossaudit.orchestrator.secrets import SecretUse
 
     use = SecretUse()
     use.add("sk-SECRETVALUE-0123456789abcdef")

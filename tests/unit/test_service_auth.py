@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigurationError, UnauthenticatedError
-from orchestrator.service.auth import Authenticator, bearer_key, load_api_keys
+from crossaudit.kernel.errors import ConfigurationError, UnauthenticatedError
+from crossaudit.service.auth import Authenticator, bearer_key, load_api_keys
 
 K1, K2 = "k1-" + "a" * 20, "k2-" + "b" * 20
 

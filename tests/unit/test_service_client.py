@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from crossaudit.client import _credentials, _policy_source, _state
-from orchestrator.errors import InvalidInputError
+from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.sdk.client import _credentials, _policy_source, _state
 
 
 def test_policy_source_reads_paths_and_passes_text(tmp_path: Path) -> None:

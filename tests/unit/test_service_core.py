@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine.thresholds import FeedbackStats
-from orchestrator.errors import (
+from crossaudit.kernel.errors import (
     DeadlineExceededError,
     DependencyRejectedError,
     EvaluatorCodeError,
@@ -20,12 +19,13 @@ from orchestrator.errors import (
     PolicyValidationError,
     RateLimitedError,
 )
-from orchestrator.policy import Policy
-from orchestrator.results import Action, ActionOutcome, Decision, RuleResult, Status
-from orchestrator.service.config import ServiceLimits
-from orchestrator.service.core import CrossAuditService, TenantFeedback, UploadedEvaluators
-from orchestrator.store import ReviewState, SQLiteStore
-from orchestrator.store.base import sha256_text
+from crossaudit.kernel.results import Action, ActionOutcome, Decision, RuleResult, Status
+from crossaudit.orchestrator.engine.thresholds import FeedbackStats
+from crossaudit.orchestrator.policy import Policy
+from crossaudit.service.config import ServiceLimits
+from crossaudit.service.core import CrossAuditService, TenantFeedback, UploadedEvaluators
+from crossaudit.store import ReviewState, SQLiteStore
+from crossaudit.store.base import sha256_text
 
 POLICY = """
 name: p
@@ -249,8 +249,8 @@ async def test_rule_feedback_reaches_the_engine(store: SQLiteStore) -> None:
 
 
 def test_escalated_and_overdue_are_computed_when_read() -> None:
-    from orchestrator.service.convert import review_to_pb
-    from orchestrator.store.base import ReviewKind, ReviewRecord
+    from crossaudit.service.convert import review_to_pb
+    from crossaudit.store.base import ReviewKind, ReviewRecord
 
     rec = ReviewRecord(
         id="r",
@@ -277,7 +277,7 @@ class SlowPrepareSandbox:
     limits = None
 
     def __init__(self) -> None:
-        from orchestrator.limits import SandboxLimits
+        from crossaudit.kernel.limits import SandboxLimits
 
         self.limits = SandboxLimits()
         self.prepared: list[str] = []

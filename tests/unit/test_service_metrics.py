@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from orchestrator.results import Action, Decision, EvaluatorResult, RuleResult, Status
-from orchestrator.service.metrics import ServiceMetrics
+from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
+from crossaudit.service.metrics import ServiceMetrics
 
 
 def scrape(m: ServiceMetrics) -> str:

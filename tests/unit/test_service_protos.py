@@ -1,10 +1,10 @@
-"""The committed gRPC stubs are fresh, and importable as ``protos.crossaudit.v1``."""
+"""The committed gRPC stubs are fresh, and importable as ``crossaudit.v1``."""
 
 from __future__ import annotations
 
 import importlib
 
-from protos import generate
+from tools import generate_protos as generate
 
 
 def test_committed_stubs_are_fresh() -> None:
@@ -14,11 +14,11 @@ def test_committed_stubs_are_fresh() -> None:
 def test_every_proto_has_importable_stubs() -> None:
     for proto in generate.proto_files():
         for suffix in ("_pb2", "_pb2_grpc"):
-            importlib.import_module(f"protos.crossaudit.v1.{proto.stem}{suffix}")
+            importlib.import_module(f"crossaudit.v1.{proto.stem}{suffix}")
 
 
 def test_public_services_are_in_package_crossaudit_v1() -> None:
-    from protos.crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
+    from crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
 
     names = {
         s.full_name

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ErrorCode, InvalidInputError, NotFoundError
-from orchestrator.store import AuditRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore
-from orchestrator.store.base import ReviewAlreadyResolvedError, sha256_text
+from crossaudit.kernel.errors import ErrorCode, InvalidInputError, NotFoundError
+from crossaudit.store import AuditRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore
+from crossaudit.store.base import ReviewAlreadyResolvedError, sha256_text
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_bad_synchronous_mode_is_rejected(tmp_path: Path) -> None:
 
 
 async def test_a_closed_store_is_unavailable_not_a_crash(tmp_path: Path) -> None:
-    from orchestrator.store.base import StoreUnavailableError
+    from crossaudit.store.base import StoreUnavailableError
 
     s = SQLiteStore(tmp_path / "db.sqlite")
     await s.aclose()

@@ -1,0 +1,3 @@
+from crossaudit.cli.main import main
+
+raise SystemExit(main())

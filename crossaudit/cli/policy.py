@@ -1,0 +1,91 @@
+"""Local ``crossaudit policy`` commands: ``validate``, ``test`` and ``schema`` (no server needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
+from crossaudit.kernel.errors import PolicyValidationError
+
+
+def register(psub: argparse._SubParsersAction) -> None:
+    """Add the local commands to the ``policy`` sub-command parser."""
+    v = psub.add_parser("validate", help="validate policy files (exit 1 if any is invalid)")
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.add_argument("--strict", action="store_true", help="treat warnings (e.g. unset ${ENV}) as errors")
+    v.add_argument("--json", action="store_true", help="machine-readable report")
+    v.set_defaults(func=_cmd_validate)
+
+    t = psub.add_parser("test", help="run a policy's test_cases (and --input cases.json)")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("--input", metavar="CASES.json", help="extra test cases (same shape as test_cases)")
+    t.add_argument(
+        "--sandbox",
+        choices=["process", "docker", "auto"],
+        default=None,
+        help="where custom code runs (default: $CROSSAUDIT_SANDBOX or process)",
+    )
+    t.add_argument("--timeout", type=float, default=None, help="seconds per evaluation")
+    t.set_defaults(func=_cmd_test)
+
+    s = psub.add_parser("schema", help="print the policy JSON Schema")
+    s.set_defaults(func=_cmd_schema)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from crossaudit.orchestrator.policy import load_policy_file
+
+    failed = 0
+    report = []
+    for path in args.files:
+        try:
+            policy = load_policy_file(path)
+        except PolicyValidationError as e:
+            failed += 1
+            report.append({"file": path, "valid": False, "issues": [str(i) for i in e.issues]})
+            if not args.json:
+                print(f"✗ {path}: {len(e.issues)} issue(s)")
+                for issue in e.issues:
+                    print(f"  {issue}")
+            continue
+        warnings = policy.warnings
+        strict_fail = args.strict and bool(warnings)
+        failed += strict_fail
+        report.append({"file": path, "valid": not strict_fail, "warnings": warnings})
+        if not args.json:
+            mark = "✗" if strict_fail else "✓"
+            print(
+                f"{mark} {path}: {policy.name} v{policy.version} "
+                f"({len(policy.evaluators)} evaluators, {len(policy.rules)} rules)"
+            )
+            for w in warnings:
+                print(f"  warning: {w}")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def _cmd_test(args: argparse.Namespace) -> int:
+    from crossaudit.sdk.tester import PolicyTester, load_cases_file
+
+    extra = load_cases_file(args.input) if args.input else []
+    with PolicyTester(args.file, sandbox=args.sandbox, timeout=args.timeout) as tester:
+        cases = list(tester.policy.test_cases) + extra
+        if not cases:
+            print(f"{args.file}: no test cases (add test_cases to the policy or pass --input cases.json)")
+            return EXIT_FAIL
+        results = tester.run_cases(cases)
+    for r in results:
+        print(r.line())
+    failed = sum(not r.ok for r in results)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from crossaudit.orchestrator.policy.schema import policy_json_schema_text
+
+    sys.stdout.write(policy_json_schema_text())
+    return EXIT_OK

@@ -1,0 +1,407 @@
+"""Service commands of the ``crossaudit`` CLI: ``serve`` and the client commands
+(``policy deploy|list|get|rollback``, ``evaluator upload|list|get``, ``review list|resolve``,
+``audit list|get``).
+
+Server address and key come from ``--server``/``--api-key`` or ``CROSSAUDIT_SERVER``/
+``CROSSAUDIT_API_KEY``. Errors are raised as typed CrossAuditErrors, which ``crossaudit.cli.main``
+prints as one line (exit 1); usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crossaudit.cli.common import EXIT_OK
+from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.service.config import DEFAULT_ENVIRONMENT
+
+SERVER_ENV = "CROSSAUDIT_SERVER"
+API_KEY_ENV = "CROSSAUDIT_API_KEY"
+API_KEYS_FILE_ENV = "CROSSAUDIT_API_KEYS_FILE"
+DEFAULT_SERVER = "127.0.0.1:50051"
+DEFAULT_PORT = 50051
+
+
+# --- parser -------------------------------------------------------------------------------
+
+
+def _client_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("server connection")
+    g.add_argument("--server", default=None, metavar="HOST:PORT", help=f"default: ${SERVER_ENV} or {DEFAULT_SERVER}")
+    g.add_argument("--api-key", default=None, metavar="KEY", help=f"default: ${API_KEY_ENV}")
+    g.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
+    g.add_argument("--ca-cert", default=None, metavar="PEM", help="connect with TLS trusting this CA certificate")
+    g.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="call deadline")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse._SubParsersAction) -> None:
+    """Add the service commands to the ``crossaudit`` parser; ``policy_subparsers`` (the
+    ``policy`` sub-commands) gains deploy/list/get/rollback."""
+    common = _client_options()
+
+    s = subparsers.add_parser("serve", help="run the gRPC orchestrator service")
+    s.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT}; 0 = any)")
+    s.add_argument("--data-dir", default=".crossaudit", help="SQLite database directory (default .crossaudit)")
+    s.add_argument(
+        "--sandbox",
+        choices=["docker", "process", "auto"],
+        default="auto",
+        help="where custom code runs (auto: docker where a daemon answers, else process)",
+    )
+    s.add_argument(
+        "--allow-process-sandbox",
+        action="store_true",
+        help="with API keys, accept the process sandbox (weaker isolation than docker) for custom code",
+    )
+    s.add_argument(
+        "--api-keys",
+        default=None,
+        metavar="FILE",
+        help=f"tenants file 'tenants: {{name: [key, ...]}}' or 'tenants: {{name: {{keys: [...], secrets: "
+        f"{{NAME: {{env: VAR}}}}}}}}' (default: ${API_KEYS_FILE_ENV})",
+    )
+    s.add_argument("--dev", action="store_true", help="no keys, one 'default' tenant; loopback only")
+    s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    s.add_argument("--metrics-host", default="127.0.0.1", help="metrics listen address (default 127.0.0.1)")
+    s.add_argument("--tls-cert", default=None, metavar="PEM")
+    s.add_argument("--tls-key", default=None, metavar="PEM")
+    s.add_argument(
+        "--policies-dir",
+        default="policies",
+        help="policies/*.yaml deployed to 'development' on first start (default policies)",
+    )
+    s.add_argument(
+        "--audit-raw-text",
+        action="store_true",
+        help="store prompt/response text in the audit log (default: SHA-256 hashes only)",
+    )
+    s.add_argument(
+        "--llm-base-url-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host every tenant's LLM base_url may name (repeatable; also llm_base_url_hosts in the "
+        "API-keys file); with API keys and none listed, only the providers' default endpoints",
+    )
+    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    s.set_defaults(func=cmd_serve)
+
+    d = policy_subparsers.add_parser("deploy", parents=[common], help="deploy a policy file to an environment")
+    d.add_argument("file", metavar="FILE")
+    d.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    d.set_defaults(func=cmd_policy_deploy)
+    pl = policy_subparsers.add_parser("list", parents=[common], help="list deployed policies")
+    pl.add_argument("--environment", "-e", default="", help="only policies deployed there")
+    pl.set_defaults(func=cmd_policy_list)
+    pg = policy_subparsers.add_parser("get", parents=[common], help="print a deployed policy's YAML")
+    pg.add_argument("name")
+    pg.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    pg.add_argument("--version", type=int, default=0, help="a stored version instead of the deployed one")
+    pg.set_defaults(func=cmd_policy_get)
+    pr = policy_subparsers.add_parser("rollback", parents=[common], help="deploy an earlier version again")
+    pr.add_argument("name")
+    pr.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    pr.add_argument("--to-version", type=int, default=0, help="default: the previously deployed version")
+    pr.set_defaults(func=cmd_policy_rollback)
+
+    ev = subparsers.add_parser("evaluator", help="upload and inspect custom evaluators")
+    esub = ev.add_subparsers(dest="evaluator_command", metavar="SUBCOMMAND")
+    esub.required = True
+    eu = esub.add_parser("upload", parents=[common], help="upload evaluator code (validated, image built)")
+    eu.add_argument("file", metavar="FILE", help="Python source defining evaluate(prompt, response, context)")
+    eu.add_argument("--name", required=True)
+    eu.add_argument(
+        "--dependency",
+        "-d",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="pip requirement such as 'textblob>=0.18' (repeatable)",
+    )
+    eu.add_argument("--description", default="")
+    eu.set_defaults(func=cmd_evaluator_upload)
+    el = esub.add_parser("list", parents=[common], help="list uploaded evaluators")
+    el.add_argument("--name", default="")
+    el.set_defaults(func=cmd_evaluator_list)
+    eg = esub.add_parser("get", parents=[common], help="show one evaluator")
+    eg.add_argument("id", nargs="?", default="", help="evaluator id (or use --name)")
+    eg.add_argument("--name", default="")
+    eg.add_argument("--version", type=int, default=0)
+    eg.add_argument("--code", action="store_true", help="include the source")
+    eg.set_defaults(func=cmd_evaluator_get)
+
+    au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
+    asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
+    asub.required = True
+    al = asub.add_parser("list", parents=[common], help="recent decisions, most recent first")
+    al.add_argument("--policy", default="")
+    al.add_argument("--limit", type=int, default=20)
+    al.set_defaults(func=cmd_audit_list)
+    ag = asub.add_parser("get", parents=[common], help="one decision's audit record (JSON)")
+    ag.add_argument("decision_id")
+    ag.set_defaults(func=cmd_audit_get)
+
+    rv = subparsers.add_parser("review", help="review items created by require_review and flag")
+    rsub = rv.add_subparsers(dest="review_command", metavar="SUBCOMMAND")
+    rsub.required = True
+    rl = rsub.add_parser("list", parents=[common], help="list reviews (default: open ones)")
+    rl.add_argument("--state", default="open", choices=["open", "approved", "rejected", "dismissed", "any"])
+    rl.add_argument("--policy", default="")
+    rl.add_argument("--limit", type=int, default=0)
+    rl.set_defaults(func=cmd_review_list)
+    rr = rsub.add_parser("resolve", parents=[common], help="resolve an open review")
+    rr.add_argument("id")
+    rr.add_argument("--state", required=True, choices=["approved", "rejected", "dismissed"])
+    rr.add_argument("--reviewer", default="")
+    rr.add_argument("--note", default="")
+    rr.set_defaults(func=cmd_review_resolve)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from crossaudit.sdk.client import Client
+
+    target = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    tls: Any = args.ca_cert or bool(args.tls)
+    return Client(target, api_key=key, tls=tls, **({"timeout": args.timeout} if args.timeout else {}))
+
+
+def _print_json(value: Any) -> None:
+    def default(o: Any) -> Any:
+        if dataclasses.is_dataclass(o):
+            return dataclasses.asdict(o)  # type: ignore[arg-type]
+        if hasattr(o, "model_dump"):
+            return o.model_dump(mode="json")
+        return str(o)
+
+    print(json.dumps(value, default=default, indent=2, sort_keys=True))
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInputError(f"{what} {path} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"cannot read {what} {path}: {e}") from None
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from crossaudit.service.config import ServerConfig
+    from crossaudit.service.server import serve
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    keys = args.api_keys or (None if args.dev else os.environ.get(API_KEYS_FILE_ENV)) or None
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        data_dir=Path(args.data_dir),
+        sandbox=args.sandbox,
+        allow_process_sandbox=args.allow_process_sandbox,
+        api_keys_file=Path(keys) if keys else None,
+        dev=args.dev,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
+        policies_dir=Path(args.policies_dir) if args.policies_dir else None,
+        audit_raw_text=args.audit_raw_text,
+        llm_base_url_hosts=tuple(args.llm_base_url_host),
+    )
+    try:
+        asyncio.run(serve(config))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130
+    return EXIT_OK
+
+
+def cmd_policy_deploy(args: argparse.Namespace) -> int:
+    if not Path(args.file).is_file():
+        raise InvalidInputError(f"policy file {args.file} not found")
+    with _client(args) as c:
+        r = c.deploy_policy(Path(args.file), environment=args.environment)
+    if args.json:
+        _print_json(r)
+    else:
+        what = "new version" if r.created else "existing version"
+        print(
+            f"deployed {r.version.name!r} v{r.version.version} ({what}, declared {r.version.declared_version}) "
+            f"to {r.deployment.environment}"
+        )
+    return EXIT_OK
+
+
+def cmd_policy_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_policies(environment=args.environment)
+    if args.json:
+        _print_json(items)
+        return EXIT_OK
+    if not items:
+        print("no policies")
+    for p in items:
+        where = ", ".join(f"{d.environment}=v{d.version}" for d in p.deployments) or "not deployed"
+        print(f"{p.name}  latest v{p.latest_version}  {where}")
+    return EXIT_OK
+
+
+def cmd_policy_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        info = c.get_policy(args.name, environment=args.environment, version=args.version)
+    if args.json:
+        _print_json(info)
+    else:
+        sys.stdout.write(info.content if info.content.endswith("\n") else info.content + "\n")
+    return EXIT_OK
+
+
+def cmd_policy_rollback(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.rollback(args.name, environment=args.environment, to_version=args.to_version)
+    if args.json:
+        _print_json(r)
+    else:
+        print(f"{args.name!r} in {r.deployment.environment}: v{r.previous_version} -> v{r.deployment.version}")
+    return EXIT_OK
+
+
+def _progress_bar() -> tuple[Callable[[str, float], None], Callable[[], None]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = progress.add_task("uploading", total=1.0)
+    progress.start()
+
+    def update(message: str, fraction: float) -> None:
+        progress.update(task, description=message[:60], completed=max(0.0, min(1.0, fraction)))
+
+    return update, progress.stop
+
+
+def cmd_evaluator_upload(args: argparse.Namespace) -> int:
+    code = _read_text(args.file, "evaluator file")
+    update, stop = _progress_bar() if not args.json and sys.stderr.isatty() else (None, lambda: None)
+    try:
+        with _client(args) as c:
+            kwargs = {"timeout": args.timeout} if args.timeout else {}
+            info = c.upload_evaluator(args.name, code, args.dependency, update, description=args.description, **kwargs)
+    finally:
+        stop()
+    if args.json:
+        _print_json(info)
+    else:
+        state = "uploaded" if info.created else "already uploaded"
+        print(f"{state} evaluator {info.name!r} v{info.version}: id {info.id}")
+        print(f'reference it in a policy as:  evaluators: [{{id: "{info.id}", name: {info.name}, type: custom}}]')
+    return EXIT_OK
+
+
+def cmd_evaluator_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_evaluators(name=args.name)
+    if args.json:
+        _print_json(items)
+        return EXIT_OK
+    if not items:
+        print("no evaluators")
+    for e in items:
+        deps = ", ".join(e.dependencies) or "no dependencies"
+        print(f"{e.id}  {e.name} v{e.version}  {deps}")
+    return EXIT_OK
+
+
+def cmd_evaluator_get(args: argparse.Namespace) -> int:
+    if not args.id and not args.name:
+        raise InvalidInputError("give an evaluator id or --name")
+    with _client(args) as c:
+        e = c.get_evaluator(args.id, name=args.name, version=args.version, include_code=args.code)
+    if args.json:
+        _print_json(e)
+        return EXIT_OK
+    print(
+        f"id: {e.id}\nname: {e.name}\nversion: {e.version}\nlanguage: {e.language}\n"
+        f"dependencies: {', '.join(e.dependencies) or '-'}\ndigest: {e.digest}"
+    )
+    if args.code:
+        print("---")
+        sys.stdout.write(e.code if e.code.endswith("\n") else e.code + "\n")
+    return EXIT_OK
+
+
+def cmd_audit_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_decisions(policy=args.policy, limit=args.limit)
+    if args.json:
+        _print_json(items)
+        return EXIT_OK
+    if not items:
+        print("no decisions")
+    for d in items:
+        verdict = "passed" if d.passed else "failed"
+        errored = f"  errored: {', '.join(d.errored_rules)}" if d.errored_rules else ""
+        print(
+            f"{d.decision_id}  {d.policy} v{d.policy_revision} ({d.environment})  {verdict} {d.action}  "
+            f"{d.latency_ms:.1f} ms{errored}"
+        )
+    return EXIT_OK
+
+
+def cmd_audit_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _print_json(c.get_decision(args.decision_id))
+    return EXIT_OK
+
+
+def cmd_review_list(args: argparse.Namespace) -> int:
+    state = args.state
+    with _client(args) as c:
+        items = c.list_reviews(state=state, policy=args.policy, limit=args.limit)
+    if args.json:
+        _print_json(items)
+        return EXIT_OK
+    if not items:
+        print("no reviews")
+    for r in items:
+        marks = "".join(f"  [{m}]" for m in ("escalated", "overdue") if getattr(r, m))
+        print(f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}{marks}")
+    return EXIT_OK
+
+
+def cmd_review_resolve(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note)
+    if args.json:
+        _print_json(r)
+    else:
+        print(f"review {r.id} {r.state.value}")
+    return EXIT_OK

@@ -1,0 +1,317 @@
+"""The one error hierarchy of CrossAudit.
+
+Every failure a user can see is a :class:`CrossAuditError` subclass with a stable
+``code`` and a ``retryable`` flag. Every subclass registers itself by class name
+(:func:`error_class`), so an error that crossed a process boundary is rebuilt as the
+same class by the one codec (``crossaudit/kernel/errcodec.py``: the service, its clients, the
+model servers). Extra constructor state travels through ``wire_fields`` /
+:meth:`CrossAuditError.from_wire`. The CLI prints ``str(error)``. Nothing else should
+raise bare exceptions across a layer boundary. This module stays transport-neutral.
+
+::
+
+    CrossAuditError                       code (gRPC status)       retryable
+    ├── InvalidInputError                 invalid_argument
+    │   ├── PolicyValidationError         (issues)
+    │   ├── DependencyRejectedError
+    │   └── EvaluatorCodeError
+    ├── NotFoundError                     not_found
+    ├── AlreadyExistsError                already_exists
+    ├── UnauthenticatedError              unauthenticated
+    ├── PermissionDeniedError             permission_denied
+    ├── RateLimitedError                  resource_exhausted       yes
+    │   └── PoolExhaustedError
+    ├── DeadlineExceededError             deadline_exceeded
+    ├── ConfigurationError                failed_precondition
+    ├── StoreUnavailableError             unavailable              yes
+    ├── ReviewAlreadyResolvedError        failed_precondition
+    └── EvaluatorError                    internal
+        ├── EvaluatorTimeoutError         deadline_exceeded        yes
+        ├── EvaluatorUnavailableError     unavailable              yes
+        ├── ProviderError                 unavailable              per instance
+        └── SandboxError                  failed_precondition
+            ├── SandboxCodeError
+            ├── SandboxCrashedError
+            │   └── ProtocolError         (the agent broke the protocol)
+            ├── SandboxLimitError         (limit)
+            ├── SandboxSecurityError
+            └── ResultInvalidError
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class ErrorCode(StrEnum):
+    """Stable, transport-neutral error categories (mapped to gRPC codes in the service)."""
+
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    ALREADY_EXISTS = "already_exists"
+    PERMISSION_DENIED = "permission_denied"
+    UNAUTHENTICATED = "unauthenticated"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    FAILED_PRECONDITION = "failed_precondition"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+_REGISTRY: dict[str, type[CrossAuditError]] = {}
+
+
+class CrossAuditError(Exception):
+    """Base of every typed error. ``retryable`` tells retry loops whether to try again."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+    retryable: bool = False
+    # Seconds the failing party asked us to wait before trying again (HTTP Retry-After); the
+    # engine's one retry policy waits at least this long, within the deadline.
+    retry_after: float | None = None
+    # Attributes beyond message/retryable that cross process boundaries (JSON values).
+    wire_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        known = _REGISTRY.get(cls.__name__)
+        # Class names are the wire identity: the first class of a name keeps it (a re-definition
+        # of the same class, e.g. a reloaded module, replaces it).
+        if known is None or (known.__module__, known.__qualname__) == (cls.__module__, cls.__qualname__):
+            _REGISTRY[cls.__name__] = cls
+
+    def wire_data(self) -> dict[str, Any]:
+        """The extra state of ``wire_fields``, as JSON-compatible values."""
+        return {name: getattr(self, name, None) for name in self.wire_fields}
+
+    @classmethod
+    def from_wire(cls, message: str, data: Mapping[str, Any], retryable: bool | None = None) -> CrossAuditError:
+        """Rebuild an error that crossed a process boundary. Subclass constructors take other
+        arguments (``SandboxLimitError(limit, message)``), so none of them is called here."""
+        exc = cls.__new__(cls)
+        CrossAuditError.__init__(exc, message, retryable=retryable)
+        for name in cls.wire_fields:
+            value = data.get(name)
+            if isinstance(value, str | int | float | bool):  # scalars only; richer state needs an override
+                setattr(exc, name, value)
+        return exc
+
+
+_REGISTRY[CrossAuditError.__name__] = CrossAuditError
+
+
+def error_class(name: str) -> type[CrossAuditError] | None:
+    """The registered CrossAuditError subclass called ``name`` (None when unknown)."""
+    return _REGISTRY.get(name)
+
+
+def error_classes() -> dict[str, type[CrossAuditError]]:
+    """Every registered error class by name (classes register when their module is imported)."""
+    return dict(_REGISTRY)
+
+
+# --- policy / input errors -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyIssue:
+    """One problem found in a policy file, located as precisely as the source allows."""
+
+    message: str
+    path: str = ""  # field path such as ``rules[2].threshold``
+    file: str = ""
+    line: int | None = None  # 1-based
+    column: int | None = None  # 1-based
+
+    def location(self) -> str:
+        where = self.file or "<policy>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return where
+
+    def __str__(self) -> str:
+        field = f" {self.path}:" if self.path else ""
+        return f"{self.location()}:{field} {self.message}"
+
+
+class InvalidInputError(CrossAuditError):
+    """A request or argument is malformed."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class PolicyValidationError(InvalidInputError):
+    """A policy failed to load or validate. Carries *every* issue found, not just the first."""
+
+    wire_fields = ("issues",)
+
+    def __init__(self, issues: list[PolicyIssue]) -> None:
+        self.issues = list(issues)
+        lines = "\n".join(str(i) for i in self.issues)
+        super().__init__(f"policy is invalid ({len(self.issues)} issue(s)):\n{lines}")
+
+    def wire_data(self) -> dict[str, Any]:
+        return {"issues": [asdict(i) for i in self.issues]}
+
+    @classmethod
+    def from_wire(cls, message: str, data: Mapping[str, Any], retryable: bool | None = None) -> CrossAuditError:
+        issues = [i for i in map(_issue_from_wire, data.get("issues") or ()) if i is not None]
+        if not issues:  # never an "invalid" policy without a reason
+            issues = [PolicyIssue(message=message)]
+        exc = cls.__new__(cls)
+        PolicyValidationError.__init__(exc, issues)
+        if retryable is not None:
+            exc.retryable = retryable
+        return exc
+
+
+def _issue_from_wire(doc: Any) -> PolicyIssue | None:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("message"), str):
+        return None
+
+    def text(key: str) -> str:
+        v = doc.get(key)
+        return v if isinstance(v, str) else ""
+
+    def number(key: str) -> int | None:
+        v = doc.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return PolicyIssue(text("message"), text("path"), text("file"), number("line"), number("column"))
+
+
+class DependencyRejectedError(InvalidInputError):
+    """A declared dependency string is malformed or not allowed."""
+
+
+class EvaluatorCodeError(InvalidInputError):
+    """Uploaded evaluator code does not compile or lacks ``evaluate(prompt, response, context)``."""
+
+
+class NotFoundError(CrossAuditError):
+    code = ErrorCode.NOT_FOUND
+
+
+class AlreadyExistsError(CrossAuditError):
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class UnauthenticatedError(CrossAuditError):
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(CrossAuditError):
+    code = ErrorCode.PERMISSION_DENIED
+
+
+class RateLimitedError(CrossAuditError):
+    """A rate limit or queue bound was hit; trying later may succeed."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+    retryable = True
+
+
+class DeadlineExceededError(CrossAuditError):
+    """The caller's deadline ran out before a decision could be made."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class ConfigurationError(CrossAuditError):
+    """The platform is misconfigured (missing model path, no Docker daemon when required, ...)."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class StoreUnavailableError(CrossAuditError):
+    """The database cannot be used right now (closed, locked, disk full, I/O error)."""
+
+    code = ErrorCode.UNAVAILABLE
+    retryable = True
+
+
+class ReviewAlreadyResolvedError(CrossAuditError):
+    """A review was resolved before; its resolution is immutable."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+# --- evaluator errors --------------------------------------------------------------------
+
+
+class EvaluatorError(CrossAuditError):
+    """An evaluator could not produce a result. The engine turns it into an ``error`` result."""
+
+    code = ErrorCode.INTERNAL
+
+
+class EvaluatorTimeoutError(EvaluatorError):
+    """The evaluator did not answer within its deadline (it was killed)."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
+    retryable = True
+
+
+class EvaluatorUnavailableError(EvaluatorError):
+    """A runner, model server or provider is temporarily unreachable."""
+
+    code = ErrorCode.UNAVAILABLE
+    retryable = True
+
+
+class ProviderError(EvaluatorError):
+    """An LLM provider answered with an error or an unusable completion."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class SandboxError(EvaluatorError):
+    """Custom code failed inside the sandbox (raised, crashed, or broke a limit)."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class SandboxCodeError(SandboxError):
+    """The user's ``evaluate`` raised an exception (the message carries its type and text)."""
+
+
+class SandboxCrashedError(SandboxError):
+    """The sandboxed process died without delivering a result (signal, ``os._exit``, ...)."""
+
+
+class ProtocolError(SandboxCrashedError):
+    """The agent broke the protocol (bad JSON, oversized line, wrong frame): treat as a crash."""
+
+
+class SandboxLimitError(SandboxError):
+    """A resource limit was hit: memory, processes, output bytes, result bytes, file size."""
+
+    wire_fields = ("limit",)
+    limit: str = "unknown"
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class SandboxSecurityError(SandboxError):
+    """The code tried something the sandbox forbids (restricted attribute, import, ...)."""
+
+
+class ResultInvalidError(SandboxError):
+    """The evaluator returned something that is not a valid result document."""
+
+
+class PoolExhaustedError(RateLimitedError):
+    """Every warm sandbox of an evaluator stayed busy until the deadline."""

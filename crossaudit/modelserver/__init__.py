@@ -1,0 +1,3 @@
+"""Model servers for the builtins (Detoxify, Presidio, langdetect): trusted code that loads
+operator-provided models in separate processes or containers, so torch and spaCy never load
+into the orchestrator. Imports only the kernel and the generated protos."""

@@ -1,0 +1,202 @@
+"""A builtin model server: ``python -m crossaudit.modelserver.server --model detoxify --socket PATH``.
+
+One process per model kind, so torch/spaCy memory and crashes stay out of the orchestrator.
+It loads each model once (see :class:`~crossaudit.modelserver.runtimes.ModelRuntime`) and serves many
+``Analyze`` calls concurrently: a bounded thread pool runs inference, a bounded queue refuses
+excess work with RESOURCE_EXHAUSTED instead of piling it up, and each call honours the gRPC
+deadline. It listens only on a unix socket or a loopback port.
+
+On start it prints one JSON line to stdout, ``{"address": ..., "pid": ...}``, then serves until
+SIGTERM/SIGINT or until its parent process is gone (so a crashed orchestrator leaves no orphan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from crossaudit.kernel import errcodec
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    EvaluatorError,
+    EvaluatorTimeoutError,
+    InvalidInputError,
+    RateLimitedError,
+)
+from crossaudit.modelserver.runtimes import RUNTIMES, ModelRuntime, runtime_for
+from crossaudit.v1 import modelserver_pb2 as pb
+from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # prompt + response + config of one call
+LOOPBACK = "127.0.0.1"
+
+
+def _json_object(raw: str, field: str) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidInputError(f"{field} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{field} must be a JSON object")
+    return value
+
+
+class ModelServicer(pb_grpc.ModelServerServicer):
+    """Serves one runtime. ``workers`` threads run inference; ``max_pending`` bounds the queue."""
+
+    def __init__(self, runtime: ModelRuntime, *, workers: int = 2, max_pending: int = 64) -> None:
+        self.runtime = runtime
+        self.executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"ms-{runtime.kind}")
+        self.max_pending = max_pending
+        self.pending = 0
+        self.requests = 0
+        self.ready = False
+        self.load_ms = 0.0
+
+    async def warm(self) -> None:
+        """Import the model stack and load the env-configured model (if any) before answering ready."""
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, self.runtime.preload_from_env)
+        except CrossAuditError as exc:
+            # A bad default model must not keep the server from serving explicitly configured ones.
+            print(f"model server: preload failed: {exc}", file=sys.stderr, flush=True)
+        self.load_ms = (time.perf_counter() - t0) * 1000
+        self.ready = True
+
+    async def Analyze(self, request: pb.AnalyzeRequest, context: grpc.aio.ServicerContext) -> pb.AnalyzeReply:
+        self.requests += 1
+        try:
+            if request.model != self.runtime.kind:
+                raise InvalidInputError(f"this server serves {self.runtime.kind!r}, not {request.model!r}")
+            config = _json_object(request.config_json, "config_json")
+            if self.pending >= self.max_pending:
+                raise RateLimitedError(f"model server {self.runtime.kind} has {self.pending} calls queued")
+            self.pending += 1
+            try:
+                loop = asyncio.get_running_loop()
+                t0 = time.perf_counter()
+                fut = loop.run_in_executor(
+                    self.executor, self.runtime.analyze, config, request.prompt, request.response
+                )
+                remaining = context.time_remaining()
+                verdict = await asyncio.wait_for(fut, timeout=remaining) if remaining is not None else await fut
+                model_ms = (time.perf_counter() - t0) * 1000
+            finally:
+                self.pending -= 1
+        except TimeoutError:
+            await errcodec.abort(context, EvaluatorTimeoutError("model call timed out"))
+        except CrossAuditError as exc:  # typed errors cross the edge through the one codec
+            await errcodec.abort(context, exc)
+        except Exception as exc:  # a model bug must come back typed, not as an opaque UNKNOWN
+            await errcodec.abort(context, EvaluatorError(f"{type(exc).__name__}: {exc}"))
+        return pb.AnalyzeReply(
+            score=verdict.score,
+            passed=verdict.passed,
+            violations=verdict.violations,
+            details_json=json.dumps(verdict.details, allow_nan=False, default=str),
+            spans=[pb.TextSpan(start=s.start, end=s.end, label=s.label, score=s.score) for s in verdict.spans],
+            model_ms=model_ms,
+        )
+
+    async def Health(self, request: pb.ModelHealthRequest, context: grpc.aio.ServicerContext) -> pb.ModelHealthReply:
+        return pb.ModelHealthReply(
+            ready=self.ready,
+            model=self.runtime.kind,
+            pid=os.getpid(),
+            loaded=self.runtime.loaded(),
+            load_ms=self.load_ms,
+            requests=self.requests,
+        )
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """Stop when the parent is gone (re-parented): bounded by the server's own lifetime."""
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+
+async def serve(
+    model: str,
+    *,
+    socket_path: str | None = None,
+    port: int | None = None,
+    workers: int = 2,
+    max_pending: int = 64,
+    parent_pid: int | None = None,
+) -> None:
+    runtime = runtime_for(model)
+    servicer = ModelServicer(runtime, workers=workers, max_pending=max_pending)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
+        maximum_concurrent_rpcs=max_pending + 16,
+    )
+    pb_grpc.add_ModelServerServicer_to_server(servicer, server)
+    if socket_path:
+        address = f"unix:{socket_path}"
+        server.add_insecure_port(address)
+    else:
+        bound = server.add_insecure_port(f"{LOOPBACK}:{port or 0}")
+        address = f"{LOOPBACK}:{bound}"
+    await server.start()
+    print(json.dumps({"address": address, "pid": os.getpid(), "model": model}), flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(servicer.warm())]
+    if parent_pid:
+        tasks.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
+    await stop.wait()
+    await server.stop(grace=1.0)
+    for t in tasks:
+        t.cancel()
+    servicer.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m crossaudit.modelserver.server", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, choices=sorted(RUNTIMES))
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--socket", help="unix socket path to listen on")
+    where.add_argument("--port", type=int, default=0, help="loopback port (0 = ephemeral, the default)")
+    ap.add_argument("--workers", type=int, default=int(os.environ.get("CROSSAUDIT_MODEL_WORKERS", "2")))
+    ap.add_argument("--max-pending", type=int, default=64)
+    ap.add_argument("--parent-pid", type=int, default=0, help="exit when this process is no longer the parent")
+    args = ap.parse_args(argv)
+    asyncio.run(
+        serve(
+            args.model,
+            socket_path=args.socket,
+            port=args.port,
+            workers=args.workers,
+            max_pending=args.max_pending,
+            parent_pid=args.parent_pid or None,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,553 @@
+"""The process sandbox: the embedded fallback for machines without Docker (weaker isolation).
+
+Each bundle gets warm agents (``crossaudit/sandbox/agent/agent.py`` run as ``python -I``) in their own
+session, a fresh temp dir and a minimal environment. The agent compiles the code with
+RestrictedPython, imports the declared modules once and keeps a single-use child forked
+ahead of demand; that child applies rlimits, drops root to an unprivileged uid and runs in
+a network namespace of its own when the kernel allows. The wall-clock deadline is enforced
+here, from outside: on timeout the agent's whole process tree is SIGKILLed and a replacement
+is started off the request path. After every answer the agent resets itself (kills its
+descendants, empties its temp dir) and reports it; only then is it handed to the next caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from crossaudit.kernel.codecheck import check_code
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    EvaluatorTimeoutError,
+    EvaluatorUnavailableError,
+    InvalidInputError,
+    PoolExhaustedError,
+    SandboxCrashedError,
+)
+from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.kernel.results import Verdict
+from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
+
+AGENT_PATH = Path(__file__).resolve().parent.parent / "agent" / "agent.py"
+SANDBOX_UID = 65534  # the agent drops call children to this uid when it runs as root
+KILL_ROUNDS = 10  # rounds of "find descendants, SIGKILL them" when tearing an agent down
+DEFAULT_MAX_BUNDLES = 16  # warm bundles kept (LRU); each holds up to PoolLimits.max_size agents
+SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                     "NUMEXPR_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+SETTLE_SLACK_S = 5.0  # beyond SandboxLimits.cleanup_s for the agent's reset frame (it forks its next child first)
+
+# pip distribution name -> import name, where they differ (the rest: lowercase, '-' -> '_').
+_IMPORT_NAMES = {
+    "scikit-learn": "sklearn",
+    "beautifulsoup4": "bs4",
+    "pyyaml": "yaml",
+    "python-dateutil": "dateutil",
+    "pillow": "PIL",
+    "google-re2": "re2",
+    "opencv-python": "cv2",
+}
+_DEP_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def import_names(dependencies: tuple[str, ...] | list[str]) -> list[str]:
+    """Best-effort import names of declared pip dependencies (for preloading and the import guard)."""
+    out: list[str] = []
+    for dep in dependencies:
+        m = _DEP_NAME.match(dep)
+        if not m:
+            continue
+        dist = m.group(1).lower().replace("_", "-")
+        name = _IMPORT_NAMES.get(dist, dist.replace("-", "_").replace(".", "_"))
+        if name not in out:
+            out.append(name)
+    return out
+
+
+WORKDIR_PREFIX = "crossaudit-proc-"
+
+
+def reap_stale_workdirs() -> int:
+    """Remove agent temp dirs left by orchestrators that died (their pid is in the name)."""
+    removed = 0
+    root = Path(tempfile.gettempdir())
+    for path in list(root.glob(f"{WORKDIR_PREFIX}*-*"))[:10_000]:
+        pid_text = path.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or Path(f"/proc/{pid_text}").exists():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+# --------------------------------------------------------------------------- process-tree kill
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgid) for every visible process."""
+    table: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def kill_tree(root_pid: int) -> None:
+    """SIGKILL a process, every descendant and their process groups (never our own group)."""
+    own_group = os.getpgrp()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(root_pid, signal.SIGSTOP)  # a stopped agent cannot fork replacements meanwhile
+    for _ in range(KILL_ROUNDS):
+        table = _proc_table()
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            kids.setdefault(ppid, []).append(pid)
+        found: list[int] = []
+        todo = list(kids.get(root_pid, []))
+        while todo and len(found) < 100_000:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(kids.get(pid, []))
+        if not found:
+            break
+        for pid in found:
+            pgid = table[pid][1]
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if pgid not in (own_group, 0):
+                    os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    if root_pid != own_group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(root_pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(root_pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- one warm agent
+
+
+class _Agent:
+    """One agent subprocess: exclusively held by one call at a time (the pool guarantees it)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, workdir: str, channel: AgentChannel) -> None:
+        self.proc = proc
+        self.workdir = workdir
+        self.channel = channel
+        self.loaded: dict[str, Any] = {}
+        self.dead = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.dead and self.proc.returncode is None
+
+    async def request(self, data: bytes, op: str, call_id: str | None = None) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(data)
+            await self.proc.stdin.drain()
+        except (ConnectionError, OSError) as exc:
+            raise ProtocolError(f"agent channel broken: {exc}") from None
+        return await self.channel.read_answer(self.proc.stdout, op, call_id)
+
+    async def kill(self) -> None:
+        """Kill the agent's whole tree, reap it and remove its temp dir."""
+        self.dead = True
+        if self.proc.returncode is None:
+            await asyncio.to_thread(kill_tree, self.proc.pid)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), 5.0)
+        transport = getattr(self.proc, "_transport", None)  # close pipes now, not at garbage collection
+        if transport is not None:
+            transport.close()
+        await asyncio.to_thread(shutil.rmtree, self.workdir, True)
+
+
+class _Pool:
+    """Warm agents of one bundle for one tenant (``CodeBundle.pool_key``)."""
+
+    def __init__(self, bundle: CodeBundle) -> None:
+        self.bundle = bundle
+        self.idle: list[_Agent] = []
+        self.count = 0  # live + starting agents
+        self.settling = 0  # agents that answered and have not reported their reset yet
+        self.waiters: list[asyncio.Future[_Agent]] = []
+        self.load_error: CrossAuditError | None = None
+        self.closed = False
+        self.last_used = time.monotonic()
+
+
+def _copy_error(err: CrossAuditError) -> CrossAuditError:
+    """A fresh instance per raise (a cached exception would accumulate tracebacks)."""
+    limit = getattr(err, "limit", None)
+    cls: Any = type(err)
+    try:
+        return cls(limit, err.message) if limit is not None else cls(err.message)  # type: ignore[no-any-return]
+    except TypeError:
+        return err
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+class ProcessSandbox(Sandbox):
+    """Runs custom evaluators in local subprocesses: RestrictedPython + rlimits (+ uid drop, netns)."""
+
+    name: ClassVar[str] = "process"
+    isolation: ClassVar[str] = (
+        "process backend: weaker isolation than docker. Code runs in a local subprocess under "
+        "RestrictedPython with rlimits (address space, CPU, processes, open files, file size), "
+        "an unprivileged uid and no network namespace where the kernel allows; it shares the host "
+        "kernel, filesystem view and Python installation."
+    )
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        pool_limits: PoolLimits | None = None,
+        max_bundles: int = DEFAULT_MAX_BUNDLES,
+        restricted: bool = True,
+        python: str | None = None,
+    ) -> None:
+        """``restricted=False`` exists only to test the rlimit layer alone; production keeps True."""
+        super().__init__(limits)
+        self.pool_limits = pool_limits or PoolLimits()
+        self.max_bundles = max(1, max_bundles)
+        self.restricted = restricted
+        self.python = python or sys.executable
+        self._pools: OrderedDict[str, _Pool] = OrderedDict()
+        self._agents: set[_Agent] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._spawns: set[asyncio.Task[Any]] = set()  # cancellable on aclose; kill tasks are awaited
+        self._isolation: dict[str, Any] = {}
+        self._closed = False
+        self._swept = False  # stale temp dirs of dead orchestrators are removed once, on first start
+
+    # -- public API
+    def info(self) -> dict[str, Any]:
+        d = super().info()
+        d.update(
+            {
+                "restricted": self.restricted,
+                "netns": self._isolation.get("netns"),  # None until an agent has started
+                "uid_drop": self._isolation.get("uid_drop"),
+                "warm_bundles": len(self._pools),
+                "agents": len(self._agents),
+            }
+        )
+        return d
+
+    async def prepare(self, bundle: CodeBundle, progress: ProgressCallback | None = None) -> None:
+        """Validate the code and make sure ``PoolLimits.min_size`` warm agents are ready."""
+        check_code(bundle.code, entrypoint=bundle.entrypoint, limits=self.limits)
+        pool = self._pool(bundle)
+        if pool.load_error is not None:
+            raise _copy_error(pool.load_error)
+        want = max(1, self.pool_limits.min_size) - pool.count
+        if progress:
+            progress("starting warm sandbox agents", 0.0)
+        if want > 0:
+            results = await asyncio.gather(*(self._start(pool) for _ in range(want)), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+                self._release(pool, r)
+        if progress:
+            progress("ready", 1.0)
+
+    async def run(
+        self,
+        bundle: CodeBundle,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any],
+        *,
+        timeout: float,
+    ) -> tuple[Verdict, RunDiagnostics]:
+        """One call; ``timeout`` is capped by ``limits.timeout_s`` (the sandbox's own ceiling)."""
+        if self._closed:
+            raise EvaluatorUnavailableError("process sandbox is closed")
+        timeout = min(timeout, self.limits.timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        call_id, frame = AgentChannel.call_frame(prompt, response, dict(context))
+        try:
+            data = AgentChannel.encode(frame)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"evaluation context is not JSON-serialisable: {exc}") from None
+        pool = self._pool(bundle)
+        agent = await self._acquire(pool, deadline, timeout)
+        try:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError
+            answer = await asyncio.wait_for(agent.request(data, "result", call_id), remaining)
+        except TimeoutError:
+            self._discard(pool, agent)
+            message = f"custom evaluator exceeded its {timeout:.3g}s deadline and was killed"
+            raise EvaluatorTimeoutError(message) from None
+        except BaseException:
+            self._discard(pool, agent)
+            raise
+        pool.settling += 1
+        self._background(self._settle(pool, agent), spawn=True)
+        wall_ms = answer.get("wall_ms")
+        diag = RunDiagnostics(
+            stdout=str(answer.get("stdout", "")),
+            stderr=str(answer.get("stderr", "")),
+            truncated=bool(answer.get("truncated", False)),
+            wall_ms=float(wall_ms) if isinstance(wall_ms, (int, float)) and not isinstance(wall_ms, bool) else 0.0,
+            extra={"backend": self.name, "isolation": dict(agent.loaded.get("isolation") or {})},
+        )
+        if not answer.get("ok"):
+            err = error_from_frame(answer)
+            err.diagnostics = diag  # type: ignore[attr-defined]
+            raise err
+        return parse_result(answer.get("result"), self.limits), diag
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for task in list(self._spawns):
+            task.cancel()
+        for _ in range(3):  # kills scheduled by cancelled spawns land in _tasks too
+            if not self._tasks:
+                break
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for pool in self._pools.values():
+            pool.closed = True
+            for fut in pool.waiters:
+                if not fut.done():
+                    fut.set_exception(EvaluatorUnavailableError("process sandbox is closed"))
+        self._pools.clear()
+        agents, self._agents = list(self._agents), set()
+        await asyncio.gather(*(a.kill() for a in agents), return_exceptions=True)
+
+    # -- pools
+    def _pool(self, bundle: CodeBundle) -> _Pool:
+        """The bundle's pool (LRU). Pools idle past ``PoolLimits.idle_timeout_s`` are closed on the way."""
+        now = time.monotonic()
+        key = bundle.pool_key
+        for other_key, other in list(self._pools.items()):
+            busy = other.count - len(other.idle) - other.settling
+            if other_key != key and busy <= 0 and now - other.last_used > self.pool_limits.idle_timeout_s:
+                self._close_pool(self._pools.pop(other_key))
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = _Pool(bundle)
+        pool.last_used = now
+        self._pools.move_to_end(key)
+        while len(self._pools) > self.max_bundles:
+            _, old = self._pools.popitem(last=False)
+            self._close_pool(old)
+        return pool
+
+    def _close_pool(self, pool: _Pool) -> None:
+        """Stop a pool: idle agents die now, busy ones when they are released."""
+        pool.closed = True
+        for agent in pool.idle:
+            agent.dead = True
+            self._background(self._kill(agent))
+        pool.idle.clear()
+        for fut in pool.waiters:
+            if not fut.done():
+                fut.set_exception(EvaluatorUnavailableError("sandbox pool was evicted; retry"))
+
+    async def _acquire(self, pool: _Pool, deadline: float, timeout: float) -> _Agent:
+        loop = asyncio.get_running_loop()
+        queue_deadline = min(deadline, loop.time() + self.pool_limits.queue_wait_s)
+        while True:
+            if pool.load_error is not None:
+                raise _copy_error(pool.load_error)
+            while pool.idle:
+                agent = pool.idle.pop()
+                if agent.alive:
+                    return agent
+                self._discard(pool, agent, replace=False)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise EvaluatorTimeoutError(f"no sandbox was ready within the {timeout:.3g}s deadline")
+            if pool.count < self.pool_limits.max_size and pool.settling <= len(pool.waiters):
+                pool.count += 1  # (a settling agent is a few ms away: the first caller waits for it)
+                task = self._background(self._start(pool, counted=True), spawn=True)
+                try:
+                    return await asyncio.wait_for(asyncio.shield(task), remaining)
+                except TimeoutError:
+                    task.add_done_callback(lambda t: self._adopt(pool, t))
+                    raise EvaluatorTimeoutError(
+                        f"sandbox did not start within the {timeout:.3g}s deadline (it keeps warming up)"
+                    ) from None
+                except asyncio.CancelledError:
+                    task.add_done_callback(lambda t: self._adopt(pool, t))
+                    raise
+            wait = min(deadline, queue_deadline) - loop.time()
+            if wait <= 0:
+                raise PoolExhaustedError(f"all {pool.count} sandboxes of this evaluator stayed busy")
+            fut: asyncio.Future[_Agent] = loop.create_future()
+            pool.waiters.append(fut)
+            try:
+                return await asyncio.wait_for(fut, wait)
+            except TimeoutError:
+                continue  # re-check: the deadline or queue wait decides what to raise
+            finally:
+                with contextlib.suppress(ValueError):
+                    pool.waiters.remove(fut)
+
+    async def _settle(self, pool: _Pool, agent: _Agent) -> None:
+        """Hand an agent on only once it reports its reset after a call; discard it when that failed."""
+        ok = False
+        try:
+            assert agent.proc.stdout is not None
+            frame = await asyncio.wait_for(
+                agent.channel.read_answer(agent.proc.stdout, "reset"), self.limits.cleanup_s + SETTLE_SLACK_S
+            )
+            ok = frame.get("ok") is True
+        except (TimeoutError, CrossAuditError, OSError):
+            pass
+        finally:
+            pool.settling -= 1
+            if ok:
+                self._release(pool, agent)
+            else:
+                self._discard(pool, agent)
+
+    def _adopt(self, pool: _Pool, task: asyncio.Task[_Agent]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._release(pool, task.result())
+
+    def _release(self, pool: _Pool, agent: _Agent) -> None:
+        """Hand a healthy agent to the next waiter, or park it idle."""
+        if pool.closed or self._closed or not agent.alive:
+            self._discard(pool, agent, replace=False)
+            return
+        while pool.waiters:
+            fut = pool.waiters.pop(0)
+            if not fut.done():
+                fut.set_result(agent)
+                return
+        pool.idle.append(agent)
+
+    def _discard(self, pool: _Pool, agent: _Agent, *, replace: bool = True) -> None:
+        """Kill an agent in the background and, if the pool runs low, start a replacement."""
+        if agent.dead:
+            return
+        agent.dead = True
+        pool.count = max(0, pool.count - 1)
+        self._background(self._kill(agent))
+        if replace and not pool.closed and not self._closed and pool.count < max(1, self.pool_limits.min_size):
+            pool.count += 1
+            task = self._background(self._start(pool, counted=True), spawn=True)
+            task.add_done_callback(lambda t: self._adopt(pool, t))
+
+    async def _kill(self, agent: _Agent) -> None:
+        self._agents.discard(agent)
+        await agent.kill()
+
+    def _background(self, coro: Any, *, spawn: bool = False) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if spawn:
+            self._spawns.add(task)
+            task.add_done_callback(self._spawns.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark exceptions retrieved
+        return task
+
+    # -- agents
+    def _workdir(self) -> str:
+        if not self._swept:
+            self._swept = True
+            reap_stale_workdirs()
+        path = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        if os.geteuid() == 0:
+            os.chown(path, SANDBOX_UID, SANDBOX_UID)
+        return path
+
+    @staticmethod
+    def _env(workdir: str) -> dict[str, str]:
+        """Nothing from the host environment: no tokens, no proxies, no PYTHON* settings.
+
+        Numeric libraries get one thread: the warm agent forks every call and refuses a load
+        whose imports leave threads running (OpenBLAS, imported by nltk, starts one per core).
+        """
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **SINGLE_THREAD_ENV,
+        }
+
+    async def _start(self, pool: _Pool, *, counted: bool = False) -> _Agent:
+        """Spawn and load one agent (bounded by ``limits.timeout_s``). Load errors stick to the pool."""
+        if not counted:
+            pool.count += 1
+        agent: _Agent | None = None
+        try:
+            workdir = await asyncio.to_thread(self._workdir)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    self.python, "-I", str(AGENT_PATH),
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL, cwd=workdir, env=self._env(workdir),
+                    start_new_session=True, limit=self.limits.frame_bytes + 1,
+                )  # fmt: skip
+            except BaseException:
+                await asyncio.to_thread(shutil.rmtree, workdir, True)
+                raise
+            agent = _Agent(proc, workdir, AgentChannel.for_limits(self.limits))
+            self._agents.add(agent)
+            frame = AgentChannel.load_frame(
+                pool.bundle.code,
+                entrypoint=pool.bundle.entrypoint,
+                preload=import_names(pool.bundle.dependencies),
+                restricted=self.restricted,
+                limits=self.limits,
+                reset={"paths": [workdir], "ipc": False},  # its cwd, HOME and TMPDIR: emptied after each call
+            )
+            try:
+                loaded = await asyncio.wait_for(
+                    agent.request(AgentChannel.encode(frame), "loaded"), max(self.limits.timeout_s, 1.0)
+                )
+            except TimeoutError:
+                raise EvaluatorTimeoutError("sandbox agent did not load in time") from None
+            if not loaded.get("ok"):
+                err = error_from_frame(loaded)
+                pool.load_error = err
+                for fut in pool.waiters:
+                    if not fut.done():
+                        fut.set_exception(_copy_error(err))
+                raise err
+            agent.loaded = loaded
+            self._isolation = dict(loaded.get("isolation") or {})
+            return agent
+        except BaseException as exc:
+            pool.count = max(0, pool.count - 1)
+            if agent is not None:
+                agent.dead = True
+                kill = self._background(self._kill(agent))
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(kill)
+            if isinstance(exc, OSError):
+                raise SandboxCrashedError(f"could not start the sandbox agent: {exc}") from None
+            raise

@@ -1,0 +1,199 @@
+"""``PolicyTester``: evaluate a policy file in-process, with real sandboxed evaluators.
+
+    from crossaudit import PolicyTester
+    tester = PolicyTester("policies/demo_offline.yaml")
+    result = tester.evaluate(prompt="...", response="...")
+    assert result.passed and result.action == "allow"
+
+Custom code runs in a sandbox (``process`` by default: no Docker needed; ``docker`` or
+``auto`` on request), builtins in model servers, LLM evaluators through provider SDKs.
+Unlike the service, the tester reads the local environment for ``${NAME}`` (``env=`` to
+override) and resolves ``code_file`` and ``evaluators/<name>.py`` next to the policy file.
+The sync API runs an event loop on a private thread, so it also works inside async code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from crossaudit.kernel.dsl import EvaluatorType, Policy, TestCase
+from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
+from crossaudit.kernel.limits import EngineLimits, SandboxLimits
+from crossaudit.kernel.results import Decision
+from crossaudit.orchestrator.engine.engine import Engine
+from crossaudit.orchestrator.policy import load_policy, load_policy_file
+from crossaudit.orchestrator.runtime import Runtime, make_sandbox
+from crossaudit.sandbox.base import Sandbox
+
+T = TypeVar("T")
+SANDBOX_ENV = "CROSSAUDIT_SANDBOX"  # default sandbox for PolicyTester and `policy test`
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    name: str
+    ok: bool
+    expected: str
+    actual: str
+    decision: Decision | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        mark = "PASS" if self.ok else "FAIL"
+        if self.error:
+            return f"{mark}  {self.name}: error: {self.error}"
+        if self.ok:
+            return f"{mark}  {self.name}: {self.actual}"
+        return f"{mark}  {self.name}: expected {self.expected}, got {self.actual}"
+
+
+class PolicyTester:
+    """Evaluate one policy locally. Use as a context manager or call ``close()``."""
+
+    def __init__(
+        self,
+        policy: str | os.PathLike[str] | Policy,
+        *,
+        sandbox: str | Sandbox | None = None,
+        sandbox_limits: SandboxLimits | None = None,
+        engine_limits: EngineLimits | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        prepare: bool = True,
+    ) -> None:
+        if isinstance(policy, Policy):
+            self.policy = policy
+        elif isinstance(policy, str) and "\n" in policy:
+            self.policy = load_policy(policy, env=env)
+        else:
+            self.policy = load_policy_file(policy, env=env)
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="crossaudit-tester", daemon=True)
+        self._thread.start()
+        box = (
+            sandbox
+            if isinstance(sandbox, Sandbox)
+            else make_sandbox(sandbox or os.environ.get(SANDBOX_ENV, "process"), sandbox_limits)
+        )
+        self._owned_sandbox = None if isinstance(sandbox, Sandbox) else box
+        from crossaudit.modelserver.pool import ModelServerPool
+
+        self._models = ModelServerPool()  # started lazily: costs nothing unless a builtin runs
+        # Local convenience: ${NAME} and the LLM providers' variables come from ``env`` (default:
+        # this process's environment), and code_file / evaluators/<name>.py are read from disk.
+        self.runtime = Runtime(box, env=env, model_backend=self._models, local_files=True)
+        self.engine = Engine(self.runtime, limits=engine_limits)
+        self._closed = False
+        self.preparation_errors: dict[str, str] = self.prepare() if prepare else {}
+
+    def prepare(self) -> dict[str, str]:
+        """Build images and warm sandboxes for the custom evaluators the rules use, now.
+
+        The Docker backend never builds at call time, so this runs at construction. Returns
+        the evaluators that could not be prepared (they fail their rules, closed, when run).
+        """
+        return self._run(self._prepare())
+
+    async def _prepare(self) -> dict[str, str]:
+        used = {n for r in self.policy.rules if r.enabled for n in r.evaluator_names}
+        used |= {r.fallback.evaluator for r in self.policy.rules if r.enabled and r.fallback and r.fallback.evaluator}
+        errors: dict[str, str] = {}
+        for spec in self.policy.evaluators:
+            if spec.name not in used or spec.kind is not EvaluatorType.CUSTOM:
+                continue
+            try:
+                await self.runtime.sandbox.prepare(self.runtime.bundle_for(spec, self.policy))
+            except CrossAuditError as e:
+                errors[spec.name] = e.message
+        return errors
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            raise RuntimeError("PolicyTester is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def evaluate(self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None) -> Decision:
+        """Evaluate one request; returns the Decision (.passed, .action, .rules, .modified_response)."""
+        return self._run(self.aevaluate(prompt, response, context))
+
+    async def aevaluate(
+        self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None
+    ) -> Decision:
+        coro = self.engine.evaluate(self.policy, prompt, response, context, timeout=self.timeout)
+        if asyncio.get_running_loop() is self._loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def run_cases(self, cases: list[TestCase] | None = None) -> list[CaseResult]:
+        """Run the policy's ``test_cases`` (or ``cases``), one CaseResult each."""
+        out = []
+        for case in self.policy.test_cases if cases is None else cases:
+            expected = case.expected_result + (f"/{case.expected_action.value}" if case.expected_action else "")
+            try:
+                d = self.evaluate(case.input.prompt, case.input.response, case.input.context)
+            except Exception as e:  # a case that cannot run is a failed case, reported as such
+                out.append(CaseResult(case.name, False, expected, "error", error=str(e)))
+                continue
+            actual_result = "pass" if d.passed else "fail"
+            actual = f"{actual_result}/{d.action.value}"
+            ok = actual_result == case.expected_result and (
+                case.expected_action is None or d.action is case.expected_action
+            )
+            if d.errored_rules:
+                actual += f" (errored rules: {', '.join(d.errored_rules)})"
+            out.append(CaseResult(case.name, ok, expected, actual, decision=d))
+        return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self._aclose())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    async def _aclose(self) -> None:
+        await self.engine.aclose()
+        await self._models.aclose()
+        if self._owned_sandbox is not None:
+            await self._owned_sandbox.aclose()
+
+    def __enter__(self) -> PolicyTester:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_cases_file(path: str | os.PathLike[str]) -> list[TestCase]:
+    """Test cases from JSON: a list of cases, or ``{"test_cases": [...]}`` (the policy's shape)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"{path}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    if isinstance(data, dict):
+        data = data.get("test_cases", data.get("cases"))
+    if not isinstance(data, list):
+        raise InvalidInputError(f'{path}: expected a list of test cases or {{"test_cases": [...]}}')
+    try:
+        return TypeAdapter(list[TestCase]).validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        raise InvalidInputError(f"{path}: test_cases{loc}: {first['msg']} ({e.error_count()} error(s))") from None

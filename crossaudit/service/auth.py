@@ -1,0 +1,232 @@
+"""Tenants and API keys: ``authorization: Bearer <key>`` metadata → tenant.
+
+Keys come from a YAML file (``--api-keys FILE`` / ``CROSSAUDIT_API_KEYS_FILE``)::
+
+    tenants:
+      acme: [key-one-at-least-16-chars, ...]
+      globex: [...]
+
+or, with what the operator grants a tenant besides its keys (``crossaudit.service.grants``)::
+
+    llm_base_url_hosts: [llm.internal.example]
+    tenants:
+      acme:
+        keys: [key-one-at-least-16-chars]
+        secrets: {OPENAI_API_KEY: {env: ACME_OPENAI_KEY}, HOOK_TOKEN: {file: /run/secrets/acme_hook}}
+
+``--dev`` runs without keys: every call is the ``default`` tenant (loopback only).
+Keys are kept as SHA-256 digests; health checking and reflection need no key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from crossaudit.kernel.errors import ConfigurationError, UnauthenticatedError
+from crossaudit.service.config import DEV_TENANT, ServiceLimits
+from crossaudit.service.grants import LLM_HOSTS_KEY, TenantGrants, parse_hosts, parse_tenant_entry
+
+log = logging.getLogger("crossaudit.service")
+AUTH_HEADER = "authorization"
+TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Methods anyone may call: load balancers' health checks, and schema discovery.
+PUBLIC_METHOD_PREFIXES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class Authenticator:
+    """Maps API keys to tenants. ``Authenticator.dev()`` accepts every call as ``default``.
+
+    ``grants`` (from the same file) are what each tenant may use besides its keys; by default
+    nothing (no secrets, only the LLM providers' default endpoints), or in dev mode the local
+    environment.
+    """
+
+    def __init__(
+        self, tenants: Mapping[str, list[str]] | None, *, dev: bool = False, grants: TenantGrants | None = None
+    ) -> None:
+        self.dev = dev
+        self.grants = grants if grants is not None else (TenantGrants.dev() if dev else TenantGrants())
+        self._by_digest: dict[bytes, str] = {}
+        for tenant, keys in (tenants or {}).items():
+            for key in keys:
+                self._by_digest[_digest(key)] = tenant
+        self.tenants = sorted({DEV_TENANT} if dev else set((tenants or {}).keys()))
+
+    @classmethod
+    def dev_mode(cls) -> Authenticator:
+        return cls(None, dev=True)
+
+    @classmethod
+    def from_file(cls, path: str | Path, limits: ServiceLimits | None = None) -> Authenticator:
+        tenants = load_tenants_file(path, limits)
+        return cls(tenants.keys, grants=tenants.grants)
+
+    def tenant_for_key(self, key: str | None) -> str:
+        if self.dev:
+            return DEV_TENANT
+        if not key:
+            raise UnauthenticatedError("missing API key: send metadata 'authorization: Bearer <key>'")
+        # looked up by SHA-256 digest: timing reveals nothing usable about stored keys
+        tenant = self._by_digest.get(_digest(key))
+        if tenant is None:
+            raise UnauthenticatedError("invalid API key")
+        return tenant
+
+    def tenant_for_metadata(self, metadata: Any) -> str:
+        return self.tenant_for_key(bearer_key(metadata))
+
+    def tenant(self, context: grpc.aio.ServicerContext) -> str:
+        """The calling tenant; raises UnauthenticatedError (defence in depth behind the interceptor)."""
+        return self.tenant_for_metadata(context.invocation_metadata())
+
+
+def bearer_key(metadata: Any) -> str | None:
+    for item in metadata or ():
+        k, v = (item.key, item.value) if hasattr(item, "key") else item
+        if k.lower() == AUTH_HEADER:
+            if isinstance(v, bytes):
+                v = v.decode("utf-8", "replace")
+            scheme, _, key = v.strip().partition(" ")
+            if scheme.lower() != "bearer":
+                return None
+            return key.strip() or None
+    return None
+
+
+@dataclass(frozen=True)
+class TenantsFile:
+    keys: dict[str, list[str]]
+    grants: TenantGrants
+
+
+def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict[str, list[str]]:
+    """The tenants' keys of the API-keys file (see :func:`load_tenants_file`)."""
+    return load_tenants_file(path, limits).keys
+
+
+def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> TenantsFile:
+    """Read and validate the tenants file (keys and grants); every problem is a
+    ConfigurationError naming it, never a key's or a secret's value."""
+    limits = limits or ServiceLimits()
+    p = Path(path)
+    try:
+        check_private_file(p, "API keys file")
+        st = p.stat()
+        if st.st_size > limits.max_api_keys_file_bytes:
+            raise ConfigurationError(f"API keys file {p} is larger than {limits.max_api_keys_file_bytes} bytes")
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigurationError(f"API keys file {p} not found") from None
+    except OSError as e:
+        raise ConfigurationError(f"cannot read API keys file {p}: {e.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"API keys file {p} is not valid YAML: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("tenants"), dict) or not doc["tenants"]:
+        raise ConfigurationError(f"API keys file {p} must be a mapping 'tenants: {{name: [key, ...]}}'")
+    unknown = sorted(str(k) for k in set(doc) - {"tenants", LLM_HOSTS_KEY})
+    if unknown:
+        raise ConfigurationError(f"API keys file {p}: unknown field(s) {unknown} (expected tenants, {LLM_HOSTS_KEY})")
+    seen: dict[str, str] = {}
+    out: dict[str, list[str]] = {}
+    secrets: dict[str, Any] = {}
+    tenant_hosts: dict[str, tuple[str, ...]] = {}
+    for tenant, entry in doc["tenants"].items():
+        if not isinstance(tenant, str) or not TENANT_NAME.match(tenant):
+            raise ConfigurationError(f"API keys file {p}: invalid tenant name {tenant!r}")
+        keys, secrets[tenant], tenant_hosts[tenant] = parse_tenant_entry(
+            entry, f"API keys file {p}: tenant {tenant!r}", p.parent
+        )
+        if isinstance(keys, str):
+            keys = [keys]
+        if not isinstance(keys, list) or not keys:
+            raise ConfigurationError(f"API keys file {p}: tenant {tenant!r} needs a list of keys")
+        for key in keys:
+            if not isinstance(key, str) or len(key) < limits.min_api_key_length or any(c.isspace() for c in key):
+                raise ConfigurationError(
+                    f"API keys file {p}: tenant {tenant!r} has a key that is not a string of at least "
+                    f"{limits.min_api_key_length} non-blank characters"
+                )
+            if key in seen and seen[key] != tenant:
+                raise ConfigurationError(
+                    f"API keys file {p}: one key is listed for tenants {seen[key]!r} and {tenant!r}"
+                )
+            seen[key] = tenant
+        out[tenant] = list(keys)
+    grants = TenantGrants(
+        secrets=secrets,
+        llm_hosts=parse_hosts(doc.get(LLM_HOSTS_KEY), f"API keys file {p}"),
+        tenant_llm_hosts=tenant_hosts,
+    )
+    return TenantsFile(out, grants)
+
+
+def check_private_file(path: Path, what: str) -> None:
+    """Refuse a secret file (API keys, TLS private key) that group or others may access."""
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} {path} not found") from None
+    except OSError as e:
+        raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: chmod 600 {path}"
+        )
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without a valid key before any servicer code runs (UNAUTHENTICATED)."""
+
+    def __init__(self, auth: Authenticator) -> None:
+        self.auth = auth
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method or ""
+        if self.auth.dev or method.startswith(PUBLIC_METHOD_PREFIXES):
+            return await continuation(handler_call_details)
+        try:
+            self.auth.tenant_for_metadata(handler_call_details.invocation_metadata)
+        except UnauthenticatedError as exc:
+            handler = await continuation(handler_call_details)
+            return _rejecting(handler, exc.message)
+        return await continuation(handler_call_details)
+
+
+def _rejecting(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
+    async def abort(_request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    if handler is None:  # unknown method: let gRPC answer UNIMPLEMENTED... after auth
+        return grpc.unary_unary_rpc_method_handler(abort)
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort, **kwargs)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(abort, **kwargs)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort, **kwargs)
+    return grpc.unary_unary_rpc_method_handler(abort, **kwargs)

@@ -1,0 +1,378 @@
+"""Assemble and run the gRPC server: store, sandbox, per-tenant engines, servicers, auth,
+health, reflection, metrics, TLS, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
+from crossaudit.kernel.limits import EngineLimits
+from crossaudit.sandbox.base import Sandbox
+from crossaudit.service.auth import Authenticator, AuthInterceptor, check_private_file
+from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
+from crossaudit.service.core import (
+    CrossAuditService,
+    DecisionEngine,
+    EngineProvider,
+    TenantFeedback,
+    UploadedEvaluators,
+)
+from crossaudit.service.grants import TenantGrants
+from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.service.servicers import add_servicers
+from crossaudit.store.base import Store
+from crossaudit.store.sqlite import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, SQLiteStore
+
+log = logging.getLogger("crossaudit.service")
+API_KEYS_ENV = "CROSSAUDIT_API_KEYS_FILE"
+MAX_DATA_DIR_ENTRIES_FIXED = 100_000  # bound on the start-up permission walk of the data directory
+
+
+def runtime_engines(
+    sandbox: Sandbox,
+    *,
+    model_backend: Any = None,
+    limits: EngineLimits | None = None,
+    grants: TenantGrants | None = None,
+) -> EngineProvider:
+    """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool.
+    A tenant's evaluators reach only its granted secrets and allowlisted LLM hosts."""
+    from crossaudit.orchestrator.engine.engine import Engine
+    from crossaudit.orchestrator.runtime import Runtime
+
+    grants = grants if grants is not None else TenantGrants()
+
+    def make(tenant: str, uploads: UploadedEvaluators, feedback: TenantFeedback) -> DecisionEngine:
+        runtime = Runtime(
+            sandbox,
+            resolver=uploads,
+            model_backend=model_backend,
+            tenant=tenant,
+            secrets=grants.source(tenant),
+            llm_hosts=grants.hosts(tenant),
+        )
+        return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)
+
+    return make
+
+
+def _address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def check_config(config: ServerConfig) -> None:
+    """Refuse unsafe or incomplete configurations before anything starts."""
+    if config.dev and config.host not in LOOPBACK_HOSTS:
+        raise ConfigurationError(f"--dev runs without API keys and only on loopback, not on {config.host!r}")
+    if config.dev and config.api_keys_file:
+        raise ConfigurationError("--dev and --api-keys exclude each other")
+    if not config.dev and not config.api_keys_file:
+        raise ConfigurationError(f"give --api-keys FILE (or {API_KEYS_ENV}), or --dev for a local keyless server")
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    if not 0 <= config.port <= 65535:
+        raise ConfigurationError(f"invalid port {config.port}")
+    if config.sandbox == "process":
+        check_process_sandbox_allowed(config)
+    if config.tls_key:
+        check_private_file(config.tls_key, "TLS private key")
+    if config.api_keys_file:
+        check_private_file(config.api_keys_file, "API keys file")  # before anything starts
+
+
+def check_process_sandbox_allowed(config: ServerConfig) -> None:
+    """With API keys (several tenants), custom code in the weaker process sandbox is an opt-in.
+
+    A RestrictedPython or kernel escape there reaches the server's user, so an operator must
+    say so explicitly (``--allow-process-sandbox``); ``--dev`` (one local tenant) may use it.
+    """
+    if not config.dev and not config.allow_process_sandbox:
+        raise ConfigurationError(
+            "custom code would run in the process sandbox, which isolates tenants less than docker "
+            "(no container: a RestrictedPython or kernel escape reaches the server's user); start a "
+            "Docker daemon, or accept this with --allow-process-sandbox"
+        )
+
+
+def secure_data_dir(data_dir: Path) -> None:
+    """The data directory 0700 and everything in it 0600 (dirs 0700), whatever the umask.
+
+    It holds every tenant's uploaded code, policies and audit log; an operator's laxer umask,
+    or an older install, must not leave it readable by other local users.
+    """
+    data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    data_dir.chmod(PRIVATE_DIR_MODE)
+    for n, path in enumerate(data_dir.rglob("*")):
+        if n >= MAX_DATA_DIR_ENTRIES_FIXED:
+            log.warning("data directory %s: stopped fixing permissions after %d entries", data_dir, n)
+            break
+        with contextlib.suppress(OSError):
+            if path.is_symlink():
+                continue
+            path.chmod(PRIVATE_DIR_MODE if path.is_dir() else PRIVATE_FILE_MODE)
+
+
+def lock_data_dir(data_dir: Path) -> Any:
+    """One server per data directory: an exclusive ``flock`` (released when the process dies)."""
+    import fcntl
+
+    try:
+        secure_data_dir(data_dir)
+        fd = os.open(data_dir / "server.lock", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE_MODE)
+    except OSError as e:
+        raise ConfigurationError(f"cannot use data directory {data_dir}: {e.strerror}") from None
+    fh = os.fdopen(fd, "a")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise ConfigurationError(f"another crossaudit server is using data directory {data_dir}") from None
+    return fh
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
+
+
+def policy_files(directory: Path | None) -> list[tuple[str, str]]:
+    """``policies/*.yaml`` (and .yml) as (filename, text), sorted. They are the operator's files:
+    their ``code_file`` and ``evaluators/<name>.py`` are inlined here, as the CLI does, because
+    the service itself never reads a file that a policy names."""
+    from crossaudit.orchestrator.policy.inline import inline_local_code
+
+    if directory is None or not Path(directory).is_dir():
+        return []
+    out = []
+    for p in sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")]):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = p.read_text(encoding="utf-8")
+            with contextlib.suppress(CrossAuditError):  # left as is: the deploy reports the problem
+                text = inline_local_code(text, p.parent).text
+            out.append((p.name, text))
+    return out
+
+
+def _log_grants(grants: TenantGrants, tenants: list[str]) -> None:
+    """Names and sources of each tenant's secrets (never values); unavailable ones as warnings."""
+    if grants.development:
+        log.info("dev mode: ${NAME} in policies reads this process's environment")
+        return
+    for tenant in tenants:
+        names = grants.secrets.get(tenant, {})
+        if names:
+            log.info("tenant %s is granted secrets: %s", tenant, grants.describe(tenant))
+        source = grants.source(tenant)
+        for name in names:
+            source.get(name)  # logs a warning naming the secret and its source when unavailable
+        hosts = grants.hosts(tenant)
+        allowed = ", ".join(hosts.patterns) if hosts else "the providers' default endpoints only"
+        log.info("tenant %s: LLM base_url hosts: %s", tenant, allowed)
+
+
+@dataclass
+class RunningServer:
+    config: ServerConfig
+    server: grpc.aio.Server
+    port: int
+    service: CrossAuditService
+    store: Store
+    sandbox: Sandbox | None
+    health: health.aio.HealthServicer
+    metrics: ServiceMetrics
+    metrics_port: int | None = None
+    model_backend: Any = None
+    auth: Authenticator | None = None
+    owned: list[Any] = field(default_factory=list)
+    warmer: asyncio.Task[int] | None = None
+    lock: Any = None
+    _stopped: bool = False
+
+    @property
+    def address(self) -> str:
+        return _address(self.config.host, self.port)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful: NOT_SERVING, finish in-flight calls (up to ``grace`` s), release everything."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.warmer is not None and not self.warmer.done():
+            self.warmer.cancel()
+            with contextlib.suppress(BaseException):
+                await self.warmer
+        grace = self.config.limits.shutdown_grace_s if grace is None else grace
+        with contextlib.suppress(Exception):
+            await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.service.aclose()
+        for closer in self.owned:  # what start_server built (not what was injected)
+            try:
+                await closer.aclose()
+            except Exception:
+                log.exception("closing %s failed", type(closer).__name__)
+        await self.store.aclose()
+        self.metrics.close()
+        if self.lock is not None:
+            self.lock.close()
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def start_server(
+    config: ServerConfig,
+    *,
+    engines: EngineProvider | None = None,
+    sandbox: Sandbox | None = None,
+    store: Store | None = None,
+    auth: Authenticator | None = None,
+    engine_limits: EngineLimits | None = None,
+) -> RunningServer:
+    """Start serving (returns once the port is bound). Injected parts are not closed by stop()
+    except the store; parts built here (sandbox, model pool) are."""
+    check_config(config)
+    limits = config.limits
+    if auth is None:
+        auth = Authenticator.dev_mode() if config.dev else Authenticator.from_file(config.api_keys_file, limits)  # type: ignore[arg-type]
+    grants = auth.grants.with_hosts(config.llm_base_url_hosts)
+    _log_grants(grants, auth.tenants)
+    owned: list[Any] = []
+    model_backend = None
+    if engines is None:
+        if sandbox is None:
+            from crossaudit.orchestrator.runtime import make_sandbox
+
+            sandbox = make_sandbox(config.sandbox)
+            owned.append(sandbox)
+            if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
+                try:
+                    check_process_sandbox_allowed(config)
+                except ConfigurationError:
+                    await sandbox.aclose()
+                    raise
+        from crossaudit.modelserver.pool import ModelServerPool
+
+        model_backend = ModelServerPool()
+        owned.append(model_backend)
+        engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits, grants=grants)
+    lock = None
+    if store is None:
+        lock = lock_data_dir(config.data_dir)
+        store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
+    metrics = ServiceMetrics()
+    if sandbox is not None:
+        metrics.watch_sandbox(sandbox.info)
+    service = CrossAuditService(
+        store,
+        engines,
+        sandbox=sandbox,
+        limits=limits,
+        metrics=metrics,
+        audit_raw_text=config.audit_raw_text,
+        grants=grants,
+    )
+
+    options = [
+        ("grpc.max_receive_message_length", limits.max_receive_message_bytes),
+        ("grpc.max_send_message_length", limits.max_send_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(auth)], options=options, maximum_concurrent_rpcs=limits.max_concurrent_rpcs
+    )
+    names = add_servicers(server, service, auth)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    address = _address(config.host, config.port)
+    try:
+        if config.tls_cert and config.tls_key:
+            creds = grpc.ssl_server_credentials(
+                [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS cert"))]
+            )
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as e:
+        port = 0
+        log.debug("bind failed: %s", e)
+    if not port:
+        await store.aclose()
+        if lock is not None:
+            lock.close()
+        raise ConfigurationError(f"cannot listen on {address} (in use, or not a local address)")
+    await server.start()
+    running = RunningServer(
+        config,
+        server,
+        port,
+        service,
+        store,
+        sandbox,
+        health_servicer,
+        metrics,
+        model_backend=model_backend,
+        auth=auth,
+        owned=owned,
+        lock=lock,
+    )
+    try:
+        if config.metrics_port is not None:
+            running.metrics_port = metrics.serve(config.metrics_host, config.metrics_port)
+        problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), BOOTSTRAP_ENVIRONMENT)
+        for line in problems:
+            log.warning("%s", line)
+        running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")
+        for name in ["", *names]:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    except BaseException:
+        await running.stop(0)
+        raise
+    return running
+
+
+async def serve(config: ServerConfig, *, announce: Any = print) -> None:
+    """Run until SIGINT/SIGTERM, then shut down gracefully."""
+    running = await start_server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    info = running.sandbox.info() if running.sandbox is not None else {}
+    parts = [f"crossaudit serving on {running.address}"]
+    parts.append("tls" if config.tls_cert else "plaintext")
+    tenants = running.auth.tenants if running.auth else []
+    parts.append("dev: tenant 'default', no keys" if config.dev else f"{len(tenants)} tenant(s)")
+    if info:
+        backend = info.get("backend", "?")
+        parts.append(f"sandbox {backend}" + (" (WEAKER isolation than docker)" if backend == "process" else ""))
+        if backend == "process":
+            log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
+    parts.append(f"data in {config.data_dir}")
+    if running.metrics_port is not None:
+        parts.append(f"metrics on {_address(config.metrics_host, running.metrics_port)}")
+    announce(", ".join(parts), flush=True)
+    try:
+        await stop.wait()
+    finally:
+        announce("crossaudit shutting down", flush=True)
+        await running.stop()

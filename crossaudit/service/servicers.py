@@ -1,0 +1,373 @@
+"""grpc.aio servicers: convert messages, call :class:`CrossAuditService`, map errors once."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    InvalidInputError,
+    PolicyValidationError,
+    RateLimitedError,
+    ResultInvalidError,
+)
+from crossaudit.service import convert
+from crossaudit.service.auth import Authenticator
+from crossaudit.service.core import CrossAuditService, EvaluationOutcome
+from crossaudit.service.decoding import DecodingGuard
+from crossaudit.service.errors import abort, grpc_code, item_fields
+from crossaudit.store.base import ReviewState
+from crossaudit.v1 import audit_pb2 as audit_pb
+from crossaudit.v1 import audit_pb2_grpc as audit_grpc
+from crossaudit.v1 import evaluation_pb2 as ev_pb
+from crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
+from crossaudit.v1 import evaluator_pb2 as evr_pb
+from crossaudit.v1 import evaluator_pb2_grpc as evr_grpc
+from crossaudit.v1 import info_pb2 as info_pb
+from crossaudit.v1 import info_pb2_grpc as info_grpc
+from crossaudit.v1 import policy_pb2 as pol_pb
+from crossaudit.v1 import policy_pb2_grpc as pol_grpc
+from crossaudit.v1 import review_pb2 as rev_pb
+from crossaudit.v1 import review_pb2_grpc as rev_grpc
+
+log = logging.getLogger("crossaudit.service")
+ANSWER_ENVELOPE_BYTES = 64  # an EvaluateStream item's framing around the decision (+ its request_id)
+
+
+class _Base:
+    def __init__(self, service: CrossAuditService, auth: Authenticator) -> None:
+        self.svc = service
+        self.auth = auth
+
+    def _count(self, method: str, code: grpc.StatusCode) -> None:
+        self.svc.metrics.rpcs.labels(method, code.name).inc()
+
+    async def _fail(self, method: str, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+        if not isinstance(exc, CrossAuditError):
+            log.exception("%s failed with an unexpected error", method, exc_info=exc)
+        self._count(method, grpc_code(exc))
+        await abort(context, exc)
+
+
+def unary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Authenticate, run, count, and turn any exception into one status (never a traceback)."""
+    method = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self: _Base, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            tenant = self.auth.tenant(context)
+            result = await fn(self, tenant, request, context)
+        except asyncio.CancelledError:
+            self._count(method, grpc.StatusCode.CANCELLED)
+            raise
+        except Exception as exc:
+            await self._fail(method, context, exc)
+        self._count(method, grpc.StatusCode.OK)
+        return result
+
+    return wrapper
+
+
+def streaming(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    method = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self: _Base, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            tenant = self.auth.tenant(context)
+            async for item in fn(self, tenant, request, context):
+                yield item
+        except asyncio.CancelledError:
+            self._count(method, grpc.StatusCode.CANCELLED)
+            raise
+        except Exception as exc:
+            await self._fail(method, context, exc)
+        self._count(method, grpc.StatusCode.OK)
+
+    return wrapper
+
+
+class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
+    @unary
+    async def ValidatePolicy(self, tenant: str, request: pol_pb.ValidatePolicyRequest, context: Any):
+        try:
+            policy = await self.svc.validate_policy(request.content, request.filename, tenant=tenant)
+        except PolicyValidationError as e:
+            return pol_pb.ValidatePolicyResponse(valid=False, issues=[convert.issue_to_pb(i) for i in e.issues])
+        return pol_pb.ValidatePolicyResponse(
+            valid=True,
+            name=policy.name,
+            declared_version=policy.version,
+            rule_count=len(policy.rules),
+            evaluator_count=len(policy.evaluators),
+        )
+
+    @unary
+    async def DeployPolicy(self, tenant: str, request: pol_pb.DeployPolicyRequest, context: Any):
+        version, deployment, created = await self.svc.deploy_policy(
+            tenant, request.content, environment=request.environment, filename=request.filename
+        )
+        return pol_pb.DeployPolicyResponse(
+            version=convert.version_to_pb(version), deployment=convert.deployment_to_pb(deployment), created=created
+        )
+
+    @unary
+    async def GetPolicy(self, tenant: str, request: pol_pb.GetPolicyRequest, context: Any):
+        rec, deployments = await self.svc.get_policy(
+            tenant, request.name, environment=request.environment, version=request.version
+        )
+        return pol_pb.GetPolicyResponse(
+            version=convert.version_to_pb(rec),
+            content=rec.content,
+            deployments=[convert.deployment_to_pb(d) for d in deployments],
+        )
+
+    @unary
+    async def ListPolicies(self, tenant: str, request: pol_pb.ListPoliciesRequest, context: Any):
+        items = await self.svc.list_policies(tenant, request.environment)
+        return pol_pb.ListPoliciesResponse(policies=[convert.summary_to_pb(s) for s in items])
+
+    @unary
+    async def RollbackPolicy(self, tenant: str, request: pol_pb.RollbackPolicyRequest, context: Any):
+        dep, previous = await self.svc.rollback_policy(
+            tenant, request.name, environment=request.environment, to_version=request.to_version
+        )
+        return pol_pb.RollbackPolicyResponse(deployment=convert.deployment_to_pb(dep), previous_version=previous)
+
+
+class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
+    async def _evaluate(self, tenant: str, request: ev_pb.EvaluateRequest, context: Any) -> ev_pb.EvaluateResponse:
+        limits = self.svc.limits
+        caller_context = convert.from_struct(request.context, max_depth=limits.max_struct_depth, what="context")
+
+        def encode(out: EvaluationOutcome) -> ev_pb.EvaluateResponse:
+            # Runs before the audit write, so a decision that cannot be sent is never audited.
+            msg = convert.decision_to_pb(
+                out.decision,
+                revision=out.revision,
+                environment=out.environment,
+                review_ids=out.review_ids,
+                request_id=request.request_id,
+            )
+            size = msg.ByteSize() + len(request.request_id.encode()) + ANSWER_ENVELOPE_BYTES
+            if size > limits.max_send_message_bytes:
+                raise ResultInvalidError(
+                    f"the decision is {size} bytes, over the {limits.max_send_message_bytes}-byte answer limit"
+                )
+            return msg
+
+        out = await self.svc.evaluate(
+            tenant,
+            policy=request.policy,
+            prompt=request.prompt,
+            response=request.response,
+            context=caller_context,
+            environment=request.environment,
+            time_remaining=context.time_remaining(),
+            request_id=request.request_id,
+            encode=encode,
+        )
+        return out.answer
+
+    @unary
+    async def Evaluate(self, tenant: str, request: ev_pb.EvaluateRequest, context: Any):
+        return await self._evaluate(tenant, request, context)
+
+    @streaming
+    async def EvaluateStream(
+        self, tenant: str, request_iterator: AsyncIterator[ev_pb.EvaluateRequest], context: Any
+    ) -> AsyncIterator[ev_pb.EvaluateStreamResponse]:
+        limits = self.svc.limits
+        results: asyncio.Queue[Any] = asyncio.Queue()  # bounded by the slots
+        slots = asyncio.Semaphore(limits.max_stream_inflight)
+        running: set[asyncio.Task[None]] = set()
+        done = object()
+
+        async def one(req: ev_pb.EvaluateRequest) -> None:
+            try:
+                decision = await self._evaluate(tenant, req, context)
+                item = ev_pb.EvaluateStreamResponse(request_id=req.request_id, decision=decision)
+            except Exception as exc:  # one item's failure is its answer; the stream goes on
+                if not isinstance(exc, CrossAuditError):
+                    log.exception("EvaluateStream item failed with an unexpected error", exc_info=exc)
+                error = ev_pb.ItemError(**item_fields(exc))  # the one codec: type, flag, details
+                item = ev_pb.EvaluateStreamResponse(request_id=req.request_id, error=error)
+            await results.put(item)  # its slot is released once the answer is sent
+
+        async def reader() -> None:
+            try:
+                count = 0
+                async for req in request_iterator:
+                    count += 1
+                    if count > limits.max_stream_items:
+                        raise RateLimitedError(f"a stream carries at most {limits.max_stream_items} requests")
+                    await slots.acquire()
+                    task = asyncio.create_task(one(req))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if running:
+                    await asyncio.gather(*list(running))
+                await results.put(done)
+            except Exception as exc:
+                await results.put(exc)
+
+        feeder = asyncio.create_task(reader())
+        try:
+            while True:
+                item = await results.get()
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                # evaluating + answered-but-unsent items stay within max_stream_inflight
+                slots.release()
+        finally:
+            feeder.cancel()
+            for task in list(running):
+                task.cancel()
+
+    @unary
+    async def SubmitFeedback(self, tenant: str, request: ev_pb.SubmitFeedbackRequest, context: Any):
+        rec = await self.svc.submit_feedback(
+            tenant, request.decision_id, rule=request.rule, label=request.label, comment=request.comment
+        )
+        return ev_pb.SubmitFeedbackResponse(feedback_id=rec.id)
+
+
+class EvaluatorServicer(_Base, evr_grpc.EvaluatorServiceServicer):
+    @streaming
+    async def UploadEvaluator(
+        self, tenant: str, request: evr_pb.UploadEvaluatorRequest, context: Any
+    ) -> AsyncIterator[evr_pb.UploadEvaluatorEvent]:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+        last = [0.0, -1.0]  # time, fraction of the last forwarded event (throttle)
+
+        def progress(message: str, fraction: float) -> None:  # may run in a build thread
+            loop.call_soon_threadsafe(events.put_nowait, (str(message)[:500], float(fraction)))
+
+        upload = asyncio.create_task(
+            self.svc.upload_evaluator(
+                tenant,
+                name=request.name,
+                code=request.code,
+                language=request.language or "python",
+                dependencies=list(request.dependencies),
+                description=request.description,
+                progress=progress,
+            )
+        )
+        try:
+            while not upload.done():
+                getter = asyncio.create_task(events.get())
+                finished, _ = await asyncio.wait({getter, upload}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in finished:
+                    getter.cancel()
+                    break
+                message, fraction = getter.result()
+                now = time.monotonic()
+                if now - last[0] < 0.05 and fraction - last[1] < 0.01 and fraction < 1.0:
+                    continue  # at most ~20 events/s unless the fraction moved
+                last[:] = [now, fraction]
+                yield evr_pb.UploadEvaluatorEvent(
+                    progress=evr_pb.UploadProgress(message=message, fraction=max(0.0, min(1.0, fraction)))
+                )
+            rec, created = await upload
+        finally:
+            upload.cancel()
+        yield evr_pb.UploadEvaluatorEvent(evaluator=convert.evaluator_to_pb(rec), created=created)
+
+    @unary
+    async def GetEvaluator(self, tenant: str, request: evr_pb.GetEvaluatorRequest, context: Any):
+        rec = await self.svc.get_evaluator(tenant, evaluator_id=request.id, name=request.name, version=request.version)
+        return convert.evaluator_to_pb(rec, include_code=request.include_code)
+
+    @unary
+    async def ListEvaluators(self, tenant: str, request: evr_pb.ListEvaluatorsRequest, context: Any):
+        recs = await self.svc.list_evaluators(tenant, request.name)
+        return evr_pb.ListEvaluatorsResponse(evaluators=[convert.evaluator_to_pb(r) for r in recs])
+
+
+class ReviewServicer(_Base, rev_grpc.ReviewServiceServicer):
+    @unary
+    async def ListReviews(self, tenant: str, request: rev_pb.ListReviewsRequest, context: Any):
+        state = convert.REVIEW_STATE_FROM_PB.get(request.state) if request.state else None
+        recs = await self.svc.list_reviews(tenant, state=state, policy=request.policy, limit=request.limit)
+        return rev_pb.ListReviewsResponse(reviews=[convert.review_to_pb(r) for r in recs])
+
+    @unary
+    async def ResolveReview(self, tenant: str, request: rev_pb.ResolveReviewRequest, context: Any):
+        state = convert.REVIEW_STATE_FROM_PB.get(request.state)
+        if state is None or state is ReviewState.OPEN:
+            raise InvalidInputError("state must be APPROVED, REJECTED or DISMISSED")
+        rec = await self.svc.resolve_review(tenant, request.id, state, reviewer=request.reviewer, note=request.note)
+        return convert.review_to_pb(rec)
+
+
+class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
+    @unary
+    async def GetDecision(self, tenant: str, request: audit_pb.GetDecisionRequest, context: Any):
+        return convert.audit_to_pb(await self.svc.get_decision(tenant, request.decision_id))
+
+    @unary
+    async def ListDecisions(self, tenant: str, request: audit_pb.ListDecisionsRequest, context: Any):
+        recs = await self.svc.list_decisions(tenant, policy=request.policy, limit=request.limit)
+        return audit_pb.ListDecisionsResponse(decisions=[convert.audit_to_pb(r) for r in recs])
+
+
+class InfoServicer(_Base, info_grpc.InfoServiceServicer):
+    """Version and isolation of this server, so a caller can tell a weaker sandbox apart."""
+
+    @unary
+    async def GetServerInfo(self, tenant: str, request: info_pb.GetServerInfoRequest, context: Any) -> Any:
+        info = self.svc.sandbox.info() if self.svc.sandbox is not None else {}
+        backend = str(info.get("backend", ""))
+        return info_pb.ServerInfo(
+            version=_version(),
+            tenant=tenant,
+            multi_tenant=not self.auth.dev,
+            sandbox_backend=backend,
+            isolation=str(info.get("isolation", "")),
+            weaker_isolation=backend == "process",
+        )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("crossaudit")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Authenticator) -> list[str]:
+    """Register the public services; returns their full names (for health/reflection).
+    Every request deserializer is guarded: bytes that do not decode are INVALID_ARGUMENT."""
+    rpcs = service.metrics.rpcs
+    server = DecodingGuard(  # type: ignore[assignment]
+        server, service.limits.max_struct_depth, lambda method: rpcs.labels(method, "INVALID_ARGUMENT").inc()
+    )
+    info_grpc.add_InfoServiceServicer_to_server(InfoServicer(service, auth), server)
+    pol_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(service, auth), server)
+    ev_grpc.add_EvaluationServiceServicer_to_server(EvaluationServicer(service, auth), server)
+    evr_grpc.add_EvaluatorServiceServicer_to_server(EvaluatorServicer(service, auth), server)
+    rev_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(service, auth), server)
+    audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(service, auth), server)
+    return [
+        info_pb.DESCRIPTOR.services_by_name["InfoService"].full_name,
+        audit_pb.DESCRIPTOR.services_by_name["AuditService"].full_name,
+        pol_pb.DESCRIPTOR.services_by_name["PolicyService"].full_name,
+        ev_pb.DESCRIPTOR.services_by_name["EvaluationService"].full_name,
+        evr_pb.DESCRIPTOR.services_by_name["EvaluatorService"].full_name,
+        rev_pb.DESCRIPTOR.services_by_name["ReviewService"].full_name,
+    ]

@@ -1,0 +1,292 @@
+"""The store interface: everything the service persists, behind one async API.
+
+The embedded implementation is :class:`crossaudit.store.sqlite.SQLiteStore`; a PostgreSQL
+store can replace it by implementing :class:`Store`. Every method is scoped by ``tenant``:
+a tenant never sees another tenant's rows (a foreign id is simply NOT_FOUND).
+Records are plain frozen dataclasses (no proto types, no ORM objects).
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+# The store's errors live in the one hierarchy (crossaudit.kernel.errors); re-exported for compatibility.
+from crossaudit.kernel.errors import ReviewAlreadyResolvedError as ReviewAlreadyResolvedError
+from crossaudit.kernel.errors import StoreUnavailableError as StoreUnavailableError
+
+
+class ReviewKind(StrEnum):
+    REQUIRE_REVIEW = "require_review"
+    FLAG = "flag"
+
+
+class ReviewState(StrEnum):
+    OPEN = "open"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    DISMISSED = "dismissed"
+
+
+RESOLVED_STATES = frozenset({ReviewState.APPROVED, ReviewState.REJECTED, ReviewState.DISMISSED})
+
+
+@dataclass(frozen=True)
+class PolicyVersionRecord:
+    tenant: str
+    name: str
+    version: int  # immutable revision number, 1, 2, ... per (tenant, name)
+    declared_version: str  # the policy's own ``version`` field
+    digest: str  # sha256 of content
+    description: str
+    content: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class DeploymentRecord:
+    tenant: str
+    name: str
+    environment: str
+    version: int
+    deployed_at: float
+
+
+@dataclass(frozen=True)
+class PolicySummaryRecord:
+    name: str
+    latest_version: int
+    deployments: tuple[DeploymentRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class EvaluatorRecord:
+    id: str  # UUID
+    tenant: str
+    name: str
+    version: int  # 1, 2, ... per (tenant, name)
+    language: str
+    dependencies: tuple[str, ...]
+    digest: str  # content address (CodeBundle.digest)
+    code: str
+    description: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One answered decision. Raw text only when the policy or the server asks for it."""
+
+    decision_id: str
+    tenant: str
+    policy: str
+    policy_revision: int
+    policy_version: str
+    policy_digest: str
+    environment: str
+    passed: bool
+    action: str
+    rules: list[dict[str, Any]]  # per-rule status, score, action, latency, evaluators (no raw text)
+    errored_rules: list[str]
+    latency_ms: float
+    prompt_sha256: str
+    response_sha256: str
+    context_sha256: str
+    created_at: float
+    request_id: str = ""
+    prompt: str | None = None
+    response: str | None = None
+    modified_response_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ReviewRecord:
+    id: str
+    tenant: str
+    decision_id: str
+    policy: str
+    policy_revision: int
+    environment: str
+    rule: str
+    kind: ReviewKind
+    state: ReviewState
+    params: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    resolved_at: float | None = None
+    reviewer: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FeedbackRecord:
+    id: str
+    tenant: str
+    decision_id: str
+    rule: str
+    label: str
+    comment: str
+    created_at: float
+
+
+AUTO_REVIEWER = "auto"
+
+
+def iso_seconds(value: Any) -> float | None:
+    """Epoch seconds of an ISO-8601 timestamp param (``escalate_at``, ...), or None."""
+    import datetime as dt
+
+    if not isinstance(value, str):
+        return None
+    try:
+        ts = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=dt.UTC)
+    return ts.timestamp()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def sha256_json(doc: Any) -> str:
+    return sha256_text(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str))
+
+
+class Store(abc.ABC):
+    """Async persistence of policies, deployments, evaluators, audit, reviews and feedback.
+
+    Errors: :class:`~crossaudit.kernel.errors.NotFoundError` for unknown names/ids (including
+    another tenant's), :class:`~crossaudit.kernel.errors.InvalidInputError` for bad arguments.
+    """
+
+    # --- policies -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def deploy_policy(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        declared_version: str,
+        description: str,
+        content: str,
+        environment: str,
+    ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+        """Store ``content`` as a new version (or reuse the version with the same digest) and
+        deploy it to ``environment``, atomically. Returns (version, deployment, created)."""
+
+    @abc.abstractmethod
+    async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord: ...
+
+    @abc.abstractmethod
+    async def get_deployed_policy(self, tenant: str, name: str, environment: str) -> PolicyVersionRecord:
+        """The version currently deployed in ``environment`` (NotFoundError when none)."""
+
+    @abc.abstractmethod
+    async def list_deployments(self, tenant: str, name: str) -> list[DeploymentRecord]: ...
+
+    @abc.abstractmethod
+    async def list_policies(self, tenant: str, environment: str | None = None) -> list[PolicySummaryRecord]: ...
+
+    @abc.abstractmethod
+    async def rollback_policy(
+        self, tenant: str, name: str, environment: str, to_version: int | None = None
+    ) -> tuple[DeploymentRecord, int]:
+        """Deploy ``to_version`` (default: the last different version deployed there before the
+        current one). Returns (new deployment, version that was deployed before)."""
+
+    # --- evaluators ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_evaluator(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        code: str,
+        language: str,
+        dependencies: tuple[str, ...],
+        digest: str,
+        description: str = "",
+    ) -> tuple[EvaluatorRecord, bool]:
+        """Store an uploaded evaluator. Identical content under the same name returns the
+        existing record (created=False); new content becomes the next version with a new id."""
+
+    @abc.abstractmethod
+    async def get_evaluator(self, tenant: str, evaluator_id: str) -> EvaluatorRecord: ...
+
+    @abc.abstractmethod
+    async def get_evaluator_by_name(self, tenant: str, name: str, version: int | None = None) -> EvaluatorRecord:
+        """The given version of ``name``, or its latest version."""
+
+    @abc.abstractmethod
+    async def list_evaluators(self, tenant: str, name: str | None = None) -> list[EvaluatorRecord]:
+        """Records without code (``code`` is empty), newest version last per name."""
+
+    # --- audit, reviews, feedback -------------------------------------------------------
+
+    @abc.abstractmethod
+    async def record_decision(self, audit: AuditRecord, reviews: list[ReviewRecord]) -> None:
+        """Durably write a decision's audit record and the reviews it created, atomically.
+        Called *before* the answer is sent."""
+
+    @abc.abstractmethod
+    async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord: ...
+
+    @abc.abstractmethod
+    async def list_decisions(self, tenant: str, *, policy: str | None = None, limit: int = 100) -> list[AuditRecord]:
+        """Most recent first."""
+
+    @abc.abstractmethod
+    async def count_decisions(self, tenant: str | None = None) -> int: ...
+
+    @abc.abstractmethod
+    async def list_reviews(
+        self,
+        tenant: str,
+        *,
+        state: ReviewState | None = None,
+        policy: str | None = None,
+        limit: int = 100,
+    ) -> list[ReviewRecord]:
+        """Oldest first (a review queue)."""
+
+    @abc.abstractmethod
+    async def auto_approve_due(self, tenant: str, now: float) -> int:
+        """Approve (reviewer ``auto``) open require_review items whose ``auto_approve_at`` has
+        passed; returns how many."""
+
+    @abc.abstractmethod
+    async def resolve_review(
+        self, tenant: str, review_id: str, state: ReviewState, *, reviewer: str = "", note: str = ""
+    ) -> ReviewRecord:
+        """Close an open review. Resolving an already-resolved one is FAILED_PRECONDITION."""
+
+    @abc.abstractmethod
+    async def add_feedback(
+        self, tenant: str, decision_id: str, *, rule: str, label: str, comment: str = ""
+    ) -> FeedbackRecord: ...
+
+    @abc.abstractmethod
+    async def feedback_counts(self, tenant: str) -> dict[tuple[str, str], tuple[int, int, int]]:
+        """Rule-level feedback per (policy, rule): (total, false_positive, false_negative)."""
+
+    @abc.abstractmethod
+    async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]: ...
+
+    # --- misc ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_meta(self, key: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def set_meta(self, key: str, value: str) -> None: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...

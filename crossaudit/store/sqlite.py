@@ -1,0 +1,728 @@
+"""Embedded SQLite store (WAL). One connection, one dedicated thread: every call is a short
+transaction run off the event loop, so the service stays async end to end.
+
+Durability: WAL with ``synchronous=NORMAL`` (default) keeps every committed transaction
+across a process crash or ``kill -9`` (the OS holds the WAL pages); ``synchronous=FULL``
+also survives power loss at the cost of an fsync per commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError
+from crossaudit.store.base import (
+    AUTO_REVIEWER,
+    AuditRecord,
+    DeploymentRecord,
+    EvaluatorRecord,
+    FeedbackRecord,
+    PolicySummaryRecord,
+    PolicyVersionRecord,
+    ReviewAlreadyResolvedError,
+    ReviewKind,
+    ReviewRecord,
+    ReviewState,
+    Store,
+    StoreUnavailableError,
+    iso_seconds,
+    sha256_text,
+)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    declared_version TEXT NOT NULL, digest TEXT NOT NULL, description TEXT NOT NULL,
+    content TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+);
+CREATE INDEX IF NOT EXISTS policy_versions_digest ON policy_versions (tenant, name, digest);
+CREATE TABLE IF NOT EXISTS deployments (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    version INTEGER NOT NULL, deployed_at REAL NOT NULL,
+    PRIMARY KEY (tenant, name, environment)
+);
+CREATE TABLE IF NOT EXISTS deployment_history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    version INTEGER NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deployment_history_key ON deployment_history (tenant, name, environment, seq);
+CREATE TABLE IF NOT EXISTS evaluators (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    language TEXT NOT NULL, dependencies TEXT NOT NULL, digest TEXT NOT NULL,
+    code TEXT NOT NULL, description TEXT NOT NULL, created_at REAL NOT NULL,
+    UNIQUE (tenant, name, version)
+);
+CREATE INDEX IF NOT EXISTS evaluators_digest ON evaluators (tenant, name, digest);
+CREATE TABLE IF NOT EXISTS decisions (
+    decision_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, policy TEXT NOT NULL,
+    policy_revision INTEGER NOT NULL, policy_version TEXT NOT NULL, policy_digest TEXT NOT NULL,
+    environment TEXT NOT NULL, passed INTEGER NOT NULL, action TEXT NOT NULL,
+    rules TEXT NOT NULL, errored_rules TEXT NOT NULL, latency_ms REAL NOT NULL,
+    prompt_sha256 TEXT NOT NULL, response_sha256 TEXT NOT NULL, context_sha256 TEXT NOT NULL,
+    modified_response_sha256 TEXT, prompt TEXT, response TEXT,
+    request_id TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_tenant ON decisions (tenant, created_at);
+CREATE TABLE IF NOT EXISTS reviews (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, decision_id TEXT NOT NULL, policy TEXT NOT NULL,
+    policy_revision INTEGER NOT NULL, environment TEXT NOT NULL, rule TEXT NOT NULL,
+    kind TEXT NOT NULL, state TEXT NOT NULL, params TEXT NOT NULL, created_at REAL NOT NULL,
+    resolved_at REAL, reviewer TEXT NOT NULL, note TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reviews_tenant ON reviews (tenant, state, created_at);
+CREATE TABLE IF NOT EXISTS feedback (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, decision_id TEXT NOT NULL, rule TEXT NOT NULL,
+    label TEXT NOT NULL, comment TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_decision ON feedback (tenant, decision_id);
+"""
+
+
+def _policy_row(r: sqlite3.Row) -> PolicyVersionRecord:
+    return PolicyVersionRecord(
+        tenant=r["tenant"],
+        name=r["name"],
+        version=r["version"],
+        declared_version=r["declared_version"],
+        digest=r["digest"],
+        description=r["description"],
+        content=r["content"],
+        created_at=r["created_at"],
+    )
+
+
+def _deployment_row(r: sqlite3.Row) -> DeploymentRecord:
+    return DeploymentRecord(
+        tenant=r["tenant"],
+        name=r["name"],
+        environment=r["environment"],
+        version=r["version"],
+        deployed_at=r["deployed_at"],
+    )
+
+
+def _evaluator_row(r: sqlite3.Row, with_code: bool = True) -> EvaluatorRecord:
+    return EvaluatorRecord(
+        id=r["id"],
+        tenant=r["tenant"],
+        name=r["name"],
+        version=r["version"],
+        language=r["language"],
+        dependencies=tuple(json.loads(r["dependencies"])),
+        digest=r["digest"],
+        code=r["code"] if with_code else "",
+        description=r["description"],
+        created_at=r["created_at"],
+    )
+
+
+def _audit_row(r: sqlite3.Row) -> AuditRecord:
+    return AuditRecord(
+        decision_id=r["decision_id"],
+        tenant=r["tenant"],
+        policy=r["policy"],
+        policy_revision=r["policy_revision"],
+        policy_version=r["policy_version"],
+        policy_digest=r["policy_digest"],
+        environment=r["environment"],
+        passed=bool(r["passed"]),
+        action=r["action"],
+        rules=json.loads(r["rules"]),
+        errored_rules=json.loads(r["errored_rules"]),
+        latency_ms=r["latency_ms"],
+        prompt_sha256=r["prompt_sha256"],
+        response_sha256=r["response_sha256"],
+        context_sha256=r["context_sha256"],
+        created_at=r["created_at"],
+        request_id=r["request_id"],
+        prompt=r["prompt"],
+        response=r["response"],
+        modified_response_sha256=r["modified_response_sha256"],
+    )
+
+
+def _review_row(r: sqlite3.Row) -> ReviewRecord:
+    return ReviewRecord(
+        id=r["id"],
+        tenant=r["tenant"],
+        decision_id=r["decision_id"],
+        policy=r["policy"],
+        policy_revision=r["policy_revision"],
+        environment=r["environment"],
+        rule=r["rule"],
+        kind=ReviewKind(r["kind"]),
+        state=ReviewState(r["state"]),
+        params=json.loads(r["params"]),
+        created_at=r["created_at"],
+        resolved_at=r["resolved_at"],
+        reviewer=r["reviewer"],
+        note=r["note"],
+    )
+
+
+class SQLiteStore(Store):
+    """``SQLiteStore(path)``; ``path=":memory:"`` for tests. Call :meth:`aclose` when done."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5_000) -> None:
+        sync = synchronous.upper()
+        if sync not in SYNCHRONOUS_MODES:
+            raise InvalidInputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
+        self.path = str(path)
+        if self.path != ":memory:":
+            _private_files(Path(self.path))
+        # One thread owns the connection: sqlite3 objects never cross threads concurrently.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossaudit-store")
+        try:
+            self._conn = self._executor.submit(self._open, sync, busy_timeout_ms).result()
+        except sqlite3.Error as e:  # corrupt file, not a database, locked by another program, I/O error
+            self._executor.shutdown(wait=False)
+            raise StoreUnavailableError(f"cannot open the database {self.path}: {e}") from None
+        self._closed = False
+
+    def _open(self, sync: str, busy_timeout_ms: int) -> sqlite3.Connection:
+        # Bounded by busy_timeout_ms: a database another program holds locked fails start-up with
+        # one clear error instead of hanging.
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={sync}")
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        return conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreUnavailableError("the store is closed (the server is shutting down)")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._tx, fn)
+        except sqlite3.OperationalError as e:  # locked, disk full, I/O error: typed, retryable
+            raise StoreUnavailableError(f"database unavailable: {e}") from None
+        except RuntimeError as e:  # executor shut down under us
+            raise StoreUnavailableError(f"the store is closed: {e}") from None
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    # --- policies -----------------------------------------------------------------------
+
+    async def deploy_policy(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        declared_version: str,
+        description: str,
+        content: str,
+        environment: str,
+    ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+        digest = sha256_text(content)
+        now = time.time()
+
+        def tx(c: sqlite3.Connection) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+            row = c.execute(
+                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
+                (tenant, name, digest),
+            ).fetchone()
+            created = row is None
+            if created:
+                (latest,) = c.execute(
+                    "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
+                ).fetchone()
+                c.execute(
+                    "INSERT INTO policy_versions VALUES (?,?,?,?,?,?,?,?)",
+                    (tenant, name, latest + 1, declared_version, digest, description, content, now),
+                )
+                row = c.execute(
+                    "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, latest + 1)
+                ).fetchone()
+            version = _policy_row(row)
+            deployment = self._set_deployment(c, tenant, name, environment, version.version, "deploy", now)
+            return version, deployment, created
+
+        return await self._run(tx)
+
+    @staticmethod
+    def _set_deployment(
+        c: sqlite3.Connection, tenant: str, name: str, environment: str, version: int, kind: str, now: float
+    ) -> DeploymentRecord:
+        c.execute(
+            "INSERT INTO deployments VALUES (?,?,?,?,?) ON CONFLICT (tenant, name, environment) "
+            "DO UPDATE SET version=excluded.version, deployed_at=excluded.deployed_at",
+            (tenant, name, environment, version, now),
+        )
+        c.execute(
+            "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
+            (tenant, name, environment, version, kind, now),
+        )
+        return DeploymentRecord(tenant=tenant, name=name, environment=environment, version=version, deployed_at=now)
+
+    async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
+        def tx(c: sqlite3.Connection) -> PolicyVersionRecord:
+            row = c.execute(
+                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, version)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"policy {name!r} has no version {version}")
+            return _policy_row(row)
+
+        return await self._run(tx)
+
+    async def get_deployed_policy(self, tenant: str, name: str, environment: str) -> PolicyVersionRecord:
+        def tx(c: sqlite3.Connection) -> PolicyVersionRecord:
+            row = c.execute(
+                "SELECT v.* FROM deployments d JOIN policy_versions v "
+                "ON v.tenant=d.tenant AND v.name=d.name AND v.version=d.version "
+                "WHERE d.tenant=? AND d.name=? AND d.environment=?",
+                (tenant, name, environment),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"policy {name!r} is not deployed in environment {environment!r}")
+            return _policy_row(row)
+
+        return await self._run(tx)
+
+    async def list_deployments(self, tenant: str, name: str) -> list[DeploymentRecord]:
+        def tx(c: sqlite3.Connection) -> list[DeploymentRecord]:
+            rows = c.execute(
+                "SELECT * FROM deployments WHERE tenant=? AND name=? ORDER BY environment", (tenant, name)
+            ).fetchall()
+            return [_deployment_row(r) for r in rows]
+
+        return await self._run(tx)
+
+    async def list_policies(self, tenant: str, environment: str | None = None) -> list[PolicySummaryRecord]:
+        def tx(c: sqlite3.Connection) -> list[PolicySummaryRecord]:
+            latest = c.execute(
+                "SELECT name, MAX(version) AS v FROM policy_versions WHERE tenant=? GROUP BY name ORDER BY name",
+                (tenant,),
+            ).fetchall()
+            deps: dict[str, list[DeploymentRecord]] = {}
+            for r in c.execute("SELECT * FROM deployments WHERE tenant=? ORDER BY environment", (tenant,)):
+                deps.setdefault(r["name"], []).append(_deployment_row(r))
+            out = []
+            for r in latest:
+                mine = deps.get(r["name"], [])
+                if environment and not any(d.environment == environment for d in mine):
+                    continue
+                out.append(PolicySummaryRecord(name=r["name"], latest_version=r["v"], deployments=tuple(mine)))
+            return out
+
+        return await self._run(tx)
+
+    async def rollback_policy(
+        self, tenant: str, name: str, environment: str, to_version: int | None = None
+    ) -> tuple[DeploymentRecord, int]:
+        now = time.time()
+
+        def tx(c: sqlite3.Connection) -> tuple[DeploymentRecord, int]:
+            current = c.execute(
+                "SELECT version FROM deployments WHERE tenant=? AND name=? AND environment=?",
+                (tenant, name, environment),
+            ).fetchone()
+            if current is None:
+                raise NotFoundError(f"policy {name!r} is not deployed in environment {environment!r}")
+            cur = current["version"]
+            target = to_version
+            if target is None:
+                row = c.execute(
+                    "SELECT version FROM deployment_history WHERE tenant=? AND name=? AND environment=? "
+                    "AND version != ? ORDER BY seq DESC LIMIT 1",
+                    (tenant, name, environment, cur),
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(
+                        f"policy {name!r} has no earlier deployment in environment {environment!r} to roll back to"
+                    )
+                target = row["version"]
+            exists = c.execute(
+                "SELECT 1 FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, target)
+            ).fetchone()
+            if exists is None:
+                raise NotFoundError(f"policy {name!r} has no version {target}")
+            return self._set_deployment(c, tenant, name, environment, target, "rollback", now), cur
+
+        return await self._run(tx)
+
+    # --- evaluators ---------------------------------------------------------------------
+
+    async def put_evaluator(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        code: str,
+        language: str,
+        dependencies: tuple[str, ...],
+        digest: str,
+        description: str = "",
+    ) -> tuple[EvaluatorRecord, bool]:
+        now = time.time()
+
+        def tx(c: sqlite3.Connection) -> tuple[EvaluatorRecord, bool]:
+            row = c.execute(
+                "SELECT * FROM evaluators WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
+                (tenant, name, digest),
+            ).fetchone()
+            if row is not None:
+                return _evaluator_row(row), False
+            (latest,) = c.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM evaluators WHERE tenant=? AND name=?", (tenant, name)
+            ).fetchone()
+            rec = EvaluatorRecord(
+                id=str(uuid.uuid4()),
+                tenant=tenant,
+                name=name,
+                version=latest + 1,
+                language=language,
+                dependencies=tuple(dependencies),
+                digest=digest,
+                code=code,
+                description=description,
+                created_at=now,
+            )
+            c.execute(
+                "INSERT INTO evaluators VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rec.id,
+                    tenant,
+                    name,
+                    rec.version,
+                    language,
+                    json.dumps(list(dependencies)),
+                    digest,
+                    code,
+                    description,
+                    now,
+                ),
+            )
+            return rec, True
+
+        return await self._run(tx)
+
+    async def get_evaluator(self, tenant: str, evaluator_id: str) -> EvaluatorRecord:
+        def tx(c: sqlite3.Connection) -> EvaluatorRecord:
+            row = c.execute("SELECT * FROM evaluators WHERE tenant=? AND id=?", (tenant, evaluator_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"evaluator {evaluator_id!r} not found")
+            return _evaluator_row(row)
+
+        return await self._run(tx)
+
+    async def get_evaluator_by_name(self, tenant: str, name: str, version: int | None = None) -> EvaluatorRecord:
+        def tx(c: sqlite3.Connection) -> EvaluatorRecord:
+            if version:
+                row = c.execute(
+                    "SELECT * FROM evaluators WHERE tenant=? AND name=? AND version=?", (tenant, name, version)
+                ).fetchone()
+            else:
+                row = c.execute(
+                    "SELECT * FROM evaluators WHERE tenant=? AND name=? ORDER BY version DESC LIMIT 1", (tenant, name)
+                ).fetchone()
+            if row is None:
+                suffix = f" version {version}" if version else ""
+                raise NotFoundError(f"evaluator {name!r}{suffix} not found")
+            return _evaluator_row(row)
+
+        return await self._run(tx)
+
+    async def list_evaluators(self, tenant: str, name: str | None = None) -> list[EvaluatorRecord]:
+        def tx(c: sqlite3.Connection) -> list[EvaluatorRecord]:
+            if name:
+                rows = c.execute(
+                    "SELECT * FROM evaluators WHERE tenant=? AND name=? ORDER BY name, version", (tenant, name)
+                ).fetchall()
+            else:
+                rows = c.execute("SELECT * FROM evaluators WHERE tenant=? ORDER BY name, version", (tenant,)).fetchall()
+            return [_evaluator_row(r, with_code=False) for r in rows]
+
+        return await self._run(tx)
+
+    # --- audit, reviews, feedback -------------------------------------------------------
+
+    async def record_decision(self, audit: AuditRecord, reviews: list[ReviewRecord]) -> None:
+        def tx(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO decisions (decision_id, tenant, policy, policy_revision, policy_version, policy_digest, "
+                "environment, passed, action, rules, errored_rules, latency_ms, prompt_sha256, response_sha256, "
+                "context_sha256, modified_response_sha256, prompt, response, request_id, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    audit.decision_id,
+                    audit.tenant,
+                    audit.policy,
+                    audit.policy_revision,
+                    audit.policy_version,
+                    audit.policy_digest,
+                    audit.environment,
+                    int(audit.passed),
+                    audit.action,
+                    json.dumps(audit.rules, default=str),
+                    json.dumps(audit.errored_rules),
+                    audit.latency_ms,
+                    audit.prompt_sha256,
+                    audit.response_sha256,
+                    audit.context_sha256,
+                    audit.modified_response_sha256,
+                    audit.prompt,
+                    audit.response,
+                    audit.request_id,
+                    audit.created_at,
+                ),
+            )
+            for rv in reviews:
+                if rv.tenant != audit.tenant or rv.decision_id != audit.decision_id:
+                    raise InvalidInputError("a review must belong to the decision it is recorded with")
+                c.execute(
+                    "INSERT INTO reviews VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        rv.id,
+                        rv.tenant,
+                        rv.decision_id,
+                        rv.policy,
+                        rv.policy_revision,
+                        rv.environment,
+                        rv.rule,
+                        rv.kind.value,
+                        rv.state.value,
+                        json.dumps(rv.params, default=str),
+                        rv.created_at,
+                        rv.resolved_at,
+                        rv.reviewer,
+                        rv.note,
+                    ),
+                )
+
+        await self._run(tx)
+
+    async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord:
+        def tx(c: sqlite3.Connection) -> AuditRecord:
+            row = c.execute(
+                "SELECT * FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"decision {decision_id!r} not found")
+            return _audit_row(row)
+
+        return await self._run(tx)
+
+    async def list_decisions(self, tenant: str, *, policy: str | None = None, limit: int = 100) -> list[AuditRecord]:
+        def tx(c: sqlite3.Connection) -> list[AuditRecord]:
+            q = "SELECT * FROM decisions WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if policy:
+                q += " AND policy=?"
+                args.append(policy)
+            q += " ORDER BY created_at DESC LIMIT ?"
+            args.append(max(0, int(limit)))
+            return [_audit_row(r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def count_decisions(self, tenant: str | None = None) -> int:
+        def tx(c: sqlite3.Connection) -> int:
+            if tenant is None:
+                return int(c.execute("SELECT COUNT(*) FROM decisions").fetchone()[0])
+            return int(c.execute("SELECT COUNT(*) FROM decisions WHERE tenant=?", (tenant,)).fetchone()[0])
+
+        return await self._run(tx)
+
+    async def list_reviews(
+        self,
+        tenant: str,
+        *,
+        state: ReviewState | None = None,
+        policy: str | None = None,
+        limit: int = 100,
+    ) -> list[ReviewRecord]:
+        def tx(c: sqlite3.Connection) -> list[ReviewRecord]:
+            q = "SELECT * FROM reviews WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if state is not None:
+                q += " AND state=?"
+                args.append(state.value)
+            if policy:
+                q += " AND policy=?"
+                args.append(policy)
+            q += " ORDER BY created_at, id LIMIT ?"
+            args.append(max(0, int(limit)))
+            return [_review_row(r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def auto_approve_due(self, tenant: str, now: float) -> int:
+        def tx(c: sqlite3.Connection) -> int:
+            rows = c.execute(
+                "SELECT id, params FROM reviews WHERE tenant=? AND state=? AND kind=? AND params LIKE ?",
+                (tenant, ReviewState.OPEN.value, ReviewKind.REQUIRE_REVIEW.value, '%"auto_approve_at"%'),
+            ).fetchall()
+            due = []
+            for r in rows:
+                at = iso_seconds(json.loads(r["params"]).get("auto_approve_at"))
+                if at is not None and at <= now:
+                    due.append(r["id"])
+            for review_id in due:
+                c.execute(
+                    "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
+                    (
+                        ReviewState.APPROVED.value,
+                        now,
+                        AUTO_REVIEWER,
+                        "auto-approved (auto_approve_after)",
+                        tenant,
+                        review_id,
+                    ),
+                )
+            return len(due)
+
+        return await self._run(tx)
+
+    async def resolve_review(
+        self, tenant: str, review_id: str, state: ReviewState, *, reviewer: str = "", note: str = ""
+    ) -> ReviewRecord:
+        if state is ReviewState.OPEN:
+            raise InvalidInputError("a review is resolved as approved, rejected or dismissed, not open")
+        now = time.time()
+
+        def tx(c: sqlite3.Connection) -> ReviewRecord:
+            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"review {review_id!r} not found")
+            if row["state"] != ReviewState.OPEN.value:
+                raise ReviewAlreadyResolvedError(f"review {review_id!r} is already {row['state']}")
+            c.execute(
+                "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
+                (state.value, now, reviewer, note, tenant, review_id),
+            )
+            return _review_row(c.execute("SELECT * FROM reviews WHERE id=?", (review_id,)).fetchone())
+
+        return await self._run(tx)
+
+    async def add_feedback(
+        self, tenant: str, decision_id: str, *, rule: str, label: str, comment: str = ""
+    ) -> FeedbackRecord:
+        now = time.time()
+
+        def tx(c: sqlite3.Connection) -> FeedbackRecord:
+            row = c.execute(
+                "SELECT rules FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"decision {decision_id!r} not found")
+            if rule and rule not in {r.get("rule") for r in json.loads(row["rules"])}:
+                raise NotFoundError(f"decision {decision_id!r} has no rule {rule!r}")
+            rec = FeedbackRecord(
+                id=str(uuid.uuid4()),
+                tenant=tenant,
+                decision_id=decision_id,
+                rule=rule,
+                label=label,
+                comment=comment,
+                created_at=now,
+            )
+            c.execute(
+                "INSERT INTO feedback VALUES (?,?,?,?,?,?,?)",
+                (rec.id, tenant, decision_id, rule, label, comment, now),
+            )
+            return rec
+
+        return await self._run(tx)
+
+    async def feedback_counts(self, tenant: str) -> dict[tuple[str, str], tuple[int, int, int]]:
+        def tx(c: sqlite3.Connection) -> dict[tuple[str, str], tuple[int, int, int]]:
+            rows = c.execute(
+                "SELECT d.policy, f.rule, COUNT(*), SUM(f.label = 'false_positive'), SUM(f.label = 'false_negative') "
+                "FROM feedback f JOIN decisions d ON d.tenant = f.tenant AND d.decision_id = f.decision_id "
+                "WHERE f.tenant = ? AND f.rule != '' GROUP BY d.policy, f.rule",
+                (tenant,),
+            ).fetchall()
+            return {(r[0], r[1]): (int(r[2]), int(r[3] or 0), int(r[4] or 0)) for r in rows}
+
+        return await self._run(tx)
+
+    async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]:
+        def tx(c: sqlite3.Connection) -> list[FeedbackRecord]:
+            q = "SELECT * FROM feedback WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if decision_id:
+                q += " AND decision_id=?"
+                args.append(decision_id)
+            rows = c.execute(q + " ORDER BY created_at, id", args).fetchall()
+            return [FeedbackRecord(**{k: r[k] for k in r.keys()}) for r in rows]  # noqa: SIM118
+
+        return await self._run(tx)
+
+    # --- misc ---------------------------------------------------------------------------
+
+    async def get_meta(self, key: str) -> str | None:
+        def tx(c: sqlite3.Connection) -> str | None:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(tx)
+
+    async def set_meta(self, key: str, value: str) -> None:
+        def tx(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO meta VALUES (?,?) ON CONFLICT (key) DO UPDATE SET value=excluded.value", (key, value)
+            )
+
+        await self._run(tx)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=True)
+
+
+PRIVATE_FILE_MODE = 0o600  # the database holds every tenant's code, policies and audit log
+PRIVATE_DIR_MODE = 0o700
+
+
+def _private_files(db: Path) -> None:
+    """Create the database file owner-only before SQLite opens it, whatever the umask.
+
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode, so creating the
+    main file 0600 keeps all three private; files left by an older, laxer version are fixed.
+    """
+    db.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    fd = os.open(db, os.O_CREAT | os.O_RDWR | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = db.with_name(db.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            side.chmod(PRIVATE_FILE_MODE)

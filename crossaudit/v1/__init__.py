@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (see tools/generate_protos.py)."""

@@ -1,1 +1,0 @@
-"""Generated gRPC stubs (see protos/generate.py)."""
