@@ -1,0 +1,77 @@
+"""An installed wheel carries everything needed to build and run the images: the Dockerfiles,
+the runner entry, the agent package, the protos and the model-server sources, found relative
+to the installed package rather than to a repository checkout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_TIMEOUT_S = 300
+SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "build", "*.egg-info", ".crossaudit", ".pytest_cache",
+                              ".ruff_cache", ".mypy_cache", "tests", "docs", "policies")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    shutil.copytree(ROOT, src, ignore=SKIP)  # a copy: the build must not leave build/ in the checkout
+    out = work / "dist"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps", "--no-build-isolation",
+         "-q", "-w", str(out), str(src)],
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (built,) = out.glob("crossaudit-*.whl")
+    return built
+
+
+def test_wheel_holds_images_agent_and_protos(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in (
+        "crossaudit/images/runner/Dockerfile",
+        "crossaudit/images/runner/entry.py",
+        "crossaudit/images/detoxify/Dockerfile",
+        "crossaudit/images/presidio/Dockerfile",
+        "crossaudit/images/base/README.md",
+        "crossaudit/sandbox/agent/__init__.py",
+        "crossaudit/v1/evaluation.proto",
+        "crossaudit/v1/evaluation_pb2.py",
+        "crossaudit/modelserver/server.py",
+    ):
+        assert required in names, required
+    assert not {n.split("/")[0] for n in names} - {"crossaudit"} - {n.split("/")[0] for n in names if ".dist-info" in n}
+
+
+def test_installed_wheel_finds_its_image_sources(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(target)  # a wheel is a zip laid out as site-packages
+    probe = (
+        "import json\n"
+        "from crossaudit.sandbox.docker import images as d\n"
+        "from crossaudit.modelserver import images as m\n"
+        "print(json.dumps({'runner': str(d.RUNNER_DIR), 'agent': sorted(p.name for p in d.AGENT_DIR.glob('*.py')),\n"
+        "  'dockerfile': (d.RUNNER_DIR / 'Dockerfile').is_file(), 'entry': (d.RUNNER_DIR / 'entry.py').is_file(),\n"
+        "  'app': [rel for rel, src in m.app_files() if src.is_file()],\n"
+        "  'model_dockerfiles': [(m.PACKAGE_ROOT / 'images' / k / 'Dockerfile').is_file() for k in m.KINDS]}))\n"
+    )
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert found["runner"].startswith(str(target))  # the installed copy, not the checkout
+    assert found["dockerfile"] and found["entry"]
+    assert "__init__.py" in found["agent"]
+    assert "crossaudit/modelserver/server.py" in found["app"] and "crossaudit/kernel/errcodec.py" in found["app"]
+    assert all(found["model_dockerfiles"])
