@@ -1,10 +1,10 @@
-"""CrossAudit public SDK: ``PolicyTester`` (in-process) and ``Client`` (gRPC)."""
+"""CrossAudit public SDK: ``PolicyTester`` (in-process), ``Client`` and ``AsyncClient`` (gRPC)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Client", "PolicyTester"]
+__all__ = ["AsyncClient", "Client", "PolicyTester"]
 
 
 def __getattr__(name: str) -> Any:
@@ -17,4 +17,8 @@ def __getattr__(name: str) -> Any:
         from crossaudit.sdk.client import Client
 
         return Client
+    if name == "AsyncClient":
+        from crossaudit.sdk.client import AsyncClient
+
+        return AsyncClient
     raise AttributeError(name)

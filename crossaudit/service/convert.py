@@ -1,5 +1,11 @@
-"""Plain models ↔ protobuf messages. The only module that knows both sides; proto types
-never leave ``crossaudit/service`` (the SDK client reuses these converters)."""
+"""Plain models ↔ protobuf messages: the one codec of the API's answers, both directions.
+
+The servicers encode with the ``*_to_pb`` functions and the SDK decodes with the matching
+``*_from_pb`` ones, so a field cannot be added on one side and forgotten on the other. Answers
+decode to the store's records (``crossaudit.store.base``) or to the models derived from them
+(``crossaudit.service.models``). A decoded record's ``tenant`` is empty: the caller's API key
+decides the tenant and no message repeats it; a ``content``/``code`` the message leaves out
+is empty too, as in the store's own listings."""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from crossaudit.kernel.errors import InvalidInputError, PolicyIssue
+from crossaudit.kernel.errcodec import from_item
+from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue
 from crossaudit.kernel.results import (
     WIRE_INT_MAX,
     Action,
@@ -22,7 +29,17 @@ from crossaudit.kernel.results import (
     Status,
     wire_text,
 )
+from crossaudit.orchestrator.reviews import timing
 from crossaudit.service.decoding import depth_message
+from crossaudit.service.models import (
+    DeployResult,
+    PolicyInfo,
+    RemoteDecision,
+    ReviewInfo,
+    RollbackResult,
+    ServerInfo,
+    UploadedEvaluator,
+)
 from crossaudit.store.base import (
     AuditRecord,
     DeploymentRecord,
@@ -32,11 +49,11 @@ from crossaudit.store.base import (
     ReviewKind,
     ReviewRecord,
     ReviewState,
-    iso_seconds,
 )
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import evaluator_pb2 as evr_pb
+from crossaudit.v1 import info_pb2 as info_pb
 from crossaudit.v1 import policy_pb2 as pol_pb
 from crossaudit.v1 import review_pb2 as rev_pb
 
@@ -110,6 +127,11 @@ def timestamp(seconds: float | None) -> timestamp_pb2.Timestamp | None:
 def from_timestamp(ts: timestamp_pb2.Timestamp, present: bool = True) -> float | None:
     if not present:
         return None
+    return seconds(ts)
+
+
+def seconds(ts: timestamp_pb2.Timestamp) -> float:
+    """Epoch seconds of a timestamp every message of its kind carries (unset reads as 0.0)."""
     return ts.seconds + ts.nanos / 1e9
 
 
@@ -192,58 +214,72 @@ def outcome_from_pb(o: ev_pb.ActionOutcome) -> ActionOutcome:
     return ActionOutcome(rule=o.rule, action=ACTION_FROM_PB[o.action], params=from_struct(o.params))
 
 
-def decision_fields_from_pb(msg: ev_pb.EvaluateResponse) -> dict[str, Any]:
-    """Keyword arguments of :class:`crossaudit.kernel.results.Decision` (plus service extras)."""
-    rules = []
-    for r in msg.rules:
-        rules.append(
-            RuleResult(
-                rule=r.rule,
-                status=STATUS_FROM_PB[r.status],
-                passed=r.passed,
-                score=_opt(r, "score"),
-                threshold=_opt(r, "threshold"),
-                action=ACTION_FROM_PB[r.action] if r.action else None,
-                evaluators=[
-                    EvaluatorResult(
-                        evaluator=e.evaluator,
-                        kind=e.kind,
-                        status=STATUS_FROM_PB[e.status],
-                        score=_opt(e, "score"),
-                        passed=_opt(e, "passed"),
-                        violations=list(e.violations),
-                        details=from_struct(e.details),
-                        spans=[Span(start=s.start, end=s.end, label=s.label, score=s.score) for s in e.spans],
-                        latency_ms=e.latency_ms,
-                        attempts=e.attempts,
-                        cached=e.cached,
-                        error=e.error or None,
-                        error_type=e.error_type or None,
-                    )
-                    for e in r.evaluators
-                ],
-                fallback_used=r.fallback_used,
-                reason=r.reason,
-                latency_ms=r.latency_ms,
-                outcome=outcome_from_pb(r.outcome) if r.HasField("outcome") else None,
-            )
-        )
-    return {
-        "policy": msg.policy,
-        "policy_version": msg.policy_version,
-        "passed": msg.passed,
-        "action": ACTION_FROM_PB[msg.action],
-        "rules": rules,
-        "modified_response": _opt(msg, "modified_response"),
-        "outcomes": [outcome_from_pb(o) for o in msg.outcomes],
-        "errored_rules": list(msg.errored_rules),
-        "latency_ms": msg.latency_ms,
-        "decision_id": msg.decision_id,
-        "policy_revision": msg.policy_revision,
-        "environment": msg.environment,
-        "review_ids": list(msg.review_ids),
-        "request_id": msg.request_id,
-    }
+def evaluator_result_from_pb(e: ev_pb.EvaluatorResult) -> EvaluatorResult:
+    return EvaluatorResult(
+        evaluator=e.evaluator,
+        kind=e.kind,
+        status=STATUS_FROM_PB[e.status],
+        score=_opt(e, "score"),
+        passed=_opt(e, "passed"),
+        violations=list(e.violations),
+        details=from_struct(e.details),
+        spans=[Span(start=s.start, end=s.end, label=s.label, score=s.score) for s in e.spans],
+        latency_ms=e.latency_ms,
+        attempts=e.attempts,
+        cached=e.cached,
+        error=e.error or None,
+        error_type=e.error_type or None,
+    )
+
+
+def rule_from_pb(r: ev_pb.RuleResult) -> RuleResult:
+    return RuleResult(
+        rule=r.rule,
+        status=STATUS_FROM_PB[r.status],
+        passed=r.passed,
+        score=_opt(r, "score"),
+        threshold=_opt(r, "threshold"),
+        action=ACTION_FROM_PB[r.action] if r.action else None,
+        evaluators=[evaluator_result_from_pb(e) for e in r.evaluators],
+        fallback_used=r.fallback_used,
+        reason=r.reason,
+        latency_ms=r.latency_ms,
+        outcome=outcome_from_pb(r.outcome) if r.HasField("outcome") else None,
+    )
+
+
+def decision_from_pb(msg: ev_pb.EvaluateResponse) -> RemoteDecision:
+    return RemoteDecision(
+        policy=msg.policy,
+        policy_version=msg.policy_version,
+        passed=msg.passed,
+        action=ACTION_FROM_PB[msg.action],
+        rules=[rule_from_pb(r) for r in msg.rules],
+        modified_response=_opt(msg, "modified_response"),
+        outcomes=[outcome_from_pb(o) for o in msg.outcomes],
+        errored_rules=list(msg.errored_rules),
+        latency_ms=msg.latency_ms,
+        decision_id=msg.decision_id,
+        policy_revision=msg.policy_revision,
+        environment=msg.environment,
+        review_ids=list(msg.review_ids),
+        request_id=msg.request_id,
+    )
+
+
+def item_error_from_pb(err: ev_pb.ItemError, request_id: str) -> CrossAuditError:
+    """A stream item's error, rebuilt by the one error codec (class, retryable flag, wire fields);
+    the servicer encodes it with :func:`crossaudit.service.errors.item_fields`."""
+    exc = from_item(err.code, err.message, err.retryable, err.error_type, err.detail)
+    exc.request_id = request_id  # type: ignore[attr-defined]
+    return exc
+
+
+def stream_item_from_pb(item: ev_pb.EvaluateStreamResponse) -> RemoteDecision | CrossAuditError:
+    """One EvaluateStream answer: its decision, or its own error (the stream goes on)."""
+    if item.HasField("decision"):
+        return decision_from_pb(item.decision)
+    return item_error_from_pb(item.error, item.request_id)
 
 
 # --- policies, evaluators, reviews ------------------------------------------------------
@@ -280,6 +316,57 @@ def summary_to_pb(s: PolicySummaryRecord) -> pol_pb.PolicySummary:
     )
 
 
+def version_from_pb(m: pol_pb.PolicyVersion, content: str = "") -> PolicyVersionRecord:
+    return PolicyVersionRecord(
+        tenant="",
+        name=m.name,
+        version=m.version,
+        declared_version=m.declared_version,
+        digest=m.digest,
+        description=m.description,
+        content=content,
+        created_at=seconds(m.created_at),
+    )
+
+
+def deployment_from_pb(m: pol_pb.Deployment) -> DeploymentRecord:
+    return DeploymentRecord(
+        tenant="", name=m.name, environment=m.environment, version=m.version, deployed_at=seconds(m.deployed_at)
+    )
+
+
+def summary_from_pb(m: pol_pb.PolicySummary) -> PolicySummaryRecord:
+    return PolicySummaryRecord(m.name, m.latest_version, tuple(deployment_from_pb(d) for d in m.deployments))
+
+
+def deploy_result_to_pb(r: DeployResult) -> pol_pb.DeployPolicyResponse:
+    return pol_pb.DeployPolicyResponse(
+        version=version_to_pb(r.version), deployment=deployment_to_pb(r.deployment), created=r.created
+    )
+
+
+def deploy_result_from_pb(m: pol_pb.DeployPolicyResponse) -> DeployResult:
+    return DeployResult(version_from_pb(m.version), deployment_from_pb(m.deployment), m.created)
+
+
+def policy_info_to_pb(p: PolicyInfo) -> pol_pb.GetPolicyResponse:
+    return pol_pb.GetPolicyResponse(
+        version=version_to_pb(p.version), content=p.content, deployments=[deployment_to_pb(d) for d in p.deployments]
+    )
+
+
+def policy_info_from_pb(m: pol_pb.GetPolicyResponse) -> PolicyInfo:
+    return PolicyInfo(version_from_pb(m.version, m.content), tuple(deployment_from_pb(d) for d in m.deployments))
+
+
+def rollback_to_pb(r: RollbackResult) -> pol_pb.RollbackPolicyResponse:
+    return pol_pb.RollbackPolicyResponse(deployment=deployment_to_pb(r.deployment), previous_version=r.previous_version)
+
+
+def rollback_from_pb(m: pol_pb.RollbackPolicyResponse) -> RollbackResult:
+    return RollbackResult(deployment_from_pb(m.deployment), m.previous_version)
+
+
 def evaluator_to_pb(e: EvaluatorRecord, include_code: bool = False) -> evr_pb.Evaluator:
     return evr_pb.Evaluator(
         id=e.id,
@@ -294,11 +381,36 @@ def evaluator_to_pb(e: EvaluatorRecord, include_code: bool = False) -> evr_pb.Ev
     )
 
 
+def _evaluator_fields(m: evr_pb.Evaluator) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "tenant": "",
+        "name": m.name,
+        "version": m.version,
+        "language": m.language,
+        "dependencies": tuple(m.dependencies),
+        "digest": m.digest,
+        "code": m.code,
+        "description": m.description,
+        "created_at": seconds(m.created_at),
+    }
+
+
+def evaluator_from_pb(m: evr_pb.Evaluator) -> EvaluatorRecord:
+    return EvaluatorRecord(**_evaluator_fields(m))
+
+
+def uploaded_to_pb(e: EvaluatorRecord, created: bool) -> evr_pb.UploadEvaluatorEvent:
+    """The last event of an upload: the stored evaluator (without its code)."""
+    return evr_pb.UploadEvaluatorEvent(evaluator=evaluator_to_pb(e), created=created)
+
+
+def uploaded_from_pb(m: evr_pb.UploadEvaluatorEvent) -> UploadedEvaluator:
+    return UploadedEvaluator(**_evaluator_fields(m.evaluator), created=m.created)
+
+
 def review_to_pb(r: ReviewRecord, now: float | None = None) -> rev_pb.Review:
-    now = time.time() if now is None else now
-    is_open = r.state is ReviewState.OPEN
-    escalate_at = iso_seconds(r.params.get("escalate_at"))
-    due_at = iso_seconds(r.params.get("review_due_at"))
+    at = timing(r.kind, r.state, r.params, time.time() if now is None else now)
     msg = rev_pb.Review(
         id=r.id,
         decision_id=r.decision_id,
@@ -312,8 +424,8 @@ def review_to_pb(r: ReviewRecord, now: float | None = None) -> rev_pb.Review:
         created_at=timestamp(r.created_at),
         reviewer=r.reviewer,
         note=r.note,
-        escalated=is_open and escalate_at is not None and escalate_at <= now,
-        overdue=is_open and due_at is not None and due_at <= now,
+        escalated=at.escalated,
+        overdue=at.overdue,
     )
     if r.resolved_at is not None:
         msg.resolved_at.CopyFrom(timestamp(r.resolved_at))
@@ -345,3 +457,75 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
     if a.response is not None:
         msg.response = a.response
     return msg
+
+
+def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:
+    return AuditRecord(
+        decision_id=m.decision_id,
+        tenant="",
+        policy=m.policy,
+        policy_revision=m.policy_revision,
+        policy_version=m.policy_version,
+        policy_digest=m.policy_digest,
+        environment=m.environment,
+        passed=m.passed,
+        action=m.action,
+        rules=[from_struct(r) for r in m.rules],
+        errored_rules=list(m.errored_rules),
+        latency_ms=m.latency_ms,
+        prompt_sha256=m.prompt_sha256,
+        response_sha256=m.response_sha256,
+        context_sha256=m.context_sha256,
+        created_at=seconds(m.created_at),
+        request_id=m.request_id,
+        prompt=_opt(m, "prompt"),
+        response=_opt(m, "response"),
+        modified_response_sha256=m.modified_response_sha256 or None,
+    )
+
+
+def review_from_pb(m: rev_pb.Review) -> ReviewInfo:
+    """The review record with the flags the server computed when it read it."""
+    return ReviewInfo(
+        id=m.id,
+        tenant="",
+        decision_id=m.decision_id,
+        policy=m.policy,
+        policy_revision=m.policy_revision,
+        environment=m.environment,
+        rule=m.rule,
+        kind=REVIEW_KIND_FROM_PB.get(m.kind, ReviewKind.FLAG),
+        state=REVIEW_STATE_FROM_PB.get(m.state, ReviewState.OPEN),
+        params=from_struct(m.params),
+        created_at=seconds(m.created_at),
+        resolved_at=from_timestamp(m.resolved_at, m.HasField("resolved_at")),
+        reviewer=m.reviewer,
+        note=m.note,
+        escalated=m.escalated,
+        overdue=m.overdue,
+    )
+
+
+# --- server info ------------------------------------------------------------------------
+
+
+def server_info_to_pb(i: ServerInfo) -> info_pb.ServerInfo:
+    return info_pb.ServerInfo(
+        version=i.version,
+        tenant=i.tenant,
+        multi_tenant=i.multi_tenant,
+        sandbox_backend=i.sandbox_backend,
+        isolation=i.isolation,
+        weaker_isolation=i.weaker_isolation,
+    )
+
+
+def server_info_from_pb(m: info_pb.ServerInfo) -> ServerInfo:
+    return ServerInfo(
+        version=m.version,
+        tenant=m.tenant,
+        multi_tenant=m.multi_tenant,
+        sandbox_backend=m.sandbox_backend,
+        isolation=m.isolation,
+        weaker_isolation=m.weaker_isolation,
+    )

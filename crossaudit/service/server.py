@@ -21,16 +21,11 @@ from crossaudit.kernel.limits import EngineLimits
 from crossaudit.sandbox.base import Sandbox
 from crossaudit.service.auth import Authenticator, AuthInterceptor, check_private_file
 from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
-from crossaudit.service.core import (
-    CrossAuditService,
-    DecisionEngine,
-    EngineProvider,
-    TenantFeedback,
-    UploadedEvaluators,
-)
+from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.servicers import add_servicers
+from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
 from crossaudit.store.base import Store
 from crossaudit.store.sqlite import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, SQLiteStore
 

@@ -19,10 +19,12 @@ from crossaudit.kernel.errors import (
     ResultInvalidError,
 )
 from crossaudit.service import convert
+from crossaudit.service.admission import EvaluationOutcome
 from crossaudit.service.auth import Authenticator
-from crossaudit.service.core import CrossAuditService, EvaluationOutcome
+from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
+from crossaudit.service.models import DeployResult, PolicyInfo, RollbackResult, ServerInfo
 from crossaudit.store.base import ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
@@ -115,20 +117,14 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
         version, deployment, created = await self.svc.deploy_policy(
             tenant, request.content, environment=request.environment, filename=request.filename
         )
-        return pol_pb.DeployPolicyResponse(
-            version=convert.version_to_pb(version), deployment=convert.deployment_to_pb(deployment), created=created
-        )
+        return convert.deploy_result_to_pb(DeployResult(version, deployment, created))
 
     @unary
     async def GetPolicy(self, tenant: str, request: pol_pb.GetPolicyRequest, context: Any):
         rec, deployments = await self.svc.get_policy(
             tenant, request.name, environment=request.environment, version=request.version
         )
-        return pol_pb.GetPolicyResponse(
-            version=convert.version_to_pb(rec),
-            content=rec.content,
-            deployments=[convert.deployment_to_pb(d) for d in deployments],
-        )
+        return convert.policy_info_to_pb(PolicyInfo(rec, tuple(deployments)))
 
     @unary
     async def ListPolicies(self, tenant: str, request: pol_pb.ListPoliciesRequest, context: Any):
@@ -140,7 +136,7 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
         dep, previous = await self.svc.rollback_policy(
             tenant, request.name, environment=request.environment, to_version=request.to_version
         )
-        return pol_pb.RollbackPolicyResponse(deployment=convert.deployment_to_pb(dep), previous_version=previous)
+        return convert.rollback_to_pb(RollbackResult(dep, previous))
 
 
 class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
@@ -284,7 +280,7 @@ class EvaluatorServicer(_Base, evr_grpc.EvaluatorServiceServicer):
             rec, created = await upload
         finally:
             upload.cancel()
-        yield evr_pb.UploadEvaluatorEvent(evaluator=convert.evaluator_to_pb(rec), created=created)
+        yield convert.uploaded_to_pb(rec, created)
 
     @unary
     async def GetEvaluator(self, tenant: str, request: evr_pb.GetEvaluatorRequest, context: Any):
@@ -331,13 +327,15 @@ class InfoServicer(_Base, info_grpc.InfoServiceServicer):
     async def GetServerInfo(self, tenant: str, request: info_pb.GetServerInfoRequest, context: Any) -> Any:
         info = self.svc.sandbox.info() if self.svc.sandbox is not None else {}
         backend = str(info.get("backend", ""))
-        return info_pb.ServerInfo(
-            version=_version(),
-            tenant=tenant,
-            multi_tenant=not self.auth.dev,
-            sandbox_backend=backend,
-            isolation=str(info.get("isolation", "")),
-            weaker_isolation=backend == "process",
+        return convert.server_info_to_pb(
+            ServerInfo(
+                version=_version(),
+                tenant=tenant,
+                multi_tenant=not self.auth.dev,
+                sandbox_backend=backend,
+                isolation=str(info.get("isolation", "")),
+                weaker_isolation=backend == "process",
+            )
         )
 
 

@@ -12,27 +12,15 @@ import abc
 import hashlib
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 # The store's errors live in the one hierarchy (crossaudit.kernel.errors); re-exported for compatibility.
 from crossaudit.kernel.errors import ReviewAlreadyResolvedError as ReviewAlreadyResolvedError
 from crossaudit.kernel.errors import StoreUnavailableError as StoreUnavailableError
 
-
-class ReviewKind(StrEnum):
-    REQUIRE_REVIEW = "require_review"
-    FLAG = "flag"
-
-
-class ReviewState(StrEnum):
-    OPEN = "open"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    DISMISSED = "dismissed"
-
-
-RESOLVED_STATES = frozenset({ReviewState.APPROVED, ReviewState.REJECTED, ReviewState.DISMISSED})
+# Review kinds and states belong to the review rules (crossaudit.orchestrator.reviews); re-exported for records.
+from crossaudit.orchestrator.reviews import ReviewKind as ReviewKind
+from crossaudit.orchestrator.reviews import ReviewState as ReviewState
 
 
 @dataclass(frozen=True)
@@ -130,24 +118,6 @@ class FeedbackRecord:
     label: str
     comment: str
     created_at: float
-
-
-AUTO_REVIEWER = "auto"
-
-
-def iso_seconds(value: Any) -> float | None:
-    """Epoch seconds of an ISO-8601 timestamp param (``escalate_at``, ...), or None."""
-    import datetime as dt
-
-    if not isinstance(value, str):
-        return None
-    try:
-        ts = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=dt.UTC)
-    return ts.timestamp()
 
 
 def sha256_text(text: str) -> str:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import enum
 import json
 import os
 import sqlite3
 import time
+import typing
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError
+from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
-    AUTO_REVIEWER,
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
@@ -30,12 +33,10 @@ from crossaudit.store.base import (
     PolicySummaryRecord,
     PolicyVersionRecord,
     ReviewAlreadyResolvedError,
-    ReviewKind,
     ReviewRecord,
     ReviewState,
     Store,
     StoreUnavailableError,
-    iso_seconds,
     sha256_text,
 )
 
@@ -96,85 +97,71 @@ CREATE INDEX IF NOT EXISTS feedback_decision ON feedback (tenant, decision_id);
 """
 
 
-def _policy_row(r: sqlite3.Row) -> PolicyVersionRecord:
-    return PolicyVersionRecord(
-        tenant=r["tenant"],
-        name=r["name"],
-        version=r["version"],
-        declared_version=r["declared_version"],
-        digest=r["digest"],
-        description=r["description"],
-        content=r["content"],
-        created_at=r["created_at"],
+Codec = tuple[Callable[[Any], Any], Callable[[Any], Any]]  # (column value -> field value, and back)
+
+# Each record is one row of its table, one column per field, named like the field.
+TABLES: dict[type, str] = {
+    PolicyVersionRecord: "policy_versions",
+    DeploymentRecord: "deployments",
+    EvaluatorRecord: "evaluators",
+    AuditRecord: "decisions",
+    ReviewRecord: "reviews",
+    FeedbackRecord: "feedback",
+}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _codec(tp: Any) -> Codec:
+    """How a field of type ``tp`` is stored: lists and dicts as JSON, tuples as JSON lists, enums
+    by value, booleans as 0/1; everything else (text, numbers, epoch-second timestamps, their
+    optional forms) as is."""
+    origin = typing.get_origin(tp)
+    if origin in (list, dict):
+        return json.loads, _json
+    if origin is tuple:
+        return (lambda v: tuple(json.loads(v))), (lambda v: _json(list(v)))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp, (lambda v: v.value)
+    if tp is bool:
+        return bool, int
+    return _same, _same
+
+
+def _columns(cls: type) -> tuple[tuple[str, Codec], ...]:
+    """(column, codec) per field of a record dataclass, from its type hints: adding a field (and its
+    column to the schema) is all a new column needs."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _codec(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+COLUMNS = {cls: _columns(cls) for cls in TABLES}
+
+
+def _record(cls: type[T], row: sqlite3.Row, **values: Any) -> T:
+    """The record in ``row``; ``values`` replace fields the caller must not return (e.g. code)."""
+    return cls(**{name: values[name] if name in values else dec(row[name]) for name, (dec, _) in COLUMNS[cls]})
+
+
+def _insert(c: sqlite3.Connection, rec: Any, on_conflict: str = "") -> None:
+    cols = COLUMNS[type(rec)]
+    c.execute(
+        f"INSERT INTO {TABLES[type(rec)]} ({', '.join(name for name, _ in cols)}) "
+        f"VALUES ({', '.join('?' * len(cols))}) {on_conflict}",
+        [enc(getattr(rec, name)) for name, (_, enc) in cols],
     )
 
 
-def _deployment_row(r: sqlite3.Row) -> DeploymentRecord:
-    return DeploymentRecord(
-        tenant=r["tenant"],
-        name=r["name"],
-        environment=r["environment"],
-        version=r["version"],
-        deployed_at=r["deployed_at"],
-    )
-
-
-def _evaluator_row(r: sqlite3.Row, with_code: bool = True) -> EvaluatorRecord:
-    return EvaluatorRecord(
-        id=r["id"],
-        tenant=r["tenant"],
-        name=r["name"],
-        version=r["version"],
-        language=r["language"],
-        dependencies=tuple(json.loads(r["dependencies"])),
-        digest=r["digest"],
-        code=r["code"] if with_code else "",
-        description=r["description"],
-        created_at=r["created_at"],
-    )
-
-
-def _audit_row(r: sqlite3.Row) -> AuditRecord:
-    return AuditRecord(
-        decision_id=r["decision_id"],
-        tenant=r["tenant"],
-        policy=r["policy"],
-        policy_revision=r["policy_revision"],
-        policy_version=r["policy_version"],
-        policy_digest=r["policy_digest"],
-        environment=r["environment"],
-        passed=bool(r["passed"]),
-        action=r["action"],
-        rules=json.loads(r["rules"]),
-        errored_rules=json.loads(r["errored_rules"]),
-        latency_ms=r["latency_ms"],
-        prompt_sha256=r["prompt_sha256"],
-        response_sha256=r["response_sha256"],
-        context_sha256=r["context_sha256"],
-        created_at=r["created_at"],
-        request_id=r["request_id"],
-        prompt=r["prompt"],
-        response=r["response"],
-        modified_response_sha256=r["modified_response_sha256"],
-    )
-
-
-def _review_row(r: sqlite3.Row) -> ReviewRecord:
-    return ReviewRecord(
-        id=r["id"],
-        tenant=r["tenant"],
-        decision_id=r["decision_id"],
-        policy=r["policy"],
-        policy_revision=r["policy_revision"],
-        environment=r["environment"],
-        rule=r["rule"],
-        kind=ReviewKind(r["kind"]),
-        state=ReviewState(r["state"]),
-        params=json.loads(r["params"]),
-        created_at=r["created_at"],
-        resolved_at=r["resolved_at"],
-        reviewer=r["reviewer"],
-        note=r["note"],
+def _resolve(c: sqlite3.Connection, tenant: str, review_id: str, how: Resolution, now: float) -> None:
+    c.execute(
+        "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
+        (how.state.value, now, how.reviewer, how.note, tenant, review_id),
     )
 
 
@@ -257,14 +244,19 @@ class SQLiteStore(Store):
                 (latest,) = c.execute(
                     "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
                 ).fetchone()
-                c.execute(
-                    "INSERT INTO policy_versions VALUES (?,?,?,?,?,?,?,?)",
-                    (tenant, name, latest + 1, declared_version, digest, description, content, now),
+                version = PolicyVersionRecord(
+                    tenant=tenant,
+                    name=name,
+                    version=latest + 1,
+                    declared_version=declared_version,
+                    digest=digest,
+                    description=description,
+                    content=content,
+                    created_at=now,
                 )
-                row = c.execute(
-                    "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, latest + 1)
-                ).fetchone()
-            version = _policy_row(row)
+                _insert(c, version)
+            else:
+                version = _record(PolicyVersionRecord, row)
             deployment = self._set_deployment(c, tenant, name, environment, version.version, "deploy", now)
             return version, deployment, created
 
@@ -274,16 +266,20 @@ class SQLiteStore(Store):
     def _set_deployment(
         c: sqlite3.Connection, tenant: str, name: str, environment: str, version: int, kind: str, now: float
     ) -> DeploymentRecord:
-        c.execute(
-            "INSERT INTO deployments VALUES (?,?,?,?,?) ON CONFLICT (tenant, name, environment) "
+        deployment = DeploymentRecord(
+            tenant=tenant, name=name, environment=environment, version=version, deployed_at=now
+        )
+        _insert(
+            c,
+            deployment,
+            "ON CONFLICT (tenant, name, environment) "
             "DO UPDATE SET version=excluded.version, deployed_at=excluded.deployed_at",
-            (tenant, name, environment, version, now),
         )
         c.execute(
             "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
             (tenant, name, environment, version, kind, now),
         )
-        return DeploymentRecord(tenant=tenant, name=name, environment=environment, version=version, deployed_at=now)
+        return deployment
 
     async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
         def tx(c: sqlite3.Connection) -> PolicyVersionRecord:
@@ -292,7 +288,7 @@ class SQLiteStore(Store):
             ).fetchone()
             if row is None:
                 raise NotFoundError(f"policy {name!r} has no version {version}")
-            return _policy_row(row)
+            return _record(PolicyVersionRecord, row)
 
         return await self._run(tx)
 
@@ -306,7 +302,7 @@ class SQLiteStore(Store):
             ).fetchone()
             if row is None:
                 raise NotFoundError(f"policy {name!r} is not deployed in environment {environment!r}")
-            return _policy_row(row)
+            return _record(PolicyVersionRecord, row)
 
         return await self._run(tx)
 
@@ -315,7 +311,7 @@ class SQLiteStore(Store):
             rows = c.execute(
                 "SELECT * FROM deployments WHERE tenant=? AND name=? ORDER BY environment", (tenant, name)
             ).fetchall()
-            return [_deployment_row(r) for r in rows]
+            return [_record(DeploymentRecord, r) for r in rows]
 
         return await self._run(tx)
 
@@ -327,7 +323,7 @@ class SQLiteStore(Store):
             ).fetchall()
             deps: dict[str, list[DeploymentRecord]] = {}
             for r in c.execute("SELECT * FROM deployments WHERE tenant=? ORDER BY environment", (tenant,)):
-                deps.setdefault(r["name"], []).append(_deployment_row(r))
+                deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
             out = []
             for r in latest:
                 mine = deps.get(r["name"], [])
@@ -393,7 +389,7 @@ class SQLiteStore(Store):
                 (tenant, name, digest),
             ).fetchone()
             if row is not None:
-                return _evaluator_row(row), False
+                return _record(EvaluatorRecord, row), False
             (latest,) = c.execute(
                 "SELECT COALESCE(MAX(version), 0) FROM evaluators WHERE tenant=? AND name=?", (tenant, name)
             ).fetchone()
@@ -409,21 +405,7 @@ class SQLiteStore(Store):
                 description=description,
                 created_at=now,
             )
-            c.execute(
-                "INSERT INTO evaluators VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    rec.id,
-                    tenant,
-                    name,
-                    rec.version,
-                    language,
-                    json.dumps(list(dependencies)),
-                    digest,
-                    code,
-                    description,
-                    now,
-                ),
-            )
+            _insert(c, rec)
             return rec, True
 
         return await self._run(tx)
@@ -433,7 +415,7 @@ class SQLiteStore(Store):
             row = c.execute("SELECT * FROM evaluators WHERE tenant=? AND id=?", (tenant, evaluator_id)).fetchone()
             if row is None:
                 raise NotFoundError(f"evaluator {evaluator_id!r} not found")
-            return _evaluator_row(row)
+            return _record(EvaluatorRecord, row)
 
         return await self._run(tx)
 
@@ -450,7 +432,7 @@ class SQLiteStore(Store):
             if row is None:
                 suffix = f" version {version}" if version else ""
                 raise NotFoundError(f"evaluator {name!r}{suffix} not found")
-            return _evaluator_row(row)
+            return _record(EvaluatorRecord, row)
 
         return await self._run(tx)
 
@@ -462,7 +444,7 @@ class SQLiteStore(Store):
                 ).fetchall()
             else:
                 rows = c.execute("SELECT * FROM evaluators WHERE tenant=? ORDER BY name, version", (tenant,)).fetchall()
-            return [_evaluator_row(r, with_code=False) for r in rows]
+            return [_record(EvaluatorRecord, r, code="") for r in rows]
 
         return await self._run(tx)
 
@@ -470,56 +452,11 @@ class SQLiteStore(Store):
 
     async def record_decision(self, audit: AuditRecord, reviews: list[ReviewRecord]) -> None:
         def tx(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO decisions (decision_id, tenant, policy, policy_revision, policy_version, policy_digest, "
-                "environment, passed, action, rules, errored_rules, latency_ms, prompt_sha256, response_sha256, "
-                "context_sha256, modified_response_sha256, prompt, response, request_id, created_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    audit.decision_id,
-                    audit.tenant,
-                    audit.policy,
-                    audit.policy_revision,
-                    audit.policy_version,
-                    audit.policy_digest,
-                    audit.environment,
-                    int(audit.passed),
-                    audit.action,
-                    json.dumps(audit.rules, default=str),
-                    json.dumps(audit.errored_rules),
-                    audit.latency_ms,
-                    audit.prompt_sha256,
-                    audit.response_sha256,
-                    audit.context_sha256,
-                    audit.modified_response_sha256,
-                    audit.prompt,
-                    audit.response,
-                    audit.request_id,
-                    audit.created_at,
-                ),
-            )
+            _insert(c, audit)
             for rv in reviews:
                 if rv.tenant != audit.tenant or rv.decision_id != audit.decision_id:
                     raise InvalidInputError("a review must belong to the decision it is recorded with")
-                c.execute(
-                    "INSERT INTO reviews VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        rv.id,
-                        rv.tenant,
-                        rv.decision_id,
-                        rv.policy,
-                        rv.policy_revision,
-                        rv.environment,
-                        rv.rule,
-                        rv.kind.value,
-                        rv.state.value,
-                        json.dumps(rv.params, default=str),
-                        rv.created_at,
-                        rv.resolved_at,
-                        rv.reviewer,
-                        rv.note,
-                    ),
-                )
+                _insert(c, rv)
 
         await self._run(tx)
 
@@ -530,7 +467,7 @@ class SQLiteStore(Store):
             ).fetchone()
             if row is None:
                 raise NotFoundError(f"decision {decision_id!r} not found")
-            return _audit_row(row)
+            return _record(AuditRecord, row)
 
         return await self._run(tx)
 
@@ -543,7 +480,7 @@ class SQLiteStore(Store):
                 args.append(policy)
             q += " ORDER BY created_at DESC LIMIT ?"
             args.append(max(0, int(limit)))
-            return [_audit_row(r) for r in c.execute(q, args).fetchall()]
+            return [_record(AuditRecord, r) for r in c.execute(q, args).fetchall()]
 
         return await self._run(tx)
 
@@ -574,33 +511,24 @@ class SQLiteStore(Store):
                 args.append(policy)
             q += " ORDER BY created_at, id LIMIT ?"
             args.append(max(0, int(limit)))
-            return [_review_row(r) for r in c.execute(q, args).fetchall()]
+            return [_record(ReviewRecord, r) for r in c.execute(q, args).fetchall()]
 
         return await self._run(tx)
 
     async def auto_approve_due(self, tenant: str, now: float) -> int:
         def tx(c: sqlite3.Connection) -> int:
+            # SQL only narrows to open items that have the param; the review rules decide.
             rows = c.execute(
-                "SELECT id, params FROM reviews WHERE tenant=? AND state=? AND kind=? AND params LIKE ?",
-                (tenant, ReviewState.OPEN.value, ReviewKind.REQUIRE_REVIEW.value, '%"auto_approve_at"%'),
+                "SELECT * FROM reviews WHERE tenant=? AND state=? AND params LIKE ?",
+                (tenant, ReviewState.OPEN.value, f'%"{AUTO_APPROVE_AT}"%'),
             ).fetchall()
-            due = []
-            for r in rows:
-                at = iso_seconds(json.loads(r["params"]).get("auto_approve_at"))
-                if at is not None and at <= now:
-                    due.append(r["id"])
+            due = [
+                rec.id
+                for rec in (_record(ReviewRecord, r) for r in rows)
+                if timing(rec.kind, rec.state, rec.params, now).auto_approve
+            ]
             for review_id in due:
-                c.execute(
-                    "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
-                    (
-                        ReviewState.APPROVED.value,
-                        now,
-                        AUTO_REVIEWER,
-                        "auto-approved (auto_approve_after)",
-                        tenant,
-                        review_id,
-                    ),
-                )
+                _resolve(c, tenant, review_id, AUTO_APPROVAL, now)
             return len(due)
 
         return await self._run(tx)
@@ -618,11 +546,8 @@ class SQLiteStore(Store):
                 raise NotFoundError(f"review {review_id!r} not found")
             if row["state"] != ReviewState.OPEN.value:
                 raise ReviewAlreadyResolvedError(f"review {review_id!r} is already {row['state']}")
-            c.execute(
-                "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
-                (state.value, now, reviewer, note, tenant, review_id),
-            )
-            return _review_row(c.execute("SELECT * FROM reviews WHERE id=?", (review_id,)).fetchone())
+            _resolve(c, tenant, review_id, Resolution(state, reviewer, note), now)
+            return _record(ReviewRecord, c.execute("SELECT * FROM reviews WHERE id=?", (review_id,)).fetchone())
 
         return await self._run(tx)
 
@@ -648,10 +573,7 @@ class SQLiteStore(Store):
                 comment=comment,
                 created_at=now,
             )
-            c.execute(
-                "INSERT INTO feedback VALUES (?,?,?,?,?,?,?)",
-                (rec.id, tenant, decision_id, rule, label, comment, now),
-            )
+            _insert(c, rec)
             return rec
 
         return await self._run(tx)
@@ -676,7 +598,7 @@ class SQLiteStore(Store):
                 q += " AND decision_id=?"
                 args.append(decision_id)
             rows = c.execute(q + " ORDER BY created_at, id", args).fetchall()
-            return [FeedbackRecord(**{k: r[k] for k in r.keys()}) for r in rows]  # noqa: SIM118
+            return [_record(FeedbackRecord, r) for r in rows]
 
         return await self._run(tx)
 

@@ -23,7 +23,8 @@ from crossaudit.kernel.results import Action, ActionOutcome, Decision, RuleResul
 from crossaudit.orchestrator.engine.thresholds import FeedbackStats
 from crossaudit.orchestrator.policy import Policy
 from crossaudit.service.config import ServiceLimits
-from crossaudit.service.core import CrossAuditService, TenantFeedback, UploadedEvaluators
+from crossaudit.service.core import CrossAuditService
+from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
 from crossaudit.store import ReviewState, SQLiteStore
 from crossaudit.store.base import sha256_text
 

@@ -18,21 +18,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from crossaudit.kernel.dsl import (
-    ActionConfigBase,
-    CustomActionConfig,
-    ModifyConfig,
-    ModifyStrategy,
-    Rule,
-    duration_seconds,
-)
+from crossaudit.kernel.dsl import ActionConfigBase, CustomActionConfig, ModifyConfig, ModifyStrategy, Rule
+from crossaudit.kernel.dsl import duration_seconds as duration_seconds  # the actions' durations, re-exported
 from crossaudit.kernel.results import Action, ActionOutcome, RuleResult, Span
+from crossaudit.orchestrator import reviews
 from crossaudit.orchestrator.policy import envvars
 from crossaudit.orchestrator.policy.validate import TEMPLATE_RE
-
-
-def _after(now: dt.datetime, duration: str | None) -> str | None:
-    return (now + dt.timedelta(seconds=duration_seconds(duration))).isoformat() if duration else None
 
 
 def render_template(value: Any, fields: Mapping[str, Any]) -> Any:
@@ -61,13 +52,9 @@ def build_outcome(
         params.setdefault("log_level", "warning")
     elif action is Action.FLAG:
         params.setdefault("severity", "medium")
-        if "auto_escalate_after" in params:
-            params["escalate_at"] = _after(now, params["auto_escalate_after"])
+        params.update(reviews.deadlines(action, params, now))
     elif action is Action.REQUIRE_REVIEW:
-        if "max_review_time" in params:
-            params["review_due_at"] = _after(now, params["max_review_time"])
-        if "auto_approve_after" in params:
-            params["auto_approve_at"] = _after(now, params["auto_approve_after"])
+        params.update(reviews.deadlines(action, params, now))
     elif action is Action.CUSTOM and isinstance(cfg, CustomActionConfig):
         params["payload"] = render_template(cfg.payload, fields)
         params["request"] = {"url": cfg.webhook_url, "method": cfg.method, "headers": dict(cfg.headers)}

@@ -1,0 +1,151 @@
+"""Evaluations: admit (per-tenant concurrency), decide within the caller's deadline, audit, answer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossaudit.kernel.errors import DeadlineExceededError, RateLimitedError
+from crossaudit.kernel.results import Decision
+from crossaudit.orchestrator.policy import Policy
+from crossaudit.service import inputs
+from crossaudit.service.catalog import PolicyCatalog
+from crossaudit.service.config import ServiceLimits
+from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.service.records import audit_record, review_records
+from crossaudit.service.tenants import Tenants
+from crossaudit.store.base import PolicyVersionRecord, Store
+
+
+@dataclass
+class EvaluationOutcome:
+    decision: Decision
+    revision: int
+    environment: str
+    review_ids: list[str] = field(default_factory=list)
+    answer: Any = None  # what ``evaluate(encode=...)`` made of it before the audit write
+
+
+class Admission:
+    def __init__(
+        self,
+        store: Store,
+        tenants: Tenants,
+        catalog: PolicyCatalog,
+        *,
+        limits: ServiceLimits,
+        metrics: ServiceMetrics,
+        audit_raw_text: bool,
+    ) -> None:
+        self.store = store
+        self.tenants = tenants
+        self.catalog = catalog
+        self.limits = limits
+        self.metrics = metrics
+        self.audit_raw_text = audit_raw_text
+        self._inflight: dict[str, int] = {}
+
+    def budget(self, time_remaining: float | None) -> float:
+        """Seconds the decision may take: the caller's remaining deadline minus what answering
+        needs, or the default when the caller set no deadline."""
+        if time_remaining is None:
+            return self.limits.default_deadline_s
+        margin = min(self.limits.answer_margin_s, self.limits.answer_margin_fraction * time_remaining)
+        return min(time_remaining - margin, self.limits.default_deadline_s)
+
+    async def evaluate(
+        self,
+        tenant: str,
+        *,
+        policy: str,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None = None,
+        environment: str = "",
+        time_remaining: float | None = None,
+        request_id: str = "",
+        encode: Callable[[EvaluationOutcome], Any] | None = None,
+    ) -> EvaluationOutcome:
+        """Decide, audit, answer. ``encode`` turns the outcome into the answer (the wire message)
+        *before* the audit record is written: if it fails, nothing is audited, so the audit log
+        never holds a decision the caller did not receive."""
+        t0 = time.monotonic()
+        budget = self.budget(time_remaining)
+        if budget <= 0:
+            raise DeadlineExceededError("the deadline leaves no time to evaluate")
+        inputs.required(policy, "policy", self.limits.max_name_length)
+        env = inputs.environment(environment)
+        inflight = self._inflight.get(tenant, 0)
+        if inflight >= self.limits.max_inflight_evaluations_per_tenant:
+            raise RateLimitedError(
+                f"too many concurrent evaluations for this tenant (limit "
+                f"{self.limits.max_inflight_evaluations_per_tenant}); retry later"
+            )
+        self._inflight[tenant] = inflight + 1
+        self.metrics.inflight.inc()
+        try:
+            decision_id = str(uuid.uuid4())
+
+            async def decide() -> tuple[PolicyVersionRecord, Policy, Decision]:
+                await self.tenants.load_feedback(tenant)
+                rec, pol = await self.catalog.deployed_policy(tenant, policy, env)
+                left = budget - (time.monotonic() - t0)
+                if left <= 0:
+                    raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
+                decision = await self.tenants.engine(tenant).evaluate(
+                    pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id
+                )
+                return rec, pol, decision
+
+            # Hard stop just before the caller's deadline, so that the answer is ours (a decision
+            # or DEADLINE_EXCEEDED), never the transport's.
+            if time_remaining is None:
+                hard = budget + self.limits.answer_margin_s
+            else:
+                cutoff = min(self.limits.cutoff_margin_s, self.limits.cutoff_margin_fraction * time_remaining)
+                hard = time_remaining - cutoff
+            task = asyncio.ensure_future(decide())
+            try:
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, hard - (time.monotonic() - t0)))
+            except asyncio.CancelledError:  # the caller went away: stop the evaluators too
+                task.cancel()
+                raise
+            if not done:
+                # Cancel, but do not wait for the sandbox's cleanup: the answer must make the deadline.
+                task.cancel()
+                task.add_done_callback(_consume)
+                raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
+            rec, pol, decision = task.result()
+            decision.decision_id = decision_id
+            reviews = review_records(tenant, decision, rec.version, env, time.time())
+            outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
+            if encode is not None:
+                outcome.answer = encode(outcome)
+            audit = audit_record(
+                tenant,
+                decision,
+                rec,
+                env,
+                prompt,
+                response,
+                context,
+                raw=self.audit_raw_text or pol.settings.audit_all_evaluations,
+                request_id=request_id,
+                now=time.time(),
+            )
+            await self.store.record_decision(audit, reviews)
+            self.metrics.observe_decision(decision, time.monotonic() - t0)
+            return outcome
+        finally:
+            self._inflight[tenant] -= 1
+            self.metrics.inflight.dec()
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a cancelled evaluation's outcome so that nothing is logged as never retrieved."""
+    if not task.cancelled():
+        task.exception()

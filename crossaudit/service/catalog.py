@@ -1,0 +1,267 @@
+"""Tenants' policies: validate, deploy, roll back, and the loaded versions evaluations run on.
+
+A deployed version is parsed, its uploaded evaluators resolved and its sandboxes prepared once,
+then kept in a bounded cache, so that an evaluation never parses YAML or builds an image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from crossaudit.kernel.dsl import EvaluatorType
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    DeadlineExceededError,
+    InvalidInputError,
+    NotFoundError,
+    PolicyIssue,
+    PolicyValidationError,
+)
+from crossaudit.orchestrator.policy import Policy, load_policy
+from crossaudit.orchestrator.runtime import Runtime
+from crossaudit.sandbox.base import Sandbox
+from crossaudit.service import inputs
+from crossaudit.service.config import ServiceLimits
+from crossaudit.service.grants import TenantGrants
+from crossaudit.service.hosted import hosted_checks
+from crossaudit.service.tenants import Tenants
+from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord, Store
+
+log = logging.getLogger("crossaudit.service")
+
+
+@dataclass
+class _Deployed:
+    record: PolicyVersionRecord
+    policy: Policy
+
+
+def _custom_specs(policy: Policy) -> list[tuple[int, Any]]:
+    return [(i, e) for i, e in enumerate(policy.evaluators) if e.kind is EvaluatorType.CUSTOM]
+
+
+def _inline_code(spec: Any) -> bool:
+    cfg = spec.config or {}
+    return bool(cfg.get("code") or cfg.get("code_file"))
+
+
+class PolicyCatalog:
+    def __init__(
+        self,
+        store: Store,
+        tenants: Tenants,
+        *,
+        sandbox: Sandbox | None,
+        limits: ServiceLimits,
+        grants: TenantGrants,
+    ) -> None:
+        self.store = store
+        self.tenants = tenants
+        self.sandbox = sandbox
+        self.limits = limits
+        self.grants = grants
+        self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
+        self._deployed: dict[tuple[str, str, str], int] = {}
+
+    def _name(self, value: str, what: str) -> str:
+        return inputs.required(value, what, self.limits.max_name_length)
+
+    async def parse(self, tenant: str, text: str, filename: str) -> Policy:
+        """Parse and validate for ``tenant``: ``${NAME}`` only as granted to it, and the
+        service's rules (no file references, allowlisted LLM hosts), each issue located."""
+        return await _parse(
+            text, filename, env=self.grants.source(tenant), checks=(hosted_checks(self.grants.hosts(tenant)),)
+        )
+
+    async def validate_policy(self, content: str, filename: str = "", *, tenant: str = "") -> Policy:
+        return await self.parse(tenant, content, filename or "<policy>")
+
+    async def deploy_policy(
+        self, tenant: str, content: str, *, environment: str = "", filename: str = ""
+    ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+        env = inputs.environment(environment)
+        policy = await self.parse(tenant, content, filename or "<policy>")
+        await self._resolve_uploads(tenant, policy)
+        await self._prepare(tenant, policy, strict=True)
+        version, deployment, created = await self.store.deploy_policy(
+            tenant,
+            name=policy.name,
+            declared_version=policy.version,
+            description=policy.description,
+            content=content,
+            environment=env,
+        )
+        self._deployed[(tenant, policy.name, env)] = version.version
+        self._cache(tenant, version, policy)
+        log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
+        return version, deployment, created
+
+    async def get_policy(
+        self, tenant: str, name: str, *, environment: str = "", version: int = 0
+    ) -> tuple[PolicyVersionRecord, list[DeploymentRecord]]:
+        self._name(name, "policy name")
+        if version:
+            rec = await self.store.get_policy_version(tenant, name, version)
+        else:
+            rec = await self.store.get_deployed_policy(tenant, name, inputs.environment(environment))
+        return rec, await self.store.list_deployments(tenant, name)
+
+    async def list_policies(self, tenant: str, environment: str = "") -> list[PolicySummaryRecord]:
+        env = inputs.environment(environment) if environment else None
+        return (await self.store.list_policies(tenant, env))[: self.limits.max_list_items]
+
+    async def rollback_policy(
+        self, tenant: str, name: str, *, environment: str = "", to_version: int = 0
+    ) -> tuple[DeploymentRecord, int]:
+        self._name(name, "policy name")
+        env = inputs.environment(environment)
+        if to_version < 0:
+            raise InvalidInputError("to_version must be positive (or 0 for the previous deployment)")
+        if to_version:  # the target must still be a valid policy for this tenant
+            await self._load(tenant, await self.store.get_policy_version(tenant, name, to_version))
+        dep, previous = await self.store.rollback_policy(tenant, name, env, to_version or None)
+        self._deployed[(tenant, name, env)] = dep.version
+        log.info("tenant %s rolled %s back to v%d in %s", tenant, name, dep.version, env)
+        return dep, previous
+
+    async def deployed_policy(self, tenant: str, name: str, env: str) -> tuple[PolicyVersionRecord, Policy]:
+        """The version deployed in ``env``, loaded (from the cache when this process deployed or
+        loaded it; the store stays the truth for what is deployed)."""
+        version = self._deployed.get((tenant, name, env))
+        if version is not None:
+            hit = self._policies.get((tenant, name, version))
+            if hit is not None:
+                self._policies.move_to_end((tenant, name, version))
+                return hit.record, hit.policy
+        rec = await self.store.get_deployed_policy(tenant, name, env)
+        policy = await self._load(tenant, rec)
+        self._deployed[(tenant, name, env)] = rec.version
+        return rec, policy
+
+    async def _resolve_uploads(self, tenant: str, policy: Policy) -> None:
+        """Check every custom evaluator that references an upload, and load those uploads.
+
+        A custom evaluator's ``id`` must be one of this tenant's uploads; one without id or
+        inline code uses the tenant's latest upload of the same name when there is one.
+        """
+        issues: list[PolicyIssue] = []
+        up = self.tenants.uploads(tenant)
+        for i, spec in _custom_specs(policy):
+            if spec.id:
+                try:  # an id always means an upload (the runtime runs the upload's code)
+                    up.add(await self.store.get_evaluator(tenant, spec.id))
+                except NotFoundError:
+                    issues.append(
+                        PolicyIssue(
+                            message=f"evaluator id {spec.id!r} is not an evaluator uploaded by this tenant",
+                            path=f"evaluators[{i}].id",
+                        )
+                    )
+            elif not _inline_code(spec):
+                # The service never looks for evaluators/<name>.py (the CLI and Client inline it):
+                # without an upload of that name there is no code, whatever exists on this disk.
+                try:
+                    up.add(await self.store.get_evaluator_by_name(tenant, spec.name), as_name=True)
+                except NotFoundError:
+                    issues.append(
+                        PolicyIssue(
+                            message=f"custom evaluator {spec.name!r} has no code: give config.code or an id, or "
+                            f"upload an evaluator named {spec.name!r} (`crossaudit policy deploy` inlines "
+                            f"evaluators/{spec.name}.py from next to the policy file)",
+                            path=f"evaluators[{i}]",
+                        )
+                    )
+        if issues:
+            raise PolicyValidationError(issues)
+
+    async def _prepare(self, tenant: str, policy: Policy, *, strict: bool) -> None:
+        """Make every custom evaluator of ``policy`` runnable (images built, pools warm): the
+        sandbox never builds at call time. ``strict``: raise (deploy); else log (load)."""
+        if self.sandbox is None:
+            return
+        runtime = Runtime(self.sandbox, resolver=self.tenants.uploads(tenant), tenant=tenant)
+        for _, spec in _custom_specs(policy):
+            try:
+                bundle = runtime.bundle_for(spec, policy)
+                async with asyncio.timeout(self.limits.upload_timeout_s):
+                    await self.sandbox.prepare(bundle)
+            except TimeoutError:
+                if strict:
+                    raise DeadlineExceededError(
+                        f"preparing evaluator {spec.name!r} took longer than {self.limits.upload_timeout_s:.0f}s"
+                    ) from None
+                log.warning("preparing evaluator %s of %s timed out", spec.name, policy.name)
+            except CrossAuditError as e:
+                if strict:
+                    raise
+                log.warning("evaluator %s of %s is not runnable: %s", spec.name, policy.name, e.message)
+
+    async def _load(self, tenant: str, rec: PolicyVersionRecord) -> Policy:
+        key = (tenant, rec.name, rec.version)
+        hit = self._policies.get(key)
+        if hit is not None:
+            self._policies.move_to_end(key)
+            return hit.policy
+        policy = await self.parse(tenant, rec.content, f"{rec.name}@{rec.version}")
+        await self._resolve_uploads(tenant, policy)
+        await self._prepare(tenant, policy, strict=False)
+        self._cache(tenant, rec, policy)
+        return policy
+
+    def _cache(self, tenant: str, rec: PolicyVersionRecord, policy: Policy) -> None:
+        self._policies[(tenant, rec.name, rec.version)] = _Deployed(rec, policy)
+        self._policies.move_to_end((tenant, rec.name, rec.version))
+        while len(self._policies) > self.limits.policy_cache_entries:
+            self._policies.popitem(last=False)
+
+    async def bootstrap(self, tenants: list[str], files: list[tuple[str, str]], environment: str) -> list[str]:
+        """Deploy ``files`` [(filename, text)] for every tenant, once per data directory.
+        Returns one line per problem (invalid files are skipped, not fatal)."""
+        if await self.store.get_meta("bootstrapped"):
+            return []
+        if files:
+            log.info(
+                "first start: deploying %d policy file(s) to %s for %d tenant(s) (may build sandbox images)",
+                len(files),
+                environment,
+                len(tenants),
+            )
+        problems = []
+        for tenant in tenants:
+            for filename, text in files:
+                try:
+                    await self.deploy_policy(tenant, text, environment=environment, filename=filename)
+                except CrossAuditError as e:
+                    problems.append(f"{filename}: not deployed for tenant {tenant}: {e.message.splitlines()[0]}")
+        await self.store.set_meta("bootstrapped", str(time.time()))
+        return problems
+
+    async def warm(self, tenants: list[str]) -> int:
+        """Load (and prepare) every deployed policy version, so that the first request after a
+        restart does not pay for it. Returns how many were loaded."""
+        count = 0
+        for tenant in tenants:
+            for summary in await self.store.list_policies(tenant):
+                for dep in summary.deployments:
+                    try:
+                        await self.deployed_policy(tenant, summary.name, dep.environment)
+                        count += 1
+                    except CrossAuditError as e:
+                        log.warning(
+                            "deployed policy %s (%s) does not load: %s",
+                            summary.name,
+                            dep.environment,
+                            e.message.splitlines()[0],
+                        )
+        return count
+
+
+async def _parse(text: str, filename: str, **options: Any) -> Policy:
+    """Parse and validate off the event loop: a large policy must not stall other requests."""
+    return await asyncio.to_thread(functools.partial(load_policy, text, filename, **options))

@@ -1,0 +1,33 @@
+"""Checks of what callers name: ids, environments, labels. Shared by every part of the service so
+that one name is refused the same way wherever it arrives."""
+
+from __future__ import annotations
+
+import re
+
+from crossaudit.kernel.dsl import NAME_PATTERN
+from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.service.config import DEFAULT_ENVIRONMENT
+
+NAME = re.compile(NAME_PATTERN)  # evaluator names: the DSL's rule
+ENVIRONMENT = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+def required(value: str, what: str, max_length: int) -> str:
+    """``value`` when given and at most ``max_length`` characters."""
+    if not value:
+        raise InvalidInputError(f"{what} is required")
+    if len(value) > max_length:
+        raise InvalidInputError(f"{what} is longer than {max_length} characters")
+    return value
+
+
+def environment(value: str) -> str:
+    """The environment named, or the default one when none is."""
+    env = value or DEFAULT_ENVIRONMENT
+    if not ENVIRONMENT.match(env):
+        raise InvalidInputError(
+            f"invalid environment {env!r}: lowercase letters, digits, '_' and '-', starting with a letter"
+        )
+    return env

@@ -1,0 +1,75 @@
+"""What the gRPC API answers, as plain models, where a store record alone is not the answer.
+
+Most answers are the store's records themselves (``crossaudit.store.base``); the models here
+either derive from a record (adding what is computed when it is read) or group records the way
+one response message does. The codec (:mod:`crossaudit.service.convert`) maps each of them to
+its message and back, for the servicers and for the SDK, which re-exports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from crossaudit.kernel.results import Decision
+from crossaudit.store.base import DeploymentRecord, EvaluatorRecord, PolicyVersionRecord, ReviewRecord
+
+
+class RemoteDecision(Decision):
+    """A Decision answered by the service: plus where it was decided and what it created."""
+
+    policy_revision: int = 0
+    environment: str = ""
+    review_ids: list[str] = Field(default_factory=list)
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class ReviewInfo(ReviewRecord):
+    """A review as read through the API: flags computed at read time, never stored."""
+
+    escalated: bool = False  # an open flag past its escalate_at
+    overdue: bool = False  # an open review past its review_due_at
+
+
+@dataclass(frozen=True)
+class UploadedEvaluator(EvaluatorRecord):
+    """The answer to an upload: the stored record, and whether this upload created it."""
+
+    created: bool = False  # False when identical content reused the existing version
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    version: PolicyVersionRecord  # without content (the caller sent it)
+    deployment: DeploymentRecord
+    created: bool  # False when identical content reused an existing version
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    version: PolicyVersionRecord  # with content
+    deployments: tuple[DeploymentRecord, ...]  # every environment where the policy is deployed
+
+    @property
+    def content(self) -> str:
+        return self.version.content
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    deployment: DeploymentRecord
+    previous_version: int
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """The server's version and where custom code runs (``weaker_isolation``: the process sandbox)."""
+
+    version: str
+    tenant: str
+    multi_tenant: bool
+    sandbox_backend: str
+    isolation: str
+    weaker_isolation: bool

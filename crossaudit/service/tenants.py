@@ -1,0 +1,142 @@
+"""Per-tenant state: each tenant's engine, the uploaded evaluators its policies reference, and its
+feedback counts.
+
+The decision engine is injected (``EngineProvider``) and built once per tenant, so evaluator
+instances and cached results are never shared between tenants.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from crossaudit.kernel.results import Decision
+from crossaudit.orchestrator.engine.thresholds import FeedbackStats
+from crossaudit.orchestrator.policy import Policy
+from crossaudit.orchestrator.runtime import StoredEvaluator
+from crossaudit.store.base import EvaluatorRecord, Store
+
+log = logging.getLogger("crossaudit.service")
+
+
+class DecisionEngine(Protocol):
+    """What the service needs from the engine (``crossaudit.orchestrator.engine.Engine`` satisfies it)."""
+
+    async def evaluate(
+        self,
+        policy: Policy,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        decision_id: str | None = None,
+    ) -> Decision: ...
+
+    async def aclose(self) -> None: ...
+
+
+class UploadedEvaluators:
+    """One tenant's uploaded evaluators that its deployed policies reference, by id and by name.
+
+    Filled (async, from the store) when a policy version is deployed or first loaded, read
+    synchronously by the runtime (``EvaluatorResolver``) while the engine builds evaluators.
+    A by-name reference binds to the latest upload of that name at that moment.
+    """
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.by_id_records: dict[str, EvaluatorRecord] = {}
+        self.by_name_records: dict[str, EvaluatorRecord] = {}
+
+    def add(self, rec: EvaluatorRecord, *, as_name: bool = False) -> None:
+        self.by_id_records[rec.id] = rec
+        if as_name:
+            self.by_name_records[rec.name] = rec
+
+    # crossaudit.orchestrator.runtime.EvaluatorResolver
+    def by_id(self, evaluator_id: str) -> StoredEvaluator | None:
+        rec = self.by_id_records.get(evaluator_id)
+        return None if rec is None else _stored(rec)
+
+    def by_name(self, name: str) -> StoredEvaluator | None:
+        rec = self.by_name_records.get(name)
+        return None if rec is None else _stored(rec)
+
+
+def _stored(rec: EvaluatorRecord) -> StoredEvaluator:
+    return StoredEvaluator(id=rec.id, name=rec.name, code=rec.code, dependencies=rec.dependencies)
+
+
+class TenantFeedback:
+    """Rule-level feedback counts of one tenant, for the engine's feedback loops
+    (``feedback_config.update_model``): loaded once from the store, updated on each label."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self.counts: dict[tuple[str, str], FeedbackStats] = {}
+
+    def __call__(self, policy: str, rule: str) -> FeedbackStats | None:  # engine.FeedbackSource
+        return self.counts.get((policy, rule))
+
+    def add(self, policy: str, rule: str, label: str) -> None:
+        old = self.counts.get((policy, rule)) or FeedbackStats()
+        self.counts[(policy, rule)] = FeedbackStats(
+            total=old.total + 1,
+            false_positive=old.false_positive + (label == "false_positive"),
+            false_negative=old.false_negative + (label == "false_negative"),
+        )
+
+
+# (tenant, its uploaded evaluators, its feedback) -> that tenant's engine
+EngineProvider = Callable[[str, UploadedEvaluators, TenantFeedback], DecisionEngine]
+
+
+class Tenants:
+    """Each tenant's engine, uploads and feedback, created on first use."""
+
+    def __init__(self, store: Store, engines: EngineProvider) -> None:
+        self.store = store
+        self._engine_provider = engines
+        self._engines: dict[str, DecisionEngine] = {}
+        self._uploads: dict[str, UploadedEvaluators] = {}
+        self._feedback: dict[str, TenantFeedback] = {}
+
+    def engine(self, tenant: str) -> DecisionEngine:
+        eng = self._engines.get(tenant)
+        if eng is None:
+            eng = self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
+            self._engines[tenant] = eng
+        return eng
+
+    def uploads(self, tenant: str) -> UploadedEvaluators:
+        up = self._uploads.get(tenant)
+        if up is None:
+            up = self._uploads[tenant] = UploadedEvaluators(tenant)
+        return up
+
+    def feedback(self, tenant: str) -> TenantFeedback:
+        fb = self._feedback.get(tenant)
+        if fb is None:
+            fb = self._feedback[tenant] = TenantFeedback()
+        return fb
+
+    async def load_feedback(self, tenant: str) -> None:
+        """Fill the tenant's counts from the store, once (a restarted service keeps learning)."""
+        fb = self.feedback(tenant)
+        if fb.loaded:
+            return
+        counts = await self.store.feedback_counts(tenant)
+        if not fb.loaded:
+            for key, (total, fp, fn) in counts.items():
+                fb.counts[key] = FeedbackStats(total=total, false_positive=fp, false_negative=fn)
+            fb.loaded = True
+
+    async def aclose(self) -> None:
+        engines, self._engines = list(self._engines.values()), {}
+        for eng in engines:
+            try:
+                await eng.aclose()
+            except Exception:  # closing must go on for the others
+                log.exception("closing an engine failed")

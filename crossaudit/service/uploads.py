@@ -1,0 +1,110 @@
+"""Evaluator uploads: validated without running anything, prepared by the sandbox (images built)
+before they are stored, so a stored evaluator is one that can run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from crossaudit.kernel.codecheck import check_code
+from crossaudit.kernel.depspec import validate_dependencies
+from crossaudit.kernel.errors import DeadlineExceededError, EvaluatorCodeError, InvalidInputError, RateLimitedError
+from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
+from crossaudit.sandbox.base import CodeBundle, ProgressCallback, Sandbox
+from crossaudit.service import inputs
+from crossaudit.service.config import ServiceLimits
+from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.store.base import EvaluatorRecord, Store
+
+log = logging.getLogger("crossaudit.service")
+
+
+class Uploads:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        sandbox: Sandbox | None,
+        limits: ServiceLimits,
+        sandbox_limits: SandboxLimits,
+        dependency_limits: DependencyLimits,
+        metrics: ServiceMetrics,
+    ) -> None:
+        self.store = store
+        self.sandbox = sandbox
+        self.limits = limits
+        self.sandbox_limits = sandbox_limits
+        self.dependency_limits = dependency_limits
+        self.metrics = metrics
+        self._uploading: dict[str, int] = {}
+
+    def check_upload(self, name: str, code: str, language: str, dependencies: list[str]) -> tuple[str, ...]:
+        """Validate an upload without running anything; returns the dependencies to store."""
+        if not inputs.NAME.match(name or ""):
+            raise InvalidInputError(
+                f"invalid evaluator name {name!r}: letters, digits, '_' and '-', starting with a letter or '_'"
+            )
+        if (language or "python") != "python":
+            raise InvalidInputError(f"unsupported language {language!r}: only python is supported")
+        cap = min(self.limits.max_code_bytes, self.sandbox_limits.code_bytes)
+        if len(code.encode()) > cap:
+            raise EvaluatorCodeError(f"code is larger than {cap} bytes")
+        if len(dependencies) > self.limits.max_dependencies:
+            raise InvalidInputError(f"more than {self.limits.max_dependencies} dependencies")
+        check_code(code)
+        return tuple(str(d) for d in validate_dependencies(dependencies, self.dependency_limits))
+
+    async def upload_evaluator(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        code: str,
+        language: str = "python",
+        dependencies: list[str] | tuple[str, ...] = (),
+        description: str = "",
+        progress: ProgressCallback | None = None,
+    ) -> tuple[EvaluatorRecord, bool]:
+        deps = self.check_upload(name, code, language, list(dependencies))
+        bundle = CodeBundle(code=code, dependencies=deps, language=language or "python", tenant=tenant)
+        uploading = self._uploading.get(tenant, 0)
+        if uploading >= self.limits.max_concurrent_uploads_per_tenant:
+            raise RateLimitedError(
+                f"this tenant already has {uploading} upload(s) being prepared "
+                f"(limit {self.limits.max_concurrent_uploads_per_tenant}); retry later"
+            )
+        self._uploading[tenant] = uploading + 1
+        try:
+            if self.sandbox is not None:
+                async with asyncio.timeout(self.limits.upload_timeout_s):
+                    await self.sandbox.prepare(bundle, progress)
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"preparing the evaluator took longer than {self.limits.upload_timeout_s:.0f}s"
+            ) from None
+        finally:
+            self._uploading[tenant] -= 1
+        rec, created = await self.store.put_evaluator(
+            tenant,
+            name=name,
+            code=code,
+            language=bundle.language,
+            dependencies=deps,
+            digest=bundle.digest,
+            description=description[: self.limits.max_feedback_comment_bytes],
+        )
+        self.metrics.uploads.labels(str(created).lower()).inc()
+        log.info("tenant %s uploaded evaluator %s v%d (%s)", tenant, name, rec.version, rec.id)
+        return rec, created
+
+    async def get_evaluator(
+        self, tenant: str, *, evaluator_id: str = "", name: str = "", version: int = 0
+    ) -> EvaluatorRecord:
+        if evaluator_id:
+            return await self.store.get_evaluator(tenant, evaluator_id)
+        if name:
+            return await self.store.get_evaluator_by_name(tenant, name, version or None)
+        raise InvalidInputError("give an evaluator id or a name")
+
+    async def list_evaluators(self, tenant: str, name: str = "") -> list[EvaluatorRecord]:
+        return (await self.store.list_evaluators(tenant, name or None))[: self.limits.max_list_items]
