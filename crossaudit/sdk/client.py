@@ -6,6 +6,12 @@
         d = c.evaluate("Demo", prompt="hi", response="hello", timeout=2.0)
         print(d.decision_id, d.passed, d.action)
 
+Both clients have the same methods. :class:`ClientBase` builds every request and says how its
+answer is read (the one codec, ``crossaudit.service.convert``), so each client is only its
+transport: blocking stubs, or ``grpc.aio`` awaited. Answers are the store's records (their
+``tenant`` is empty: the API key decides it) or models derived from them, all re-exported by
+``crossaudit.sdk``.
+
 ``evaluate`` returns the same shape as ``PolicyTester.evaluate`` (an
 :class:`crossaudit.kernel.results.Decision`) plus ``decision_id``, ``policy_revision``,
 ``environment`` and ``review_ids``. Every failure is a typed
@@ -15,22 +21,38 @@
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, Generic, TypeVar
 
 import grpc
-from pydantic import Field
 
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
-from crossaudit.kernel.results import Decision
-from crossaudit.orchestrator.policy.inline import Inlined, inline_local_code
+from crossaudit.sdk.options import (
+    CHANNEL_OPTIONS,
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_UPLOAD_TIMEOUT_S,
+    ProgressCallback,
+    TlsOption,
+    call_metadata,
+    credentials,
+)
+from crossaudit.sdk.sources import policy_upload
 from crossaudit.service import convert
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
-from crossaudit.service.errors import from_item, from_rpc_error
-from crossaudit.store.base import ReviewKind, ReviewState
+from crossaudit.service.errors import from_rpc_error
+from crossaudit.service.models import (
+    DeployResult,
+    PolicyInfo,
+    RemoteDecision,
+    ReviewInfo,
+    RollbackResult,
+    ServerInfo,
+    UploadedEvaluator,
+)
+from crossaudit.store.base import AuditRecord, EvaluatorRecord, PolicySummaryRecord, ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from crossaudit.v1 import evaluation_pb2 as ev_pb
@@ -44,241 +66,38 @@ from crossaudit.v1 import policy_pb2_grpc as pol_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
 
-DEFAULT_CALL_TIMEOUT_S = 30.0  # deadline of calls other than evaluate/upload when none is given
-DEFAULT_UPLOAD_TIMEOUT_S = 1_800.0  # an upload may build an image
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-ProgressCallback = Callable[[str, float], None]
-TlsOption: TypeAlias = bool | grpc.ChannelCredentials | str | os.PathLike[str]
+T = TypeVar("T")
+PathOrText = str | os.PathLike[str]
 
 
-class RemoteDecision(Decision):
-    """A Decision answered by the service."""
-
-    policy_revision: int = 0
-    environment: str = ""
-    review_ids: list[str] = Field(default_factory=list)
-    request_id: str = ""
+def _unchanged(error: CrossAuditError) -> CrossAuditError:
+    return error
 
 
 @dataclass(frozen=True)
-class PolicyVersion:
-    name: str
-    version: int
-    declared_version: str
-    digest: str
-    description: str
-    created_at: float | None
+class Unary(Generic[T]):
+    """One unary call as data: the stub method, its request, and how its answer is read."""
+
+    method: Callable[..., Any] | None  # None: answered here, without a call (see answered)
+    request: Any
+    decode: Callable[[Any], T]
+    timeout: float | None = None  # None: the client's default deadline
+    failed: Callable[[CrossAuditError], CrossAuditError] = _unchanged  # the error the caller sees
+
+    @classmethod
+    def answered(cls, answer: T) -> Unary[T]:
+        return cls(None, None, lambda _: answer)
 
 
 @dataclass(frozen=True)
-class Deployment:
-    name: str
-    environment: str
-    version: int
-    deployed_at: float | None
+class Stream(Generic[T]):
+    """A call answered by a stream, each message read by ``decode``. ``request`` is a message,
+    or an iterator of them (a bidirectional stream); ``timeout`` None means no deadline."""
 
-
-@dataclass(frozen=True)
-class DeployResult:
-    version: PolicyVersion
-    deployment: Deployment
-    created: bool  # False when identical content reused an existing version
-
-
-@dataclass(frozen=True)
-class PolicyInfo:
-    version: PolicyVersion
-    content: str
-    deployments: tuple[Deployment, ...]
-
-
-@dataclass(frozen=True)
-class PolicySummary:
-    name: str
-    latest_version: int
-    deployments: tuple[Deployment, ...]
-
-
-@dataclass(frozen=True)
-class RollbackResult:
-    deployment: Deployment
-    previous_version: int
-
-
-@dataclass(frozen=True)
-class EvaluatorInfo:
-    id: str
-    name: str
-    version: int
-    language: str
-    dependencies: tuple[str, ...]
-    digest: str
-    created_at: float | None
-    description: str = ""
-    code: str = ""
-    created: bool | None = None  # set by upload_evaluator
-
-
-@dataclass(frozen=True)
-class ReviewInfo:
-    id: str
-    decision_id: str
-    policy: str
-    policy_revision: int
-    environment: str
-    rule: str
-    kind: ReviewKind
-    state: ReviewState
-    params: dict[str, Any]
-    created_at: float | None
-    resolved_at: float | None
-    reviewer: str
-    note: str
-    escalated: bool = False  # an open flag past its escalate_at
-    overdue: bool = False  # an open review past its review_due_at
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """One audit record: what decided, the outcome, per-rule results; hashes of the content."""
-
-    decision_id: str
-    policy: str
-    policy_revision: int
-    policy_version: str
-    policy_digest: str
-    environment: str
-    passed: bool
-    action: str
-    rules: list[dict[str, Any]]
-    errored_rules: list[str]
-    latency_ms: float
-    prompt_sha256: str
-    response_sha256: str
-    context_sha256: str
-    modified_response_sha256: str
-    created_at: float | None
-    request_id: str
-    prompt: str | None = None
-    response: str | None = None
-
-
-# --- conversions --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    version: str
-    tenant: str
-    multi_tenant: bool
-    sandbox_backend: str
-    isolation: str
-    weaker_isolation: bool
-
-
-def _version(m: pol_pb.PolicyVersion) -> PolicyVersion:
-    return PolicyVersion(
-        m.name, m.version, m.declared_version, m.digest, m.description, convert.from_timestamp(m.created_at)
-    )
-
-
-def _deployment(m: pol_pb.Deployment) -> Deployment:
-    return Deployment(m.name, m.environment, m.version, convert.from_timestamp(m.deployed_at))
-
-
-def _evaluator(m: evr_pb.Evaluator, created: bool | None = None) -> EvaluatorInfo:
-    return EvaluatorInfo(
-        id=m.id,
-        name=m.name,
-        version=m.version,
-        language=m.language,
-        dependencies=tuple(m.dependencies),
-        digest=m.digest,
-        created_at=convert.from_timestamp(m.created_at),
-        description=m.description,
-        code=m.code,
-        created=created,
-    )
-
-
-def _review(m: rev_pb.Review) -> ReviewInfo:
-    return ReviewInfo(
-        id=m.id,
-        decision_id=m.decision_id,
-        policy=m.policy,
-        policy_revision=m.policy_revision,
-        environment=m.environment,
-        rule=m.rule,
-        kind=convert.REVIEW_KIND_FROM_PB.get(m.kind, ReviewKind.FLAG),
-        state=convert.REVIEW_STATE_FROM_PB.get(m.state, ReviewState.OPEN),
-        params=convert.from_struct(m.params),
-        created_at=convert.from_timestamp(m.created_at),
-        resolved_at=convert.from_timestamp(m.resolved_at, m.HasField("resolved_at")),
-        reviewer=m.reviewer,
-        note=m.note,
-        escalated=m.escalated,
-        overdue=m.overdue,
-    )
-
-
-def _audit(m: audit_pb.DecisionRecord) -> AuditEntry:
-    return AuditEntry(
-        decision_id=m.decision_id,
-        policy=m.policy,
-        policy_revision=m.policy_revision,
-        policy_version=m.policy_version,
-        policy_digest=m.policy_digest,
-        environment=m.environment,
-        passed=m.passed,
-        action=m.action,
-        rules=[convert.from_struct(r) for r in m.rules],
-        errored_rules=list(m.errored_rules),
-        latency_ms=m.latency_ms,
-        prompt_sha256=m.prompt_sha256,
-        response_sha256=m.response_sha256,
-        context_sha256=m.context_sha256,
-        modified_response_sha256=m.modified_response_sha256,
-        created_at=convert.from_timestamp(m.created_at),
-        request_id=m.request_id,
-        prompt=m.prompt if m.HasField("prompt") else None,
-        response=m.response if m.HasField("response") else None,
-    )
-
-
-def decision_from_pb(m: ev_pb.EvaluateResponse) -> RemoteDecision:
-    return RemoteDecision(**convert.decision_fields_from_pb(m))
-
-
-POLICY_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def _policy_source(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
-    """(text, filename): a path is read; a string with a newline is the policy text itself."""
-    text = path_or_text if isinstance(path_or_text, str) else None
-    if text is not None and ("\n" in text or not (text.endswith(POLICY_SUFFIXES) or os.sep in text)):
-        return text, ""
-    p = Path(path_or_text)
-    try:
-        return p.read_text(encoding="utf-8"), str(p)
-    except FileNotFoundError:
-        raise InvalidInputError(f"policy file {p} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InvalidInputError(f"cannot read policy file {p}: {e}") from None
-
-
-def _policy_upload(
-    path_or_text: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None
-) -> tuple[str, str, Inlined]:
-    """(text to send, filename, how it was inlined). The service never reads files a policy
-    names, so ``code_file`` and ``evaluators/<name>.py`` are inlined here as ``config.code``:
-    relative to the policy file, or for policy text to ``base_dir`` (without one, text is sent
-    as is and the service refuses a ``code_file``)."""
-    text, filename = _policy_source(path_or_text)
-    base = Path(filename).parent if filename else base_dir
-    if base is None:
-        return text, filename, Inlined(text)
-    inlined = inline_local_code(text, base, filename=filename or "<policy>")
-    return inlined.text, filename, inlined
+    method: Callable[..., Any]
+    request: Any
+    decode: Callable[[Any], T]
+    timeout: float | None = None
 
 
 def _state(state: ReviewState | str | None) -> Any:  # a review_pb2.ReviewState value
@@ -309,35 +128,9 @@ def _evaluate_request(
     return req
 
 
-def _credentials(tls: TlsOption) -> grpc.ChannelCredentials | None:
-    if tls is False or tls is None:
-        return None
-    if tls is True:
-        return grpc.ssl_channel_credentials()
-    if isinstance(tls, grpc.ChannelCredentials):
-        return tls
-    try:
-        return grpc.ssl_channel_credentials(root_certificates=Path(tls).read_bytes())
-    except OSError as e:
-        raise InvalidInputError(f"cannot read CA certificate {tls}: {e.strerror}") from None
-
-
-def _metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {api_key}"),) if api_key else ()
-
-
-_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-]
-
-
-# --- blocking client ----------------------------------------------------------------------
-
-
-class Client:
-    """Blocking client. ``tls``: False (plaintext), True (system roots), a CA file path, or
-    ``grpc.ChannelCredentials``. ``timeout`` is the default deadline of management calls."""
+class ClientBase(abc.ABC):
+    """What both clients share: the stubs, and for each method the call it makes (request and
+    decoding). A subclass opens its channel and runs :class:`Unary` and :class:`Stream` calls."""
 
     def __init__(
         self,
@@ -347,14 +140,13 @@ class Client:
         *,
         timeout: float = DEFAULT_CALL_TIMEOUT_S,
     ) -> None:
-        creds = _credentials(tls)
+        """``tls``: False (plaintext), True (system roots), a CA file path, or
+        ``grpc.ChannelCredentials``. ``timeout`` is the default deadline of management calls."""
+        creds = credentials(tls)
         self.target = target
         self.timeout = timeout
-        self._md = _metadata(api_key)
-        if creds is None:
-            self._channel = grpc.insecure_channel(target, options=_OPTIONS)
-        else:
-            self._channel = grpc.secure_channel(target, creds, options=_OPTIONS)
+        self._md = call_metadata(api_key)
+        self._channel = self._open(target, creds)
         self._policies = pol_grpc.PolicyServiceStub(self._channel)
         self._evaluation = ev_grpc.EvaluationServiceStub(self._channel)
         self._evaluators = evr_grpc.EvaluatorServiceStub(self._channel)
@@ -362,57 +154,196 @@ class Client:
         self._audit = audit_grpc.AuditServiceStub(self._channel)
         self._info = info_grpc.InfoServiceStub(self._channel)
 
-    def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+    @abc.abstractmethod
+    def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> Any:
+        """The channel the stubs use."""
+
+    # policies
+    def _validate_policy(self, path_or_text: PathOrText, base_dir: PathOrText | None) -> Unary[list[PolicyIssue]]:
         try:
-            return method(request, timeout=timeout or self.timeout, metadata=self._md)
+            text, filename, inlined = policy_upload(path_or_text, base_dir)
+        except PolicyValidationError as e:  # a local file it names cannot be read
+            return Unary.answered(e.issues)
+
+        def decode(r: pol_pb.ValidatePolicyResponse) -> list[PolicyIssue]:
+            return inlined.relocate(PolicyValidationError([convert.issue_from_pb(i) for i in r.issues])).issues
+
+        req = pol_pb.ValidatePolicyRequest(content=text, filename=filename)
+        return Unary(self._policies.ValidatePolicy, req, decode)
+
+    def _deploy_policy(
+        self, path_or_text: PathOrText, environment: str, base_dir: PathOrText | None
+    ) -> Unary[DeployResult]:
+        text, filename, inlined = policy_upload(path_or_text, base_dir)
+
+        def failed(e: CrossAuditError) -> CrossAuditError:  # lines of the author's file, not of the inlined text
+            return inlined.relocate(e, filename) if isinstance(e, PolicyValidationError) else e
+
+        req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
+        return Unary(self._policies.DeployPolicy, req, convert.deploy_result_from_pb, failed=failed)
+
+    def _get_policy(self, name: str, environment: str, version: int) -> Unary[PolicyInfo]:
+        req = pol_pb.GetPolicyRequest(name=name, environment=environment, version=version)
+        return Unary(self._policies.GetPolicy, req, convert.policy_info_from_pb)
+
+    def _list_policies(self, environment: str) -> Unary[list[PolicySummaryRecord]]:
+        req = pol_pb.ListPoliciesRequest(environment=environment)
+        return Unary(self._policies.ListPolicies, req, lambda r: [convert.summary_from_pb(p) for p in r.policies])
+
+    def _rollback(self, name: str, environment: str, to_version: int) -> Unary[RollbackResult]:
+        req = pol_pb.RollbackPolicyRequest(name=name, environment=environment, to_version=to_version)
+        return Unary(self._policies.RollbackPolicy, req, convert.rollback_from_pb)
+
+    # evaluation
+    def _evaluate(
+        self,
+        policy: str,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None,
+        environment: str,
+        timeout: float | None,
+    ) -> Unary[RemoteDecision]:
+        req = _evaluate_request(policy, prompt, response, context, environment)
+        return Unary(self._evaluation.Evaluate, req, convert.decision_from_pb, timeout)
+
+    def _evaluate_many(
+        self, policy: str, items: Iterable[Mapping[str, Any]], environment: str, timeout: float | None
+    ) -> Stream[RemoteDecision | CrossAuditError]:
+        requests = (
+            _evaluate_request(
+                policy,
+                it.get("prompt", ""),
+                it.get("response", ""),
+                it.get("context"),
+                environment,
+                str(it.get("request_id", i)),
+            )
+            for i, it in enumerate(items)
+        )
+        return Stream(self._evaluation.EvaluateStream, requests, convert.stream_item_from_pb, timeout)
+
+    def _submit_feedback(self, decision_id: str, label: str, rule: str, comment: str) -> Unary[str]:
+        req = ev_pb.SubmitFeedbackRequest(decision_id=decision_id, rule=rule, label=label, comment=comment)
+        return Unary(self._evaluation.SubmitFeedback, req, lambda r: r.feedback_id)
+
+    # evaluators
+    def _upload_evaluator(
+        self,
+        name: str,
+        code: str,
+        dependencies: Iterable[str],
+        progress: ProgressCallback | None,
+        language: str,
+        description: str,
+        timeout: float,
+    ) -> Stream[UploadedEvaluator | None]:
+        """Progress events go to ``progress`` (decoded as None); the last event is the answer."""
+        req = evr_pb.UploadEvaluatorRequest(
+            name=name, code=code, language=language, dependencies=list(dependencies), description=description
+        )
+
+        def decode(event: evr_pb.UploadEvaluatorEvent) -> UploadedEvaluator | None:
+            if event.HasField("evaluator"):
+                return convert.uploaded_from_pb(event)
+            if event.HasField("progress") and progress is not None:
+                progress(event.progress.message, event.progress.fraction)
+            return None
+
+        return Stream(self._evaluators.UploadEvaluator, req, decode, timeout)
+
+    @staticmethod
+    def _uploaded(result: UploadedEvaluator | None) -> UploadedEvaluator:
+        if result is None:
+            raise CrossAuditError("the server ended the upload without an answer")
+        return result
+
+    def _get_evaluator(self, evaluator_id: str, name: str, version: int, include_code: bool) -> Unary[EvaluatorRecord]:
+        req = evr_pb.GetEvaluatorRequest(id=evaluator_id, name=name, version=version, include_code=include_code)
+        return Unary(self._evaluators.GetEvaluator, req, convert.evaluator_from_pb)
+
+    def _list_evaluators(self, name: str) -> Unary[list[EvaluatorRecord]]:
+        req = evr_pb.ListEvaluatorsRequest(name=name)
+        return Unary(
+            self._evaluators.ListEvaluators, req, lambda r: [convert.evaluator_from_pb(e) for e in r.evaluators]
+        )
+
+    # reviews
+    def _list_reviews(self, state: ReviewState | str | None, policy: str, limit: int) -> Unary[list[ReviewInfo]]:
+        req = rev_pb.ListReviewsRequest(state=_state(state), policy=policy, limit=limit)
+        return Unary(self._reviews.ListReviews, req, lambda r: [convert.review_from_pb(x) for x in r.reviews])
+
+    def _resolve_review(self, review_id: str, state: ReviewState | str, reviewer: str, note: str) -> Unary[ReviewInfo]:
+        req = rev_pb.ResolveReviewRequest(id=review_id, state=_state(state), reviewer=reviewer, note=note)
+        return Unary(self._reviews.ResolveReview, req, convert.review_from_pb)
+
+    # info
+    def _server_info(self) -> Unary[ServerInfo]:
+        return Unary(self._info.GetServerInfo, info_pb.GetServerInfoRequest(), convert.server_info_from_pb)
+
+    # audit
+    def _get_decision(self, decision_id: str) -> Unary[AuditRecord]:
+        req = audit_pb.GetDecisionRequest(decision_id=decision_id)
+        return Unary(self._audit.GetDecision, req, convert.audit_from_pb)
+
+    def _list_decisions(self, policy: str, limit: int) -> Unary[list[AuditRecord]]:
+        req = audit_pb.ListDecisionsRequest(policy=policy, limit=limit)
+        return Unary(self._audit.ListDecisions, req, lambda r: [convert.audit_from_pb(d) for d in r.decisions])
+
+
+# --- blocking client ----------------------------------------------------------------------
+
+
+class Client(ClientBase):
+    """Blocking client (``with Client(...) as c:`` closes it)."""
+
+    def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> grpc.Channel:
+        if creds is None:
+            return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        return grpc.secure_channel(target, creds, options=CHANNEL_OPTIONS)
+
+    def _unary(self, call: Unary[T]) -> T:
+        if call.method is None:
+            return call.decode(None)
+        try:
+            answer = call.method(call.request, timeout=call.timeout or self.timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            raise call.failed(from_rpc_error(e)) from None
+        return call.decode(answer)
+
+    def _stream(self, call: Stream[T]) -> Iterator[T]:
+        try:
+            for message in call.method(call.request, timeout=call.timeout, metadata=self._md):
+                yield call.decode(message)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
+    def _last(self, call: Stream[T | None]) -> T | None:
+        last = None
+        for item in self._stream(call):
+            last = item if item is not None else last
+        return last
+
     # policies
-    def validate_policy(
-        self, path_or_text: str | os.PathLike[str], *, base_dir: str | os.PathLike[str] | None = None
-    ) -> list[PolicyIssue]:
+    def validate_policy(self, path_or_text: PathOrText, *, base_dir: PathOrText | None = None) -> list[PolicyIssue]:
         """Every issue the server finds (empty: valid), after inlining local files (as deploy)."""
-        try:
-            text, filename, inlined = _policy_upload(path_or_text, base_dir)
-        except PolicyValidationError as e:  # a local file it names cannot be read
-            return e.issues
-        r = self._call(self._policies.ValidatePolicy, pol_pb.ValidatePolicyRequest(content=text, filename=filename))
-        return inlined.relocate(PolicyValidationError([convert.issue_from_pb(i) for i in r.issues])).issues
+        return self._unary(self._validate_policy(path_or_text, base_dir))
 
     def deploy_policy(
-        self,
-        path_or_text: str | os.PathLike[str],
-        environment: str = DEFAULT_ENVIRONMENT,
-        *,
-        base_dir: str | os.PathLike[str] | None = None,
+        self, path_or_text: PathOrText, environment: str = DEFAULT_ENVIRONMENT, *, base_dir: PathOrText | None = None
     ) -> DeployResult:
         """Deploy a policy file (or text). ``code_file`` and ``evaluators/<name>.py`` are read here,
         next to the policy file (or in ``base_dir`` for text), and sent inline as ``config.code``."""
-        text, filename, inlined = _policy_upload(path_or_text, base_dir)
-        req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
-        try:
-            r = self._call(self._policies.DeployPolicy, req)
-        except PolicyValidationError as e:  # lines of the author's file, not of the inlined text
-            raise inlined.relocate(e, filename) from None
-        return DeployResult(_version(r.version), _deployment(r.deployment), r.created)
+        return self._unary(self._deploy_policy(path_or_text, environment, base_dir))
 
     def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
-        r = self._call(
-            self._policies.GetPolicy, pol_pb.GetPolicyRequest(name=name, environment=environment, version=version)
-        )
-        return PolicyInfo(_version(r.version), r.content, tuple(_deployment(d) for d in r.deployments))
+        return self._unary(self._get_policy(name, environment, version))
 
-    def list_policies(self, environment: str = "") -> list[PolicySummary]:
-        r = self._call(self._policies.ListPolicies, pol_pb.ListPoliciesRequest(environment=environment))
-        return [
-            PolicySummary(p.name, p.latest_version, tuple(_deployment(d) for d in p.deployments)) for p in r.policies
-        ]
+    def list_policies(self, environment: str = "") -> list[PolicySummaryRecord]:
+        return self._unary(self._list_policies(environment))
 
     def rollback(self, name: str, environment: str = DEFAULT_ENVIRONMENT, to_version: int = 0) -> RollbackResult:
-        req = pol_pb.RollbackPolicyRequest(name=name, environment=environment, to_version=to_version)
-        r = self._call(self._policies.RollbackPolicy, req)
-        return RollbackResult(_deployment(r.deployment), r.previous_version)
+        return self._unary(self._rollback(name, environment, to_version))
 
     # evaluation
     def evaluate(
@@ -425,8 +356,7 @@ class Client:
         timeout: float | None = None,
     ) -> RemoteDecision:
         """``timeout`` (seconds) is the call's deadline: the server's evaluators get what is left."""
-        req = _evaluate_request(policy, prompt, response, context, environment)
-        return decision_from_pb(self._call(self._evaluation.Evaluate, req, timeout))
+        return self._unary(self._evaluate(policy, prompt, response, context, environment, timeout))
 
     def evaluate_many(
         self,
@@ -437,29 +367,10 @@ class Client:
     ) -> Iterator[RemoteDecision | CrossAuditError]:
         """Evaluate many ``{"prompt", "response", "context"?, "request_id"?}`` over one stream.
         Answers come as they are ready; match them by ``request_id`` (default: the index)."""
-        requests = (
-            _evaluate_request(
-                policy,
-                it.get("prompt", ""),
-                it.get("response", ""),
-                it.get("context"),
-                environment,
-                str(it.get("request_id", i)),
-            )
-            for i, it in enumerate(items)
-        )
-        try:
-            for r in self._evaluation.EvaluateStream(requests, timeout=timeout, metadata=self._md):
-                if r.HasField("decision"):
-                    yield decision_from_pb(r.decision)
-                else:
-                    yield _item_error(r.error, r.request_id)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        yield from self._stream(self._evaluate_many(policy, items, environment, timeout))
 
     def submit_feedback(self, decision_id: str, label: str, rule: str = "", comment: str = "") -> str:
-        req = ev_pb.SubmitFeedbackRequest(decision_id=decision_id, rule=rule, label=label, comment=comment)
-        return self._call(self._evaluation.SubmitFeedback, req).feedback_id
+        return self._unary(self._submit_feedback(decision_id, label, rule, comment))
 
     # evaluators
     def upload_evaluator(
@@ -472,70 +383,43 @@ class Client:
         language: str = "python",
         description: str = "",
         timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
-    ) -> EvaluatorInfo:
+    ) -> UploadedEvaluator:
         """Validate, prepare (image build progress → ``progress(message, fraction)``) and store."""
-        req = evr_pb.UploadEvaluatorRequest(
-            name=name, code=code, language=language, dependencies=list(dependencies), description=description
-        )
-        result: EvaluatorInfo | None = None
-        try:
-            for event in self._evaluators.UploadEvaluator(req, timeout=timeout, metadata=self._md):
-                if event.HasField("progress"):
-                    if progress is not None:
-                        progress(event.progress.message, event.progress.fraction)
-                elif event.HasField("evaluator"):
-                    result = _evaluator(event.evaluator, event.created)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        if result is None:
-            raise CrossAuditError("the server ended the upload without an answer")
-        return result
+        call = self._upload_evaluator(name, code, dependencies, progress, language, description, timeout)
+        return self._uploaded(self._last(call))
 
     def get_evaluator(
         self, evaluator_id: str = "", *, name: str = "", version: int = 0, include_code: bool = False
-    ) -> EvaluatorInfo:
-        req = evr_pb.GetEvaluatorRequest(id=evaluator_id, name=name, version=version, include_code=include_code)
-        return _evaluator(self._call(self._evaluators.GetEvaluator, req))
+    ) -> EvaluatorRecord:
+        return self._unary(self._get_evaluator(evaluator_id, name, version, include_code))
 
-    def list_evaluators(self, name: str = "") -> list[EvaluatorInfo]:
-        r = self._call(self._evaluators.ListEvaluators, evr_pb.ListEvaluatorsRequest(name=name))
-        return [_evaluator(e) for e in r.evaluators]
+    def list_evaluators(self, name: str = "") -> list[EvaluatorRecord]:
+        return self._unary(self._list_evaluators(name))
 
     # reviews
     def list_reviews(
         self, state: ReviewState | str | None = None, policy: str = "", limit: int = 0
     ) -> list[ReviewInfo]:
-        req = rev_pb.ListReviewsRequest(state=_state(state), policy=policy, limit=limit)
-        return [_review(r) for r in self._call(self._reviews.ListReviews, req).reviews]
+        return self._unary(self._list_reviews(state, policy, limit))
 
     def resolve_review(
         self, review_id: str, state: ReviewState | str, reviewer: str = "", note: str = ""
     ) -> ReviewInfo:
-        req = rev_pb.ResolveReviewRequest(id=review_id, state=_state(state), reviewer=reviewer, note=note)
-        return _review(self._call(self._reviews.ResolveReview, req))
+        return self._unary(self._resolve_review(review_id, state, reviewer, note))
 
     # info
     def server_info(self) -> ServerInfo:
         """The server's version and where custom code runs (``weaker_isolation`` for the process sandbox)."""
-        m = self._call(self._info.GetServerInfo, info_pb.GetServerInfoRequest())
-        return ServerInfo(
-            version=m.version,
-            tenant=m.tenant,
-            multi_tenant=m.multi_tenant,
-            sandbox_backend=m.sandbox_backend,
-            isolation=m.isolation,
-            weaker_isolation=m.weaker_isolation,
-        )
+        return self._unary(self._server_info())
 
     # audit
-    def get_decision(self, decision_id: str) -> AuditEntry:
+    def get_decision(self, decision_id: str) -> AuditRecord:
         """The audit record of an answered decision."""
-        return _audit(self._call(self._audit.GetDecision, audit_pb.GetDecisionRequest(decision_id=decision_id)))
+        return self._unary(self._get_decision(decision_id))
 
-    def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditEntry]:
+    def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditRecord]:
         """Audit records, most recent first (``limit`` 0 = the server's cap)."""
-        r = self._call(self._audit.ListDecisions, audit_pb.ListDecisionsRequest(policy=policy, limit=limit))
-        return [_audit(d) for d in r.decisions]
+        return self._unary(self._list_decisions(policy, limit))
 
     def close(self) -> None:
         self._channel.close()
@@ -547,62 +431,64 @@ class Client:
         self.close()
 
 
-def _item_error(err: ev_pb.ItemError, request_id: str) -> CrossAuditError:
-    """A stream item's error, rebuilt by the one codec (class, retryable flag, wire fields)."""
-    exc = from_item(err.code, err.message, err.retryable, err.error_type, err.detail)
-    exc.request_id = request_id  # type: ignore[attr-defined]
-    return exc
-
-
 # --- asyncio client -----------------------------------------------------------------------
 
 
-class AsyncClient:
-    """The asyncio twin of :class:`Client` (grpc.aio); use ``async with``."""
+class AsyncClient(ClientBase):
+    """The asyncio twin of :class:`Client` (grpc.aio): every method, awaited (``evaluate_many``
+    is an async iterator). Create it inside the running loop; use ``async with``."""
 
-    def __init__(
-        self,
-        target: str,
-        api_key: str | None = None,
-        tls: TlsOption = False,
-        *,
-        timeout: float = DEFAULT_CALL_TIMEOUT_S,
-    ) -> None:
-        creds = _credentials(tls)
-        self.target = target
-        self.timeout = timeout
-        self._md = _metadata(api_key)
+    def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
         if creds is None:
-            self._channel = grpc.aio.insecure_channel(target, options=_OPTIONS)
-        else:
-            self._channel = grpc.aio.secure_channel(target, creds, options=_OPTIONS)
-        self._policies = pol_grpc.PolicyServiceStub(self._channel)
-        self._evaluation = ev_grpc.EvaluationServiceStub(self._channel)
-        self._evaluators = evr_grpc.EvaluatorServiceStub(self._channel)
-        self._reviews = rev_grpc.ReviewServiceStub(self._channel)
+            return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(target, creds, options=CHANNEL_OPTIONS)
 
-    async def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+    async def _unary(self, call: Unary[T]) -> T:
+        if call.method is None:
+            return call.decode(None)
         try:
-            return await method(request, timeout=timeout or self.timeout, metadata=self._md)
+            answer = await call.method(call.request, timeout=call.timeout or self.timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            raise call.failed(from_rpc_error(e)) from None
+        return call.decode(answer)
+
+    async def _stream(self, call: Stream[T]) -> AsyncIterator[T]:
+        # grpc.aio reads a request iterator in a task of its own, where a failure only cancels
+        # the call: every request is built first, so a bad item raises here, typed
+        request = iter(list(call.request)) if isinstance(call.request, Iterator) else call.request
+        try:
+            async for message in call.method(request, timeout=call.timeout, metadata=self._md):
+                yield call.decode(message)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    async def deploy_policy(
-        self,
-        path_or_text: str | os.PathLike[str],
-        environment: str = DEFAULT_ENVIRONMENT,
-        *,
-        base_dir: str | os.PathLike[str] | None = None,
-    ) -> DeployResult:
-        """As :meth:`Client.deploy_policy` (local files inlined)."""
-        text, filename, inlined = _policy_upload(path_or_text, base_dir)
-        req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
-        try:
-            r = await self._call(self._policies.DeployPolicy, req)
-        except PolicyValidationError as e:
-            raise inlined.relocate(e, filename) from None
-        return DeployResult(_version(r.version), _deployment(r.deployment), r.created)
+    async def _last(self, call: Stream[T | None]) -> T | None:
+        last = None
+        async for item in self._stream(call):
+            last = item if item is not None else last
+        return last
 
+    # policies
+    async def validate_policy(
+        self, path_or_text: PathOrText, *, base_dir: PathOrText | None = None
+    ) -> list[PolicyIssue]:
+        return await self._unary(self._validate_policy(path_or_text, base_dir))
+
+    async def deploy_policy(
+        self, path_or_text: PathOrText, environment: str = DEFAULT_ENVIRONMENT, *, base_dir: PathOrText | None = None
+    ) -> DeployResult:
+        return await self._unary(self._deploy_policy(path_or_text, environment, base_dir))
+
+    async def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
+        return await self._unary(self._get_policy(name, environment, version))
+
+    async def list_policies(self, environment: str = "") -> list[PolicySummaryRecord]:
+        return await self._unary(self._list_policies(environment))
+
+    async def rollback(self, name: str, environment: str = DEFAULT_ENVIRONMENT, to_version: int = 0) -> RollbackResult:
+        return await self._unary(self._rollback(name, environment, to_version))
+
+    # evaluation
     async def evaluate(
         self,
         policy: str,
@@ -612,8 +498,7 @@ class AsyncClient:
         environment: str = DEFAULT_ENVIRONMENT,
         timeout: float | None = None,
     ) -> RemoteDecision:
-        req = _evaluate_request(policy, prompt, response, context, environment)
-        return decision_from_pb(await self._call(self._evaluation.Evaluate, req, timeout))
+        return await self._unary(self._evaluate(policy, prompt, response, context, environment, timeout))
 
     async def evaluate_many(
         self,
@@ -622,28 +507,56 @@ class AsyncClient:
         environment: str = DEFAULT_ENVIRONMENT,
         timeout: float | None = None,
     ) -> AsyncIterator[RemoteDecision | CrossAuditError]:
-        requests = [
-            _evaluate_request(
-                policy,
-                it.get("prompt", ""),
-                it.get("response", ""),
-                it.get("context"),
-                environment,
-                str(it.get("request_id", i)),
-            )
-            for i, it in enumerate(items)
-        ]
-        try:
-            async for r in self._evaluation.EvaluateStream(iter(requests), timeout=timeout, metadata=self._md):
-                yield decision_from_pb(r.decision) if r.HasField("decision") else _item_error(r.error, r.request_id)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        async for answer in self._stream(self._evaluate_many(policy, items, environment, timeout)):
+            yield answer
 
+    async def submit_feedback(self, decision_id: str, label: str, rule: str = "", comment: str = "") -> str:
+        return await self._unary(self._submit_feedback(decision_id, label, rule, comment))
+
+    # evaluators
+    async def upload_evaluator(
+        self,
+        name: str,
+        code: str,
+        dependencies: Iterable[str] = (),
+        progress: ProgressCallback | None = None,
+        *,
+        language: str = "python",
+        description: str = "",
+        timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
+    ) -> UploadedEvaluator:
+        call = self._upload_evaluator(name, code, dependencies, progress, language, description, timeout)
+        return self._uploaded(await self._last(call))
+
+    async def get_evaluator(
+        self, evaluator_id: str = "", *, name: str = "", version: int = 0, include_code: bool = False
+    ) -> EvaluatorRecord:
+        return await self._unary(self._get_evaluator(evaluator_id, name, version, include_code))
+
+    async def list_evaluators(self, name: str = "") -> list[EvaluatorRecord]:
+        return await self._unary(self._list_evaluators(name))
+
+    # reviews
     async def list_reviews(
         self, state: ReviewState | str | None = None, policy: str = "", limit: int = 0
     ) -> list[ReviewInfo]:
-        req = rev_pb.ListReviewsRequest(state=_state(state), policy=policy, limit=limit)
-        return [_review(r) for r in (await self._call(self._reviews.ListReviews, req)).reviews]
+        return await self._unary(self._list_reviews(state, policy, limit))
+
+    async def resolve_review(
+        self, review_id: str, state: ReviewState | str, reviewer: str = "", note: str = ""
+    ) -> ReviewInfo:
+        return await self._unary(self._resolve_review(review_id, state, reviewer, note))
+
+    # info
+    async def server_info(self) -> ServerInfo:
+        return await self._unary(self._server_info())
+
+    # audit
+    async def get_decision(self, decision_id: str) -> AuditRecord:
+        return await self._unary(self._get_decision(decision_id))
+
+    async def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditRecord]:
+        return await self._unary(self._list_decisions(policy, limit))
 
     async def close(self) -> None:
         await self._channel.close()

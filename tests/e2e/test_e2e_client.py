@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from crossaudit import Client
+from crossaudit import AsyncClient, Client
 from crossaudit.kernel.errors import (
     InvalidInputError,
     NotFoundError,
@@ -18,6 +18,7 @@ from crossaudit.kernel.errors import (
     ReviewAlreadyResolvedError,
 )
 from crossaudit.kernel.results import Action
+from crossaudit.sdk import ReviewState
 from tests.e2e.conftest import ServerProcess, key, need_docker
 from tests.e2e.policies import KEYWORDS, KEYWORDS_V2, LEARNING, UPLOAD_CODE, uses_upload
 
@@ -228,3 +229,95 @@ def test_metrics_endpoint_counts_decisions(client: Client, server: ServerProcess
     assert "crossaudit_rule_latency_seconds_bucket" in body and "crossaudit_sandbox_state" in body
     assert 'crossaudit_evaluator_results_total{kind="custom",status="pass"}' in body
     assert 'crossaudit_rpcs_total{code="NOT_FOUND",method="Evaluate"}' in body
+
+
+# --- AsyncClient: the same methods, awaited (a tenant and names of its own) ------------------
+
+
+def _renamed(policy: str, name: str) -> str:
+    return policy.replace("name: keywords", f"name: {name}")
+
+
+async def test_async_client_manages_policy_versions(server: ServerProcess, tmp_path: Path) -> None:
+    v1, v2 = _renamed(KEYWORDS, "async-policies"), _renamed(KEYWORDS_V2, "async-policies")
+    async with AsyncClient(server.address, api_key=key("globex")) as c:
+        assert await c.validate_policy(v1) == []
+        issues = await c.validate_policy(INVALID)
+        assert {i.path for i in issues} >= {"rules[0].evaluator", "rules[0].threshold"} and all(i.line for i in issues)
+        with pytest.raises(PolicyValidationError) as err:
+            await c.deploy_policy(INVALID)
+        assert [str(i) for i in err.value.issues] == [str(i) for i in issues]
+        first = await c.deploy_policy(v1)
+        path = tmp_path / "async.yaml"
+        path.write_text(v2)
+        second = await c.deploy_policy(path)
+        assert (first.created, first.version.version, second.created, second.version.version) == (True, 1, True, 2)
+        assert second.version.declared_version == "2.0" and second.deployment.environment == "production"
+        info = await c.get_policy("async-policies")
+        assert info.content == v2 and [(d.environment, d.version) for d in info.deployments] == [("production", 2)]
+        [summary] = [p for p in await c.list_policies() if p.name == "async-policies"]
+        assert summary.latest_version == 2
+        rb = await c.rollback("async-policies")
+        assert (rb.previous_version, rb.deployment.version) == (2, 1)
+        assert (await c.get_policy("async-policies")).content == v1
+        assert (await c.get_policy("async-policies", version=2)).content == v2
+        with pytest.raises(NotFoundError):
+            await c.rollback("async-policies", environment="nowhere")
+
+
+async def test_async_client_reviews_feedback_and_audit(server: ServerProcess) -> None:
+    import hashlib
+
+    async with AsyncClient(server.address, api_key=key("globex")) as c:
+        await c.deploy_policy(_renamed(KEYWORDS, "async-reviews"))
+        d = await c.evaluate("async-reviews", "secret prompt", "a bad and worse answer", timeout=10)
+        assert not d.passed and d.action is Action.REQUIRE_REVIEW and len(d.review_ids) == 2
+        reviews = await c.list_reviews(state="open", policy="async-reviews")
+        assert sorted(r.id for r in reviews) == sorted(d.review_ids)
+        assert all(r.decision_id == d.decision_id and not (r.escalated or r.overdue) for r in reviews)
+        done = await c.resolve_review(d.review_ids[0], "approved", reviewer="ann", note="ok")
+        assert done.state is ReviewState.APPROVED and done.reviewer == "ann" and done.note == "ok" and done.resolved_at
+        with pytest.raises(ReviewAlreadyResolvedError):
+            await c.resolve_review(d.review_ids[0], "rejected")
+        assert [r.id for r in await c.list_reviews(state="open", policy="async-reviews")] == [d.review_ids[1]]
+        assert await c.submit_feedback(d.decision_id, "false_positive", rule="no_bad", comment="fine really")
+        with pytest.raises(NotFoundError):
+            await c.submit_feedback(d.decision_id, "correct", rule="no_such_rule")
+        a = await c.get_decision(d.decision_id)
+        assert (a.policy, a.environment, a.action, a.passed) == ("async-reviews", "production", "require_review", False)
+        assert a.prompt is None and a.response_sha256 == hashlib.sha256(b"a bad and worse answer").hexdigest()
+        assert [r["rule"] for r in a.rules] == ["no_bad", "no_worse"]
+        assert [x.decision_id for x in await c.list_decisions(policy="async-reviews", limit=1)] == [d.decision_id]
+        with pytest.raises(NotFoundError):
+            await c.get_decision("00000000-0000-0000-0000-000000000000")
+
+
+async def test_async_client_uploads_and_finds_evaluators(server: ServerProcess) -> None:
+    async with AsyncClient(server.address, api_key=key("globex")) as c:
+        ev = await c.upload_evaluator("async-scorer", UPLOAD_CODE, progress=lambda message, fraction: None)
+        assert ev.created and ev.version == 1 and ev.name == "async-scorer" and len(ev.id) == 36
+        same = await c.upload_evaluator("async-scorer", UPLOAD_CODE)
+        assert not same.created and same.id == ev.id
+        got = await c.get_evaluator(ev.id, include_code=True)
+        assert got.code == UPLOAD_CODE and got.digest == ev.digest
+        assert (await c.get_evaluator(name="async-scorer")).id == ev.id
+        assert [e.id for e in await c.list_evaluators(name="async-scorer")] == [ev.id]
+        await c.deploy_policy(uses_upload(ev.id))
+        d = await c.evaluate("uses-upload", "", "please block me", timeout=10)
+        assert d.action is Action.BLOCK and d.rules[0].evaluators[0].details == {"source": "upload"}
+        with pytest.raises(InvalidInputError, match="evaluate"):
+            await c.upload_evaluator("async-broken", "def other():\n    pass\n")
+        with pytest.raises(NotFoundError):
+            await c.get_evaluator("00000000-0000-0000-0000-000000000000")
+
+
+async def test_async_client_server_info_and_stream(server: ServerProcess) -> None:
+    async with AsyncClient(server.address, api_key=key("globex")) as c:
+        info = await c.server_info()
+        assert info.tenant == "globex" and info.multi_tenant and info.version
+        assert info.sandbox_backend == server.sandbox and info.weaker_isolation == (server.sandbox == "process")
+        await c.deploy_policy(_renamed(KEYWORDS, "async-stream"))
+        items = [{"prompt": "p", "response": "bad" if i % 2 else "good", "request_id": f"r{i}"} for i in range(6)]
+        answers = {a.request_id: a async for a in c.evaluate_many("async-stream", items, timeout=30)}
+        assert sorted(answers) == [f"r{i}" for i in range(6)]
+        assert answers["r1"].action is Action.FLAG and answers["r2"].passed

@@ -26,7 +26,7 @@ from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver.pool import error_from_rpc
 from crossaudit.modelserver.runtimes import ModelRuntime
 from crossaudit.modelserver.server import ModelServicer
-from crossaudit.sdk.client import _item_error
+from crossaudit.service.convert import item_error_from_pb as _item_error
 from crossaudit.service.errors import from_rpc_error
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import modelserver_pb2 as pb
