@@ -2,7 +2,10 @@
 
 Only parsing, never executing: the code must compile and define a top-level
 ``def evaluate(prompt, response, context)`` callable with three positional arguments.
-The agent repeats the same check at load time (it cannot import this module).
+This is the one entry-point check, authoritative: both sandbox backends run it on every bundle
+before an agent starts. The agent (stdlib only, it cannot import this module) keeps no copy of
+these rules; it only refuses code with no top-level ``def`` of that name at all, and reports an
+entry point that is not callable when the module body runs (``crossaudit/sandbox/agent/load.py``).
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ async def test_classes_defined_by_the_evaluator_can_hold_state(sb) -> None:
 
 
 class _AgentProc:
-    """``python -I agent.py`` with raw frame I/O (what both backends speak)."""
+    """``python -I .../agent/launch.py`` with raw frame I/O (what both backends speak)."""
 
     def __init__(self) -> None:
         import subprocess

@@ -307,7 +307,7 @@ HOSTILE: dict[str, tuple[str, tuple[type[CrossAuditError], ...]]] = {
     """), CODE),
     "write_agent": (_src("""
         def evaluate(p, r, c):
-            with open("/opt/crossaudit/agent/agent.py", "a") as fh:
+            with open("/opt/crossaudit/agent/supervisor.py", "a") as fh:
                 fh.write("# owned")
             return {"score": 1.0}
     """), CODE),

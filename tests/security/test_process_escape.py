@@ -534,7 +534,7 @@ async def test_legit_idioms(sb) -> None:
 
 def _restrictions():
     """A Restrictions object without make_globals (which is meant for the single-use call child)."""
-    from crossaudit.sandbox.agent.agent import SAFE_MODULES, Restrictions, SandboxViolation
+    from crossaudit.sandbox.agent.restrictions import SAFE_MODULES, Restrictions, SandboxViolation
 
     return Restrictions(SAFE_MODULES, frozenset()), SandboxViolation
 

@@ -5,6 +5,9 @@ this, user code could ``ptrace`` the parent or open ``/proc/1/{mem,fd,environ}``
 with later calls. ``PR_SET_DUMPABLE=0`` (kept across fork, reset only by execve) makes every
 process of the container refuse same-uid ptrace access when no process has CAP_SYS_PTRACE,
 which ``cap_drop ALL`` guarantees. Stdlib only.
+
+The agent is a package (``/opt/crossaudit/agent/``) run as ``__main__`` by its own
+``launch.py``, the same way the process backend starts it on the host.
 """
 
 import ctypes
@@ -12,7 +15,7 @@ import runpy
 import sys
 
 PR_SET_DUMPABLE = 4
-AGENT = "/opt/crossaudit/agent/agent.py"
+AGENT = "/opt/crossaudit/agent/launch.py"  # runs the agent package as __main__
 
 try:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:

@@ -1,5 +1,5 @@
-"""``python -m crossaudit.sandbox.agent`` runs the agent (the backends run ``agent.py`` directly with ``-I``)."""
+"""Runs the agent: ``python -m crossaudit.sandbox.agent``, or through :mod:`.launch` (both backends)."""
 
-from crossaudit.sandbox.agent.agent import main
+from .supervisor import main
 
 raise SystemExit(main())

@@ -40,6 +40,7 @@ from crossaudit.sandbox.streaming import run_streaming
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the installed ``crossaudit`` package: images are package data
 RUNNER_DIR = PACKAGE_ROOT / "images" / "runner"
 AGENT_DIR = PACKAGE_ROOT / "sandbox" / "agent"
+AGENT_ENTRY_FILES = frozenset({"__init__.py", "__main__.py", "launch.py"})  # what entry.py needs to run it
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 LABEL = "crossaudit.sandbox"  # on every container this backend starts (reaped by label)
@@ -205,9 +206,11 @@ class ImageManager:
     # --- runner ----------------------------------------------------------------------------------
 
     def _agent_files(self) -> list[Path]:
-        files = sorted(p for p in AGENT_DIR.glob("*.py"))
-        if not (AGENT_DIR / "agent.py").is_file():
-            raise ConfigurationError("crossaudit/sandbox/agent/agent.py is missing: the runner image needs the agent")
+        """Every module of the agent package (flat: one module per job), hashed into the tag and copied."""
+        files = sorted(AGENT_DIR.glob("*.py"))
+        missing = sorted(AGENT_ENTRY_FILES - {f.name for f in files})
+        if missing:
+            raise ConfigurationError(f"crossaudit/sandbox/agent/ lacks {', '.join(missing)}: the runner image needs it")
         return files
 
     def runner_tag(self, base: str) -> str:

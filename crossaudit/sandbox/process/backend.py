@@ -1,6 +1,6 @@
 """The process sandbox: the embedded fallback for machines without Docker (weaker isolation).
 
-Each bundle gets warm agents (``crossaudit/sandbox/agent/agent.py`` run as ``python -I``) in their own
+Each bundle gets warm agents (package ``crossaudit/sandbox/agent`` via ``python -I .../launch.py``) in their own
 session, a fresh temp dir and a minimal environment. The agent compiles the code with
 RestrictedPython, imports the declared modules once and keeps a single-use child forked
 ahead of demand; that child applies rlimits, drops root to an unprivileged uid and runs in
@@ -17,7 +17,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -38,11 +37,11 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.kernel.results import Verdict
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.sandbox.procfs import kill_tree, pid_exists
 from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
 
-AGENT_PATH = Path(__file__).resolve().parent.parent / "agent" / "agent.py"
+AGENT_PATH = Path(__file__).resolve().parent.parent / "agent" / "launch.py"  # runs the agent package as __main__
 SANDBOX_UID = 65534  # the agent drops call children to this uid when it runs as root
-KILL_ROUNDS = 10  # rounds of "find descendants, SIGKILL them" when tearing an agent down
 DEFAULT_MAX_BUNDLES = 16  # warm bundles kept (LRU); each holds up to PoolLimits.max_size agents
 SINGLE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                      "NUMEXPR_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
@@ -84,62 +83,11 @@ def reap_stale_workdirs() -> int:
     root = Path(tempfile.gettempdir())
     for path in list(root.glob(f"{WORKDIR_PREFIX}*-*"))[:10_000]:
         pid_text = path.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or Path(f"/proc/{pid_text}").exists():
+        if not pid_text.isdigit() or pid_exists(int(pid_text)):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
     return removed
-
-
-# --------------------------------------------------------------------------- process-tree kill
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, pgid) for every visible process."""
-    table: dict[int, tuple[int, int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            table[int(name)] = (int(fields[1]), int(fields[2]))
-        except (OSError, ValueError, IndexError):
-            continue
-    return table
-
-
-def kill_tree(root_pid: int) -> None:
-    """SIGKILL a process, every descendant and their process groups (never our own group)."""
-    own_group = os.getpgrp()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(root_pid, signal.SIGSTOP)  # a stopped agent cannot fork replacements meanwhile
-    for _ in range(KILL_ROUNDS):
-        table = _proc_table()
-        kids: dict[int, list[int]] = {}
-        for pid, (ppid, _) in table.items():
-            kids.setdefault(ppid, []).append(pid)
-        found: list[int] = []
-        todo = list(kids.get(root_pid, []))
-        while todo and len(found) < 100_000:
-            pid = todo.pop()
-            found.append(pid)
-            todo.extend(kids.get(pid, []))
-        if not found:
-            break
-        for pid in found:
-            pgid = table[pid][1]
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if pgid not in (own_group, 0):
-                    os.killpg(pgid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    if root_pid != own_group:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(root_pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(root_pid, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- one warm agent
