@@ -12,13 +12,24 @@ This module imports no Docker, gRPC or model code: loading a policy touches noth
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import re
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator
 
+# The builtins' configs live one module per builtin (see crossaudit.kernel.builtins); re-exported as DSL types.
+from crossaudit.kernel.builtins import BUILTIN_MODELS as BUILTIN_MODELS
+from crossaudit.kernel.builtins import BuiltinConfig as BuiltinConfig
+from crossaudit.kernel.builtins import BuiltinConfigBase as BuiltinConfigBase
+from crossaudit.kernel.builtins import DetoxifyConfig as DetoxifyConfig
+from crossaudit.kernel.builtins import LangdetectConfig as LangdetectConfig
+from crossaudit.kernel.builtins import PresidioConfig as PresidioConfig
+from crossaudit.kernel.dslbase import CommonEvaluatorConfig as CommonEvaluatorConfig
+from crossaudit.kernel.dslbase import Strict as Strict
 from crossaudit.kernel.results import Action
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$"
@@ -29,12 +40,6 @@ TIME_RANGE_PATTERN = r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$"
 DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used (with a validation warning) when an llm evaluator names no model
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="identifier: letters, digits, _ and -")]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-
-
-class Strict(BaseModel):
-    """Base of every document model: unknown keys are errors (with did-you-mean)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False)
 
 
 # --- metadata ---------------------------------------------------------------------------
@@ -98,11 +103,6 @@ class LLMProvider(StrEnum):
     OPENAI_COMPATIBLE = "openai_compatible"
 
 
-class CommonEvaluatorConfig(Strict):
-    rate_limit: int | None = Field(default=None, gt=0, description="Requests per minute for this evaluator")
-    timeout: float | None = Field(default=None, gt=0, description="Seconds one call may take")
-
-
 class LLMConfig(CommonEvaluatorConfig):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -150,107 +150,7 @@ class CustomConfig(CommonEvaluatorConfig):
         return dict(self.model_extra or {})
 
 
-DETOXIFY_CATEGORIES = (
-    "toxicity",
-    "severe_toxicity",
-    "obscene",
-    "threat",
-    "insult",
-    "identity_attack",
-    "sexual_explicit",
-)
-# The guide writes short entity names; Presidio's recognizers use these.
-PRESIDIO_ENTITY_ALIASES: dict[str, str] = {
-    "EMAIL": "EMAIL_ADDRESS",
-    "SSN": "US_SSN",
-    "PHONE": "PHONE_NUMBER",
-    "CREDIT_CARD_NUMBER": "CREDIT_CARD",
-    "IP": "IP_ADDRESS",
-}
-DEFAULT_PRESIDIO_ENTITIES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "CREDIT_CARD")
-MAX_LISTED = 64  # categories / entities / languages in one builtin config
-
-
-class BuiltinConfigBase(CommonEvaluatorConfig):
-    """Shared by the three builtins. Also the model server's wire validation (one definition)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    model_kind: ClassVar[str]
-
-    text: Literal["response", "prompt"] = Field(
-        default="response", description="Which text is analysed (spans and redaction apply to the response)"
-    )
-
-
-class DetoxifyConfig(BuiltinConfigBase):
-    model_kind: ClassVar[str] = "detoxify"
-
-    model: Literal["detoxify"] = Field(description="Detoxify toxicity classifier")
-    variant: Literal["original", "unbiased", "multilingual"] = Field(default="original", description="Model variant")
-    threshold: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="Category probability at or above which the text is toxic"
-    )
-    categories: tuple[str, ...] = Field(
-        default=("toxicity",),
-        description=f"Categories considered, e.g. {', '.join(DETOXIFY_CATEGORIES)}; [] = all the model predicts",
-    )
-    checkpoint: str | None = Field(default=None, description="Local checkpoint file (no hub downloads)")
-    huggingface_config_path: str | None = Field(default=None, description="Local tokenizer/config directory")
-
-    @field_validator("categories")
-    @classmethod
-    def _categories(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        out = tuple(dict.fromkeys(c.strip().lower() for c in v if c.strip()))
-        if len(out) > MAX_LISTED:
-            raise ValueError(f"at most {MAX_LISTED} categories")
-        return out
-
-
-class PresidioConfig(BuiltinConfigBase):
-    model_kind: ClassVar[str] = "presidio"
-
-    model: Literal["presidio"] = Field(description="Presidio PII analyzer")
-    entities: tuple[str, ...] = Field(
-        default=DEFAULT_PRESIDIO_ENTITIES, description="Entity types (EMAIL, SSN and PHONE are accepted aliases)"
-    )
-    confidence_threshold: float = Field(default=0.5, ge=0.0, le=1.0, description="Ignore findings below this")
-    language: str = Field(default="en", min_length=2, max_length=12, description="Text language")
-    spacy_model_path: str | None = Field(default=None, description="Local spaCy pipeline directory")
-
-    @field_validator("entities")
-    @classmethod
-    def _entities(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        names = [e.strip().upper() for e in v if e.strip()]
-        out = tuple(dict.fromkeys(PRESIDIO_ENTITY_ALIASES.get(n, n) for n in names))
-        if not out:
-            raise ValueError("entities must name at least one entity type")
-        if len(out) > MAX_LISTED:
-            raise ValueError(f"at most {MAX_LISTED} entities")
-        return out
-
-
-class LangdetectConfig(BuiltinConfigBase):
-    model_kind: ClassVar[str] = "langdetect"
-
-    model: Literal["langdetect"] = Field(description="Language identification")
-    expected_languages: tuple[str, ...] = Field(
-        default=(), description="If set, the score is the probability of the best expected language"
-    )
-    max_candidates: int = Field(default=5, ge=1, le=20, description="Candidate languages listed in details")
-
-    @field_validator("expected_languages")
-    @classmethod
-    def _languages(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(x.strip().lower() for x in v if x.strip()))
-
-
-BuiltinConfig = DetoxifyConfig | PresidioConfig | LangdetectConfig
-BUILTIN_MODELS: dict[str, type[BuiltinConfigBase]] = {
-    "detoxify": DetoxifyConfig,
-    "presidio": PresidioConfig,
-    "langdetect": LangdetectConfig,
-}
-TypedEvaluatorConfig = LLMConfig | CustomConfig | DetoxifyConfig | PresidioConfig | LangdetectConfig
+TypedEvaluatorConfig = LLMConfig | CustomConfig | BuiltinConfig
 
 
 class EvaluatorSpec(Strict):
@@ -520,6 +420,40 @@ class CustomActionConfig(ActionConfigBase):
     method: Literal["POST", "PUT", "PATCH", "GET"] = Field(default="POST", description="HTTP method")
     headers: dict[str, str] = Field(default_factory=dict, description="Headers; '${ENV}' is expanded at send time")
     payload: dict[str, Any] = Field(default_factory=dict, description="Body; '{{rule.name}}'-style templates")
+
+
+TEMPLATE_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")  # a ``{{field}}`` of a custom action's payload
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateFields:
+    """The values ``{{...}}`` in a custom action's payload may name, one attribute per field: the
+    first ``_`` of an attribute's name is the dot (``rule_name`` is ``{{rule.name}}``). The
+    validator accepts exactly :data:`TEMPLATE_FIELDS` and the engine renders :meth:`values`, so
+    what a policy may write and what the engine fills in are one list."""
+
+    rule_name: str
+    rule_score: float | None
+    rule_threshold: float | None
+    rule_action: str
+    rule_status: str
+    policy_name: str
+    policy_version: str
+    content_hash: str
+    content_length: int
+    timestamp: str
+    decision_id: str
+
+    def values(self) -> dict[str, Any]:
+        """``{"rule.name": ..., ...}``: what the templates are rendered from."""
+        return {_template_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _template_name(attribute: str) -> str:
+    return attribute.replace("_", ".", 1)
+
+
+TEMPLATE_FIELDS = frozenset(_template_name(f.name) for f in dataclasses.fields(TemplateFields))
 
 
 class ContinueConfig(ActionConfigBase):

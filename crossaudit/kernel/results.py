@@ -6,6 +6,7 @@ below its threshold. These models never carry proto types (the service converts)
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from enum import StrEnum
@@ -93,6 +94,35 @@ def wire_text(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """``json.loads`` refusing the ``NaN``/``Infinity`` literals (ValueError): Python accepts them,
+    JSON has no such values and a peer that sends them is broken or hostile. A number that only
+    overflows (``1e999``) still parses, to inf, and is refused by :func:`check_wire` where the
+    document enters, as every other value the wire cannot carry."""
+    return json.loads(data, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+# --- the score of an evaluator's result document ------------------------------------------
+SCORE_KEYS = ("score", "safety_score", "compliance_score")
+
+
+def score_key(doc: Mapping[str, Any]) -> str | None:
+    """Which key of an evaluator's result document is its score (None when it has none).
+
+    The first of :data:`SCORE_KEYS` present wins. ``score`` comes first because it is the name
+    of the score everywhere else (the typed result's field, ``previous_rule.<rule>.score`` in
+    the guide), so a document that spells it means it; ``safety_score`` is what the guide's
+    example evaluators and llm prompt return; ``compliance_score`` is what some models answer
+    with. The one rule of custom results (``sandbox/protocol.py``) and llm answers
+    (``orchestrator/evaluators/llm.py``); a custom result keeps its other score keys in ``details``.
+    """
+    return next((k for k in SCORE_KEYS if k in doc), None)
 
 
 class Status(StrEnum):

@@ -1,4 +1,4 @@
-"""Container images of the model servers (``images/<kind>/Dockerfile``), built locally.
+"""Container images of the model servers (``crossaudit/images/<kind>/Dockerfile``), built locally.
 
 No image registry is reachable, so an image is ``FROM`` the locally built Python 3.11 base
 (``crossaudit/base:*``, see ``crossaudit/images/base/README.md``) plus two COPYs prepared on the host:
@@ -29,17 +29,19 @@ import tempfile
 from pathlib import Path
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.modelserver.builtins import RUNTIMES
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the installed ``crossaudit`` package
 # The server's code: the packages the layering contract lets ``crossaudit.modelserver`` import
 # (pyproject.toml [tool.importlinter]), copied whole; nothing is picked file by file.
 APP_PACKAGES = ("kernel", "v1", "modelserver")
-KINDS = ("detoxify", "presidio")
-# What each image installs (kept in step with pyproject.toml's pins).
+# The builtins with an image: those whose runtime module names its image's packages.
+KINDS = tuple(kind for kind, runtime in RUNTIMES.items() if runtime.image_requirements is not None)
+# What each image installs (kept in step with pyproject.toml's pins): the server's own stack plus
+# the builtin's (``image_requirements`` in crossaudit/modelserver/builtins/<kind>.py).
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "_common": ("grpcio>=1.66,<2", "protobuf>=5.27,<8", "pydantic>=2.7,<3"),
-    "detoxify": ("detoxify>=0.5.2,<0.6", "torch>=2.2,<3", "transformers>=4.40,<6"),
-    "presidio": ("presidio-analyzer>=2.2.355,<3",),
+    **{kind: RUNTIMES[kind].image_requirements or () for kind in KINDS},
 }
 # Shared libraries the wheels need that the minimal base lacks (grpcio, torch and spaCy link
 # libstdc++): fetched as Debian packages of the base's suite with the host's apt, unpacked into

@@ -36,7 +36,7 @@ import grpc
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.results import Span, Verdict
-from crossaudit.modelserver.runtimes import RUNTIMES, ModelRuntime, runtime_for
+from crossaudit.modelserver.builtins import RUNTIMES, ModelRuntime, runtime_for
 from crossaudit.modelserver.server import MAX_MESSAGE_BYTES
 from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc

@@ -1,7 +1,7 @@
 """A builtin model server: ``python -m crossaudit.modelserver.server --model detoxify --socket PATH``.
 
 One process per model kind, so torch/spaCy memory and crashes stay out of the orchestrator.
-It loads each model once (see :class:`~crossaudit.modelserver.runtimes.ModelRuntime`) and serves many
+It loads each model once (see :class:`~crossaudit.modelserver.builtins.base.ModelRuntime`) and serves many
 ``Analyze`` calls concurrently: a bounded thread pool runs inference, a bounded queue refuses
 excess work with RESOURCE_EXHAUSTED instead of piling it up, and each call honours the gRPC
 deadline. It listens only on a unix socket or a loopback port.
@@ -33,7 +33,7 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
     RateLimitedError,
 )
-from crossaudit.modelserver.runtimes import RUNTIMES, ModelRuntime, runtime_for
+from crossaudit.modelserver.builtins import RUNTIMES, ModelRuntime, runtime_for
 from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 

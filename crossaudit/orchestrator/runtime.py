@@ -171,11 +171,9 @@ def make_sandbox(kind: str = "auto", limits: SandboxLimits | None = None, **opti
     if kind not in {"auto", "docker", "process"}:
         raise ConfigurationError(f"unknown sandbox {kind!r}: use docker, process or auto")
     if kind in {"auto", "docker"}:
-        try:
-            from crossaudit.sandbox.docker.backend import DockerSandbox
-        except ImportError:
-            DockerSandbox = None  # type: ignore[assignment,misc]
-        if DockerSandbox is not None and DockerSandbox.available():
+        from crossaudit.sandbox.docker.backend import DockerSandbox
+
+        if DockerSandbox.available():
             return DockerSandbox(limits=limits, **options)
         if kind == "docker":
             raise ConfigurationError("--sandbox docker: no Docker daemon answers (is it running? DOCKER_HOST?)")

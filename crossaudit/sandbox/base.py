@@ -49,11 +49,6 @@ class CodeBundle:
         """Identity of a warm pool: this code, for this tenant only."""
         return hashlib.sha256(f"{self.tenant}\0{self.digest}".encode()).hexdigest()
 
-    @property
-    def deps_digest(self) -> str:
-        """Identity of the dependency set alone (one image per dependency set)."""
-        return hashlib.sha256("\n".join(sorted(d.lower() for d in self.dependencies)).encode()).hexdigest()
-
 
 @dataclass
 class RunDiagnostics:

@@ -29,10 +29,18 @@ from crossaudit.kernel.errors import (
     SandboxSecurityError,
 )
 from crossaudit.kernel.limits import SandboxLimits
-from crossaudit.kernel.results import SPAN_OFFSET_MAX, Span, Verdict, check_wire, wire_text
+from crossaudit.kernel.results import (
+    SCORE_KEYS,
+    SPAN_OFFSET_MAX,
+    Span,
+    Verdict,
+    check_wire,
+    loads_strict,
+    score_key,
+    wire_text,
+)
 
 MESSAGE_MAX = 2000  # characters of a sandbox error message passed on to users
-SCORE_KEYS = ("score", "safety_score")  # "score" wins when both are present
 KNOWN_KEYS = frozenset({*SCORE_KEYS, "violations", "passed", "details", "spans"})
 
 
@@ -87,8 +95,9 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
     """Validate an evaluator's returned document and build a :class:`Verdict`.
 
     Shape (the guide's): ``{"safety_score"|"score": float in [0,1], "violations": [...],
-    "passed": bool, "details": {...}}`` plus optional ``spans``. Unknown top-level keys move
-    into ``details``; non-string violations become compact JSON. Anything else raises
+    "passed": bool, "details": {...}}`` plus optional ``spans``; which key is the score is
+    :func:`~crossaudit.kernel.results.score_key`'s rule. Unknown top-level keys move into
+    ``details``; non-string violations become compact JSON. Anything else raises
     :class:`ResultInvalidError`.
     """
     limits = limits or SandboxLimits()
@@ -104,9 +113,9 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
     if size > limits.result_bytes:
         raise ResultInvalidError(f"result is {size} bytes, over the {limits.result_bytes}-byte limit")
 
-    key = next((k for k in SCORE_KEYS if k in obj), None)
+    key = score_key(obj)
     if key is None:
-        raise ResultInvalidError("result has no 'safety_score' or 'score'")
+        raise ResultInvalidError(f"result has no score ({' or '.join(map(repr, SCORE_KEYS))})")
     score = _number(obj[key], key)
     if not 0.0 <= score <= 1.0:
         raise ResultInvalidError(f"{key} must be in [0, 1], got {score}")
@@ -244,7 +253,7 @@ class AgentChannel:
         if len(line) > self.max_frame_bytes:
             raise ProtocolError(f"agent frame over {self.max_frame_bytes} bytes")
         try:
-            frame = json.loads(line, parse_constant=_no_constant)
+            frame = loads_strict(line)
         except (ValueError, RecursionError) as exc:
             raise ProtocolError(f"agent sent invalid JSON: {_clip(exc)}") from None
         if not isinstance(frame, dict) or not isinstance(frame.get("op"), str):
@@ -288,7 +297,3 @@ class AgentChannel:
             if frame.get("op") == op and (call_id is None or frame.get("id") == call_id):
                 return frame
         raise ProtocolError(f"no '{op}' answer within {max_frames} frames")
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")

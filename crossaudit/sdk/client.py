@@ -2,8 +2,8 @@
 
     from crossaudit import Client
     with Client("127.0.0.1:50051", api_key="...") as c:
-        c.deploy_policy("policies/demo.yaml", environment="production")
-        d = c.evaluate("Demo", prompt="hi", response="hello", timeout=2.0)
+        c.deploy_policy("policies/demo_offline.yaml", environment="production")
+        d = c.evaluate("Offline Demo", prompt="hi", response="hello", timeout=2.0)
         print(d.decision_id, d.passed, d.action)
 
 Both clients have the same methods. :class:`ClientBase` builds every request and says how its

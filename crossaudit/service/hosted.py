@@ -3,8 +3,8 @@
 The service never reads a file that a policy names: a tenant must not be able to run any
 ``.py`` file of the server, nor learn which files exist. So ``code_file`` and builtin model
 paths are refused outright — the same answer whatever the path, existing or not — and
-``evaluators/<name>.py`` is never looked up (``CrossAuditService`` reports a custom evaluator
-without code or upload). The CLI and the Client inline ``code_file`` and
+``evaluators/<name>.py`` is never looked up (``PolicyCatalog`` in ``catalog.py`` reports a custom
+evaluator without code or upload). The CLI and the Client inline ``code_file`` and
 ``evaluators/<name>.py`` before sending; only the local PolicyTester reads them.
 
 LLM ``base_url`` hosts must be on the operator's allowlist (checked again at each call,
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from crossaudit.kernel.dsl import EvaluatorType, Policy
 from crossaudit.kernel.errors import PolicyIssue
+from crossaudit.modelserver.builtins import model_path_settings
 from crossaudit.orchestrator.policy.envvars import ENV_RE
 from crossaudit.orchestrator.policy.validate import IssueAt, PolicyCheck
 from crossaudit.orchestrator.secrets import HostAllowlist
@@ -25,11 +26,8 @@ CODE_FILE_REFUSED = (
     "code_file names a file on the service's machine, which the service never reads: deploy with "
     "`crossaudit policy deploy` or Client.deploy_policy (they inline the file as config.code), or give config.code"
 )
-MODEL_PATH_FIELDS = {  # builtin config field -> the operator's setting that replaces it
-    "checkpoint": "CROSSAUDIT_DETOXIFY_CHECKPOINT",
-    "huggingface_config_path": "CROSSAUDIT_DETOXIFY_CONFIG",
-    "spacy_model_path": "CROSSAUDIT_SPACY_MODEL",
-}
+# builtin config field -> the operator's setting that replaces it (each builtin's runtime names its own)
+MODEL_PATH_FIELDS = model_path_settings()
 _REFERENCE_MARK = "reference"  # stands in for ${NAME} in a base_url's path when it is checked at deploy
 
 

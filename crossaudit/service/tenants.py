@@ -21,7 +21,7 @@ log = logging.getLogger("crossaudit.service")
 
 
 class DecisionEngine(Protocol):
-    """What the service needs from the engine (``crossaudit.orchestrator.engine.Engine`` satisfies it)."""
+    """What the service needs from the engine (``crossaudit.orchestrator.engine.engine.Engine`` satisfies it)."""
 
     async def evaluate(
         self,

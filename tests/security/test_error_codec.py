@@ -23,8 +23,8 @@ from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError
 from crossaudit.kernel.results import Verdict
+from crossaudit.modelserver.builtins import ModelRuntime
 from crossaudit.modelserver.pool import error_from_rpc
-from crossaudit.modelserver.runtimes import ModelRuntime
 from crossaudit.modelserver.server import ModelServicer
 from crossaudit.service.convert import item_error_from_pb as _item_error
 from crossaudit.service.errors import from_rpc_error

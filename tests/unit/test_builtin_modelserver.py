@@ -19,8 +19,8 @@ from crossaudit.kernel.errors import (
     RateLimitedError,
 )
 from crossaudit.kernel.results import Span, Verdict
+from crossaudit.modelserver.builtins import ModelRuntime
 from crossaudit.modelserver.pool import error_from_rpc, verdict_from_reply
-from crossaudit.modelserver.runtimes import ModelRuntime
 from crossaudit.modelserver.server import ModelServicer
 from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc

@@ -18,12 +18,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from crossaudit.kernel.dsl import ActionConfigBase, CustomActionConfig, ModifyConfig, ModifyStrategy, Rule
+from crossaudit.kernel.dsl import (
+    TEMPLATE_RE,
+    ActionConfigBase,
+    CustomActionConfig,
+    ModifyConfig,
+    ModifyStrategy,
+    Rule,
+)
 from crossaudit.kernel.dsl import duration_seconds as duration_seconds  # the actions' durations, re-exported
 from crossaudit.kernel.results import Action, ActionOutcome, RuleResult, Span
 from crossaudit.orchestrator import reviews
 from crossaudit.orchestrator.policy import envvars
-from crossaudit.orchestrator.policy.validate import TEMPLATE_RE
 
 
 def render_template(value: Any, fields: Mapping[str, Any]) -> Any:

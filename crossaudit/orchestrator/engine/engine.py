@@ -36,6 +36,7 @@ from crossaudit.kernel.dsl import (
     ModifyConfig,
     Policy,
     Rule,
+    TemplateFields,
     WarnConfig,
 )
 from crossaudit.kernel.errors import (
@@ -495,19 +496,19 @@ class Engine:
             if res.passed or res.action is None:
                 continue
             rule = by_name[res.rule]
-            fields = {
-                "rule.name": rule.name,
-                "rule.score": res.score,
-                "rule.threshold": res.threshold,
-                "rule.action": res.action.value,
-                "rule.status": res.status.value,
-                "policy.name": policy.name,
-                "policy.version": policy.version,
-                "content.hash": req.inp.context["content"]["hash"],
-                "content.length": req.inp.context["content"]["length"],
-                "timestamp": moment.isoformat(),
-                "decision.id": req.decision_id,
-            }
+            fields = TemplateFields(
+                rule_name=rule.name,
+                rule_score=res.score,
+                rule_threshold=res.threshold,
+                rule_action=res.action.value,
+                rule_status=res.status.value,
+                policy_name=policy.name,
+                policy_version=policy.version,
+                content_hash=req.inp.context["content"]["hash"],
+                content_length=req.inp.context["content"]["length"],
+                timestamp=moment.isoformat(),
+                decision_id=req.decision_id,
+            ).values()
             res.outcome = actions.build_outcome(rule, res, res.action, fields=fields, now=moment)
             outcomes.append(res.outcome)
             if res.action is Action.MODIFY:

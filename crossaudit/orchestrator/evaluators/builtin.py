@@ -4,7 +4,7 @@ The evaluator validates its config up front (a typo fails at build time), resolv
 paths from config or environment (ConfigurationError names the missing setting), and sends
 each call to a :class:`~crossaudit.modelserver.pool.ModelBackend`: by default the process-wide
 :func:`~crossaudit.modelserver.pool.default_pool`, i.e. a model server subprocess per kind, so torch
-and spaCy never load into the orchestrator. Scores follow DESIGN.md (1 = compliant):
+and spaCy never load into the orchestrator. Scores follow ``docs/builtins-and-llm.md`` (1 = compliant):
 
 - detoxify: ``1 - max(selected category probability)``; passed = ``max < threshold``;
 - presidio: ``1 - max(confidence of entities >= confidence_threshold)``; spans for redaction;
@@ -26,14 +26,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from crossaudit.kernel.builtins import BUILTIN_MODELS, DetoxifyConfig, LangdetectConfig, PresidioConfig, parse_config
 from crossaudit.kernel.results import Verdict
-from crossaudit.modelserver.config import (
-    DetoxifyConfig,
-    LangdetectConfig,
-    PresidioConfig,
-    parse_config,
-    resolve_paths,
-)
+from crossaudit.modelserver.builtins import resolve_paths
 from crossaudit.modelserver.pool import ModelBackend, default_pool
 from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
 from crossaudit.orchestrator.policy import envvars
@@ -128,27 +123,18 @@ class BuiltinEvaluator(Evaluator):
         return f"{self.kind}:{self.model}:{self.name}:{hashlib.sha256(doc.encode()).hexdigest()[:16]}"
 
 
-class DetoxifyEvaluator(BuiltinEvaluator):
-    """Toxicity with Detoxify (``variant`` original|unbiased|multilingual) from a local checkpoint."""
-
-    model = "detoxify"
-
-
-class PresidioEvaluator(BuiltinEvaluator):
-    """PII with Presidio over a local spaCy pipeline; spans let ``modify``/redact act."""
-
-    model = "presidio"
+def _adapter(model: str) -> type[BuiltinEvaluator]:
+    """The adapter class of builtin ``model``: all a builtin needs here is its name."""
+    name = BUILTIN_MODELS[model].__name__.removesuffix("Config") + "Evaluator"
+    doc = f"The {model} builtin, served by ``crossaudit.modelserver.builtins.{model}``."
+    return type(name, (BuiltinEvaluator,), {"model": model, "__doc__": doc, "__module__": __name__})
 
 
-class LangdetectEvaluator(BuiltinEvaluator):
-    """Language identification with langdetect's shipped profiles (deterministic seed)."""
-
-    model = "langdetect"
-
-
-BUILTINS: dict[str, type[BuiltinEvaluator]] = {
-    c.model: c for c in (DetoxifyEvaluator, PresidioEvaluator, LangdetectEvaluator)
-}
+# One adapter per builtin of the registry (crossaudit.kernel.builtins), none listed here.
+BUILTINS: dict[str, type[BuiltinEvaluator]] = {model: _adapter(model) for model in BUILTIN_MODELS}
+DetoxifyEvaluator = BUILTINS["detoxify"]  # the named adapters are public API
+PresidioEvaluator = BUILTINS["presidio"]
+LangdetectEvaluator = BUILTINS["langdetect"]
 
 
 def build_builtin(

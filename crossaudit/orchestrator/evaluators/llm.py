@@ -28,7 +28,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -40,12 +40,10 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
     ProviderError,
 )
-from crossaudit.kernel.results import Verdict
+from crossaudit.kernel.results import Verdict, score_key
 from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
 from crossaudit.orchestrator.policy import envvars
 from crossaudit.orchestrator.secrets import HostAllowlist, SecretSource, SecretUse, as_secret_source
-
-Provider = Literal["openai", "anthropic", "google", "azure", "openai_compatible"]
 
 # The provider's standard variables, read when the policy gives no api_key.
 API_KEY_ENV: dict[str, tuple[str, ...]] = {
@@ -105,7 +103,6 @@ def parse_llm_config(raw: Mapping[str, Any] | BaseModel) -> LLMEvaluatorConfig:
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _NUMBER = re.compile(r"^\s*(?:score\s*[:=]\s*)?(-?\d+(?:\.\d+)?)\s*(%?)\s*\.?\s*$", re.IGNORECASE)
-_SCORE_KEYS = ("safety_score", "score", "compliance_score")
 
 
 def _first_json_object(text: str) -> Any:
@@ -179,7 +176,7 @@ def parse_answer(text: str) -> Verdict:
         if isinstance(doc, int | float) and not isinstance(doc, bool):
             return Verdict(score=_score(doc), details={"format": "number"})
         if isinstance(doc, dict):
-            key = next((k for k in _SCORE_KEYS if k in doc), None)
+            key = score_key(doc)
             if key is None:
                 raise ProviderError(
                     f"the JSON answer has no safety_score/score (keys: {sorted(doc)[:10]})", retryable=False

@@ -7,15 +7,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from crossaudit.kernel.dsl import (
-    ACTION_CONFIGS,
-    CustomConfig,
-    DetoxifyConfig,
-    LangdetectConfig,
-    LLMConfig,
-    Policy,
-    PresidioConfig,
-)
+from crossaudit.kernel.dsl import ACTION_CONFIGS, BUILTIN_MODELS, CustomConfig, LLMConfig, Policy
 
 SCHEMA_ID = "https://crossaudit.dev/schemas/policy.schema.json"
 
@@ -32,7 +24,7 @@ def policy_json_schema() -> dict[str, Any]:
         defs.setdefault(model.__name__, sub)
         return {"$ref": f"#/$defs/{model.__name__}"}
 
-    config_refs = [ref(m) for m in (LLMConfig, CustomConfig, DetoxifyConfig, PresidioConfig, LangdetectConfig)]
+    config_refs = [ref(m) for m in (LLMConfig, CustomConfig, *BUILTIN_MODELS.values())]
     defs["EvaluatorSpec"]["properties"]["config"] = {
         "description": defs["EvaluatorSpec"]["properties"]["config"].get("description", ""),
         "anyOf": config_refs,

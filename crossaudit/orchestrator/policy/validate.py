@@ -29,6 +29,8 @@ from crossaudit.kernel.dsl import (
     ACTION_CONFIGS,
     BUILTIN_MODELS,
     DEFAULT_LLM_MODEL,
+    TEMPLATE_FIELDS,
+    TEMPLATE_RE,
     CustomConfig,
     EvaluatorType,
     LLMConfig,
@@ -44,21 +46,6 @@ from crossaudit.orchestrator.policy.regex import RegexError, compile_pattern
 from crossaudit.orchestrator.policy.yamlsafe import Path, SourceMap, format_path, load_yaml
 from crossaudit.orchestrator.secrets import SecretSource, as_secret_source
 
-TEMPLATE_FIELDS = {
-    "rule.name",
-    "rule.score",
-    "rule.threshold",
-    "rule.action",
-    "rule.status",
-    "policy.name",
-    "policy.version",
-    "content.hash",
-    "content.length",
-    "timestamp",
-    "decision.id",
-}
-TEMPLATE_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-PREVIOUS_RULE_FIELDS = {"score", "passed", "action", "status", "threshold"}  # plus any details key
 IssueAt = Callable[[Path, str], PolicyIssue]  # (field path, message) -> a located issue
 PolicyCheck = Callable[[Policy, IssueAt], list[PolicyIssue]]  # a caller's extra rule (see load_policy)
 

@@ -1,0 +1,75 @@
+"""The builtins' runtimes, registered against the names of :mod:`crossaudit.kernel.builtins`.
+
+Each builtin has one module here, named after it (its model code, model files and image), next
+to its config module in the kernel; the kernel's docstring says why the two halves are split.
+This package only checks that the halves match (one runtime for each registered config, no
+other) and answers the questions the other layers ask of a builtin by name: which runtime
+serves it, and where its model files are. It imports no model stack: heavy imports happen
+inside the runtimes when a model loads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from crossaudit.kernel.builtins import BUILTIN_MODELS
+from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
+from crossaudit.modelserver.builtins.base import ModelRuntime
+from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
+from crossaudit.modelserver.builtins.langdetect import LangdetectRuntime
+from crossaudit.modelserver.builtins.presidio import PresidioRuntime
+
+__all__ = ["ENV_MODEL_ROOTS", "RUNTIMES", "ModelRuntime", "model_path_settings", "resolve_paths", "runtime_for"]
+
+# Optional allowlist of directories model files may come from (os.pathsep-separated). Detoxify
+# checkpoints are pickles, so an operator who lets policy authors set ``checkpoint`` should
+# confine it to trusted model directories.
+ENV_MODEL_ROOTS = "CROSSAUDIT_MODEL_ROOTS"
+
+_REGISTERED: dict[str, type[ModelRuntime]] = {
+    r.kind: r for r in (DetoxifyRuntime, PresidioRuntime, LangdetectRuntime)
+}
+if _REGISTERED.keys() != BUILTIN_MODELS.keys():
+    raise ImportError(
+        f"builtin configs {sorted(BUILTIN_MODELS)} and runtimes {sorted(_REGISTERED)} differ: "
+        "each builtin needs one module in crossaudit/kernel/builtins and one in crossaudit/modelserver/builtins"
+    )
+# In the registry's order.
+RUNTIMES: dict[str, type[ModelRuntime]] = {name: _REGISTERED[name] for name in BUILTIN_MODELS}
+
+
+def runtime_for(kind: str) -> ModelRuntime:
+    cls = RUNTIMES.get(kind)
+    if cls is None:
+        raise InvalidInputError(f"unknown builtin model {kind!r} (expected one of {sorted(RUNTIMES)})")
+    return cls()
+
+
+def model_path_settings() -> dict[str, str]:
+    """Every builtin config field that names a model file → the environment variable supplying it."""
+    return {field: env for runtime in RUNTIMES.values() for field, env in runtime.model_paths.items()}
+
+
+def resolve_paths(cfg: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """Fill model paths from the environment; ConfigurationError names the missing setting.
+
+    Runs in the orchestrator, so the model server receives absolute, explicit settings; with
+    :data:`ENV_MODEL_ROOTS` set, every model path must lie inside one of its directories.
+    """
+    environ = os.environ if environ is None else environ
+    runtime = RUNTIMES[cfg.model_kind]
+    resolved = runtime.resolve(cfg, environ)
+    roots = [os.path.realpath(r) for r in environ.get(ENV_MODEL_ROOTS, "").split(os.pathsep) if r.strip()]
+    if roots:
+        for field in runtime.model_paths:
+            path = getattr(resolved, field, None)
+            if path and not any(
+                os.path.commonpath([os.path.realpath(path), root]) == root for root in roots
+            ):
+                raise ConfigurationError(
+                    f"{resolved.model_kind}: {field} {path!r} is outside the model directories "
+                    f"allowed by {ENV_MODEL_ROOTS}"
+                )
+    return resolved

@@ -1,0 +1,125 @@
+"""What every builtin's runtime shares: load once, score many texts, and locate model files.
+
+A runtime is synchronous and thread-safe for ``analyze`` (the model server runs it in a
+bounded thread pool). Heavy imports (torch, detoxify, presidio, spaCy) happen inside
+``_load`` so importing a runtime module stays cheap and a missing extra is a clear
+ConfigurationError, not an ImportError at startup. Nothing here reaches the network.
+
+Besides the model code, a runtime class carries what the rest of CrossAudit needs to know
+about its builtin's model files and container image, so that knowledge lives in the builtin's
+own module: :attr:`ModelRuntime.model_paths` (config field → operator setting),
+:meth:`ModelRuntime.resolve` (fill those fields from the environment; the orchestrator calls it
+through :func:`crossaudit.modelserver.builtins.resolve_paths`) and
+:attr:`ModelRuntime.image_requirements`.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from crossaudit.kernel.builtins import parse_config
+from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.results import Verdict
+
+MAX_LOADED_MODELS = 4  # distinct model instances (paths/variants) one server keeps in memory
+
+
+def _text(cfg: Any, prompt: str, response: str) -> str:
+    return prompt if cfg.text == "prompt" else response
+
+
+class ModelRuntime(abc.ABC):
+    """One builtin's model code. Instances are cached per load key (paths, variant), LRU-bounded."""
+
+    kind: ClassVar[str]  # the builtin's name in crossaudit.kernel.builtins.BUILTIN_MODELS
+    # Config fields naming model files, each with the environment variable that supplies it when
+    # the config does not (the service refuses these fields: there, models are the operator's).
+    model_paths: ClassVar[Mapping[str, str]] = {}
+    # pip requirements of this builtin's model-server image; None = no image (subprocess servers only).
+    image_requirements: ClassVar[tuple[str, ...] | None] = None
+
+    def __init__(self, max_loaded: int = MAX_LOADED_MODELS) -> None:
+        self._models: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._max_loaded = max_loaded
+        self.load_ms: dict[tuple[str, ...], float] = {}
+
+    @classmethod
+    def resolve(cls, cfg: Any, environ: Mapping[str, str]) -> Any:
+        """``cfg`` with its model paths made absolute and explicit (from ``environ`` when the config
+        names none), so the server receives settings, not lookups; ConfigurationError names a missing one."""
+        return cfg
+
+    @abc.abstractmethod
+    def _key(self, cfg: Any) -> tuple[str, ...]: ...
+
+    @abc.abstractmethod
+    def _load(self, cfg: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def _analyze(self, model: Any, cfg: Any, text: str) -> Verdict: ...
+
+    def model_for(self, cfg: Any) -> Any:
+        """The loaded model for ``cfg``, loading it once even under concurrent first calls."""
+        key = self._key(cfg)
+        with self._lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._models:
+                    return self._models[key]
+            t0 = time.perf_counter()
+            model = self._load(cfg)
+            with self._lock:
+                self.load_ms[key] = (time.perf_counter() - t0) * 1000
+                self._models[key] = model
+                while len(self._models) > self._max_loaded:
+                    old, _ = self._models.popitem(last=False)
+                    self.load_ms.pop(old, None)
+            return model
+
+    def analyze(self, config: Mapping[str, Any] | Any, prompt: str, response: str) -> Verdict:
+        cfg = parse_config(self.kind, config)
+        model = self.model_for(cfg)
+        return self._analyze(model, cfg, _text(cfg, prompt, response))
+
+    def preload_from_env(self) -> bool:
+        """Import the model stack and load the model named by the environment, if any (warm start)."""
+        return False
+
+    def loaded(self) -> list[str]:
+        with self._lock:
+            return [":".join(k) for k in self._models]
+
+
+def path_setting(
+    value: str | None, env: str, field: str, kind: str, what: str, environ: Mapping[str, str], variant: str = ""
+) -> str:
+    """Config first, then ``ENV_<VARIANT>`` (one model per variant), then ``ENV``; made absolute."""
+    path = value or (environ.get(f"{env}_{variant.upper()}", "") if variant else "") or environ.get(env, "")
+    if not path:
+        raise ConfigurationError(
+            f"{kind}: no {what} configured: set the evaluator's `{field}` or the {env} environment variable "
+            "(model hubs are not reachable, so the model must be a local path)"
+        )
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def check_exists(path: str, field: str, env: str, kind: str, *, directory: bool) -> None:
+    """Raise ConfigurationError when a resolved model path is missing (names the setting)."""
+    ok = os.path.isdir(path) if directory else os.path.isfile(path)
+    if not ok:
+        what = "directory" if directory else "file"
+        raise ConfigurationError(
+            f"{kind}: {field} {path!r} is not an existing {what} (set the evaluator's `{field}` or {env})"
+        )
