@@ -253,18 +253,27 @@ def cmd_policy_deploy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_policy_list(args: argparse.Namespace) -> int:
-    with _client(args) as c:
-        items = c.list_policies(environment=args.environment)
+def _print_listing(args: argparse.Namespace, items: list[Any], what: str, line: Callable[[Any], str]) -> int:
+    """Every ``list`` command's output: JSON with ``--json``, else one line per item (or "no <what>")."""
     if args.json:
         _print_json(items)
         return EXIT_OK
     if not items:
-        print("no policies")
-    for p in items:
-        where = ", ".join(f"{d.environment}=v{d.version}" for d in p.deployments) or "not deployed"
-        print(f"{p.name}  latest v{p.latest_version}  {where}")
+        print(f"no {what}")
+    for item in items:
+        print(line(item))
     return EXIT_OK
+
+
+def _policy_line(p: Any) -> str:
+    where = ", ".join(f"{d.environment}=v{d.version}" for d in p.deployments) or "not deployed"
+    return f"{p.name}  latest v{p.latest_version}  {where}"
+
+
+def cmd_policy_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_policies(environment=args.environment)
+    return _print_listing(args, items, "policies", _policy_line)
 
 
 def cmd_policy_get(args: argparse.Namespace) -> int:
@@ -329,15 +338,11 @@ def cmd_evaluator_upload(args: argparse.Namespace) -> int:
 def cmd_evaluator_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         items = c.list_evaluators(name=args.name)
-    if args.json:
-        _print_json(items)
-        return EXIT_OK
-    if not items:
-        print("no evaluators")
-    for e in items:
-        deps = ", ".join(e.dependencies) or "no dependencies"
-        print(f"{e.id}  {e.name} v{e.version}  {deps}")
-    return EXIT_OK
+    return _print_listing(args, items, "evaluators", _evaluator_line)
+
+
+def _evaluator_line(e: Any) -> str:
+    return f"{e.id}  {e.name} v{e.version}  {', '.join(e.dependencies) or 'no dependencies'}"
 
 
 def cmd_evaluator_get(args: argparse.Namespace) -> int:
@@ -361,19 +366,16 @@ def cmd_evaluator_get(args: argparse.Namespace) -> int:
 def cmd_audit_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         items = c.list_decisions(policy=args.policy, limit=args.limit)
-    if args.json:
-        _print_json(items)
-        return EXIT_OK
-    if not items:
-        print("no decisions")
-    for d in items:
-        verdict = "passed" if d.passed else "failed"
-        errored = f"  errored: {', '.join(d.errored_rules)}" if d.errored_rules else ""
-        print(
-            f"{d.decision_id}  {d.policy} v{d.policy_revision} ({d.environment})  {verdict} {d.action}  "
-            f"{d.latency_ms:.1f} ms{errored}"
-        )
-    return EXIT_OK
+    return _print_listing(args, items, "decisions", _decision_line)
+
+
+def _decision_line(d: Any) -> str:
+    verdict = "passed" if d.passed else "failed"
+    errored = f"  errored: {', '.join(d.errored_rules)}" if d.errored_rules else ""
+    return (
+        f"{d.decision_id}  {d.policy} v{d.policy_revision} ({d.environment})  {verdict} {d.action}  "
+        f"{d.latency_ms:.1f} ms{errored}"
+    )
 
 
 def cmd_audit_get(args: argparse.Namespace) -> int:
@@ -386,15 +388,12 @@ def cmd_review_list(args: argparse.Namespace) -> int:
     state = args.state
     with _client(args) as c:
         items = c.list_reviews(state=state, policy=args.policy, limit=args.limit)
-    if args.json:
-        _print_json(items)
-        return EXIT_OK
-    if not items:
-        print("no reviews")
-    for r in items:
-        marks = "".join(f"  [{m}]" for m in ("escalated", "overdue") if getattr(r, m))
-        print(f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}{marks}")
-    return EXIT_OK
+    return _print_listing(args, items, "reviews", _review_line)
+
+
+def _review_line(r: Any) -> str:
+    marks = "".join(f"  [{m}]" for m in ("escalated", "overdue") if getattr(r, m))
+    return f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}{marks}"
 
 
 def cmd_review_resolve(args: argparse.Namespace) -> int:
