@@ -41,7 +41,7 @@ from crossaudit.kernel.results import Verdict
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
 from crossaudit.sandbox.docker.container import DEFAULT_ENV, ContainerRuntime, check_env
 from crossaudit.sandbox.docker.images import DepsImage, ImageManager
-from crossaudit.sandbox.docker.pool import WarmPool
+from crossaudit.sandbox.docker.pool import ContainerPool
 from crossaudit.sandbox.docker.reaper import reap
 from crossaudit.sandbox.protocol import error_from_frame, parse_result
 
@@ -86,7 +86,7 @@ class DockerSandbox(Sandbox):
         self._base_image = base_image
         self._env = check_env(dict(DEFAULT_ENV) if env is None else env)
         self._executor = ThreadPoolExecutor(max_workers=self.pool_limits.docker_threads, thread_name_prefix="docker")
-        self._pools: collections.OrderedDict[str, WarmPool] = collections.OrderedDict()
+        self._pools: collections.OrderedDict[str, ContainerPool] = collections.OrderedDict()
         self._images: ImageManager | None = None
         self._rt: ContainerRuntime | None = None
         self._start_lock: asyncio.Lock | None = None
@@ -167,7 +167,7 @@ class DockerSandbox(Sandbox):
         check_code(bundle.code, entrypoint=bundle.entrypoint, limits=self.limits)
         return validate_dependencies(bundle.dependencies, self.dep_limits)
 
-    def _pool_for(self, bundle: CodeBundle, image: DepsImage) -> WarmPool:
+    def _pool_for(self, bundle: CodeBundle, image: DepsImage) -> ContainerPool:
         pool = self._pools.get(bundle.pool_key)
         if pool is not None and pool.image == image.tag and not pool.closed:
             self._pools.move_to_end(bundle.pool_key)
@@ -175,7 +175,7 @@ class DockerSandbox(Sandbox):
         assert self._rt is not None
         if pool is not None:  # the image changed (agent/runner rebuilt): start over
             self._close_later(pool)
-        pool = WarmPool(self._rt, bundle, image.tag, image.preload)
+        pool = ContainerPool(self._rt, bundle, image.tag, image.preload)
         self._pools[bundle.pool_key] = pool
         self._evict()
         return pool
@@ -191,7 +191,7 @@ class DockerSandbox(Sandbox):
                 self._close_later(pool)
                 excess -= 1
 
-    def _close_later(self, pool: WarmPool) -> None:
+    def _close_later(self, pool: ContainerPool) -> None:
         task = asyncio.get_running_loop().create_task(pool.close())
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
@@ -214,7 +214,7 @@ class DockerSandbox(Sandbox):
                 pool.ensure_min()
             say("evaluator ready", 1.0)
 
-    async def _pool_for_run(self, bundle: CodeBundle) -> WarmPool:
+    async def _pool_for_run(self, bundle: CodeBundle) -> ContainerPool:
         pool = self._pools.get(bundle.pool_key)
         if pool is not None and not pool.closed:
             self._pools.move_to_end(bundle.pool_key)

@@ -31,12 +31,12 @@ from crossaudit.kernel.errors import (
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
     InvalidInputError,
-    PoolExhaustedError,
     SandboxCrashedError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.kernel.results import Verdict
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.sandbox.pool import WarmPool
 from crossaudit.sandbox.procfs import kill_tree, pid_exists
 from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
 
@@ -96,12 +96,25 @@ def reap_stale_workdirs() -> int:
 class _Agent:
     """One agent subprocess: exclusively held by one call at a time (the pool guarantees it)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, workdir: str, channel: AgentChannel) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        workdir: str,
+        channel: AgentChannel,
+        *,
+        settle_timeout_s: float,
+        registry: set[_Agent],
+    ) -> None:
         self.proc = proc
         self.workdir = workdir
         self.channel = channel
         self.loaded: dict[str, Any] = {}
         self.dead = False
+        self.idle_since = time.monotonic()
+        self.reset_pending = False  # a call was answered: the agent's reset frame follows
+        self.settle_timeout_s = settle_timeout_s
+        self._registry = registry  # the backend's live agents (aclose kills what is left there)
+        registry.add(self)
 
     @property
     def alive(self) -> bool:
@@ -116,6 +129,20 @@ class _Agent:
             raise ProtocolError(f"agent channel broken: {exc}") from None
         return await self.channel.read_answer(self.proc.stdout, op, call_id)
 
+    async def settle(self) -> dict[str, Any] | None:
+        """The agent's reset report after a call (see the pool), or None when it failed."""
+        self.reset_pending = False
+        try:
+            assert self.proc.stdout is not None
+            frame = await asyncio.wait_for(self.channel.read_answer(self.proc.stdout, "reset"), self.settle_timeout_s)
+        except (TimeoutError, CrossAuditError, OSError):
+            return None
+        return frame if frame.get("ok") is True else None
+
+    async def destroy(self) -> None:
+        self._registry.discard(self)
+        await self.kill()
+
     async def kill(self) -> None:
         """Kill the agent's whole tree, reap it and remove its temp dir."""
         self.dead = True
@@ -129,28 +156,15 @@ class _Agent:
         await asyncio.to_thread(shutil.rmtree, self.workdir, True)
 
 
-class _Pool:
-    """Warm agents of one bundle for one tenant (``CodeBundle.pool_key``)."""
+class AgentPool(WarmPool[_Agent]):
+    """Warm agents of one bundle for one tenant; the backend knows how to start one."""
 
-    def __init__(self, bundle: CodeBundle) -> None:
-        self.bundle = bundle
-        self.idle: list[_Agent] = []
-        self.count = 0  # live + starting agents
-        self.settling = 0  # agents that answered and have not reported their reset yet
-        self.waiters: list[asyncio.Future[_Agent]] = []
-        self.load_error: CrossAuditError | None = None
-        self.closed = False
-        self.last_used = time.monotonic()
+    def __init__(self, backend: ProcessSandbox, bundle: CodeBundle) -> None:
+        super().__init__(backend.pool_limits, bundle)
+        self.backend = backend
 
-
-def _copy_error(err: CrossAuditError) -> CrossAuditError:
-    """A fresh instance per raise (a cached exception would accumulate tracebacks)."""
-    limit = getattr(err, "limit", None)
-    cls: Any = type(err)
-    try:
-        return cls(limit, err.message) if limit is not None else cls(err.message)  # type: ignore[no-any-return]
-    except TypeError:
-        return err
+    async def new_worker(self) -> _Agent:
+        return await self.backend._start_agent(self.bundle)
 
 
 # --------------------------------------------------------------------------- the backend
@@ -182,10 +196,9 @@ class ProcessSandbox(Sandbox):
         self.max_bundles = max(1, max_bundles)
         self.restricted = restricted
         self.python = python or sys.executable
-        self._pools: OrderedDict[str, _Pool] = OrderedDict()
+        self._pools: OrderedDict[str, AgentPool] = OrderedDict()
         self._agents: set[_Agent] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._spawns: set[asyncio.Task[Any]] = set()  # cancellable on aclose; kill tasks are awaited
+        self._tasks: set[asyncio.Task[Any]] = set()  # closing evicted pools
         self._isolation: dict[str, Any] = {}
         self._closed = False
         self._swept = False  # stale temp dirs of dead orchestrators are removed once, on first start
@@ -208,17 +221,10 @@ class ProcessSandbox(Sandbox):
         """Validate the code and make sure ``PoolLimits.min_size`` warm agents are ready."""
         check_code(bundle.code, entrypoint=bundle.entrypoint, limits=self.limits)
         pool = self._pool(bundle)
-        if pool.load_error is not None:
-            raise _copy_error(pool.load_error)
-        want = max(1, self.pool_limits.min_size) - pool.count
         if progress:
             progress("starting warm sandbox agents", 0.0)
-        if want > 0:
-            results = await asyncio.gather(*(self._start(pool) for _ in range(want)), return_exceptions=True)
-            for r in results:
-                if isinstance(r, BaseException):
-                    raise r
-                self._release(pool, r)
+        pool.ensure_min()
+        await pool.wait_ready(max(self.limits.timeout_s, 1.0) + self.pool_limits.start_timeout_s)
         if progress:
             progress("ready", 1.0)
 
@@ -235,29 +241,30 @@ class ProcessSandbox(Sandbox):
         if self._closed:
             raise EvaluatorUnavailableError("process sandbox is closed")
         timeout = min(timeout, self.limits.timeout_s)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = time.monotonic() + timeout
         call_id, frame = AgentChannel.call_frame(prompt, response, dict(context))
         try:
             data = AgentChannel.encode(frame)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"evaluation context is not JSON-serialisable: {exc}") from None
         pool = self._pool(bundle)
-        agent = await self._acquire(pool, deadline, timeout)
+        agent = await pool.acquire(deadline)
         try:
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
             answer = await asyncio.wait_for(agent.request(data, "result", call_id), remaining)
         except TimeoutError:
-            self._discard(pool, agent)
+            agent.dead = True  # killed (whole tree) and replaced off the request path by the pool
+            pool.release(agent)
             message = f"custom evaluator exceeded its {timeout:.3g}s deadline and was killed"
             raise EvaluatorTimeoutError(message) from None
         except BaseException:
-            self._discard(pool, agent)
+            agent.dead = True
+            pool.release(agent)
             raise
-        pool.settling += 1
-        self._background(self._settle(pool, agent), spawn=True)
+        agent.reset_pending = True
+        pool.release(agent)  # busy until its reset is reported
         wall_ms = answer.get("wall_ms")
         diag = RunDiagnostics(
             stdout=str(answer.get("stdout", "")),
@@ -274,33 +281,28 @@ class ProcessSandbox(Sandbox):
 
     async def aclose(self) -> None:
         self._closed = True
-        for task in list(self._spawns):
-            task.cancel()
-        for _ in range(3):  # kills scheduled by cancelled spawns land in _tasks too
-            if not self._tasks:
-                break
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        for pool in self._pools.values():
-            pool.closed = True
-            for fut in pool.waiters:
-                if not fut.done():
-                    fut.set_exception(EvaluatorUnavailableError("process sandbox is closed"))
+        pools = [*self._pools.values()]
         self._pools.clear()
+        await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
         agents, self._agents = list(self._agents), set()
         await asyncio.gather(*(a.kill() for a in agents), return_exceptions=True)
 
     # -- pools
-    def _pool(self, bundle: CodeBundle) -> _Pool:
+    def _pool(self, bundle: CodeBundle) -> AgentPool:
         """The bundle's pool (LRU). Pools idle past ``PoolLimits.idle_timeout_s`` are closed on the way."""
+        if self._closed:
+            raise EvaluatorUnavailableError("process sandbox is closed")
         now = time.monotonic()
         key = bundle.pool_key
         for other_key, other in list(self._pools.items()):
-            busy = other.count - len(other.idle) - other.settling
-            if other_key != key and busy <= 0 and now - other.last_used > self.pool_limits.idle_timeout_s:
+            unused = not other.busy and not other.waiting
+            if other_key != key and unused and now - other.last_used > self.pool_limits.idle_timeout_s:
                 self._close_pool(self._pools.pop(other_key))
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = _Pool(bundle)
+            pool = self._pools[key] = AgentPool(self, bundle)
         pool.last_used = now
         self._pools.move_to_end(key)
         while len(self._pools) > self.max_bundles:
@@ -308,116 +310,12 @@ class ProcessSandbox(Sandbox):
             self._close_pool(old)
         return pool
 
-    def _close_pool(self, pool: _Pool) -> None:
-        """Stop a pool: idle agents die now, busy ones when they are released."""
-        pool.closed = True
-        for agent in pool.idle:
-            agent.dead = True
-            self._background(self._kill(agent))
-        pool.idle.clear()
-        for fut in pool.waiters:
-            if not fut.done():
-                fut.set_exception(EvaluatorUnavailableError("sandbox pool was evicted; retry"))
-
-    async def _acquire(self, pool: _Pool, deadline: float, timeout: float) -> _Agent:
-        loop = asyncio.get_running_loop()
-        queue_deadline = min(deadline, loop.time() + self.pool_limits.queue_wait_s)
-        while True:
-            if pool.load_error is not None:
-                raise _copy_error(pool.load_error)
-            while pool.idle:
-                agent = pool.idle.pop()
-                if agent.alive:
-                    return agent
-                self._discard(pool, agent, replace=False)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise EvaluatorTimeoutError(f"no sandbox was ready within the {timeout:.3g}s deadline")
-            if pool.count < self.pool_limits.max_size and pool.settling <= len(pool.waiters):
-                pool.count += 1  # (a settling agent is a few ms away: the first caller waits for it)
-                task = self._background(self._start(pool, counted=True), spawn=True)
-                try:
-                    return await asyncio.wait_for(asyncio.shield(task), remaining)
-                except TimeoutError:
-                    task.add_done_callback(lambda t: self._adopt(pool, t))
-                    raise EvaluatorTimeoutError(
-                        f"sandbox did not start within the {timeout:.3g}s deadline (it keeps warming up)"
-                    ) from None
-                except asyncio.CancelledError:
-                    task.add_done_callback(lambda t: self._adopt(pool, t))
-                    raise
-            wait = min(deadline, queue_deadline) - loop.time()
-            if wait <= 0:
-                raise PoolExhaustedError(f"all {pool.count} sandboxes of this evaluator stayed busy")
-            fut: asyncio.Future[_Agent] = loop.create_future()
-            pool.waiters.append(fut)
-            try:
-                return await asyncio.wait_for(fut, wait)
-            except TimeoutError:
-                continue  # re-check: the deadline or queue wait decides what to raise
-            finally:
-                with contextlib.suppress(ValueError):
-                    pool.waiters.remove(fut)
-
-    async def _settle(self, pool: _Pool, agent: _Agent) -> None:
-        """Hand an agent on only once it reports its reset after a call; discard it when that failed."""
-        ok = False
-        try:
-            assert agent.proc.stdout is not None
-            frame = await asyncio.wait_for(
-                agent.channel.read_answer(agent.proc.stdout, "reset"), self.limits.cleanup_s + SETTLE_SLACK_S
-            )
-            ok = frame.get("ok") is True
-        except (TimeoutError, CrossAuditError, OSError):
-            pass
-        finally:
-            pool.settling -= 1
-            if ok:
-                self._release(pool, agent)
-            else:
-                self._discard(pool, agent)
-
-    def _adopt(self, pool: _Pool, task: asyncio.Task[_Agent]) -> None:
-        if not task.cancelled() and task.exception() is None:
-            self._release(pool, task.result())
-
-    def _release(self, pool: _Pool, agent: _Agent) -> None:
-        """Hand a healthy agent to the next waiter, or park it idle."""
-        if pool.closed or self._closed or not agent.alive:
-            self._discard(pool, agent, replace=False)
-            return
-        while pool.waiters:
-            fut = pool.waiters.pop(0)
-            if not fut.done():
-                fut.set_result(agent)
-                return
-        pool.idle.append(agent)
-
-    def _discard(self, pool: _Pool, agent: _Agent, *, replace: bool = True) -> None:
-        """Kill an agent in the background and, if the pool runs low, start a replacement."""
-        if agent.dead:
-            return
-        agent.dead = True
-        pool.count = max(0, pool.count - 1)
-        self._background(self._kill(agent))
-        if replace and not pool.closed and not self._closed and pool.count < max(1, self.pool_limits.min_size):
-            pool.count += 1
-            task = self._background(self._start(pool, counted=True), spawn=True)
-            task.add_done_callback(lambda t: self._adopt(pool, t))
-
-    async def _kill(self, agent: _Agent) -> None:
-        self._agents.discard(agent)
-        await agent.kill()
-
-    def _background(self, coro: Any, *, spawn: bool = False) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _close_pool(self, pool: AgentPool) -> None:
+        """Stop an evicted pool: idle agents die now, busy ones when their call is answered."""
+        task = asyncio.get_running_loop().create_task(pool.close(kill_busy=False))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if spawn:
-            self._spawns.add(task)
-            task.add_done_callback(self._spawns.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark exceptions retrieved
-        return task
 
     # -- agents
     def _workdir(self) -> str:
@@ -446,10 +344,8 @@ class ProcessSandbox(Sandbox):
             **SINGLE_THREAD_ENV,
         }
 
-    async def _start(self, pool: _Pool, *, counted: bool = False) -> _Agent:
-        """Spawn and load one agent (bounded by ``limits.timeout_s``). Load errors stick to the pool."""
-        if not counted:
-            pool.count += 1
+    async def _start_agent(self, bundle: CodeBundle) -> _Agent:
+        """Spawn and load one agent (bounded by ``limits.timeout_s``); nothing is left running on failure."""
         agent: _Agent | None = None
         try:
             workdir = await asyncio.to_thread(self._workdir)
@@ -463,12 +359,14 @@ class ProcessSandbox(Sandbox):
             except BaseException:
                 await asyncio.to_thread(shutil.rmtree, workdir, True)
                 raise
-            agent = _Agent(proc, workdir, AgentChannel.for_limits(self.limits))
-            self._agents.add(agent)
+            agent = _Agent(
+                proc, workdir, AgentChannel.for_limits(self.limits),
+                settle_timeout_s=self.limits.cleanup_s + SETTLE_SLACK_S, registry=self._agents,
+            )  # fmt: skip
             frame = AgentChannel.load_frame(
-                pool.bundle.code,
-                entrypoint=pool.bundle.entrypoint,
-                preload=import_names(pool.bundle.dependencies),
+                bundle.code,
+                entrypoint=bundle.entrypoint,
+                preload=import_names(bundle.dependencies),
                 restricted=self.restricted,
                 limits=self.limits,
                 reset={"paths": [workdir], "ipc": False},  # its cwd, HOME and TMPDIR: emptied after each call
@@ -480,22 +378,15 @@ class ProcessSandbox(Sandbox):
             except TimeoutError:
                 raise EvaluatorTimeoutError("sandbox agent did not load in time") from None
             if not loaded.get("ok"):
-                err = error_from_frame(loaded)
-                pool.load_error = err
-                for fut in pool.waiters:
-                    if not fut.done():
-                        fut.set_exception(_copy_error(err))
-                raise err
+                raise error_from_frame(loaded)  # the code's fault: the pool keeps it (sticky)
             agent.loaded = loaded
             self._isolation = dict(loaded.get("isolation") or {})
             return agent
         except BaseException as exc:
-            pool.count = max(0, pool.count - 1)
             if agent is not None:
                 agent.dead = True
-                kill = self._background(self._kill(agent))
                 with contextlib.suppress(BaseException):
-                    await asyncio.shield(kill)
+                    await asyncio.shield(agent.destroy())
             if isinstance(exc, OSError):
                 raise SandboxCrashedError(f"could not start the sandbox agent: {exc}") from None
             raise
