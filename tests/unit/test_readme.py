@@ -1,0 +1,85 @@
+"""The README stays true: its local commands and SDK snippet run as written, its layout
+section names every package of the tree (and nothing that is not there), and the
+architecture page names only modules that exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+CLI_TIMEOUT_S = 300
+
+
+def section(title: str) -> str:
+    start = README.index(f"\n{title}\n")
+    nxt = re.search(r"\n#{2,3} ", README[start + len(title) + 2 :])
+    return README[start : start + len(title) + 2 + (nxt.start() if nxt else len(README))]
+
+
+def blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def test_layout_section_matches_the_tree() -> None:
+    (layout,) = blocks(section("## Layout"), "")
+    listed = {line.split()[0].rstrip("/") for line in layout.splitlines() if line.strip()}
+    for path in listed:
+        assert (ROOT / path).exists(), f"README layout names {path}, which does not exist"
+    packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "crossaudit").glob("*/__init__.py")}
+    assert packages <= listed, f"packages missing from the README layout: {sorted(packages - listed)}"
+    top = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "__pycache__"}
+    top -= {"build", "dist"} | {p.name for p in ROOT.glob("*.egg-info")}
+    assert top <= {p.split("/")[0] for p in listed}, f"top-level directories missing: {sorted(top - listed)}"
+
+
+def test_local_policy_commands_run_as_written(tmp_path: Path) -> None:
+    (code,) = blocks(section("### Validate and test policies (no server, no Docker)"), "bash")
+    (tmp_path / "cases.json").write_text('[{"name": "extra", "input": {"prompt": "hi", "response": "hello"},'
+                                         ' "expected_result": "pass"}]')  # fmt: skip
+    env = {**os.environ, "CROSSAUDIT_SANDBOX": "process"}
+    for line in code.splitlines():
+        command = line.split("#", 1)[0].strip()
+        if not command:
+            continue
+        argv = shlex.split(command.replace(".venv/bin/crossaudit", f"{sys.executable} -m crossaudit.cli", 1))
+        out = None
+        if ">" in argv:
+            out = tmp_path / argv[argv.index(">") + 1]
+            argv = argv[: argv.index(">")]
+        argv = [str(ROOT / a) if a.startswith("policies/") and "*" not in a else a for a in argv]
+        argv = [g for a in argv for g in (sorted(str(p) for p in ROOT.glob(a)) if "*" in a else [a])]
+        if "--input" in argv:
+            argv[argv.index("--input") + 1] = str(tmp_path / "cases.json")
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=CLI_TIMEOUT_S,
+                              check=False)  # fmt: skip
+        assert proc.returncode == 0, f"{command}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+        if out is not None:
+            out.write_text(proc.stdout)
+            assert '"$schema"' in out.read_text()
+
+
+def test_policy_tester_snippet_gives_the_values_it_shows(monkeypatch) -> None:
+    snippet = next(b for b in blocks(README, "python") if "PolicyTester(" in b)
+    monkeypatch.chdir(ROOT)
+    scope: dict[str, object] = {}
+    exec(compile(snippet, "README.md", "exec"), scope)  # the snippet as written, in the repository root
+    result = scope["result"]
+    shown = dict(re.findall(r"^\s+result\.(\w+)\s+# (.+)$", snippet, flags=re.M))
+    assert json.loads(shown["passed"].lower()) == result.passed
+    assert json.loads(shown["action"]) == result.action
+    assert json.loads(shown["modified_response"]) == result.modified_response
+
+
+def test_architecture_doc_names_only_modules_that_exist() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`([a-z_0-9/]+(?:\.py|/))`", doc))
+    assert named, "docs/architecture.md names no modules"
+    missing = sorted(n for n in named if not (ROOT / "crossaudit" / n).exists() and not (ROOT / n).exists())
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
