@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 MODELS_STAMP := $(VENV)/.models-installed
+EXPORT_STAMP := $(VENV)/.export-installed
 HOST ?= 127.0.0.1
 PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv models images proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv models export-deps images proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -24,12 +25,20 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv and install CrossAudit with dev tools
 
-# torch/transformers are large (PyPI ships CUDA wheels): an explicit, pip-cached step.
+# Serving: onnxruntime + tokenizers, no torch.
 $(MODELS_STAMP): $(STAMP)
 	$(PIP) install -q -e '.[dev,models]'
 	@touch $@
 
-models: $(MODELS_STAMP) ## Install the model extras (detoxify/torch/transformers)
+models: $(MODELS_STAMP) ## Install what serving the builtin models needs (onnxruntime, tokenizers; no torch)
+
+# Exporting Detoxify to ONNX (and the torch serving path, which tests compare against): torch and
+# transformers are large (PyPI ships CUDA wheels): an explicit, pip-cached step.
+$(EXPORT_STAMP): $(MODELS_STAMP)
+	$(PIP) install -q -e '.[dev,models,export]'
+	@touch $@
+
+export-deps: $(EXPORT_STAMP) ## Install the export extra too (torch, transformers, detoxify, onnx)
 
 images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
 	$(PY) -m crossaudit.sandbox.docker build-base
@@ -45,14 +54,14 @@ serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker s
 
 run: serve ## Alias of serve
 
-test: $(MODELS_STAMP) images ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
+test: $(EXPORT_STAMP) images ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
 	$(PY) -m pytest tests/unit tests/cases $(PYTEST_ARGS)
 
-test-integration: $(MODELS_STAMP) images ## Integration tests (real Docker daemon, real model loading)
+test-integration: $(EXPORT_STAMP) images ## Integration tests (real Docker daemon, real model loading)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) ## End-to-end tests against the real gRPC server
@@ -61,7 +70,7 @@ test-e2e: $(STAMP) ## End-to-end tests against the real gRPC server
 test-security: $(STAMP) images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
-bench: $(MODELS_STAMP) ## Benchmarks (print side-by-side ratios; not tests)
+bench: $(EXPORT_STAMP) ## Benchmarks (print side-by-side ratios; not tests)
 	$(PY) -m tests.bench
 
 lint: $(STAMP) ## ruff, and the layering contract (import-linter, pyproject.toml [tool.importlinter])

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+# Model resolution never downloads in tests (and servers they start inherit HF_HUB_OFFLINE), nor
+# finds a developer's own model store: tests of the store and of downloads pass their own settings.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("CROSSAUDIT_MODEL_STORE", str(Path(tempfile.gettempdir()) / f"crossaudit-tests-{os.getpid()}"))
 
 
 def need(condition: bool, reason: str) -> None:

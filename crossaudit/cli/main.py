@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from crossaudit.cli import policy, server
+from crossaudit.cli import models, policy, server
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     psub.required = True
     policy.register(psub)
     server.register(sub, psub)
+    models.register(sub)
     return parser
 
 

@@ -14,7 +14,9 @@ def register(psub: argparse._SubParsersAction) -> None:
     """Add the local commands to the ``policy`` sub-command parser."""
     v = psub.add_parser("validate", help="validate policy files (exit 1 if any is invalid)")
     v.add_argument("files", nargs="+", metavar="FILE")
-    v.add_argument("--strict", action="store_true", help="treat warnings (e.g. unset ${ENV}) as errors")
+    v.add_argument(
+        "--strict", action="store_true", help="treat warnings (e.g. unset ${ENV}, a model missing here) as errors"
+    )
     v.add_argument("--json", action="store_true", help="machine-readable report")
     v.set_defaults(func=_cmd_validate)
 
@@ -36,6 +38,7 @@ def register(psub: argparse._SubParsersAction) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from crossaudit.orchestrator.policy import load_policy_file
+    from crossaudit.orchestrator.policy.models import model_warnings
 
     failed = 0
     report = []
@@ -50,7 +53,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 for issue in e.issues:
                     print(f"  {issue}")
             continue
-        warnings = policy.warnings
+        # A model missing here is a warning: the file may be meant for a server that has it
+        # (PolicyTester, `policy test` and the service's validate/deploy refuse it).
+        warnings = [*policy.warnings, *model_warnings(policy)]
         strict_fail = args.strict and bool(warnings)
         failed += strict_fail
         report.append({"file": path, "valid": not strict_fail, "warnings": warnings})

@@ -207,6 +207,7 @@ def _read_text(path: str, what: str) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from crossaudit.modelserver.store import ENV_MODEL_STORE, STORE_SUBDIR
     from crossaudit.service.config import ServerConfig
     from crossaudit.service.server import serve
 
@@ -214,6 +215,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     keys = args.api_keys or (None if args.dev else os.environ.get(API_KEYS_FILE_ENV)) or None
+    # The builtins' model store is the operator's: <data dir>/models unless CROSSAUDIT_MODEL_STORE says otherwise.
+    os.environ.setdefault(ENV_MODEL_STORE, str(Path(args.data_dir).resolve() / STORE_SUBDIR))
     config = ServerConfig(
         host=args.host,
         port=args.port,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NoReturn
 
 import grpc
@@ -112,7 +112,9 @@ def _clean_json(value: Any) -> Any:
 
 
 def _fit_issues(issues: list[PolicyIssue]) -> list[PolicyIssue]:
-    """The first issues whose document fits the budget, then one issue counting the rest."""
+    """The first issues whose document fits the budget (the first one clipped when it alone does
+    not fit, so a long message such as a model-resolution report is cut, never dropped), then
+    one issue counting the rest."""
     budget = MAX_DOCUMENT_BYTES - 200  # type, flags and the summary issue
     kept: list[PolicyIssue] = []
     used = 0
@@ -121,6 +123,11 @@ def _fit_issues(issues: list[PolicyIssue]) -> list[PolicyIssue]:
             clean_text(issue.message), clean_text(issue.path), clean_text(issue.file), issue.line, issue.column
         )
         size = len(json.dumps(asdict(clean))) + 1
+        message = clean.message
+        while size > budget and message and not kept:
+            message = message[: min(len(message) - 16, len(message) * (budget - 64) // size)]
+            clean = replace(clean, message=message + " [...]")
+            size = len(json.dumps(asdict(clean))) + 1
         if used + size > budget:
             break
         kept.append(clean)

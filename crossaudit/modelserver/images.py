@@ -14,8 +14,8 @@ ENV). The container runs with no network and listens on a unix socket in a mount
     python -m crossaudit.modelserver.images build presidio      # prints the tag
     docker run --rm --network none --read-only -v SOCKDIR:/run/crossaudit -v MODELS:/models:ro TAG
 
-Not built by CI (the detoxify image carries torch, ~3 GB); ``tests/integration/test_models_images.py``
-builds and drives the presidio image when ``CROSSAUDIT_BUILD_MODEL_IMAGES=1``.
+Not built by CI; ``tests/integration/test_models_images.py`` builds and drives the presidio image when
+``CROSSAUDIT_BUILD_MODEL_IMAGES=1``. The detoxify image serves ONNX exports on onnxruntime and carries no torch.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "_common": ("grpcio>=1.66,<2", "protobuf>=5.27,<8", "pydantic>=2.7,<3"),
     **{kind: RUNTIMES[kind].image_requirements or () for kind in KINDS},
 }
-# Shared libraries the wheels need that the minimal base lacks (grpcio, torch and spaCy link
+# Shared libraries the wheels need that the minimal base lacks (grpcio, onnxruntime and spaCy link
 # libstdc++): fetched as Debian packages of the base's suite with the host's apt, unpacked into
 # rootfs/ and copied over ``/``.
 DEBIAN_PACKAGES = ("libstdc++6",)

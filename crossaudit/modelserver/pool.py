@@ -36,6 +36,7 @@ import grpc
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.results import Span, Verdict
+from crossaudit.modelserver.batching import BatchLimits
 from crossaudit.modelserver.builtins import RUNTIMES, ModelRuntime, runtime_for
 from crossaudit.modelserver.server import MAX_MESSAGE_BYTES
 from crossaudit.v1 import modelserver_pb2 as pb
@@ -54,6 +55,7 @@ class ModelServerLimits:
     restart_window_s: float = 300.0  # ...before calls fail with EvaluatorUnavailableError
     stop_grace_s: float = 5.0  # SIGTERM -> SIGKILL
     transport: str = "unix"  # unix | tcp (loopback, ephemeral port)
+    batch: BatchLimits = field(default_factory=BatchLimits)  # micro-batching of detoxify and presidio calls
 
 
 class ModelBackend(Protocol):
@@ -204,6 +206,7 @@ class ModelServerPool:
         return {
             "ready": reply.ready, "model": reply.model, "pid": reply.pid, "loaded": list(reply.loaded),
             "load_ms": reply.load_ms, "requests": reply.requests, "address": handle.address,
+            "batch_sizes": dict(sorted(reply.batch_sizes.items())), "expired": reply.expired,
         }
 
     def running(self) -> dict[str, int]:
@@ -249,7 +252,8 @@ class ModelServerPool:
     async def _start(self, model: str) -> ServerHandle:
         lim = self.limits
         args = [self._python, "-m", "crossaudit.modelserver.server", "--model", model,
-                "--workers", str(lim.workers), "--max-pending", str(lim.max_pending), "--parent-pid", str(os.getpid())]
+                "--workers", str(lim.workers), "--max-pending", str(lim.max_pending), "--parent-pid", str(os.getpid()),
+                "--max-batch-size", str(lim.batch.max_size), "--max-batch-wait-ms", repr(lim.batch.max_wait_ms)]
         if lim.transport == "unix":
             if self._dir is None:
                 self._dir = tempfile.mkdtemp(prefix="ca-ms-")  # 0700: only this user reaches the sockets

@@ -4,7 +4,9 @@ One process per model kind, so torch/spaCy memory and crashes stay out of the or
 It loads each model once (see :class:`~crossaudit.modelserver.builtins.base.ModelRuntime`) and serves many
 ``Analyze`` calls concurrently: a bounded thread pool runs inference, a bounded queue refuses
 excess work with RESOURCE_EXHAUSTED instead of piling it up, and each call honours the gRPC
-deadline. It listens only on a unix socket or a loopback port.
+deadline. Kinds whose runtime batches (detoxify, presidio) go through a
+:class:`~crossaudit.modelserver.batching.MicroBatcher`: calls arriving within ``--max-batch-wait-ms``
+are scored together, up to ``--max-batch-size``. It listens only on a unix socket or a loopback port.
 
 On start it prints one JSON line to stdout, ``{"address": ..., "pid": ...}``, then serves until
 SIGTERM/SIGINT or until its parent process is gone (so a crashed orchestrator leaves no orphan).
@@ -26,6 +28,7 @@ from typing import Any
 import grpc
 
 from crossaudit.kernel import errcodec
+from crossaudit.kernel.builtins import parse_config
 from crossaudit.kernel.errors import (
     CrossAuditError,
     EvaluatorError,
@@ -33,6 +36,7 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
     RateLimitedError,
 )
+from crossaudit.modelserver.batching import BatchLimits, MicroBatcher
 from crossaudit.modelserver.builtins import RUNTIMES, ModelRuntime, runtime_for
 from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
@@ -54,11 +58,18 @@ def _json_object(raw: str, field: str) -> dict[str, Any]:
 
 
 class ModelServicer(pb_grpc.ModelServerServicer):
-    """Serves one runtime. ``workers`` threads run inference; ``max_pending`` bounds the queue."""
+    """Serves one runtime. ``workers`` threads run inference; ``max_pending`` bounds the queue;
+    ``batch`` sets how a batching runtime's calls are grouped."""
 
-    def __init__(self, runtime: ModelRuntime, *, workers: int = 2, max_pending: int = 64) -> None:
+    def __init__(
+        self, runtime: ModelRuntime, *, workers: int = 2, max_pending: int = 64, batch: BatchLimits | None = None
+    ) -> None:
         self.runtime = runtime
         self.executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=f"ms-{runtime.kind}")
+        self.batcher = (
+            MicroBatcher(runtime, self.executor, batch or BatchLimits(), slots=max(1, workers))
+            if runtime.batching else None
+        )
         self.max_pending = max_pending
         self.pending = 0
         self.requests = 0
@@ -89,11 +100,15 @@ class ModelServicer(pb_grpc.ModelServerServicer):
             try:
                 loop = asyncio.get_running_loop()
                 t0 = time.perf_counter()
-                fut = loop.run_in_executor(
-                    self.executor, self.runtime.analyze, config, request.prompt, request.response
-                )
                 remaining = context.time_remaining()
-                verdict = await asyncio.wait_for(fut, timeout=remaining) if remaining is not None else await fut
+                if self.batcher is not None:
+                    cfg = parse_config(self.runtime.kind, config)
+                    verdict = await self.batcher.submit(cfg, request.prompt, request.response, timeout=remaining)
+                else:
+                    fut = loop.run_in_executor(
+                        self.executor, self.runtime.analyze, config, request.prompt, request.response
+                    )
+                    verdict = await asyncio.wait_for(fut, timeout=remaining) if remaining is not None else await fut
                 model_ms = (time.perf_counter() - t0) * 1000
             finally:
                 self.pending -= 1
@@ -120,6 +135,8 @@ class ModelServicer(pb_grpc.ModelServerServicer):
             loaded=self.runtime.loaded(),
             load_ms=self.load_ms,
             requests=self.requests,
+            batch_sizes=dict(self.batcher.stats.sizes) if self.batcher else {},
+            expired=self.batcher.stats.expired if self.batcher else 0,
         )
 
 
@@ -141,9 +158,10 @@ async def serve(
     workers: int = 2,
     max_pending: int = 64,
     parent_pid: int | None = None,
+    batch: BatchLimits | None = None,
 ) -> None:
     runtime = runtime_for(model)
-    servicer = ModelServicer(runtime, workers=workers, max_pending=max_pending)
+    servicer = ModelServicer(runtime, workers=workers, max_pending=max_pending, batch=batch)
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -184,7 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=int(os.environ.get("CROSSAUDIT_MODEL_WORKERS", "2")))
     ap.add_argument("--max-pending", type=int, default=64)
     ap.add_argument("--parent-pid", type=int, default=0, help="exit when this process is no longer the parent")
+    ap.add_argument("--max-batch-size", type=int, default=BatchLimits.max_size,
+                    help="calls scored together by a batching kind (1 = no batching)")
+    ap.add_argument("--max-batch-wait-ms", type=float, default=BatchLimits.max_wait_ms,
+                    help="longest a call waits for others to join its batch")
     args = ap.parse_args(argv)
+    try:
+        batch = BatchLimits(max_size=args.max_batch_size, max_wait_ms=args.max_batch_wait_ms)
+    except ValueError as exc:
+        ap.error(str(exc))
     asyncio.run(
         serve(
             args.model,
@@ -193,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             max_pending=args.max_pending,
             parent_pid=args.parent_pid or None,
+            batch=batch,
         )
     )
     return 0

@@ -1,6 +1,6 @@
 """Builders of small, real, local models for tests, benchmarks and ``--dev`` demos.
 
-Model hubs are not reachable here, so the real loading paths are exercised with models built
+Tests must not depend on a model hub, so the real loading paths are exercised with models built
 on the spot: a tiny BERT in Detoxify's checkpoint format (random or fixed-bias weights) plus
 its config/tokenizer directory, and a spaCy pipeline with an entity_ruler for PERSON. They
 load through exactly the same code as production models (``Detoxify(...)``, Presidio's
@@ -36,11 +36,16 @@ def build_tiny_detoxify(
     fixed_probabilities: Sequence[float] | None = None,
     seed: int = 0,
     hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    intermediate_size: int | None = None,
 ) -> TinyDetoxify:
     """Write ``tiny.ckpt`` + ``hf/`` (config.json, vocab, tokenizer files) under ``directory``.
 
     With ``fixed_probabilities`` the classifier ignores the text (zero weights, bias =
     logit(p)), so tests can assert exact scores; otherwise weights are random (seeded).
+    ``hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072`` is bert-base's shape
+    (Detoxify's original); the default is a 2-layer BERT that loads in milliseconds.
     """
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
@@ -50,8 +55,9 @@ def build_tiny_detoxify(
     hf.mkdir(parents=True, exist_ok=True)
     (hf / "vocab.txt").write_text("\n".join(_VOCAB) + "\n")
     config = BertConfig(  # type: ignore[call-arg]
-        vocab_size=len(_VOCAB), hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=2 * hidden_size, max_position_embeddings=128, num_labels=len(classes),
+        vocab_size=len(_VOCAB), hidden_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
+        intermediate_size=intermediate_size or 2 * hidden_size, max_position_embeddings=128,
+        num_labels=len(classes),
     )
     config.save_pretrained(hf)
     BertTokenizer(str(hf / "vocab.txt"), model_max_length=128).save_pretrained(hf)

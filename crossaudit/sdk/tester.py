@@ -26,11 +26,13 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from crossaudit.kernel.dsl import EvaluatorType, Policy, TestCase
-from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
+from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import EngineLimits, SandboxLimits
 from crossaudit.kernel.results import Decision
 from crossaudit.orchestrator.engine.engine import Engine
 from crossaudit.orchestrator.policy import load_policy, load_policy_file
+from crossaudit.orchestrator.policy.models import model_check, model_problems
+from crossaudit.orchestrator.policy.yamlsafe import format_path
 from crossaudit.orchestrator.runtime import Runtime, make_sandbox
 from crossaudit.sandbox.base import Sandbox
 
@@ -70,12 +72,18 @@ class PolicyTester:
         timeout: float | None = None,
         prepare: bool = True,
     ) -> None:
+        # Builtins whose models are not available here (resolved from ``env``, as their calls
+        # will be) refuse the policy now, located, rather than failing their rules at each call.
+        checks = (model_check(env),)
         if isinstance(policy, Policy):
             self.policy = policy
+            problems = model_problems(policy, env)
+            if problems:
+                raise PolicyValidationError([PolicyIssue(message=m, path=format_path(p)) for p, m in problems])
         elif isinstance(policy, str) and "\n" in policy:
-            self.policy = load_policy(policy, env=env)
+            self.policy = load_policy(policy, env=env, checks=checks)
         else:
-            self.policy = load_policy_file(policy, env=env)
+            self.policy = load_policy_file(policy, env=env, checks=checks)
         self.timeout = timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crossaudit-tester", daemon=True)

@@ -24,6 +24,7 @@ from crossaudit.kernel.errors import (
     PolicyValidationError,
 )
 from crossaudit.orchestrator.policy import Policy, load_policy
+from crossaudit.orchestrator.policy.models import model_check
 from crossaudit.orchestrator.runtime import Runtime
 from crossaudit.sandbox.base import Sandbox
 from crossaudit.service import inputs
@@ -72,21 +73,22 @@ class PolicyCatalog:
     def _name(self, value: str, what: str) -> str:
         return inputs.required(value, what, self.limits.max_name_length)
 
-    async def parse(self, tenant: str, text: str, filename: str) -> Policy:
+    async def parse(self, tenant: str, text: str, filename: str, *, models: bool = False) -> Policy:
         """Parse and validate for ``tenant``: ``${NAME}`` only as granted to it, and the
-        service's rules (no file references, allowlisted LLM hosts), each issue located."""
-        return await _parse(
-            text, filename, env=self.grants.source(tenant), checks=(hosted_checks(self.grants.hosts(tenant)),)
-        )
+        service's rules (no file references, allowlisted LLM hosts), each issue located.
+        ``models``: also refuse builtins whose model the operator does not provide (validate and
+        deploy; a version already deployed still loads, its calls name the missing model)."""
+        checks = (hosted_checks(self.grants.hosts(tenant)), *((model_check(),) if models else ()))
+        return await _parse(text, filename, env=self.grants.source(tenant), checks=checks)
 
     async def validate_policy(self, content: str, filename: str = "", *, tenant: str = "") -> Policy:
-        return await self.parse(tenant, content, filename or "<policy>")
+        return await self.parse(tenant, content, filename or "<policy>", models=True)
 
     async def deploy_policy(
         self, tenant: str, content: str, *, environment: str = "", filename: str = ""
     ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
         env = inputs.environment(environment)
-        policy = await self.parse(tenant, content, filename or "<policy>")
+        policy = await self.parse(tenant, content, filename or "<policy>", models=True)
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=True)
         version, deployment, created = await self.store.deploy_policy(

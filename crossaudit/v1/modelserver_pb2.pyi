@@ -53,17 +53,28 @@ class ModelHealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelHealthReply(_message.Message):
-    __slots__ = ("ready", "model", "pid", "loaded", "load_ms", "requests")
+    __slots__ = ("ready", "model", "pid", "loaded", "load_ms", "requests", "batch_sizes", "expired")
+    class BatchSizesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     READY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     LOADED_FIELD_NUMBER: _ClassVar[int]
     LOAD_MS_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
     ready: bool
     model: str
     pid: int
     loaded: _containers.RepeatedScalarFieldContainer[str]
     load_ms: float
     requests: int
-    def __init__(self, ready: _Optional[bool] = ..., model: _Optional[str] = ..., pid: _Optional[int] = ..., loaded: _Optional[_Iterable[str]] = ..., load_ms: _Optional[float] = ..., requests: _Optional[int] = ...) -> None: ...
+    batch_sizes: _containers.ScalarMap[int, int]
+    expired: int
+    def __init__(self, ready: _Optional[bool] = ..., model: _Optional[str] = ..., pid: _Optional[int] = ..., loaded: _Optional[_Iterable[str]] = ..., load_ms: _Optional[float] = ..., requests: _Optional[int] = ..., batch_sizes: _Optional[_Mapping[int, int]] = ..., expired: _Optional[int] = ...) -> None: ...

@@ -23,7 +23,7 @@ from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError
 from crossaudit.kernel.results import Verdict
-from crossaudit.modelserver.builtins import ModelRuntime
+from crossaudit.modelserver.builtins import ModelRequiredError, ModelRuntime
 from crossaudit.modelserver.pool import error_from_rpc
 from crossaudit.modelserver.server import ModelServicer
 from crossaudit.service.convert import item_error_from_pb as _item_error
@@ -44,6 +44,7 @@ ISSUES = [
 EXAMPLES: dict[type[CrossAuditError], Any] = {
     PolicyValidationError: lambda: PolicyValidationError(ISSUES),
     SandboxLimitError: lambda: SandboxLimitError("memory", "evaluator used more than 128 MiB"),
+    ModelRequiredError: lambda: ModelRequiredError("presidio: entity PERSON needs a spaCy pipeline", field="entities"),
 }
 SERVICE = "crossaudit.test.Raiser"
 
@@ -250,6 +251,17 @@ def test_thousands_of_policy_issues_fit_the_metadata_budget(channel: grpc.Channe
     assert isinstance(back, PolicyValidationError)
     assert back.issues[0] == many[0] and "more issue(s)" in back.issues[-1].message
     assert "3000 issue(s)" in st.details
+
+
+def test_one_issue_longer_than_the_budget_is_clipped_not_dropped() -> None:
+    """A model-resolution report (places tried, fixes) can be one long issue: it arrives cut."""
+    long = PolicyIssue("presidio: entity PERSON needs a spaCy pipeline. " + "tried: here\n" * 400, path="evaluators[0]")
+    st = errcodec.encode(PolicyValidationError([long, PolicyIssue("second")]))
+    back = errcodec.decode(st.code, st.details, st.trailing_metadata)
+    assert isinstance(back, PolicyValidationError)
+    first = back.issues[0]
+    assert first.path == "evaluators[0]" and first.message.startswith("presidio: entity PERSON needs")
+    assert first.message.endswith(" [...]") and "1 more issue(s)" in back.issues[-1].message
 
 
 def test_lone_surrogates_in_messages_are_sendable(channel: grpc.Channel) -> None:

@@ -33,6 +33,11 @@ class DetoxifyConfig(BuiltinConfigBase):
     )
     checkpoint: str | None = Field(default=None, description="Local checkpoint file (no hub downloads)")
     huggingface_config_path: str | None = Field(default=None, description="Local tokenizer/config directory")
+    precision: Literal["fp32", "int8"] = Field(
+        default="fp32",
+        description="Which copy of an ONNX export (`crossaudit models export`) to serve: fp32, or the dynamically "
+        "quantized int8 one (smaller and faster, probabilities within about 0.01); a torch checkpoint is fp32 only",
+    )
 
     @field_validator("categories")
     @classmethod

@@ -16,12 +16,22 @@ from typing import Any
 
 from crossaudit.kernel.builtins import BUILTIN_MODELS
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
-from crossaudit.modelserver.builtins.base import ModelRuntime
+from crossaudit.modelserver.builtins.base import ModelRequiredError, ModelRuntime
 from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
 from crossaudit.modelserver.builtins.langdetect import LangdetectRuntime
 from crossaudit.modelserver.builtins.presidio import PresidioRuntime
+from crossaudit.modelserver.sources import ENV_OFFLINE, offline_setting
 
-__all__ = ["ENV_MODEL_ROOTS", "RUNTIMES", "ModelRuntime", "model_path_settings", "resolve_paths", "runtime_for"]
+__all__ = [
+    "ENV_MODEL_ROOTS",
+    "RUNTIMES",
+    "ModelRequiredError",
+    "ModelRuntime",
+    "model_path_settings",
+    "model_problem",
+    "resolve_paths",
+    "runtime_for",
+]
 
 # Optional allowlist of directories model files may come from (os.pathsep-separated). Detoxify
 # checkpoints are pickles, so an operator who lets policy authors set ``checkpoint`` should
@@ -73,3 +83,24 @@ def resolve_paths(cfg: Any, environ: Mapping[str, str] | None = None) -> Any:
                     f"allowed by {ENV_MODEL_ROOTS}"
                 )
     return resolved
+
+
+def model_problem(cfg: Any, environ: Mapping[str, str] | None = None) -> ModelRequiredError | None:
+    """Why no model available under ``environ`` can serve ``cfg``, or None: the runtime's own
+    resolution, for validate/deploy time. Only ModelRequiredError counts here; other resolution
+    errors (a path outside the allowed roots, ...) keep failing the evaluator's calls, naming
+    the setting, as before.
+
+    It looks but never downloads: resolution runs in offline mode, so validating or deploying
+    a policy cannot start a pull of hundreds of megabytes. A model that is missing locally but
+    downloadable (offline mode off) counts as available; it is fetched into the store by the
+    first call that needs it, or ahead of time with ``crossaudit models pull``.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        resolve_paths(cfg, {**environ, ENV_OFFLINE: "1"})
+    except ModelRequiredError as exc:
+        return exc if offline_setting(environ) else None
+    except ConfigurationError:
+        return None
+    return None

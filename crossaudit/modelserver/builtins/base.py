@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from crossaudit.kernel.builtins import parse_config
@@ -28,6 +28,20 @@ from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.kernel.results import Verdict
 
 MAX_LOADED_MODELS = 4  # distinct model instances (paths/variants) one server keeps in memory
+
+
+class ModelRequiredError(ConfigurationError):
+    """Resolution found no model and the config cannot be served without one (e.g. Presidio's
+    PERSON with no spaCy NER pipeline). Unlike a missing or broken file, which fails when it
+    loads, this is known before any call, so policy validation and deploy report it at
+    ``field`` of the evaluator's config (see :func:`crossaudit.modelserver.builtins.model_problem`)."""
+
+    wire_fields = ("field",)
+    field: str = ""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _text(cfg: Any, prompt: str, response: str) -> str:
@@ -43,6 +57,9 @@ class ModelRuntime(abc.ABC):
     model_paths: ClassVar[Mapping[str, str]] = {}
     # pip requirements of this builtin's model-server image; None = no image (subprocess servers only).
     image_requirements: ClassVar[tuple[str, ...] | None] = None
+    # Whether the model server micro-batches this runtime's calls (crossaudit.modelserver.batching):
+    # worth it where one call over many texts costs less than many calls (a forward pass, a pipeline).
+    batching: ClassVar[bool] = False
 
     def __init__(self, max_loaded: int = MAX_LOADED_MODELS) -> None:
         self._models: OrderedDict[tuple[str, ...], Any] = OrderedDict()
@@ -93,6 +110,24 @@ class ModelRuntime(abc.ABC):
         model = self.model_for(cfg)
         return self._analyze(model, cfg, _text(cfg, prompt, response))
 
+    def batch_key(self, cfg: Any) -> tuple[str, ...]:
+        """Calls with equal keys run on the same loaded model, so the server may batch them together."""
+        return self._key(cfg)
+
+    def analyze_batch(self, calls: Sequence[tuple[Any, str, str]]) -> list[Verdict | Exception]:
+        """Score ``calls`` (config, prompt, response): one verdict or exception per call, in order.
+
+        The default runs them one by one, so an error stays with its own call; a runtime whose model
+        scores many texts at once for less (Detoxify's forward pass) overrides it.
+        """
+        out: list[Verdict | Exception] = []
+        for config, prompt, response in calls:
+            try:
+                out.append(self.analyze(config, prompt, response))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
     def preload_from_env(self) -> bool:
         """Import the model stack and load the model named by the environment, if any (warm start)."""
         return False
@@ -109,8 +144,7 @@ def path_setting(
     path = value or (environ.get(f"{env}_{variant.upper()}", "") if variant else "") or environ.get(env, "")
     if not path:
         raise ConfigurationError(
-            f"{kind}: no {what} configured: set the evaluator's `{field}` or the {env} environment variable "
-            "(model hubs are not reachable, so the model must be a local path)"
+            f"{kind}: no {what} configured: set the evaluator's `{field}` or the {env} environment variable"
         )
     return os.path.abspath(os.path.expanduser(path))
 

@@ -1,21 +1,37 @@
 """The Detoxify builtin's runtime: real ``detoxify.Detoxify`` from local files, no hub.
 
 Its config is :class:`crossaudit.kernel.builtins.detoxify.DetoxifyConfig`. Detoxify loads a
-local checkpoint plus a local Hugging Face config/tokenizer directory, located by the
-evaluator's config or the ``CROSSAUDIT_DETOXIFY_*`` settings (one pair per variant allowed).
+local checkpoint plus a local Hugging Face config/tokenizer directory, located by
+:func:`crossaudit.modelserver.locate.locate_detoxify` (the evaluator's config or the
+``CROSSAUDIT_DETOXIFY_*`` settings, one pair per variant allowed; the model store; the torch and
+Hugging Face caches; a download into the store).
+
+Two forms of model are served. A Detoxify torch checkpoint (plus its HF directory) runs through
+``detoxify.Detoxify``, which needs torch. An ONNX export of one (``crossaudit models export``,
+:mod:`crossaudit.modelserver.export`; the files are described in :mod:`crossaudit.modelserver.onnxfiles`)
+runs on onnxruntime with the ``tokenizers`` library and never imports torch: that is the serving
+install (``pip install crossaudit[models]``) and the model-server image. ``checkpoint`` naming an
+export directory selects it; ``precision`` picks its fp32 or int8 copy.
+
+Both forms score a micro-batch in one forward pass over the padded batch
+(:meth:`DetoxifyRuntime.analyze_batch`, fed by :mod:`crossaudit.modelserver.batching`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crossaudit.kernel.builtins import parse_config
 from crossaudit.kernel.builtins.detoxify import DetoxifyConfig
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
 from crossaudit.kernel.results import Verdict
-from crossaudit.modelserver.builtins.base import ModelRuntime, check_exists, path_setting
+from crossaudit.modelserver import onnxfiles
+from crossaudit.modelserver.builtins.base import ModelRuntime, _text, check_exists
+from crossaudit.modelserver.locate import locate_detoxify
 
 ENV_DETOXIFY_CHECKPOINT = "CROSSAUDIT_DETOXIFY_CHECKPOINT"
 ENV_DETOXIFY_CONFIG = "CROSSAUDIT_DETOXIFY_CONFIG"
@@ -60,30 +76,45 @@ class DetoxifyRuntime(ModelRuntime):
     The checkpoint is Detoxify's own format: ``{"config": {"arch": {"args": {model_type,
     model_name, tokenizer_name, num_classes}}, "dataset": {"args": {"classes": [...]}}},
     "state_dict": {...}}``; ``huggingface_config_path`` holds ``config.json`` and the tokenizer
-    files, read with ``local_files_only`` so no hub is contacted.
+    files, read with ``local_files_only`` so no hub is contacted. A ``checkpoint`` that is an ONNX
+    export directory is served by onnxruntime instead (:class:`_OnnxDetoxify`; no torch, no HF directory).
     """
 
     kind = DetoxifyConfig.model_kind
     model_paths = {"checkpoint": ENV_DETOXIFY_CHECKPOINT, "huggingface_config_path": ENV_DETOXIFY_CONFIG}
-    image_requirements = ("detoxify>=0.5.2,<0.6", "torch>=2.2,<3", "transformers>=4.40,<6")
+    # The image serves ONNX exports only: no torch (kept in step with pyproject.toml's `models` extra).
+    image_requirements = ("onnxruntime>=1.17,<2", "tokenizers>=0.15,<1", "numpy>=1.26,<3")
+    batching = True
 
     @classmethod
     def resolve(cls, cfg: DetoxifyConfig, environ: Mapping[str, str]) -> DetoxifyConfig:
-        ckpt = path_setting(
-            cfg.checkpoint, ENV_DETOXIFY_CHECKPOINT, "checkpoint", "detoxify", "checkpoint", environ, cfg.variant
-        )
-        hf = path_setting(
-            cfg.huggingface_config_path, ENV_DETOXIFY_CONFIG, "huggingface_config_path", "detoxify",
-            "Hugging Face config/tokenizer directory", environ, cfg.variant,
+        # Config/env, the model store, the torch and HF hub caches, a download: crossaudit.modelserver.locate.
+        ckpt, hf = locate_detoxify(
+            cfg.checkpoint, cfg.huggingface_config_path, cfg.variant, environ,
+            checkpoint_env=ENV_DETOXIFY_CHECKPOINT, config_env=ENV_DETOXIFY_CONFIG,
         )
         return cfg.model_copy(update={"checkpoint": ckpt, "huggingface_config_path": hf})
 
     def _key(self, cfg: DetoxifyConfig) -> tuple[str, ...]:
         # With an explicit checkpoint Detoxify ignores the variant name while loading: the files
         # are the model, so one load serves every variant label that points at them.
+        if onnxfiles.is_onnx_export(cfg.checkpoint):
+            return (cfg.checkpoint or "", cfg.precision)
         return (cfg.checkpoint or "", cfg.huggingface_config_path or "")
 
     def _load(self, cfg: DetoxifyConfig) -> Any:
+        if cfg.checkpoint and onnxfiles.is_onnx_export(cfg.checkpoint):
+            return _OnnxDetoxify.load(cfg.checkpoint, cfg.precision)
+        if cfg.checkpoint and os.path.isdir(cfg.checkpoint):
+            raise ConfigurationError(
+                f"detoxify: checkpoint {cfg.checkpoint!r} is a directory but not an ONNX export (it needs "
+                f"{onnxfiles.SIDECAR_FILE} and {onnxfiles.TOKENIZER_FILE}; `crossaudit models export` writes one)"
+            )
+        if cfg.precision != "fp32":
+            raise ConfigurationError(
+                f"detoxify: precision {cfg.precision!r} needs an ONNX export, and {cfg.checkpoint!r} is a torch "
+                "checkpoint: convert it with `crossaudit models export` (python -m crossaudit.modelserver.export)"
+            )
         if not cfg.checkpoint or not cfg.huggingface_config_path:
             raise ConfigurationError(
                 f"detoxify: checkpoint and huggingface_config_path must be set "
@@ -106,54 +137,187 @@ class DetoxifyRuntime(ModelRuntime):
                 f"detoxify: cannot load checkpoint {cfg.checkpoint!r} with config {cfg.huggingface_config_path!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
-        return _Locked(model)
+        return _TorchDetoxify(model)
 
     def _analyze(self, model: Any, cfg: DetoxifyConfig, text: str) -> Verdict:
-        import torch
+        return self._verdict(model.predict([text])[0], cfg)
 
-        # One call at a time per model: Hugging Face fast tokenizers raise "Already borrowed"
-        # when two threads set truncation/padding at once, and torch's intra-op threads already
-        # use every core for one call.
-        with model.lock, torch.inference_mode():
-            raw = model.inner.predict(text)
-        probs = {str(k): float(v[0] if isinstance(v, list | tuple) else v) for k, v in raw.items()}
+    def analyze_batch(self, calls: Sequence[tuple[Any, str, str]]) -> list[Verdict | Exception]:
+        """One forward pass per loaded model over the padded texts of ``calls``.
+
+        Calls are grouped by load key (one batch may mix checkpoints or precisions; the server
+        groups by key already). A config that does not parse, or asks for a category the model
+        lacks, fails alone. If the batched forward itself fails, each text is retried alone, so
+        one text that breaks the model does not take its batch-mates down with it.
+        """
+        out: list[Verdict | Exception | None] = [None] * len(calls)
+        groups: dict[tuple[str, ...], list[tuple[int, DetoxifyConfig, str]]] = {}
+        for i, (config, prompt, response) in enumerate(calls):
+            try:
+                cfg = parse_config(self.kind, config)
+                groups.setdefault(self._key(cfg), []).append((i, cfg, _text(cfg, prompt, response)))
+            except Exception as exc:
+                out[i] = exc
+        for members in groups.values():
+            try:
+                model = self.model_for(members[0][1])
+            except Exception as exc:  # one model, one load: every call on it shares the error
+                for i, _, _ in members:
+                    out[i] = exc
+                continue
+            rows: list[dict[str, float]] | None
+            try:
+                rows = model.predict([text for _, _, text in members])
+            except Exception:
+                rows = None
+            for j, (i, cfg, text) in enumerate(members):
+                try:
+                    out[i] = self._verdict(rows[j] if rows is not None else model.predict([text])[0], cfg)
+                except Exception as exc:
+                    out[i] = exc
+        return [r if r is not None else RuntimeError("no result") for r in out]
+
+    def _verdict(self, probs: Mapping[str, float], cfg: DetoxifyConfig) -> Verdict:
         selected = list(cfg.categories) or list(probs)
         unknown = [c for c in selected if c not in probs]
         if unknown:
             raise InvalidInputError(
                 f"detoxify: unknown categories {unknown}; this checkpoint predicts {sorted(probs)}"
             )
-        chosen = {c: min(1.0, max(0.0, probs[c])) for c in selected}
+        chosen = {c: min(1.0, max(0.0, float(probs[c]))) for c in selected}
         top = max(chosen, key=lambda c: chosen[c])
         top_p = chosen[top]
         violations = [c for c in selected if chosen[c] >= cfg.threshold]
-        return Verdict(
-            score=1.0 - top_p,
-            passed=top_p < cfg.threshold,
-            violations=violations,
-            details={
-                "categories": chosen,
-                "max_category": top,
-                "max_probability": top_p,
-                "threshold": cfg.threshold,
-                "variant": cfg.variant,
-                "checkpoint": os.path.basename(cfg.checkpoint or ""),
-            },
-        )
+        details: dict[str, Any] = {
+            "categories": chosen,
+            "max_category": top,
+            "max_probability": top_p,
+            "threshold": cfg.threshold,
+            "variant": cfg.variant,
+            "checkpoint": os.path.basename(cfg.checkpoint or ""),
+        }
+        if onnxfiles.is_onnx_export(cfg.checkpoint):
+            details["precision"] = cfg.precision
+        return Verdict(score=1.0 - top_p, passed=top_p < cfg.threshold, violations=violations, details=details)
 
     def preload_from_env(self) -> bool:
-        _import_detoxify()  # torch + transformers: seconds, paid before the server reports ready
+        """Warm the stack the environment's model needs: onnxruntime for an export (or when no model
+        is named and onnxruntime is installed), torch + detoxify only for a torch checkpoint, so a
+        server that serves exports never imports torch (seconds and hundreds of MB)."""
         ckpt, hf = os.environ.get(ENV_DETOXIFY_CHECKPOINT), os.environ.get(ENV_DETOXIFY_CONFIG)
+        if ckpt and onnxfiles.is_onnx_export(ckpt):
+            self.model_for(DetoxifyConfig(model="detoxify", checkpoint=os.path.abspath(ckpt)))
+            return True
         if not (ckpt and hf):
+            with contextlib.suppress(ConfigurationError):  # a torch-only install: detoxify loads on first use
+                _import_onnx()
             return False
+        _import_detoxify()  # torch + transformers: seconds, paid before the server reports ready
         self.model_for(DetoxifyConfig(model="detoxify", checkpoint=os.path.abspath(ckpt),
                                       huggingface_config_path=os.path.abspath(hf)))
         return True
 
 
-class _Locked:
-    """A model that must not run two calls at once."""
+def _labelled(labels: Sequence[str], matrix: Any) -> list[dict[str, float]]:
+    return [{label: float(p) for label, p in zip(labels, row, strict=True)} for row in matrix]
+
+
+class _TorchDetoxify:
+    """``detoxify.Detoxify``, one call at a time: Hugging Face fast tokenizers raise "Already
+    borrowed" when two threads set truncation/padding at once, and torch's intra-op threads
+    already use every core for one call."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.lock = threading.Lock()
+
+    def predict(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        import torch
+
+        with self.lock, torch.inference_mode():
+            # Detoxify.predict over a list: one padded batch (truncation + attention mask), sigmoid.
+            raw = self.inner.predict(list(texts))
+        columns = {str(k): (v if isinstance(v, list | tuple) else [v]) for k, v in raw.items()}
+        return [{k: float(v[j]) for k, v in columns.items()} for j in range(len(texts))]
+
+
+def _import_onnx() -> tuple[Any, Any, Any]:
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        import tokenizers
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"onnxruntime/tokenizers are not installed ({exc}); install the serving extra: "
+            "pip install 'crossaudit[models]' (make models)"
+        ) from None
+    return np, ort, tokenizers
+
+
+class _OnnxDetoxify:
+    """An ONNX export on onnxruntime: the same tokenization, graph and activation as the torch path.
+
+    ``InferenceSession.run`` is thread-safe and the tokenizer is configured once at load (encoding
+    only reads it), so no lock: the model server bounds concurrency with its worker threads.
+    """
+
+    def __init__(self, session: Any, tokenizer: Any, sidecar: onnxfiles.Sidecar, np: Any) -> None:
+        self.session = session
+        self.tokenizer = tokenizer
+        self.sidecar = sidecar
+        self.np = np
+        self.feeds = [i.name for i in session.get_inputs()]
+
+    @classmethod
+    def load(cls, directory: str, precision: str) -> _OnnxDetoxify:
+        np, ort, tokenizers = _import_onnx()
+        sidecar = onnxfiles.read_sidecar(directory)
+        if precision not in sidecar.precisions:
+            raise ConfigurationError(
+                f"detoxify: the ONNX export {directory!r} has no {precision} model (it holds "
+                f"{', '.join(sidecar.precisions)}): export again with `crossaudit models export`"
+            )
+        model_path = os.path.join(directory, onnxfiles.MODEL_FILES[precision])
+        check_exists(model_path, "checkpoint", ENV_DETOXIFY_CHECKPOINT, "detoxify", directory=False)
+        try:
+            tokenizer = tokenizers.Tokenizer.from_file(os.path.join(directory, onnxfiles.TOKENIZER_FILE))
+            tokenizer.enable_truncation(max_length=sidecar.max_length)
+            tokenizer.enable_padding(pad_id=sidecar.pad_id, pad_token=sidecar.pad_token)
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # a corrupt graph or tokenizer file: "bad model files", like a bad checkpoint
+            raise ConfigurationError(
+                f"detoxify: cannot load the ONNX export {directory!r} ({precision}): {type(exc).__name__}: {exc}"
+            ) from None
+        model = cls(session, tokenizer, sidecar, np)
+        unknown = [name for name in model.feeds if name not in ("input_ids", "attention_mask", "token_type_ids")]
+        outputs = session.get_outputs()
+        if unknown or len(outputs) != 1:
+            raise ConfigurationError(
+                f"detoxify: {model_path!r} is not a Detoxify export (inputs {model.feeds}, {len(outputs)} outputs)"
+            )
+        return model
+
+    def predict(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        np = self.np
+        encodings = self.tokenizer.encode_batch(list(texts))
+        columns = {
+            "input_ids": [e.ids for e in encodings],
+            "attention_mask": [e.attention_mask for e in encodings],
+            "token_type_ids": [e.type_ids for e in encodings],
+        }
+        feed = {name: np.asarray(columns[name], dtype=np.int64) for name in self.feeds}
+        (logits,) = self.session.run(None, feed)
+        logits = np.asarray(logits, dtype=np.float64)
+        if logits.shape != (len(texts), len(self.sidecar.labels)):
+            raise ConfigurationError(
+                f"detoxify: the ONNX model returned shape {logits.shape} for {len(texts)} texts and "
+                f"{len(self.sidecar.labels)} labels"
+            )
+        if self.sidecar.activation == "sigmoid":
+            probs = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+            probs = shifted / shifted.sum(axis=1, keepdims=True)
+        return _labelled(self.sidecar.labels, probs)

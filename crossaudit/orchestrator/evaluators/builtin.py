@@ -18,6 +18,7 @@ process environment (``environ``: the operator's settings, never a tenant's secr
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -97,13 +98,16 @@ class BuiltinEvaluator(Evaluator):
         """Deploy-time check: resolve model paths, start the model server, load the model and
         validate the config against it (unknown categories/entities) with one empty call, so
         the first real request neither pays the load nor discovers a bad config."""
-        cfg = self.resolved_config()
+        cfg = await asyncio.to_thread(self.resolved_config)
         await self.backend.analyze(self.model, self._wire_config(cfg), "", "", {}, timeout=timeout)
 
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
         use = SecretUse()
         try:
-            cfg = self.resolved_config(use)
+            if self._resolved is not None and not self._references:
+                cfg = self._resolved
+            else:  # resolution may download a model into the store (docs/builtins-and-llm.md): off the loop
+                cfg = await asyncio.to_thread(self.resolved_config, use)
             if cfg.timeout:
                 timeout = min(timeout, cfg.timeout)
             verdict = await self.backend.analyze(

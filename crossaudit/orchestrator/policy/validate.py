@@ -99,8 +99,9 @@ def load_policy_file(
     *,
     limits: PolicyLimits | None = None,
     env: Mapping[str, str] | SecretSource | None = None,
+    checks: Sequence[PolicyCheck] = (),
 ) -> Policy:
-    """Read and validate a policy file (size-checked before it is read)."""
+    """Read and validate a policy file (size-checked before it is read); ``checks`` as in load_policy."""
     limits = limits or PolicyLimits()
     p = FsPath(path)
     name = str(path)
@@ -121,7 +122,7 @@ def load_policy_file(
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PolicyValidationError([PolicyIssue(message=f"not UTF-8 text (byte {e.start})", file=name)]) from None
-    policy = load_policy(text, name, limits=limits, env=env)
+    policy = load_policy(text, name, limits=limits, env=env, checks=checks)
     policy._source_path = str(p.resolve())
     return policy
 
