@@ -9,6 +9,7 @@ Both speak the same agent protocol (``crossaudit/sandbox/agent``) and validate r
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 
 from crossaudit.kernel.limits import SandboxLimits
 from crossaudit.kernel.results import Verdict
+from crossaudit.sandbox.protocol import error_from_frame, parse_result
 
 ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1)
 
@@ -73,7 +75,6 @@ class Sandbox(abc.ABC):
     async def prepare(self, bundle: CodeBundle, progress: ProgressCallback | None = None) -> None:  # noqa: B027
         """Make the bundle runnable (validate deps, build images, warm pools). Idempotent."""
 
-    @abc.abstractmethod
     async def run(
         self,
         bundle: CodeBundle,
@@ -85,8 +86,24 @@ class Sandbox(abc.ABC):
     ) -> tuple[Verdict, RunDiagnostics]:
         """Run one call under ``self.limits`` and ``timeout`` (wall clock, enforced from outside).
 
-        Raises a SandboxError subclass or EvaluatorTimeoutError; never returns partial data.
+        Raises a SandboxError subclass or EvaluatorTimeoutError; never returns partial data. The
+        backend gets the agent's answer frame (:meth:`_call`); turning it into a validated Verdict,
+        or into the typed error carrying the call's diagnostics, is the same for every backend.
         """
+        frame, diag = await self._call(bundle, prompt, response, context, timeout)
+        if not frame.get("ok"):
+            error = error_from_frame(frame)
+            with contextlib.suppress(AttributeError):
+                error.diagnostics = diag  # type: ignore[attr-defined]
+            raise error
+        return parse_result(frame.get("result"), self.limits), diag
+
+    @abc.abstractmethod
+    async def _call(
+        self, bundle: CodeBundle, prompt: str, response: str, context: Mapping[str, Any], timeout: float
+    ) -> tuple[dict[str, Any], RunDiagnostics]:
+        """One call's answer frame (``ok`` and ``result`` or ``error``) and diagnostics; raises when
+        there is no answer (deadline, crash, no free sandbox, unserialisable input)."""
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name, "isolation": self.isolation}

@@ -18,11 +18,21 @@ Why this shape:
   reports (a ``reset`` frame, read off the caller's path). A failed reset retires the worker:
   nothing a call leaves behind is seen by the next call.
 
-Shared here: sizing, queueing and deadlines, refill, settling, retirement, statistics. Each
-backend keeps what differs: how a worker starts and dies (:meth:`WarmPool.new_worker`,
-:meth:`Worker.destroy`), what its reset covers, and how many pools it keeps (the Docker backend
-closes least recently used idle pools beyond ``max_pools`` and runs :meth:`WarmPool.maintain`;
-the process backend keeps an LRU of ``max_bundles``).
+Shared here, because both backends need exactly the same rules and the trust boundary must
+not depend on which one runs: sizing (``PoolLimits``), queueing and deadlines, background refill,
+settle-before-reuse, retirement of dead or unclean workers, sticky load errors, statistics
+(:meth:`WarmPool.stats`, the backends' ``info()`` and the metrics read it).
+
+Per backend, because it is what actually differs:
+
+* the worker (:class:`Worker`: ``alive``, ``settle``, ``destroy``) and how one starts
+  (:meth:`WarmPool.new_worker`: a hardened container / an agent subprocess in its own session,
+  temp dir and environment), which decides what the reset covers (tmpfs mounts and IPC objects /
+  the agent's temp dir) and how a call's deadline kills it (container / process tree);
+* how many pools it keeps and for how long (Docker: least recently used idle pools beyond
+  ``max_pools`` closed, :meth:`WarmPool.maintain` run by a janitor; process: an LRU of
+  ``max_bundles``, pools idle past ``idle_timeout_s`` closed on the way);
+* the wording of its errors: :meth:`WarmPool.no_worker_error` and ``close(reason=...)``.
 """
 
 from __future__ import annotations
@@ -73,6 +83,16 @@ class Worker(Protocol):
 W = TypeVar("W", bound=Worker)
 
 
+def fresh(error: CrossAuditError) -> CrossAuditError:
+    """A new instance of a kept error for each raise: raising one cached exception again and again
+    grows its traceback (and keeps every frame it passed through alive), and concurrent callers
+    would share its ``__context__`` and attributes."""
+    copy = type(error).__new__(type(error))
+    copy.args = error.args
+    copy.__dict__.update(error.__dict__)
+    return copy
+
+
 class WarmPool(abc.ABC, Generic[W]):
     """Workers for one bundle of one tenant; see the module docstring. A backend subclasses it
     and implements :meth:`new_worker`."""
@@ -90,6 +110,7 @@ class WarmPool(abc.ABC, Generic[W]):
         self.last_error_at = 0.0
         self.last_used = time.monotonic()
         self.closed = False
+        self.closed_reason = "sandbox pool closed"  # what waiting and later callers are told
         self.tasks: set[asyncio.Task[Any]] = set()
         self.started_total = 0
         self.replaced_total = 0
@@ -169,19 +190,27 @@ class WarmPool(abc.ABC, Generic[W]):
         for _ in range(max(0, want - self.total)):
             self._spawn()
 
-    async def wait_ready(self, timeout: float) -> None:
-        """Block until one worker is idle (used by ``prepare`` so load errors surface there)."""
+    async def wait_ready(self, timeout: float, count: int = 1) -> None:
+        """Block until ``count`` workers are up, idle or serving (used by ``prepare`` so load errors
+        surface there)."""
         deadline = time.monotonic() + timeout
         async with self.cond:
-            if self.total == 0:
+            if self.closed:
+                raise EvaluatorUnavailableError(self.closed_reason)
+            if self.sticky_error is not None:  # the code's fault: re-raised without starting another worker
+                raise fresh(self.sticky_error)
+            for _ in range(count - self.total):
                 self._spawn()
-            while not self.idle and not self.busy:
+            while len(self.idle) + len(self.busy) < count:
+                if self.closed:
+                    raise EvaluatorUnavailableError(self.closed_reason)
                 if self.sticky_error is not None:
-                    raise self.sticky_error
+                    raise fresh(self.sticky_error)
                 if self.starting == 0:
                     if self.last_error is not None:
-                        raise self.last_error
-                    self._spawn()
+                        raise fresh(self.last_error)
+                    for _ in range(max(1, count - self.total)):
+                        self._spawn()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise EvaluatorUnavailableError(f"no warm sandbox ready within {timeout:.1f}s")
@@ -190,8 +219,9 @@ class WarmPool(abc.ABC, Generic[W]):
 
     # --- calls -------------------------------------------------------------------------------------
 
-    async def acquire(self, deadline: float) -> W:
-        """A ready worker (``deadline`` on ``time.monotonic()``), starting one if below ``max_size``; else queue."""
+    async def acquire(self, deadline: float, timeout: float | None = None) -> W:
+        """A ready worker (``deadline`` on ``time.monotonic()``), starting one if below ``max_size``; else
+        queue. ``timeout`` (the call's whole budget) only words :meth:`no_worker_error`."""
         limits = self.limits
         queued_since: float | None = None
         async with self.cond:
@@ -199,9 +229,9 @@ class WarmPool(abc.ABC, Generic[W]):
             try:
                 for _ in range(MAX_WAIT_ROUNDS):
                     if self.closed:
-                        raise EvaluatorUnavailableError("sandbox pool closed")
+                        raise EvaluatorUnavailableError(self.closed_reason)
                     if self.sticky_error is not None:
-                        raise self.sticky_error
+                        raise fresh(self.sticky_error)
                     while self.idle:
                         # Oldest idle first: the worker that just answered is still forking
                         # its next child (the agent does that right after replying).
@@ -215,7 +245,7 @@ class WarmPool(abc.ABC, Generic[W]):
                         if self.last_error is not None and self.starting == 0 and not self.busy and (
                             time.monotonic() - self.last_error_at < START_RETRY_BACKOFF_S
                         ):
-                            raise self.last_error
+                            raise fresh(self.last_error)
                         if self.starting + self.settling < self.waiting:  # a settling one is ms away
                             self._spawn()
                         queued_since = None
@@ -229,14 +259,24 @@ class WarmPool(abc.ABC, Generic[W]):
                         break
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.cond.wait(), until - now)
-                if queued_since is not None or self.total >= limits.max_size:
-                    raise PoolExhaustedError(
-                        f"all {limits.max_size} warm sandboxes of this evaluator stayed busy "
-                        f"({self.waiting} waiting)"
-                    )
-                raise EvaluatorTimeoutError("deadline expired before a sandbox was ready")
+                raise self.no_worker_error(
+                    full=queued_since is not None or self.total >= limits.max_size,
+                    deadline_expired=time.monotonic() >= deadline,
+                    timeout=timeout,
+                )
             finally:
                 self.waiting -= 1
+
+    def no_worker_error(self, *, full: bool, deadline_expired: bool, timeout: float | None) -> CrossAuditError:
+        """What a caller that got no worker raises. ``full``: the pool stayed at ``max_size`` (the
+        caller queued); ``deadline_expired``: its deadline, not ``queue_wait_s``, ran out first.
+        Backends differ here (see ``AgentPool``); this one says RESOURCE_EXHAUSTED whenever the
+        pool was full."""
+        if full:
+            return PoolExhaustedError(
+                f"all {self.limits.max_size} warm sandboxes of this evaluator stayed busy ({self.waiting} waiting)"
+            )
+        return EvaluatorTimeoutError("deadline expired before a sandbox was ready")
 
     def release(self, c: W) -> None:
         """Return a worker after a call; a dead one is dropped and replaced in the background.
@@ -269,13 +309,13 @@ class WarmPool(abc.ABC, Generic[W]):
         finally:
             self.settling -= 1
             self.busy.discard(c)
-            if not self.closed:
+            if not self.closed:  # (a close kills busy workers: their resets are not cleanup failures)
                 self.cleanups += 1
                 if reset is None:
                     self.cleanup_failures += 1
                 else:
                     self.resets.append(reset)
-                self._park(c, healthy=reset is not None)
+            self._park(c, healthy=reset is not None)  # retired when the pool closed meanwhile
 
     async def _notify(self) -> None:
         async with self.cond:
@@ -307,10 +347,13 @@ class WarmPool(abc.ABC, Generic[W]):
             self.idle = keep
             self.ensure_min()
 
-    async def close(self, *, kill_busy: bool = True) -> None:
-        """Stop the pool. ``kill_busy=False`` lets calls in flight finish: their workers are
-        retired when released (``_park`` sees the pool closed)."""
+    async def close(self, *, kill_busy: bool = True, reason: str = "sandbox pool closed") -> None:
+        """Stop the pool; callers waiting in :meth:`acquire` get ``EvaluatorUnavailableError(reason)``.
+        ``kill_busy=False`` lets calls in flight finish: their workers are retired when released or,
+        if they were settling, once settled (``_park`` sees the pool closed)."""
         async with self.cond:
+            if not self.closed:
+                self.closed_reason = reason
             self.closed = True
             victims = [*self.idle, *self.busy] if kill_busy else list(self.idle)
             self.idle = []

@@ -37,13 +37,11 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
 )
 from crossaudit.kernel.limits import DependencyLimits, PoolLimits, SandboxLimits
-from crossaudit.kernel.results import Verdict
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
 from crossaudit.sandbox.docker.container import DEFAULT_ENV, ContainerRuntime, check_env
 from crossaudit.sandbox.docker.images import DepsImage, ImageManager
 from crossaudit.sandbox.docker.pool import ContainerPool
 from crossaudit.sandbox.docker.reaper import reap
-from crossaudit.sandbox.protocol import error_from_frame, parse_result
 
 log = logging.getLogger(__name__)
 
@@ -230,15 +228,9 @@ class DockerSandbox(Sandbox):
             )
         return self._pool_for(bundle, image)
 
-    async def run(
-        self,
-        bundle: CodeBundle,
-        prompt: str,
-        response: str,
-        context: Mapping[str, Any],
-        *,
-        timeout: float,
-    ) -> tuple[Verdict, RunDiagnostics]:
+    async def _call(
+        self, bundle: CodeBundle, prompt: str, response: str, context: Mapping[str, Any], timeout: float
+    ) -> tuple[dict[str, Any], RunDiagnostics]:
         """One call in a warm container under ``timeout`` (wall clock, enforced from outside)."""
         t0 = time.monotonic()
         if timeout <= 0:
@@ -267,12 +259,7 @@ class DockerSandbox(Sandbox):
             wall_ms=(time.monotonic() - t0) * 1000,
             extra={"backend": self.name, "warm": warm, "agent_ms": frame.get("wall_ms"), "image": pool.image},
         )
-        if not frame.get("ok"):
-            error = error_from_frame(frame)
-            with contextlib.suppress(AttributeError):
-                error.diagnostics = diag  # type: ignore[attr-defined]
-            raise error
-        return parse_result(frame.get("result"), self.limits), diag
+        return frame, diag
 
     # --- info / shutdown -----------------------------------------------------------------------
 

@@ -31,14 +31,14 @@ from crossaudit.kernel.errors import (
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
     InvalidInputError,
+    PoolExhaustedError,
     SandboxCrashedError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.kernel.results import Verdict
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
 from crossaudit.sandbox.pool import WarmPool
 from crossaudit.sandbox.procfs import kill_tree, pid_exists
-from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
+from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame
 
 AGENT_PATH = Path(__file__).resolve().parent.parent / "agent" / "launch.py"  # runs the agent package as __main__
 SANDBOX_UID = 65534  # the agent drops call children to this uid when it runs as root
@@ -166,6 +166,16 @@ class AgentPool(WarmPool[_Agent]):
     async def new_worker(self) -> _Agent:
         return await self.backend._start_agent(self.bundle)
 
+    def no_worker_error(self, *, full: bool, deadline_expired: bool, timeout: float | None) -> CrossAuditError:
+        """This backend's wording, and its rule: a caller whose own deadline ran out gets a timeout
+        even when the pool was full; only one that queued past ``queue_wait_s`` is RESOURCE_EXHAUSTED."""
+        if full and not deadline_expired:
+            return PoolExhaustedError(f"all {self.total} sandboxes of this evaluator stayed busy")
+        within = f"the {timeout:.3g}s deadline" if timeout is not None else "the deadline"
+        if not full and self.starting:
+            return EvaluatorTimeoutError(f"sandbox did not start within {within} (it keeps warming up)")
+        return EvaluatorTimeoutError(f"no sandbox was ready within {within}")
+
 
 # --------------------------------------------------------------------------- the backend
 
@@ -224,19 +234,15 @@ class ProcessSandbox(Sandbox):
         if progress:
             progress("starting warm sandbox agents", 0.0)
         pool.ensure_min()
-        await pool.wait_ready(max(self.limits.timeout_s, 1.0) + self.pool_limits.start_timeout_s)
+        await pool.wait_ready(
+            max(self.limits.timeout_s, 1.0) + self.pool_limits.start_timeout_s, count=max(1, self.pool_limits.min_size)
+        )
         if progress:
             progress("ready", 1.0)
 
-    async def run(
-        self,
-        bundle: CodeBundle,
-        prompt: str,
-        response: str,
-        context: Mapping[str, Any],
-        *,
-        timeout: float,
-    ) -> tuple[Verdict, RunDiagnostics]:
+    async def _call(
+        self, bundle: CodeBundle, prompt: str, response: str, context: Mapping[str, Any], timeout: float
+    ) -> tuple[dict[str, Any], RunDiagnostics]:
         """One call; ``timeout`` is capped by ``limits.timeout_s`` (the sandbox's own ceiling)."""
         if self._closed:
             raise EvaluatorUnavailableError("process sandbox is closed")
@@ -248,7 +254,7 @@ class ProcessSandbox(Sandbox):
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"evaluation context is not JSON-serialisable: {exc}") from None
         pool = self._pool(bundle)
-        agent = await pool.acquire(deadline)
+        agent = await pool.acquire(deadline, timeout)
         try:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -273,17 +279,13 @@ class ProcessSandbox(Sandbox):
             wall_ms=float(wall_ms) if isinstance(wall_ms, (int, float)) and not isinstance(wall_ms, bool) else 0.0,
             extra={"backend": self.name, "isolation": dict(agent.loaded.get("isolation") or {})},
         )
-        if not answer.get("ok"):
-            err = error_from_frame(answer)
-            err.diagnostics = diag  # type: ignore[attr-defined]
-            raise err
-        return parse_result(answer.get("result"), self.limits), diag
+        return answer, diag
 
     async def aclose(self) -> None:
         self._closed = True
         pools = [*self._pools.values()]
         self._pools.clear()
-        await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+        await asyncio.gather(*(p.close(reason="process sandbox is closed") for p in pools), return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         agents, self._agents = list(self._agents), set()
@@ -312,7 +314,8 @@ class ProcessSandbox(Sandbox):
 
     def _close_pool(self, pool: AgentPool) -> None:
         """Stop an evicted pool: idle agents die now, busy ones when their call is answered."""
-        task = asyncio.get_running_loop().create_task(pool.close(kill_busy=False))
+        closing = pool.close(kill_busy=False, reason="sandbox pool was evicted; retry")
+        task = asyncio.get_running_loop().create_task(closing)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark exceptions retrieved
