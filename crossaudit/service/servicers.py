@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -51,11 +52,21 @@ class _Base:
     def _count(self, method: str, code: grpc.StatusCode) -> None:
         self.svc.metrics.rpcs.labels(method, code.name).inc()
 
-    async def _fail(self, method: str, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
-        if not isinstance(exc, CrossAuditError):
-            log.exception("%s failed with an unexpected error", method, exc_info=exc)
-        self._count(method, grpc_code(exc))
-        await abort(context, exc)
+    @contextlib.asynccontextmanager
+    async def _accounted(self, method: str, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        """Count the call's outcome and turn any exception into one status (never a traceback);
+        shared by unary and streaming methods."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            self._count(method, grpc.StatusCode.CANCELLED)
+            raise
+        except Exception as exc:
+            if not isinstance(exc, CrossAuditError):
+                log.exception("%s failed with an unexpected error", method, exc_info=exc)
+            self._count(method, grpc_code(exc))
+            await abort(context, exc)
+        self._count(method, grpc.StatusCode.OK)
 
 
 def unary(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,15 +75,8 @@ def unary(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     async def wrapper(self: _Base, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            tenant = self.auth.tenant(context)
-            result = await fn(self, tenant, request, context)
-        except asyncio.CancelledError:
-            self._count(method, grpc.StatusCode.CANCELLED)
-            raise
-        except Exception as exc:
-            await self._fail(method, context, exc)
-        self._count(method, grpc.StatusCode.OK)
+        async with self._accounted(method, context):
+            result = await fn(self, self.auth.tenant(context), request, context)
         return result
 
     return wrapper
@@ -83,16 +87,9 @@ def streaming(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncItera
 
     @functools.wraps(fn)
     async def wrapper(self: _Base, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        try:
-            tenant = self.auth.tenant(context)
-            async for item in fn(self, tenant, request, context):
+        async with self._accounted(method, context):
+            async for item in fn(self, self.auth.tenant(context), request, context):
                 yield item
-        except asyncio.CancelledError:
-            self._count(method, grpc.StatusCode.CANCELLED)
-            raise
-        except Exception as exc:
-            await self._fail(method, context, exc)
-        self._count(method, grpc.StatusCode.OK)
 
     return wrapper
 
