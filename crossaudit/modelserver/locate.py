@@ -1,7 +1,7 @@
 """Where a builtin's model files come from: the resolution order every runtime's ``resolve()`` uses.
 
 1. An explicit path: the evaluator's config field, else its ``CROSSAUDIT_*`` setting (on the
-   service only the setting: policies there may not name files, see ``service/hosted.py``).
+   service only the setting: policies there may not name files, see ``crossaudit/service/hosted.py``).
 2. The CrossAudit model store (:mod:`crossaudit.modelserver.store`).
 3. The libraries' own places: an installed spaCy package (``en_core_web_lg``), Detoxify's torch
    hub cache (``$TORCH_HOME/hub/checkpoints/<release file>``), the Hugging Face hub cache for

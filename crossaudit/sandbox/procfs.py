@@ -20,20 +20,34 @@ def pid_exists(pid: int) -> bool:
     return os.path.exists(f"{PROC}/{pid}")
 
 
+def alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (exited, not yet reaped)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != b"Z"
+
+
 def proc_table() -> dict[int, tuple[int, int]]:
     """pid -> (ppid, pgid) for every visible process (processes gone meanwhile are skipped)."""
     table: dict[int, tuple[int, int]] = {}
     for name in os.listdir(PROC):
         if not name.isdigit():
             continue
+        fields = _stat(int(name))
         try:
-            with open(f"{PROC}/{name}/stat", "rb") as fh:
-                stat = fh.read()
-            fields = stat[stat.rindex(b")") + 2 :].split()  # after "(comm)", which may hold spaces
             table[int(name)] = (int(fields[1]), int(fields[2]))
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             continue
     return table
+
+
+def _stat(pid: int) -> list[bytes]:
+    """The fields of ``/proc/<pid>/stat`` after ``(comm)`` (state, ppid, pgid, ...); [] once gone."""
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return stat[stat.rindex(b")") + 2 :].split()  # after "(comm)", which may hold spaces and ")"
+    except (OSError, ValueError):
+        return []
 
 
 def descendants(root_pid: int, table: dict[int, tuple[int, int]] | None = None) -> list[int]:

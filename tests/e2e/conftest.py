@@ -157,13 +157,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def need_docker() -> None:
-    """Skip (fail under CI=true) unless the docker sandbox backend and a daemon are available."""
+    """Skip (fail under CI=true) unless a Docker daemon answers (docker-py is a dependency)."""
     from tests.conftest import docker_client, need
 
-    try:
-        from crossaudit.sandbox.docker.backend import DockerSandbox  # noqa: F401
-    except ImportError:
-        need(False, "the docker sandbox backend is not available")
     need(docker_client() is not None, "no Docker daemon answers")
 
 

@@ -12,6 +12,7 @@ from crossaudit.kernel.errors import EvaluatorCodeError, PoolExhaustedError, San
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.sandbox.base import CodeBundle
 from crossaudit.sandbox.process.backend import ProcessSandbox, import_names
+from crossaudit.sandbox.procfs import alive as _alive
 
 # The guide's examples live verbatim in policies/guide/ (CI has no other copy of the guide).
 GUIDE_EVALUATORS = Path(__file__).resolve().parents[2] / "policies" / "guide" / "03_evaluator_types.yaml"
@@ -173,14 +174,6 @@ async def test_info_is_honest(sb) -> None:
     assert info["backend"] == "process" and "weaker" in info["isolation"] and info["restricted"] is True
     await sb.run(CodeBundle("def evaluate(p, r, c):\n    return {'score': 1}\n"), "p", "r", {}, timeout=5)
     assert isinstance(sb.info()["netns"], bool)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_import_names() -> None:

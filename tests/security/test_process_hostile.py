@@ -25,6 +25,7 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.limits import SandboxLimits
 from crossaudit.sandbox.base import CodeBundle
 from crossaudit.sandbox.process.backend import ProcessSandbox
+from crossaudit.sandbox.procfs import alive as _alive
 
 pytestmark = pytest.mark.security
 
@@ -141,14 +142,6 @@ def _processes_in(dirs: set[str]) -> list[int]:
             except OSError:
                 continue
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------- resources

@@ -26,6 +26,7 @@ from crossaudit.sandbox.base import CodeBundle
 from crossaudit.sandbox.docker.backend import DockerSandbox
 from crossaudit.sandbox.docker.container import BUNDLE_LABEL, POOL_LABEL, container_spec
 from crossaudit.sandbox.process.backend import AGENT_PATH, ProcessSandbox
+from crossaudit.sandbox.procfs import alive as _alive
 from crossaudit.sandbox.protocol import AgentChannel
 from tests.integration._docker import BENIGN_CODE, IDLE_BURNER_CODE, bundle_containers, container_cpu_ns
 
@@ -394,14 +395,6 @@ PROC_LEAKY = _src("""
             daemon = int(os.read(r, 32))
         return {"score": 1.0, "details": {"seen": seen, "daemon": daemon}}
 """)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 async def test_process_backend_carries_nothing_between_calls():

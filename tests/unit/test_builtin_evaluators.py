@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from crossaudit.kernel import dsl
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
 from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver.pool import InProcessModels
@@ -62,11 +63,10 @@ def test_config_validation_and_aliases() -> None:
 
 
 def test_accepts_policy_layer_models() -> None:
-    models = pytest.importorskip("crossaudit.kernel.dsl")
-    ev = DetoxifyEvaluator("t", models.DetoxifyConfig(model="detoxify", categories=["threat", "insult"],
-                                                      rate_limit=30, timeout=2))
+    ev = DetoxifyEvaluator("t", dsl.DetoxifyConfig(model="detoxify", categories=["threat", "insult"],
+                                                   rate_limit=30, timeout=2))
     assert ev.config.categories == ("threat", "insult") and ev.config.rate_limit == 30
-    ev = PresidioEvaluator("p", models.PresidioConfig(model="presidio"))
+    ev = PresidioEvaluator("p", dsl.PresidioConfig(model="presidio"))
     assert "US_SSN" in ev.config.entities and "EMAIL_ADDRESS" in ev.config.entities
 
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from crossaudit.kernel import dsl
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, ProviderError, RateLimitedError
 from crossaudit.orchestrator.engine.ratelimit import TokenBucket
 from crossaudit.orchestrator.evaluators.llm import LLMEvaluator, build_user_message, parse_answer
@@ -87,7 +88,6 @@ def test_config_validation() -> None:
 
 
 def test_accepts_the_policy_layer_model() -> None:
-    models = pytest.importorskip("crossaudit.kernel.dsl")
-    cfg = models.LLMConfig(provider="anthropic", model="claude", rate_limit=10, timeout=3)
+    cfg = dsl.LLMConfig(provider="anthropic", model="claude", rate_limit=10, timeout=3)
     ev = LLMEvaluator("x", cfg)
     assert ev.config.provider == "anthropic" and ev.config.rate_limit == 10 and ev.config.timeout == 3

@@ -60,11 +60,8 @@ def _pin_tldextract_offline() -> None:
     with _tld_lock:
         if _tld_pinned:
             return
-        try:
-            import tldextract.tldextract as tx
-        except ImportError:
-            _tld_pinned = True
-            return
+        import tldextract.tldextract as tx  # presidio-analyzer's own dependency
+
         tx.TLD_EXTRACTOR = tx.TLDExtract(suffix_list_urls=(), cache_dir=None, fallback_to_snapshot=True)
         _tld_pinned = True
 

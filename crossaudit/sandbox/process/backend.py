@@ -299,7 +299,8 @@ class ProcessSandbox(Sandbox):
         now = time.monotonic()
         key = bundle.pool_key
         for other_key, other in list(self._pools.items()):
-            unused = not other.busy and not other.waiting
+            # serving no call and none waiting (an agent still reporting its reset counts as free)
+            unused = len(other.busy) <= other.settling and not other.waiting
             if other_key != key and unused and now - other.last_used > self.pool_limits.idle_timeout_s:
                 self._close_pool(self._pools.pop(other_key))
         pool = self._pools.get(key)
