@@ -2,10 +2,12 @@
 
 Only parsing, never executing: the code must compile and define a top-level
 ``def evaluate(prompt, response, context)`` callable with three positional arguments.
-This is the one entry-point check, authoritative: both sandbox backends run it on every bundle
-before an agent starts. The agent (stdlib only, it cannot import this module) keeps no copy of
-these rules; it only refuses code with no top-level ``def`` of that name at all, and reports an
-entry point that is not callable when the module body runs (``crossaudit/sandbox/agent/load.py``).
+This is the one entry-point check, authoritative: uploads and policy validation run it before code
+is stored or deployed, and both sandbox backends' ``prepare`` before warming agents. The agent
+(stdlib only, it cannot import this module, and this kernel imports nothing of the sandbox) keeps
+no copy of these rules, so they cannot drift: it only refuses code with no top-level plain ``def``
+of that name, and reports an entry point that is not callable when the module body runs
+(``crossaudit/sandbox/agent/load.py``).
 """
 
 from __future__ import annotations

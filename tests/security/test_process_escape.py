@@ -293,6 +293,21 @@ async def test_library_refuses_dunder_names(sb, name: str) -> None:
     await expect(sb, _fn(LIBRARY_REFUSALS[name] + "\nreturn {'score': 1.0}"), SandboxCodeError)
 
 
+AGENT_INTERNALS = {
+    "libc": "from crossaudit_agent.osutil import load_libc\nload_libc().system(b'true')",
+    "guards": "from crossaudit_agent.restrictions import Restrictions",
+    "limits": "from crossaudit_agent.state import DEFAULT_LIMITS\nDEFAULT_LIMITS['memory_bytes'] = 1 << 40",
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGENT_INTERNALS))
+async def test_agent_package_is_not_a_dependency(sb, name: str) -> None:
+    """launch.py registers the agent as the package ``crossaudit_agent``: declaring a dependency of
+    that name must not make its modules (libc through ctypes, the guards' tables) importable."""
+    code = _fn(AGENT_INTERNALS[name] + "\nreturn {'score': 1.0}")
+    await expect(sb, code, SandboxSecurityError, deps=("crossaudit-agent",), match="import of 'crossaudit_agent")
+
+
 # --------------------------------------------------------------------------- harmless, with proof
 
 

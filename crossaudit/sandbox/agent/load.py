@@ -1,13 +1,15 @@
 """The load frame: limits, code compilation (plain or restricted), isolation, preloading, first reset.
 
 The entry-point check lives on the host (``crossaudit.kernel.codecheck.check_code``), which is
-authoritative: both backends run it on every bundle before an agent is started, and the upload
-and policy paths run it before code is stored. The agent cannot import the kernel (it runs inside
-the sandbox on the standard library alone), and a second copy of the signature rules would drift.
-So the agent only refuses a load whose code has no top-level ``def <entrypoint>`` at all (a cheap
-guard for frames that did not come through a backend) and reports an entry point that turns out
-not to be callable when the module body runs in the call child (``'evaluate' is not defined``);
-a wrong signature surfaces there as the call's ``TypeError``.
+authoritative: the upload and policy paths run it before code is stored or deployed, and both
+backends' ``prepare`` runs it (the Docker backend also before it starts a pool at call time). Why
+not here too: the agent cannot import the kernel (it runs inside the sandbox on the standard
+library alone), the kernel imports nothing of the sandbox, and a second copy of the signature
+rules would drift. So the agent only refuses a load whose code has no top-level plain
+``def <entrypoint>`` at all (a cheap guard for code that skipped the host check, e.g. a process
+backend ``run`` without ``prepare``) and reports an entry point that turns out not to be callable
+when the module body runs in the call child (``'evaluate' is not defined``); on such a path a
+wrong signature surfaces as the call's ``TypeError`` (``code_error``).
 """
 
 from __future__ import annotations

@@ -14,12 +14,16 @@ from .framing import exc_text
 from .restrictions import IMPORT_NAME_RE, SAFE_MODULES
 
 WARM_EXTRA = frozenset({"_strptime"})  # imported lazily by datetime.strptime; preloaded with the whitelist
+# This package's own top-level name as it runs: "crossaudit_agent" through launch.py, "crossaudit" under
+# ``python -m crossaudit.sandbox.agent``. Its modules hold the guards' tables and libc (ctypes): a
+# dependency declared under that name would hand them to restricted code, a full escape.
+AGENT_PACKAGE = __name__.partition(".")[0]
 # Declared dependencies become importable by restricted code (process backend). Only third-party
-# distributions qualify: declaring "os", "ctypes" or the platform's own packages (which would reach
-# the server's database and sockets through the host interpreter) must not unlock them.
+# distributions qualify: declaring "os", "ctypes", the agent itself or the platform's own packages
+# (which would reach the server's database and sockets through the host interpreter) must not unlock them.
 PLATFORM_PACKAGES = frozenset(
     {"crossaudit", "orchestrator", "sandbox", "protos", "RestrictedPython", "grpc", "grpc_tools", "docker",
-     "google", "pip", "setuptools", "pkg_resources", "importlib_metadata", "pytest", "_pytest"}
+     "google", "pip", "setuptools", "pkg_resources", "importlib_metadata", "pytest", "_pytest", AGENT_PACKAGE}
 )  # fmt: skip
 
 
