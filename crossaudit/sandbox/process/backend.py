@@ -305,6 +305,8 @@ class ProcessSandbox(Sandbox):
                 self._close_pool(self._pools.pop(other_key))
         pool = self._pools.get(key)
         if pool is None:
+            # the one entry-point check, also for a run() without prepare() (the agent keeps no copy)
+            check_code(bundle.code, entrypoint=bundle.entrypoint, limits=self.limits)
             pool = self._pools[key] = AgentPool(self, bundle)
         pool.last_used = now
         self._pools.move_to_end(key)
