@@ -61,6 +61,13 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
         help="where custom code runs (auto: docker where a daemon answers, else process)",
     )
     s.add_argument(
+        "--model-servers",
+        choices=["subprocess", "docker"],
+        default=None,
+        help="how builtin model servers run: subprocess (default) or docker (no network, read-only root, "
+        "models mounted read-only; default: $CROSSAUDIT_MODEL_SERVERS or subprocess)",
+    )
+    s.add_argument(
         "--allow-process-sandbox",
         action="store_true",
         help="with API keys, accept the process sandbox (weaker isolation than docker) for custom code",
@@ -223,6 +230,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir),
         sandbox=args.sandbox,
         allow_process_sandbox=args.allow_process_sandbox,
+        model_servers=args.model_servers,
         api_keys_file=Path(keys) if keys else None,
         dev=args.dev,
         metrics_port=args.metrics_port,

@@ -14,8 +14,8 @@ ENV). The container runs with no network and listens on a unix socket in a mount
     python -m crossaudit.modelserver.images build presidio      # prints the tag
     docker run --rm --network none --read-only -v SOCKDIR:/run/crossaudit -v MODELS:/models:ro TAG
 
-Not built by CI; ``tests/integration/test_models_images.py`` builds and drives the presidio image when
-``CROSSAUDIT_BUILD_MODEL_IMAGES=1``. The detoxify image serves ONNX exports on onnxruntime and carries no torch.
+``ModelServerPool(isolation="docker")`` builds and runs these images itself, hardened
+(:mod:`crossaudit.modelserver.containers`). The detoxify image serves ONNX exports on onnxruntime and carries no torch.
 """
 
 from __future__ import annotations

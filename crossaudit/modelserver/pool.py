@@ -1,4 +1,4 @@
-"""Starts, supervises and calls builtin model servers (one subprocess per model kind).
+"""Starts, supervises and calls builtin model servers (one subprocess or container per model kind).
 
 The orchestrator never imports torch or spaCy: :class:`ModelServerPool` starts
 ``python -m crossaudit.modelserver.server --model KIND`` lazily on the first call for a kind,
@@ -6,6 +6,10 @@ waits for its health check, sends ``Analyze`` over a unix socket (default) or a 
 port, restarts a server that died (a bounded number of times per window), and stops all of
 them on :meth:`ModelServerPool.aclose`. Starting is shared: concurrent first calls wait on one
 start, and a caller whose deadline ends first gets EvaluatorTimeoutError while the start goes on.
+
+With isolation ``docker`` (:data:`ENV_MODEL_SERVERS`, ``crossaudit serve --model-servers``) a kind
+that has an image runs as a hardened container instead (:mod:`crossaudit.modelserver.containers`):
+same protocol, same restarts; kinds without an image (langdetect) stay subprocesses.
 
 :class:`InProcessModels` has the same ``analyze`` API and runs the runtimes in this process
 (threads): for benchmarks and embedded tools that accept the memory cost.
@@ -36,6 +40,8 @@ import grpc
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.results import Span, Verdict
+from crossaudit.modelserver import containers
+from crossaudit.modelserver import images as model_images
 from crossaudit.modelserver.batching import BatchLimits
 from crossaudit.modelserver.builtins import RUNTIMES, ModelRuntime, runtime_for
 from crossaudit.modelserver.server import MAX_MESSAGE_BYTES
@@ -56,6 +62,24 @@ class ModelServerLimits:
     stop_grace_s: float = 5.0  # SIGTERM -> SIGKILL
     transport: str = "unix"  # unix | tcp (loopback, ephemeral port)
     batch: BatchLimits = field(default_factory=BatchLimits)  # micro-batching of detoxify and presidio calls
+    isolation: str | None = None  # subprocess | docker; None = $CROSSAUDIT_MODEL_SERVERS, else subprocess
+    container_memory_bytes: int = 2 * 1024**3  # docker isolation: memory cap (no swap) of one server
+    container_pids: int = 256  # docker isolation: processes + threads of one server
+    container_tmpfs_bytes: int = 64 * 1024**2  # docker isolation: its /tmp (the only writable path but the socket dir)
+    max_model_mounts: int = 8  # docker isolation: distinct model paths one kind's container mounts
+
+
+ENV_MODEL_SERVERS = "CROSSAUDIT_MODEL_SERVERS"
+ISOLATIONS = ("subprocess", "docker")
+
+
+def isolation_setting(value: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """``value``, else :data:`ENV_MODEL_SERVERS`, else ``subprocess``; ConfigurationError if unknown."""
+    environ = os.environ if environ is None else environ
+    chosen = (value or environ.get(ENV_MODEL_SERVERS, "") or "subprocess").strip().lower()
+    if chosen not in ISOLATIONS:
+        raise E.ConfigurationError(f"model servers must run as one of {ISOLATIONS}, not {chosen!r}")
+    return chosen
 
 
 class ModelBackend(Protocol):
@@ -104,16 +128,21 @@ def verdict_from_reply(reply: pb.AnalyzeReply) -> Verdict:
 
 @dataclass
 class ServerHandle:
-    """One running model server process."""
+    """One running model server: a process, or a container behind the same surface."""
 
     model: str
-    process: asyncio.subprocess.Process
+    process: asyncio.subprocess.Process | containers.ContainerProcess
     address: str
     channel: grpc.aio.Channel
     stub: pb_grpc.ModelServerStub
     started_at: float
     load_ms: float = 0.0
     stderr_tail: list[str] = field(default_factory=list)
+    mounts: dict[str, str] = field(default_factory=dict)  # containers: host model path -> in-container path
+
+    @property
+    def container(self) -> str | None:
+        return self.process.id if isinstance(self.process, containers.ContainerProcess) else None
 
     @property
     def alive(self) -> bool:
@@ -129,10 +158,22 @@ class ModelServerPool:
         *,
         python: str | None = None,
         env: Mapping[str, str] | None = None,
+        isolation: str | None = None,
+        images: Mapping[str, str] | None = None,
     ) -> None:
+        """``isolation`` overrides ``limits.isolation``; ``images`` maps kinds to prebuilt image tags
+        (docker isolation; other kinds' images are built from the local base on first use)."""
         self.limits = limits or ModelServerLimits()
         if self.limits.transport not in ("unix", "tcp"):
             raise E.ConfigurationError(f"model server transport must be unix or tcp, not {self.limits.transport!r}")
+        self.isolation = isolation_setting(isolation or self.limits.isolation, env)
+        if self.isolation == "docker" and self.limits.transport != "unix":
+            raise E.ConfigurationError("model servers in containers listen on unix sockets only (transport unix)")
+        self._images: dict[str, str] = dict(images or {})
+        self._docker: Any = None
+        self._mounts: dict[str, dict[str, str]] = {}  # kind -> model mounts its next container gets
+        self._planned: set[str] = set()  # kinds whose next start is a remount, not a crash restart
+        self._retiring: set[asyncio.Task[None]] = set()
         self._python = python or sys.executable
         self._env = dict(env) if env is not None else None
         self._servers: dict[str, ServerHandle] = {}
@@ -149,13 +190,17 @@ class ModelServerPool:
     ) -> Verdict:
         """Score one input with ``model``'s server, starting it if needed, within ``timeout``."""
         deadline = time.monotonic() + max(0.0, timeout)
-        handle = await self.server(model, timeout=timeout)
+        wire = dict(config)
+        if self.in_container(model):
+            handle, wire = await self._container_for(model, wire, deadline)
+        else:
+            handle = await self.server(model, timeout=timeout)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise E.EvaluatorTimeoutError(f"model server {model} started but the deadline ran out")
         request = pb.AnalyzeRequest(
             model=model,
-            config_json=json.dumps(dict(config), default=_jsonable),
+            config_json=json.dumps(wire, default=_jsonable),
             prompt=prompt,
             response=response,
             context_json=json.dumps(dict(context or {}), default=str),
@@ -183,7 +228,10 @@ class ModelServerPool:
             await self._reap(model, handle)
         task = self._starting.get(model)
         if task is None:
-            self._check_restart_budget(model)
+            if model in self._planned:
+                self._planned.discard(model)
+            else:
+                self._check_restart_budget(model)
             task = asyncio.create_task(self._start(model), name=f"start-model-server-{model}")
             self._starting[model] = task
             task.add_done_callback(functools.partial(self._forget_start, model))
@@ -207,7 +255,13 @@ class ModelServerPool:
             "ready": reply.ready, "model": reply.model, "pid": reply.pid, "loaded": list(reply.loaded),
             "load_ms": reply.load_ms, "requests": reply.requests, "address": handle.address,
             "batch_sizes": dict(sorted(reply.batch_sizes.items())), "expired": reply.expired,
+            "isolation": "docker" if handle.container else "subprocess", "container": handle.container,
+            "mounts": dict(handle.mounts),
         }
+
+    def in_container(self, model: str) -> bool:
+        """Whether ``model``'s server runs as a container here (docker isolation and the kind has an image)."""
+        return self.isolation == "docker" and model in model_images.KINDS
 
     def running(self) -> dict[str, int]:
         """Kinds with a live server, and their pids."""
@@ -226,6 +280,9 @@ class ModelServerPool:
                 await task
         for model in list(self._servers):
             await self.stop(model)
+        for retiring in list(self._retiring):
+            with contextlib.suppress(BaseException):
+                await retiring
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -249,14 +306,81 @@ class ModelServerPool:
             )
         recent.append(now)
 
+    async def _container_for(
+        self, model: str, config: dict[str, Any], deadline: float
+    ) -> tuple[ServerHandle, dict[str, Any]]:
+        """The container serving ``model`` with every model path of ``config`` mounted, and the config
+        rewritten to the in-container paths. A path the running container lacks replaces it with one
+        that mounts all paths seen so far (graceful: the old one finishes its calls within its stop grace)."""
+        needed = containers.model_mounts(model, config)
+        want = self._mounts.setdefault(model, {})
+        new = {host: target for host, target in needed.items() if host not in want}
+        if len(want) + len(new) > self.limits.max_model_mounts:
+            raise E.ConfigurationError(
+                f"model server {model}: more than {self.limits.max_model_mounts} distinct model paths "
+                "(max_model_mounts); each one is mounted into its container"
+            )
+        want.update(new)
+        for _ in range(3):
+            handle = await self.server(model, timeout=max(0.0, deadline - time.monotonic()))
+            if needed.keys() <= handle.mounts.keys():
+                return handle, containers.rewrite_paths(model, config, handle.mounts)
+            if self._servers.get(model) is handle:
+                del self._servers[model]
+                self._planned.add(model)
+                task = asyncio.create_task(self._terminate(handle), name=f"retire-model-server-{model}")
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+        raise E.EvaluatorUnavailableError(f"model server {model} kept restarting to mount new model paths")
+
+    async def _spawn_container(self, model: str, args: list[str]) -> containers.ContainerProcess:
+        """Build or find the kind's image and start it hardened, its socket directory mounted."""
+        if self._docker is None:
+            self._docker = await asyncio.to_thread(containers.client)
+            await asyncio.to_thread(containers.reap_leftovers, self._docker)
+        image = self._images.get(model)
+        if image is None:
+            image = await asyncio.to_thread(model_images.build, model)  # minutes the first time, then cached
+            self._images[model] = image
+        assert self._dir is not None
+        sockdir = os.path.join(self._dir, model)
+        os.makedirs(sockdir, exist_ok=True)
+        # The server runs as the image's unprivileged uid; the pool's 0700 directory keeps other host users out.
+        os.chmod(sockdir, 0o777)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(sockdir, f"{model}.sock"))
+        lim = self.limits
+        return await containers.ContainerProcess.start(
+            self._docker, kind=model, image=image, args=args, socket_dir=sockdir,
+            mounts=dict(self._mounts.get(model, {})), memory_bytes=lim.container_memory_bytes,
+            pids=lim.container_pids, tmpfs_bytes=lim.container_tmpfs_bytes,
+        )
+
     async def _start(self, model: str) -> ServerHandle:
         lim = self.limits
-        args = [self._python, "-m", "crossaudit.modelserver.server", "--model", model,
-                "--workers", str(lim.workers), "--max-pending", str(lim.max_pending), "--parent-pid", str(os.getpid()),
-                "--max-batch-size", str(lim.batch.max_size), "--max-batch-wait-ms", repr(lim.batch.max_wait_ms)]
+        options = ["--workers", str(lim.workers), "--max-pending", str(lim.max_pending),
+                   "--max-batch-size", str(lim.batch.max_size), "--max-batch-wait-ms", repr(lim.batch.max_wait_ms)]
+        if lim.transport == "unix" and self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="ca-ms-")  # 0700: only this user reaches the sockets
+        t0 = time.monotonic()
+        proc: asyncio.subprocess.Process | containers.ContainerProcess
+        if self.in_container(model):
+            # The image's ENTRYPOINT names the kind and the socket; the host cannot signal a pid in
+            # the container's namespace, so the pool (and its atexit hook) removes it instead.
+            mounts = dict(self._mounts.get(model, {}))
+            proc = await self._spawn_container(model, [*options, "--socket-mode", "666"])
+            t0 = time.monotonic()
+        else:
+            mounts = {}
+            proc = await self._spawn_process(model, options)
+        return await self._connect(model, proc, t0, mounts)
+
+    async def _spawn_process(self, model: str, options: list[str]) -> asyncio.subprocess.Process:
+        lim = self.limits
+        args = [self._python, "-m", "crossaudit.modelserver.server", "--model", model, *options,
+                "--parent-pid", str(os.getpid())]
         if lim.transport == "unix":
-            if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix="ca-ms-")  # 0700: only this user reaches the sockets
+            assert self._dir is not None
             sock = os.path.join(self._dir, f"{model}.sock")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(sock)
@@ -268,12 +392,19 @@ class ModelServerPool:
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH", "")) if p)
-        t0 = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
         )
         _live_pids.add(proc.pid)
+        return proc
+
+    async def _connect(
+        self, model: str, proc: asyncio.subprocess.Process | containers.ContainerProcess, t0: float,
+        mounts: dict[str, str],
+    ) -> ServerHandle:
+        """Read the server's address line, open a channel and wait until it reports ready."""
+        lim = self.limits
         stderr_tail: list[str] = []
         drain = asyncio.create_task(_drain(proc.stderr, stderr_tail))
         channel: grpc.aio.Channel | None = None
@@ -291,6 +422,9 @@ class ModelServerPool:
                 raise E.EvaluatorUnavailableError(
                     f"model server {model} printed an unexpected line: {line[:200]!r}"
                 ) from None
+            if isinstance(proc, containers.ContainerProcess):  # the same socket, seen from the host
+                assert self._dir is not None
+                address = address.replace(f"unix:{containers.SOCKET_DIR}/", f"unix:{self._dir}/{model}/", 1)
             # Keep reading stdout too: a model library printing to it must never fill the pipe.
             drain_out = asyncio.create_task(_drain(proc.stdout, stderr_tail))
             channel = grpc.aio.insecure_channel(
@@ -299,7 +433,8 @@ class ModelServerPool:
                          ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)],
             )
             stub = pb_grpc.ModelServerStub(channel)
-            handle = ServerHandle(model, proc, address, channel, stub, time.monotonic(), stderr_tail=stderr_tail)
+            handle = ServerHandle(model, proc, address, channel, stub, time.monotonic(), stderr_tail=stderr_tail,
+                                  mounts=mounts)
             await self._wait_ready(handle, t0 + lim.start_timeout_s)
             handle.load_ms = (time.monotonic() - t0) * 1000
         except BaseException:

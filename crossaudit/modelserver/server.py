@@ -159,6 +159,7 @@ async def serve(
     max_pending: int = 64,
     parent_pid: int | None = None,
     batch: BatchLimits | None = None,
+    socket_mode: int | None = None,
 ) -> None:
     runtime = runtime_for(model)
     servicer = ModelServicer(runtime, workers=workers, max_pending=max_pending, batch=batch)
@@ -177,6 +178,9 @@ async def serve(
         bound = server.add_insecure_port(f"{LOOPBACK}:{port or 0}")
         address = f"{LOOPBACK}:{bound}"
     await server.start()
+    if socket_path and socket_mode is not None:
+        # A containerised server runs as the image's uid: the host side must still be able to connect.
+        os.chmod(socket_path, socket_mode)
     print(json.dumps({"address": address, "pid": os.getpid(), "model": model}), flush=True)
 
     stop = asyncio.Event()
@@ -201,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--port", type=int, default=0, help="loopback port (0 = ephemeral, the default)")
     ap.add_argument("--workers", type=int, default=int(os.environ.get("CROSSAUDIT_MODEL_WORKERS", "2")))
     ap.add_argument("--max-pending", type=int, default=64)
+    ap.add_argument("--socket-mode", type=lambda v: int(v, 8), default=None,
+                    help="octal permissions of the socket (containers: the directory around it guards access)")
     ap.add_argument("--parent-pid", type=int, default=0, help="exit when this process is no longer the parent")
     ap.add_argument("--max-batch-size", type=int, default=BatchLimits.max_size,
                     help="calls scored together by a batching kind (1 = no batching)")
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             max_pending=args.max_pending,
             parent_pid=args.parent_pid or None,
             batch=batch,
+            socket_mode=args.socket_mode,
         )
     )
     return 0

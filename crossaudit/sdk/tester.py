@@ -71,7 +71,10 @@ class PolicyTester:
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         prepare: bool = True,
+        model_servers: str | None = None,
     ) -> None:
+        """``model_servers``: subprocess | docker (builtin model servers as hardened containers);
+        default $CROSSAUDIT_MODEL_SERVERS, else subprocess."""
         # Builtins whose models are not available here (resolved from ``env``, as their calls
         # will be) refuse the policy now, located, rather than failing their rules at each call.
         checks = (model_check(env),)
@@ -96,7 +99,7 @@ class PolicyTester:
         self._owned_sandbox = None if isinstance(sandbox, Sandbox) else box
         from crossaudit.modelserver.pool import ModelServerPool
 
-        self._models = ModelServerPool()  # started lazily: costs nothing unless a builtin runs
+        self._models = ModelServerPool(isolation=model_servers)  # started lazily: costs nothing unless a builtin runs
         # Local convenience: ${NAME} and the LLM providers' variables come from ``env`` (default:
         # this process's environment), and code_file / evaluators/<name>.py are read from disk.
         self.runtime = Runtime(box, env=env, model_backend=self._models, local_files=True)

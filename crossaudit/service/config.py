@@ -49,6 +49,7 @@ class ServerConfig:
     data_dir: Path = Path(".crossaudit")
     sandbox: str = "auto"  # docker | process | auto
     allow_process_sandbox: bool = False  # with API keys, the weaker process sandbox is an explicit opt-in
+    model_servers: str | None = None  # subprocess | docker (hardened containers); None = $CROSSAUDIT_MODEL_SERVERS
     api_keys_file: Path | None = None
     dev: bool = False
     metrics_port: int | None = None  # None = no metrics endpoint; 0 = ephemeral

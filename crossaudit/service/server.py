@@ -82,6 +82,9 @@ def check_config(config: ServerConfig) -> None:
         raise ConfigurationError(f"invalid port {config.port}")
     if config.sandbox == "process":
         check_process_sandbox_allowed(config)
+    from crossaudit.modelserver.pool import isolation_setting
+
+    isolation_setting(config.model_servers)  # an unknown value fails here, not at the first builtin call
     if config.tls_key:
         check_private_file(config.tls_key, "TLS private key")
     if config.api_keys_file:
@@ -263,7 +266,7 @@ async def start_server(
                     raise
         from crossaudit.modelserver.pool import ModelServerPool
 
-        model_backend = ModelServerPool()
+        model_backend = ModelServerPool(isolation=config.model_servers)
         owned.append(model_backend)
         engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits, grants=grants)
     lock = None
