@@ -24,16 +24,15 @@ import contextlib
 import hashlib
 import os
 import secrets
-import socket
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive, owner_id
 from crossaudit.modelserver.builtins import RUNTIMES
 
 LABEL = "crossaudit.modelserver"  # value: the model kind
-OWNER_LABEL = "crossaudit.owner"  # value: <hostname>:<pid> of the orchestrator that started it
 SOCKET_DIR = "/run/crossaudit"  # where the images' servers listen (their ENTRYPOINT's --socket)
 MODEL_ROOT = "/models"
 MAX_REAP = 200  # containers examined per reaping pass
@@ -94,31 +93,12 @@ def preload_env(kind: str) -> dict[str, str]:
     return dict.fromkeys(RUNTIMES[kind].model_paths.values(), "")
 
 
-def owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _owner_alive(value: str) -> bool:
-    host, _, pid = value.rpartition(":")
-    if not pid.isdigit():
-        return False
-    if host != socket.gethostname():
-        return True  # another host's orchestrator on a shared daemon: not ours to judge
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap_leftovers(docker_client: Any) -> int:
     """Force-remove model-server containers that exited or whose owner process is gone."""
     removed = 0
     for c in docker_client.api.containers(all=True, filters={"label": LABEL})[:MAX_REAP]:
         labels = c.get("Labels") or {}
-        if c.get("State") in {"exited", "dead", "created"} or not _owner_alive(labels.get(OWNER_LABEL, "")):
+        if c.get("State") in {"exited", "dead", "created"} or not owner_alive(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(Exception):
                 docker_client.api.remove_container(c["Id"], force=True)
                 removed += 1
@@ -157,7 +137,7 @@ def run(
         pids_limit=int(pids),
         mounts=binds,
         environment=preload_env(kind),
-        labels={LABEL: kind, OWNER_LABEL: owner()},
+        labels={LABEL: kind, OWNER_LABEL: owner_id()},
     )
     with _live_lock:
         _live[container.id] = docker_client

@@ -15,6 +15,7 @@ import os
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.ownership import owner_id
 from crossaudit.modelserver import containers
 from crossaudit.modelserver.pool import ModelServerLimits, ModelServerPool
 from crossaudit.modelserver.testing import build_spacy_pipeline
@@ -38,7 +39,7 @@ def presidio_image(docker_daemon) -> str:
 
 
 def _own_containers(client) -> list:
-    return client.containers.list(all=True, filters={"label": f"{containers.OWNER_LABEL}={containers.owner()}"})
+    return client.containers.list(all=True, filters={"label": f"{containers.OWNER_LABEL}={owner_id()}"})
 
 
 async def test_presidio_container_is_hardened_and_serves_through_the_pool(
@@ -66,7 +67,7 @@ async def test_presidio_container_is_hardened_and_serves_through_the_pool(
         assert "/tmp" in host["Tmpfs"]
         assert c.attrs["Config"]["User"] not in ("", "0", "root", "0:0")
         assert c.labels[containers.LABEL] == "presidio"
-        assert c.labels[containers.OWNER_LABEL] == containers.owner()
+        assert c.labels[containers.OWNER_LABEL] == owner_id()
         networks = c.attrs["NetworkSettings"]["Networks"]
         assert set(networks) <= {"none"}
         code, out = c.exec_run(["python3", "-c", "open('/etc/x', 'w')"])

@@ -11,6 +11,7 @@ import pytest
 from crossaudit.kernel.depspec import Dependency, parse_dependency, validate_dependencies
 from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
+from crossaudit.kernel.ownership import owner_alive as _owner_alive
 from crossaudit.sandbox.deps import dependency_key, import_names
 from crossaudit.sandbox.docker.container import (
     ENV_ALLOWLIST,
@@ -20,7 +21,6 @@ from crossaudit.sandbox.docker.container import (
     container_spec,
 )
 from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
-from crossaudit.sandbox.docker.reaper import _owner_alive
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.ownership import owner_alive, owner_id
 from crossaudit.modelserver import containers
 from crossaudit.modelserver.pool import ENV_MODEL_SERVERS, ModelServerLimits, ModelServerPool, isolation_setting
 
@@ -57,6 +58,6 @@ def test_images_default_model_settings_are_blanked() -> None:
 
 
 def test_owner_label_names_this_process() -> None:
-    assert containers.owner().endswith(f":{os.getpid()}")
-    assert containers._owner_alive(containers.owner())
-    assert not containers._owner_alive("nonsense")
+    assert owner_id().endswith(f":{os.getpid()}")
+    assert owner_alive(owner_id())
+    assert not owner_alive("nonsense")

@@ -22,7 +22,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
 import secrets
 import socket
 import time
@@ -39,12 +38,12 @@ from crossaudit.kernel.errors import (
     SandboxCrashedError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.kernel.ownership import OWNER_LABEL, owner_id
 from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID
 from crossaudit.sandbox.protocol import AgentChannel, error_from_frame
 
 log = logging.getLogger(__name__)
 
-OWNER_LABEL = "crossaudit.owner"  # "<hostname>:<pid>" of the orchestrator process that started it
 BUNDLE_LABEL = "crossaudit.bundle"  # the code's digest: identical code of two tenants shares it
 POOL_LABEL = "crossaudit.pool"  # the warm pool (tenant + code, ``CodeBundle.pool_key``): never shared
 AGENT_NOFILE_HEADROOM = 64  # the warm parent's own pipes; the call's child gets exactly ``nofile``
@@ -78,9 +77,6 @@ DEFAULT_ENV: dict[str, str] = {
     "TRANSFORMERS_OFFLINE": "1",
 }
 
-
-def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -10,29 +10,13 @@ warm pools. Blocking (docker-py): async callers use an executor.
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 from typing import Any
 
-from crossaudit.sandbox.docker.container import OWNER_LABEL, kill_and_remove
+from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive
+from crossaudit.sandbox.docker.container import kill_and_remove
 from crossaudit.sandbox.docker.images import LABEL
 
 MAX_REAP = 1_000  # containers examined per pass
-
-
-def _owner_alive(owner: str) -> bool:
-    host, _, pid = owner.rpartition(":")
-    if not pid.isdigit():
-        return False  # malformed label: nobody owns it
-    if host != socket.gethostname():
-        return True  # another host's orchestrator on a shared daemon: not ours to judge
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def leftovers(client: Any, *, include_live_owners: bool = False) -> list[dict[str, Any]]:
@@ -43,7 +27,7 @@ def leftovers(client: Any, *, include_live_owners: bool = False) -> list[dict[st
         labels = c.get("Labels") or {}
         finished = c.get("State") in {"exited", "dead"}
         owner = labels.get(OWNER_LABEL, "")
-        if include_live_owners or finished or not _owner_alive(owner):
+        if include_live_owners or finished or not owner_alive(owner):
             out.append(c)
     return out
 
