@@ -11,7 +11,9 @@ Two forms of model are served. A Detoxify torch checkpoint (plus its HF director
 :mod:`crossaudit.modelserver.export`; the files are described in :mod:`crossaudit.modelserver.onnxfiles`)
 runs on onnxruntime with the ``tokenizers`` library and never imports torch: that is the serving
 install (``pip install crossaudit[models]``) and the model-server image. ``checkpoint`` naming an
-export directory selects it; ``precision`` picks its fp32 or int8 copy.
+export directory selects it; ``precision`` picks its fp32 or int8 copy (``auto``, the default,
+serves int8 when the export holds it: the latency targets in the README are met only by int8, and
+it moves a probability by at most about 0.005).
 
 Both forms score a micro-batch in one forward pass over the padded batch
 (:meth:`DetoxifyRuntime.analyze_batch`, fed by :mod:`crossaudit.modelserver.batching`).
@@ -61,7 +63,11 @@ def _import_detoxify() -> Any:
 
             def offline(model_type, model_name, tokenizer_name, num_classes, state_dict, huggingface_config_path=None):
                 return upstream(
-                    huggingface_config_path or model_type, model_name, tokenizer_name, num_classes, state_dict,
+                    huggingface_config_path or model_type,
+                    model_name,
+                    tokenizer_name,
+                    num_classes,
+                    state_dict,
                     huggingface_config_path=huggingface_config_path,
                 )
 
@@ -86,12 +92,22 @@ class DetoxifyRuntime(ModelRuntime):
     image_requirements = ("onnxruntime>=1.17,<2", "tokenizers>=0.15,<1", "numpy>=1.26,<3")
     batching = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # export directory -> the precision "auto" chose there; paths come from operator settings
+        # and the store (tenants cannot name model paths), and it is cleared with the model cache.
+        self._auto_precision: dict[str, str] = {}
+
     @classmethod
     def resolve(cls, cfg: DetoxifyConfig, environ: Mapping[str, str]) -> DetoxifyConfig:
         # Config/env, the model store, the torch and HF hub caches, a download: crossaudit.modelserver.locate.
         ckpt, hf = locate_detoxify(
-            cfg.checkpoint, cfg.huggingface_config_path, cfg.variant, environ,
-            checkpoint_env=ENV_DETOXIFY_CHECKPOINT, config_env=ENV_DETOXIFY_CONFIG,
+            cfg.checkpoint,
+            cfg.huggingface_config_path,
+            cfg.variant,
+            environ,
+            checkpoint_env=ENV_DETOXIFY_CHECKPOINT,
+            config_env=ENV_DETOXIFY_CONFIG,
         )
         return cfg.model_copy(update={"checkpoint": ckpt, "huggingface_config_path": hf})
 
@@ -99,18 +115,36 @@ class DetoxifyRuntime(ModelRuntime):
         # With an explicit checkpoint Detoxify ignores the variant name while loading: the files
         # are the model, so one load serves every variant label that points at them.
         if onnxfiles.is_onnx_export(cfg.checkpoint):
-            return (cfg.checkpoint or "", cfg.precision)
+            return (cfg.checkpoint or "", self._precision(cfg))
         return (cfg.checkpoint or "", cfg.huggingface_config_path or "")
+
+    def _precision(self, cfg: DetoxifyConfig) -> str:
+        """``auto`` made concrete for an export: int8 when it holds one. Remembered per directory, like
+        the loaded model itself, so "auto" and an explicit "int8" share one load and ``loaded()`` and
+        ``details.precision`` name the copy that scores."""
+        if cfg.precision != "auto":
+            return cfg.precision
+        path = cfg.checkpoint or ""
+        chosen = self._auto_precision.get(path)
+        if chosen is None:
+            try:
+                chosen = "int8" if "int8" in onnxfiles.read_sidecar(path).precisions else "fp32"
+            except Exception:  # a broken sidecar: let the load report it, with the export's name
+                return "fp32"
+            if len(self._auto_precision) >= self._max_loaded:
+                self._auto_precision.clear()
+            self._auto_precision[path] = chosen
+        return chosen
 
     def _load(self, cfg: DetoxifyConfig) -> Any:
         if cfg.checkpoint and onnxfiles.is_onnx_export(cfg.checkpoint):
-            return _OnnxDetoxify.load(cfg.checkpoint, cfg.precision)
+            return _OnnxDetoxify.load(cfg.checkpoint, self._precision(cfg))
         if cfg.checkpoint and os.path.isdir(cfg.checkpoint):
             raise ConfigurationError(
                 f"detoxify: checkpoint {cfg.checkpoint!r} is a directory but not an ONNX export (it needs "
                 f"{onnxfiles.SIDECAR_FILE} and {onnxfiles.TOKENIZER_FILE}; `crossaudit models export` writes one)"
             )
-        if cfg.precision != "fp32":
+        if cfg.precision == "int8":
             raise ConfigurationError(
                 f"detoxify: precision {cfg.precision!r} needs an ONNX export, and {cfg.checkpoint!r} is a torch "
                 "checkpoint: convert it with `crossaudit models export` (python -m crossaudit.modelserver.export)"
@@ -140,7 +174,7 @@ class DetoxifyRuntime(ModelRuntime):
         return _TorchDetoxify(model)
 
     def _analyze(self, model: Any, cfg: DetoxifyConfig, text: str) -> Verdict:
-        return self._verdict(model.predict([text])[0], cfg)
+        return self._verdict(model.predict([text])[0], cfg, model.precision)
 
     def analyze_batch(self, calls: Sequence[tuple[Any, str, str]]) -> list[Verdict | Exception]:
         """One forward pass per loaded model over the padded texts of ``calls``.
@@ -172,18 +206,18 @@ class DetoxifyRuntime(ModelRuntime):
                 rows = None
             for j, (i, cfg, text) in enumerate(members):
                 try:
-                    out[i] = self._verdict(rows[j] if rows is not None else model.predict([text])[0], cfg)
+                    out[i] = self._verdict(
+                        rows[j] if rows is not None else model.predict([text])[0], cfg, model.precision
+                    )
                 except Exception as exc:
                     out[i] = exc
         return [r if r is not None else RuntimeError("no result") for r in out]
 
-    def _verdict(self, probs: Mapping[str, float], cfg: DetoxifyConfig) -> Verdict:
+    def _verdict(self, probs: Mapping[str, float], cfg: DetoxifyConfig, precision: str | None) -> Verdict:
         selected = list(cfg.categories) or list(probs)
         unknown = [c for c in selected if c not in probs]
         if unknown:
-            raise InvalidInputError(
-                f"detoxify: unknown categories {unknown}; this checkpoint predicts {sorted(probs)}"
-            )
+            raise InvalidInputError(f"detoxify: unknown categories {unknown}; this checkpoint predicts {sorted(probs)}")
         chosen = {c: min(1.0, max(0.0, float(probs[c]))) for c in selected}
         top = max(chosen, key=lambda c: chosen[c])
         top_p = chosen[top]
@@ -196,8 +230,8 @@ class DetoxifyRuntime(ModelRuntime):
             "variant": cfg.variant,
             "checkpoint": os.path.basename(cfg.checkpoint or ""),
         }
-        if onnxfiles.is_onnx_export(cfg.checkpoint):
-            details["precision"] = cfg.precision
+        if precision is not None:  # ONNX exports: which copy scored (auto resolves at load)
+            details["precision"] = precision
         return Verdict(score=1.0 - top_p, passed=top_p < cfg.threshold, violations=violations, details=details)
 
     def preload_from_env(self) -> bool:
@@ -213,8 +247,11 @@ class DetoxifyRuntime(ModelRuntime):
                 _import_onnx()
             return False
         _import_detoxify()  # torch + transformers: seconds, paid before the server reports ready
-        self.model_for(DetoxifyConfig(model="detoxify", checkpoint=os.path.abspath(ckpt),
-                                      huggingface_config_path=os.path.abspath(hf)))
+        self.model_for(
+            DetoxifyConfig(
+                model="detoxify", checkpoint=os.path.abspath(ckpt), huggingface_config_path=os.path.abspath(hf)
+            )
+        )
         return True
 
 
@@ -226,6 +263,8 @@ class _TorchDetoxify:
     """``detoxify.Detoxify``, one call at a time: Hugging Face fast tokenizers raise "Already
     borrowed" when two threads set truncation/padding at once, and torch's intra-op threads
     already use every core for one call."""
+
+    precision = None  # reported for ONNX exports only
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -261,7 +300,8 @@ class _OnnxDetoxify:
     only reads it), so no lock: the model server bounds concurrency with its worker threads.
     """
 
-    def __init__(self, session: Any, tokenizer: Any, sidecar: onnxfiles.Sidecar, np: Any) -> None:
+    def __init__(self, session: Any, tokenizer: Any, sidecar: onnxfiles.Sidecar, np: Any, precision: str) -> None:
+        self.precision = precision
         self.session = session
         self.tokenizer = tokenizer
         self.sidecar = sidecar
@@ -272,6 +312,8 @@ class _OnnxDetoxify:
     def load(cls, directory: str, precision: str) -> _OnnxDetoxify:
         np, ort, tokenizers = _import_onnx()
         sidecar = onnxfiles.read_sidecar(directory)
+        if precision == "auto":
+            precision = "int8" if "int8" in sidecar.precisions else "fp32"
         if precision not in sidecar.precisions:
             raise ConfigurationError(
                 f"detoxify: the ONNX export {directory!r} has no {precision} model (it holds "
@@ -290,7 +332,7 @@ class _OnnxDetoxify:
             raise ConfigurationError(
                 f"detoxify: cannot load the ONNX export {directory!r} ({precision}): {type(exc).__name__}: {exc}"
             ) from None
-        model = cls(session, tokenizer, sidecar, np)
+        model = cls(session, tokenizer, sidecar, np, precision)
         unknown = [name for name in model.feeds if name not in ("input_ids", "attention_mask", "token_type_ids")]
         outputs = session.get_outputs()
         if unknown or len(outputs) != 1:
