@@ -12,7 +12,7 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv models export-deps images proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv models export-deps images browser proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -43,6 +43,13 @@ export-deps: $(EXPORT_STAMP) ## Install the export extra too (torch, transformer
 images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
 	$(PY) -m crossaudit.sandbox.docker build-base
 
+# The review console's browser tests drive Debian's headless Chromium through chromedriver
+# (selenium, in the dev extra); nothing is downloaded by selenium itself.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser: ## Install Debian's chromium and chromium-driver when missing (browser tests)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver; fi
+
 proto: $(STAMP) ## Regenerate the committed gRPC stubs (crossaudit/v1/*.proto)
 	$(PY) -m tools.generate_protos
 
@@ -54,7 +61,7 @@ serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker s
 
 run: serve ## Alias of serve
 
-test: $(EXPORT_STAMP) images ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
+test: $(EXPORT_STAMP) images browser ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
@@ -64,7 +71,7 @@ test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
 test-integration: $(EXPORT_STAMP) images ## Integration tests (real Docker daemon, real model loading)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-test-e2e: $(STAMP) ## End-to-end tests against the real gRPC server
+test-e2e: $(STAMP) browser ## End-to-end tests against the real gRPC server
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 test-security: $(STAMP) images ## Hostile programs and inputs

@@ -82,6 +82,17 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     s.add_argument("--dev", action="store_true", help="no keys, one 'default' tenant; loopback only")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     s.add_argument("--metrics-host", default="127.0.0.1", help="metrics listen address (default 127.0.0.1)")
+    s.add_argument(
+        "--console-port",
+        type=int,
+        default=None,
+        help="serve the review console (web UI) on this port (default: off; 0 = any; docs/review-console.md)",
+    )
+    s.add_argument(
+        "--console-host",
+        default="127.0.0.1",
+        help="review console listen address (default 127.0.0.1; any other needs --tls-cert/--tls-key)",
+    )
     s.add_argument("--tls-cert", default=None, metavar="PEM")
     s.add_argument("--tls-key", default=None, metavar="PEM")
     s.add_argument(
@@ -93,6 +104,19 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
         "--audit-raw-text",
         action="store_true",
         help="store prompt/response text in the audit log (default: SHA-256 hashes only)",
+    )
+    s.add_argument(
+        "--decision-log-url",
+        default=None,
+        metavar="URL",
+        help="push every decision to this HTTP endpoint in gzip'd JSON batches, at least once "
+        "(Bearer $CROSSAUDIT_DECISION_LOG_TOKEN when set; docs/decision-log.md)",
+    )
+    s.add_argument(
+        "--decision-log-dir",
+        default=None,
+        metavar="DIR",
+        help="append every decision to DIR/decisions-YYYY-MM-DD.jsonl, at least once",
     )
     s.add_argument(
         "--llm-base-url-host",
@@ -175,6 +199,17 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     rr.add_argument("--note", default="")
     rr.set_defaults(func=cmd_review_resolve)
 
+    wh = subparsers.add_parser("webhooks", help="deliveries of custom actions' webhooks")
+    wsub = wh.add_subparsers(dest="webhooks_command", metavar="SUBCOMMAND")
+    wsub.required = True
+    wl = wsub.add_parser("list", parents=[common], help="list deliveries, most recent first")
+    wl.add_argument("--state", default="any", choices=["pending", "delivered", "dead", "any"])
+    wl.add_argument("--limit", type=int, default=20)
+    wl.set_defaults(func=cmd_webhooks_list)
+    wr = wsub.add_parser("redeliver", parents=[common], help="send a dead (or delivered) webhook again")
+    wr.add_argument("id", help="the delivery id (the webhook-id header the receiver saw)")
+    wr.set_defaults(func=cmd_webhooks_redeliver)
+
 
 # --- helpers ------------------------------------------------------------------------------
 
@@ -235,11 +270,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dev=args.dev,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        console_port=args.console_port,
+        console_host=args.console_host,
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
         policies_dir=Path(args.policies_dir) if args.policies_dir else None,
         audit_raw_text=args.audit_raw_text,
         llm_base_url_hosts=tuple(args.llm_base_url_host),
+        decision_log_url=args.decision_log_url,
+        decision_log_dir=Path(args.decision_log_dir) if args.decision_log_dir else None,
     )
     try:
         asyncio.run(serve(config))
@@ -405,6 +444,31 @@ def cmd_review_list(args: argparse.Namespace) -> int:
 def _review_line(r: Any) -> str:
     marks = "".join(f"  [{m}]" for m in ("escalated", "overdue") if getattr(r, m))
     return f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}{marks}"
+
+
+def cmd_webhooks_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_deliveries(state=None if args.state == "any" else args.state, limit=args.limit)
+    return _print_listing(args, items, "deliveries", _delivery_line)
+
+
+def _delivery_line(m: Any) -> str:
+    status = f" HTTP {m.last_status}" if m.last_status else ""
+    error = f"  {m.last_error}" if m.last_error and m.state.value != "delivered" else ""
+    return (
+        f"{m.id}  {m.state.value:9} attempts {m.attempts}{status}  {m.payload.get('method', '')} "
+        f"{m.payload.get('url', '')}  rule {m.rule}  decision {m.decision_id}{error}"
+    )
+
+
+def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        m = c.redeliver(args.id)
+    if args.json:
+        _print_json(m)
+    else:
+        print(f"delivery {m.id} queued again")
+    return EXIT_OK
 
 
 def cmd_review_resolve(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ raise bare exceptions across a layer boundary. This module stays transport-neutr
     ├── ConfigurationError                failed_precondition
     ├── StoreUnavailableError             unavailable              yes
     ├── ReviewAlreadyResolvedError        failed_precondition
+    ├── DeliveryPendingError              failed_precondition
     └── EvaluatorError                    internal
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
@@ -243,6 +244,12 @@ class StoreUnavailableError(CrossAuditError):
 
 class ReviewAlreadyResolvedError(CrossAuditError):
     """A review was resolved before; its resolution is immutable."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class DeliveryPendingError(CrossAuditError):
+    """A webhook or decision-log message is still pending: there is nothing to redeliver yet."""
 
     code = ErrorCode.FAILED_PRECONDITION
 

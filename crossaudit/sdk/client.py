@@ -52,9 +52,18 @@ from crossaudit.service.models import (
     ServerInfo,
     UploadedEvaluator,
 )
-from crossaudit.store.base import AuditRecord, EvaluatorRecord, PolicySummaryRecord, ReviewState
+from crossaudit.store.base import (
+    AuditRecord,
+    EvaluatorRecord,
+    OutboxRecord,
+    OutboxState,
+    PolicySummaryRecord,
+    ReviewState,
+)
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
+from crossaudit.v1 import delivery_pb2 as dlv_pb
+from crossaudit.v1 import delivery_pb2_grpc as dlv_grpc
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
 from crossaudit.v1 import evaluator_pb2 as evr_pb
@@ -153,6 +162,7 @@ class ClientBase(abc.ABC):
         self._reviews = rev_grpc.ReviewServiceStub(self._channel)
         self._audit = audit_grpc.AuditServiceStub(self._channel)
         self._info = info_grpc.InfoServiceStub(self._channel)
+        self._deliveries = dlv_grpc.DeliveryServiceStub(self._channel)
 
     @abc.abstractmethod
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> Any:
@@ -276,6 +286,18 @@ class ClientBase(abc.ABC):
     def _resolve_review(self, review_id: str, state: ReviewState | str, reviewer: str, note: str) -> Unary[ReviewInfo]:
         req = rev_pb.ResolveReviewRequest(id=review_id, state=_state(state), reviewer=reviewer, note=note)
         return Unary(self._reviews.ResolveReview, req, convert.review_from_pb)
+
+    # webhook deliveries
+    def _list_deliveries(self, state: OutboxState | str | None, limit: int) -> Unary[list[OutboxRecord]]:
+        st = OutboxState(state) if isinstance(state, str) and state else state
+        req = dlv_pb.ListDeliveriesRequest(state=convert.DELIVERY_STATE_TO_PB[st] if st else 0, limit=limit)
+        return Unary(
+            self._deliveries.ListDeliveries, req, lambda r: [convert.delivery_from_pb(m) for m in r.deliveries]
+        )
+
+    def _redeliver(self, delivery_id: str) -> Unary[OutboxRecord]:
+        req = dlv_pb.RedeliverDeliveryRequest(id=delivery_id)
+        return Unary(self._deliveries.RedeliverDelivery, req, convert.delivery_from_pb)
 
     # info
     def _server_info(self) -> Unary[ServerInfo]:
@@ -406,6 +428,15 @@ class Client(ClientBase):
         self, review_id: str, state: ReviewState | str, reviewer: str = "", note: str = ""
     ) -> ReviewInfo:
         return self._unary(self._resolve_review(review_id, state, reviewer, note))
+
+    # webhook deliveries
+    def list_deliveries(self, state: OutboxState | str | None = None, limit: int = 0) -> list[OutboxRecord]:
+        """This tenant's webhook deliveries, most recent first (``state``: pending, delivered, dead)."""
+        return self._unary(self._list_deliveries(state, limit))
+
+    def redeliver(self, delivery_id: str) -> OutboxRecord:
+        """Queue a dead (or delivered) webhook again, due now, with a fresh attempt budget."""
+        return self._unary(self._redeliver(delivery_id))
 
     # info
     def server_info(self) -> ServerInfo:
@@ -546,6 +577,13 @@ class AsyncClient(ClientBase):
         self, review_id: str, state: ReviewState | str, reviewer: str = "", note: str = ""
     ) -> ReviewInfo:
         return await self._unary(self._resolve_review(review_id, state, reviewer, note))
+
+    # webhook deliveries
+    async def list_deliveries(self, state: OutboxState | str | None = None, limit: int = 0) -> list[OutboxRecord]:
+        return await self._unary(self._list_deliveries(state, limit))
+
+    async def redeliver(self, delivery_id: str) -> OutboxRecord:
+        return await self._unary(self._redeliver(delivery_id))
 
     # info
     async def server_info(self) -> ServerInfo:

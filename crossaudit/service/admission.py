@@ -16,6 +16,7 @@ from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, review_records
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import PolicyVersionRecord, Store
@@ -40,6 +41,7 @@ class Admission:
         limits: ServiceLimits,
         metrics: ServiceMetrics,
         audit_raw_text: bool,
+        deliveries: Deliveries | None = None,
     ) -> None:
         self.store = store
         self.tenants = tenants
@@ -47,6 +49,7 @@ class Admission:
         self.limits = limits
         self.metrics = metrics
         self.audit_raw_text = audit_raw_text
+        self.deliveries = deliveries
         self._inflight: dict[str, int] = {}
 
     def budget(self, time_remaining: float | None) -> float:
@@ -137,7 +140,10 @@ class Admission:
                 request_id=request_id,
                 now=time.time(),
             )
-            await self.store.record_decision(audit, reviews)
+            messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
+            await self.store.record_decision(audit, reviews, messages)
+            if self.deliveries is not None:
+                self.deliveries.recorded(messages)
             self.metrics.observe_decision(decision, time.monotonic() - t0)
             return outcome
         finally:

@@ -14,7 +14,23 @@ or, with what the operator grants a tenant besides its keys (``crossaudit.servic
         keys: [key-one-at-least-16-chars]
         secrets: {OPENAI_API_KEY: {env: ACME_OPENAI_KEY}, HOOK_TOKEN: {file: /run/secrets/acme_hook}}
 
-``--dev`` runs without keys: every call is the ``default`` tenant (loopback only).
+A ``keys:`` item is a plain string (role ``admin``: every method, as before roles existed) or
+a mapping naming a principal with a role (``crossaudit.service.principals``)::
+
+    tenants:
+      acme:
+        keys:
+          - acme-admin-key-at-least-16-chars                  # admin
+          - {key: acme-app-key-at-least-16-chars, role: service, name: checkout-app}
+          - {key: alice-key-at-least-16-chars, role: reviewer, name: alice,
+             reviewer_roles: [content_moderator, compliance_officer]}
+
+``role`` is required in the mapping form (admin, reviewer or service); ``name`` (1-64 of
+letters, digits, ``_ . @ + -``, unique within the tenant) is required for a reviewer and is
+who a resolution records; ``reviewer_roles`` is a reviewer's only. Every problem is a
+ConfigurationError naming the tenant and the item's position, never the key.
+
+``--dev`` runs without keys: every call is the admin of the ``default`` tenant (loopback only).
 Keys are kept as SHA-256 digests; health checking and reflection need no key.
 """
 
@@ -24,21 +40,31 @@ import hashlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 import yaml
 
-from crossaudit.kernel.errors import ConfigurationError, UnauthenticatedError
+from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, UnauthenticatedError
+from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
+from crossaudit.service.errors import abort
 from crossaudit.service.grants import LLM_HOSTS_KEY, TenantGrants, parse_hosts, parse_tenant_entry
+from crossaudit.service.principals import (
+    PRINCIPAL_NAME,
+    Principal,
+    Role,
+    parse_reviewer_roles,
+    parse_role,
+)
 
 log = logging.getLogger("crossaudit.service")
 AUTH_HEADER = "authorization"
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Methods anyone may call: load balancers' health checks, and schema discovery.
+KEY_ENTRY_FIELDS = frozenset({"key", "role", "name", "reviewer_roles"})  # a mapping item of ``keys:``
 PUBLIC_METHOD_PREFIXES = (
     "/grpc.health.v1.Health/",
     "/grpc.reflection.v1alpha.ServerReflection/",
@@ -51,23 +77,34 @@ def _digest(key: str) -> bytes:
 
 
 class Authenticator:
-    """Maps API keys to tenants. ``Authenticator.dev()`` accepts every call as ``default``.
+    """Maps API keys to principals (tenant and role). ``Authenticator.dev_mode()`` accepts every
+    call as the admin of ``default``.
 
-    ``grants`` (from the same file) are what each tenant may use besides its keys; by default
-    nothing (no secrets, only the LLM providers' default endpoints), or in dev mode the local
-    environment.
+    ``principals`` (key → :class:`Principal`, from the keys file's mapping items) gives a key its
+    role; a key without one is its tenant's admin. ``grants`` (from the same file) are what each
+    tenant may use besides its keys; by default nothing (no secrets, only the LLM providers'
+    default endpoints), or in dev mode the local environment.
     """
 
     def __init__(
-        self, tenants: Mapping[str, list[str]] | None, *, dev: bool = False, grants: TenantGrants | None = None
+        self,
+        tenants: Mapping[str, list[str]] | None,
+        *,
+        dev: bool = False,
+        grants: TenantGrants | None = None,
+        principals: Mapping[str, Principal] | None = None,
     ) -> None:
         self.dev = dev
         self.grants = grants if grants is not None else (TenantGrants.dev() if dev else TenantGrants())
-        self._by_digest: dict[bytes, str] = {}
+        self._by_digest: dict[bytes, Principal] = {}
         for tenant, keys in (tenants or {}).items():
             for key in keys:
-                self._by_digest[_digest(key)] = tenant
+                principal = (principals or {}).get(key) or Principal(tenant, Role.ADMIN)
+                if principal.tenant != tenant:
+                    raise ConfigurationError(f"a key of tenant {tenant!r} names a principal of another tenant")
+                self._by_digest[_digest(key)] = principal
         self.tenants = sorted({DEV_TENANT} if dev else set((tenants or {}).keys()))
+        self._dev_principal = Principal(DEV_TENANT, Role.ADMIN)
 
     @classmethod
     def dev_mode(cls) -> Authenticator:
@@ -76,25 +113,35 @@ class Authenticator:
     @classmethod
     def from_file(cls, path: str | Path, limits: ServiceLimits | None = None) -> Authenticator:
         tenants = load_tenants_file(path, limits)
-        return cls(tenants.keys, grants=tenants.grants)
+        return cls(tenants.keys, grants=tenants.grants, principals=tenants.principals)
 
-    def tenant_for_key(self, key: str | None) -> str:
+    def principal_for_key(self, key: str | None) -> Principal:
         if self.dev:
-            return DEV_TENANT
+            return self._dev_principal
         if not key:
             raise UnauthenticatedError("missing API key: send metadata 'authorization: Bearer <key>'")
         # looked up by SHA-256 digest: timing reveals nothing usable about stored keys
-        tenant = self._by_digest.get(_digest(key))
-        if tenant is None:
+        principal = self._by_digest.get(_digest(key))
+        if principal is None:
             raise UnauthenticatedError("invalid API key")
-        return tenant
+        return principal
+
+    def tenant_for_key(self, key: str | None) -> str:
+        return self.principal_for_key(key).tenant
+
+    def principal_for_metadata(self, metadata: Any) -> Principal:
+        return self.principal_for_key(bearer_key(metadata))
 
     def tenant_for_metadata(self, metadata: Any) -> str:
-        return self.tenant_for_key(bearer_key(metadata))
+        return self.principal_for_metadata(metadata).tenant
+
+    def principal(self, context: grpc.aio.ServicerContext) -> Principal:
+        """The caller; raises UnauthenticatedError (defence in depth behind the interceptor)."""
+        return self.principal_for_metadata(context.invocation_metadata())
 
     def tenant(self, context: grpc.aio.ServicerContext) -> str:
         """The calling tenant; raises UnauthenticatedError (defence in depth behind the interceptor)."""
-        return self.tenant_for_metadata(context.invocation_metadata())
+        return self.principal(context).tenant
 
 
 def bearer_key(metadata: Any) -> str | None:
@@ -114,6 +161,7 @@ def bearer_key(metadata: Any) -> str | None:
 class TenantsFile:
     keys: dict[str, list[str]]
     grants: TenantGrants
+    principals: dict[str, Principal] = field(default_factory=dict)  # key → principal (every key)
 
 
 def load_api_keys(path: str | Path, limits: ServiceLimits | None = None) -> dict[str, list[str]]:
@@ -145,36 +193,80 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
         raise ConfigurationError(f"API keys file {p}: unknown field(s) {unknown} (expected tenants, {LLM_HOSTS_KEY})")
     seen: dict[str, str] = {}
     out: dict[str, list[str]] = {}
+    principals: dict[str, Principal] = {}
     secrets: dict[str, Any] = {}
     tenant_hosts: dict[str, tuple[str, ...]] = {}
+    webhooks: dict[str, Any] = {}
     for tenant, entry in doc["tenants"].items():
         if not isinstance(tenant, str) or not TENANT_NAME.match(tenant):
             raise ConfigurationError(f"API keys file {p}: invalid tenant name {tenant!r}")
-        keys, secrets[tenant], tenant_hosts[tenant] = parse_tenant_entry(
+        keys, secrets[tenant], tenant_hosts[tenant], webhooks[tenant] = parse_tenant_entry(
             entry, f"API keys file {p}: tenant {tenant!r}", p.parent
         )
         if isinstance(keys, str):
             keys = [keys]
         if not isinstance(keys, list) or not keys:
             raise ConfigurationError(f"API keys file {p}: tenant {tenant!r} needs a list of keys")
-        for key in keys:
-            if not isinstance(key, str) or len(key) < limits.min_api_key_length or any(c.isspace() for c in key):
-                raise ConfigurationError(
-                    f"API keys file {p}: tenant {tenant!r} has a key that is not a string of at least "
-                    f"{limits.min_api_key_length} non-blank characters"
-                )
+        names: set[str] = set()
+        tenant_keys: list[str] = []
+        for n, item in enumerate(keys):
+            key, principal = _key_entry(item, tenant, f"API keys file {p}: tenant {tenant!r} keys[{n}]", limits)
             if key in seen and seen[key] != tenant:
                 raise ConfigurationError(
                     f"API keys file {p}: one key is listed for tenants {seen[key]!r} and {tenant!r}"
                 )
+            if key in principals and principals[key] != principal:
+                raise ConfigurationError(
+                    f"API keys file {p}: tenant {tenant!r} keys[{n}]: a key is listed twice with different roles"
+                )
+            if principal.name and key not in principals:
+                if principal.name in names:
+                    raise ConfigurationError(
+                        f"API keys file {p}: tenant {tenant!r} keys[{n}]: name {principal.name!r} is used twice"
+                    )
+                names.add(principal.name)
             seen[key] = tenant
-        out[tenant] = list(keys)
+            principals[key] = principal
+            tenant_keys.append(key)
+        out[tenant] = tenant_keys
     grants = TenantGrants(
         secrets=secrets,
         llm_hosts=parse_hosts(doc.get(LLM_HOSTS_KEY), f"API keys file {p}"),
         tenant_llm_hosts=tenant_hosts,
+        webhooks=webhooks,
     )
-    return TenantsFile(out, grants)
+    return TenantsFile(out, grants, principals)
+
+
+def _key_entry(item: Any, tenant: str, where: str, limits: ServiceLimits) -> tuple[str, Principal]:
+    """One ``keys:`` item: a plain key (an admin) or ``{key, role, name, reviewer_roles}``.
+    Messages name ``where`` (tenant and position), never the key."""
+    if isinstance(item, dict):
+        unknown = sorted(str(k) for k in set(item) - KEY_ENTRY_FIELDS)
+        if unknown:
+            raise ConfigurationError(f"{where}: unknown field(s) {unknown} (expected {sorted(KEY_ENTRY_FIELDS)})")
+        if "key" not in item:
+            raise ConfigurationError(f"{where}: a key mapping needs 'key'")
+        if "role" not in item:
+            raise ConfigurationError(f"{where}: a key mapping needs 'role' (admin, reviewer or service)")
+        key = item["key"]
+        role = parse_role(item["role"], where)
+        name = item.get("name")
+        if name is not None and (not isinstance(name, str) or not PRINCIPAL_NAME.match(name)):
+            raise ConfigurationError(f"{where}: name must be 1-64 letters, digits, '_', '.', '@', '+' or '-'")
+        if role is Role.REVIEWER and not name:
+            raise ConfigurationError(f"{where}: a reviewer key needs a name (it is recorded on each resolution)")
+        if item.get("reviewer_roles") is not None and role is not Role.REVIEWER:
+            raise ConfigurationError(f"{where}: reviewer_roles belong to role reviewer only (an admin resolves any)")
+        reviewer_roles = parse_reviewer_roles(item.get("reviewer_roles"), where)
+        principal = Principal(tenant, role, name or "", reviewer_roles)
+    else:
+        key, principal = item, Principal(tenant, Role.ADMIN)
+    if not isinstance(key, str) or len(key) < limits.min_api_key_length or any(c.isspace() for c in key):
+        raise ConfigurationError(
+            f"{where}: a key must be a string of at least {limits.min_api_key_length} non-blank characters"
+        )
+    return key, principal
 
 
 def check_private_file(path: Path, what: str) -> None:
@@ -192,7 +284,8 @@ def check_private_file(path: Path, what: str) -> None:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without a valid key before any servicer code runs (UNAUTHENTICATED)."""
+    """Rejects calls without a valid key (UNAUTHENTICATED), and calls the key's role may not make
+    (PERMISSION_DENIED, ``crossaudit.service.principals.PERMISSIONS``), before any servicer code runs."""
 
     def __init__(self, auth: Authenticator) -> None:
         self.auth = auth
@@ -206,27 +299,28 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if self.auth.dev or method.startswith(PUBLIC_METHOD_PREFIXES):
             return await continuation(handler_call_details)
         try:
-            self.auth.tenant_for_metadata(handler_call_details.invocation_metadata)
-        except UnauthenticatedError as exc:
+            principal = self.auth.principal_for_metadata(handler_call_details.invocation_metadata)
+            principal.require(method)  # deny unless the role lists the method
+        except (UnauthenticatedError, PermissionDeniedError) as exc:
             handler = await continuation(handler_call_details)
-            return _rejecting(handler, exc.message)
+            return _rejecting(handler, exc)
         return await continuation(handler_call_details)
 
 
-def _rejecting(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
-    async def abort(_request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+def _rejecting(handler: grpc.RpcMethodHandler | None, exc: CrossAuditError) -> grpc.RpcMethodHandler:
+    async def reject(_request: Any, context: grpc.aio.ServicerContext) -> None:
+        await abort(context, exc)  # the one codec: the client rebuilds the typed error
 
     if handler is None:  # unknown method: let gRPC answer UNIMPLEMENTED... after auth
-        return grpc.unary_unary_rpc_method_handler(abort)
+        return grpc.unary_unary_rpc_method_handler(reject)
     kwargs = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **kwargs)
+        return grpc.stream_stream_rpc_method_handler(reject, **kwargs)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **kwargs)
+        return grpc.stream_unary_rpc_method_handler(reject, **kwargs)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **kwargs)
-    return grpc.unary_unary_rpc_method_handler(abort, **kwargs)
+        return grpc.unary_stream_rpc_method_handler(reject, **kwargs)
+    return grpc.unary_unary_rpc_method_handler(reject, **kwargs)

@@ -78,7 +78,8 @@ class PolicyCatalog:
         service's rules (no file references, allowlisted LLM hosts), each issue located.
         ``models``: also refuse builtins whose model the operator does not provide (validate and
         deploy; a version already deployed still loads, its calls name the missing model)."""
-        checks = (hosted_checks(self.grants.hosts(tenant)), *((model_check(),) if models else ()))
+        hosted = hosted_checks(self.grants.hosts(tenant), self.grants.webhook(tenant))
+        checks = (hosted, *((model_check(),) if models else ()))
         return await _parse(text, filename, env=self.grants.source(tenant), checks=checks)
 
     async def validate_policy(self, content: str, filename: str = "", *, tenant: str = "") -> Policy:

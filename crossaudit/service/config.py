@@ -43,6 +43,19 @@ class ServiceLimits:
 
 
 @dataclass(frozen=True)
+class ConsoleLimits:
+    """Caps of the review console (``--console-port``; docs/review-console.md)."""
+
+    session_idle_s: float = 15 * 60  # a session unused this long is signed out
+    session_max_age_s: float = 8 * 3600  # ... and any session this long after sign-in
+    max_sessions: int = 10_000  # sessions held in memory; the least recently used goes first beyond
+    signin_failures_per_minute: int = 10  # failed sign-ins per client address; more = HTTP 429
+    max_form_bytes: int = 64 * 1024  # one POSTed form
+    page_items: int = 200  # rows on a queue or audit-log page
+    max_concurrent_requests: int = 64  # uvicorn limit_concurrency: more = HTTP 503
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051  # 0 = an ephemeral port (printed on start)
@@ -60,7 +73,12 @@ class ServerConfig:
     audit_raw_text: bool = False  # store prompt/response text in the audit log (else hashes only)
     llm_base_url_hosts: tuple[str, ...] = ()  # LLM hosts every tenant may use (besides the API-keys file's)
     store_synchronous: str = "NORMAL"  # SQLite synchronous: NORMAL survives kill -9, FULL power loss
+    decision_log_url: str | None = None  # push every decision to this HTTP endpoint, in batches (docs/decision-log.md)
+    decision_log_dir: Path | None = None  # ... and/or append it to JSONL files in this directory
     limits: ServiceLimits = field(default_factory=ServiceLimits)
+    console_port: int | None = None  # the review console's HTTP port (None = off, 0 = ephemeral)
+    console_host: str = "127.0.0.1"  # beyond loopback only with TLS (--tls-cert/--tls-key)
+    console_limits: ConsoleLimits = field(default_factory=ConsoleLimits)
 
     @property
     def database_path(self) -> Path:

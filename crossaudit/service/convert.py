@@ -44,6 +44,8 @@ from crossaudit.store.base import (
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
+    OutboxRecord,
+    OutboxState,
     PolicySummaryRecord,
     PolicyVersionRecord,
     ReviewKind,
@@ -51,6 +53,7 @@ from crossaudit.store.base import (
     ReviewState,
 )
 from crossaudit.v1 import audit_pb2 as audit_pb
+from crossaudit.v1 import delivery_pb2 as dlv_pb
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import evaluator_pb2 as evr_pb
 from crossaudit.v1 import info_pb2 as info_pb
@@ -503,6 +506,51 @@ def review_from_pb(m: rev_pb.Review) -> ReviewInfo:
         note=m.note,
         escalated=m.escalated,
         overdue=m.overdue,
+    )
+
+
+# --- webhook deliveries -----------------------------------------------------------------
+
+DELIVERY_STATE_TO_PB = {s: dlv_pb.DeliveryState.Value(f"DELIVERY_STATE_{s.name}") for s in OutboxState}
+DELIVERY_STATE_FROM_PB = {v: k for k, v in DELIVERY_STATE_TO_PB.items()}
+
+
+def delivery_to_pb(m: OutboxRecord) -> dlv_pb.Delivery:
+    msg = dlv_pb.Delivery(
+        id=m.id,
+        decision_id=m.decision_id,
+        rule=m.rule,
+        url=str(m.payload.get("url", "")),
+        method=str(m.payload.get("method", "")),
+        state=DELIVERY_STATE_TO_PB[m.state],
+        attempts=m.attempts,
+        last_error=m.last_error,
+        last_status=m.last_status,
+        created_at=timestamp(m.created_at),
+    )
+    if m.state is OutboxState.PENDING:
+        msg.next_attempt_at.CopyFrom(timestamp(m.next_attempt_at))
+    if m.delivered_at is not None:
+        msg.delivered_at.CopyFrom(timestamp(m.delivered_at))
+    return msg
+
+
+def delivery_from_pb(m: dlv_pb.Delivery) -> OutboxRecord:
+    """The delivery as the tenant sees it (its body and headers stay on the server)."""
+    return OutboxRecord(
+        id=m.id,
+        tenant="",
+        kind="webhook",
+        decision_id=m.decision_id,
+        rule=m.rule,
+        payload={"url": m.url, "method": m.method},
+        state=DELIVERY_STATE_FROM_PB.get(m.state, OutboxState.PENDING),
+        attempts=m.attempts,
+        next_attempt_at=seconds(m.next_attempt_at) if m.HasField("next_attempt_at") else 0.0,
+        last_error=m.last_error,
+        last_status=m.last_status,
+        created_at=seconds(m.created_at),
+        delivered_at=from_timestamp(m.delivered_at, m.HasField("delivered_at")),
     )
 
 

@@ -4,7 +4,8 @@
 - :mod:`~crossaudit.service.catalog`: policies (validate, deploy, roll back, the loaded versions);
 - :mod:`~crossaudit.service.admission`: evaluations (concurrency, deadlines, audit before answer);
 - :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
-- :mod:`~crossaudit.service.uploads`: evaluator uploads.
+- :mod:`~crossaudit.service.uploads`: evaluator uploads;
+- :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox).
 
 Servicers (``servicers.py``) only convert messages and map errors, calling this one object;
 everything works on plain models and the :class:`~crossaudit.store.Store`.
@@ -19,6 +20,7 @@ from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.records import Records
 from crossaudit.service.tenants import EngineProvider, Tenants
 from crossaudit.service.uploads import Uploads
@@ -38,6 +40,7 @@ class CrossAuditService:
         metrics: ServiceMetrics | None = None,
         audit_raw_text: bool = False,
         grants: TenantGrants | None = None,
+        delivery: DeliveryConfig | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -57,8 +60,15 @@ class CrossAuditService:
             metrics=self.metrics,
         )
         self.records = Records(store, self.tenants, limits=self.limits)
+        self.deliveries = Deliveries(store, self.grants, delivery, registry=self.metrics.registry)
         self.admission = Admission(
-            store, self.tenants, self.catalog, limits=self.limits, metrics=self.metrics, audit_raw_text=audit_raw_text
+            store,
+            self.tenants,
+            self.catalog,
+            limits=self.limits,
+            metrics=self.metrics,
+            audit_raw_text=audit_raw_text,
+            deliveries=self.deliveries,
         )
 
         # The API the servicers call; each method belongs to one component.
@@ -80,6 +90,13 @@ class CrossAuditService:
         self.submit_feedback = self.records.submit_feedback
         self.list_reviews = self.records.list_reviews
         self.resolve_review = self.records.resolve_review
+        self.list_deliveries = self.deliveries.list_deliveries
+        self.redeliver = self.deliveries.redeliver
+
+    def start(self) -> None:
+        """Start the background work (webhook and decision-log delivery); needs a running loop."""
+        self.deliveries.start()
 
     async def aclose(self) -> None:
+        await self.deliveries.aclose()
         await self.tenants.aclose()

@@ -1,4 +1,4 @@
-"""What the operator grants each tenant besides its keys: secrets and LLM endpoint hosts.
+"""What the operator grants each tenant besides its keys: secrets, LLM endpoint hosts, webhooks.
 
 Both live in the API-keys file, next to each tenant's keys::
 
@@ -10,6 +10,7 @@ Both live in the API-keys file, next to each tenant's keys::
           OPENAI_API_KEY: {env: ACME_OPENAI_KEY}           # a variable of the server's environment
           HOOK_TOKEN: {file: /run/secrets/acme_hook}       # read at each call (rotation applies at once)
         llm_base_url_hosts: ["vllm.acme.internal:8000"]   # this tenant only
+        webhooks: {allow: ["https://hooks.acme.example"], signing_secret: {env: ACME_HOOK_SIGNING}}
       globex: [globex-key-at-least-16-chars]               # the short form: keys only
 
 A tenant's ``${NAME}`` (and an LLM provider's standard variable such as ``OPENAI_API_KEY``)
@@ -17,7 +18,7 @@ resolves only through its own ``secrets``; nothing else of the server's environm
 reachable. With API keys, an LLM ``base_url`` must name a listed host (top-level, this
 tenant's, or ``--llm-base-url-host``); with no list only the providers' default endpoints
 are used. ``--dev`` (one local user) reads the local environment and allows any endpoint
-unless hosts are listed.
+unless hosts are listed. Webhook grants: :mod:`crossaudit.service.outbox.destinations`.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from crossaudit.orchestrator.secrets import (
     TenantSecrets,
     host_pattern_problem,
 )
+from crossaudit.service.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
 
 LLM_HOSTS_KEY = "llm_base_url_hosts"
-TENANT_ENTRY_KEYS = frozenset({"keys", "secrets", LLM_HOSTS_KEY})
+TENANT_ENTRY_KEYS = frozenset({"keys", "secrets", LLM_HOSTS_KEY, WEBHOOKS_KEY})
 MAX_SECRETS_PER_TENANT = 256  # secrets one tenant may be granted
 MAX_LLM_HOSTS = 1_000  # host patterns in one list
 
@@ -52,6 +54,7 @@ class TenantGrants:
     tenant_llm_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     development: bool = False  # --dev: the local environment; any endpoint unless hosts are listed
     max_secret_bytes: int = MAX_SECRET_BYTES
+    webhooks: Mapping[str, WebhookGrant] = field(default_factory=dict)  # where each tenant's webhooks may go
 
     @classmethod
     def dev(cls) -> TenantGrants:
@@ -62,6 +65,12 @@ class TenantGrants:
         if self.development:
             return EnvironmentSecrets()
         return TenantSecrets(tenant, self.secrets.get(tenant, {}), max_bytes=self.max_secret_bytes)
+
+    def webhook(self, tenant: str) -> WebhookGrant:
+        """Where ``tenant``'s webhooks may go and how they are signed (``crossaudit.service.outbox``)."""
+        if self.development:
+            return WebhookGrant(development=True)
+        return self.webhooks.get(tenant) or WebhookGrant()
 
     def hosts(self, tenant: str) -> HostAllowlist | None:
         """The hosts ``tenant``'s LLM endpoints may name; None = unrestricted (dev, none listed)."""
@@ -126,15 +135,22 @@ def parse_secrets(value: Any, where: str, base_dir: Path) -> dict[str, SecretGra
     return out
 
 
-def parse_tenant_entry(entry: Any, where: str, base_dir: Path) -> tuple[Any, dict[str, SecretGrant], tuple[str, ...]]:
-    """(keys as written, secrets, hosts) of one tenant: a list of keys, or the mapping form."""
+def parse_tenant_entry(
+    entry: Any, where: str, base_dir: Path
+) -> tuple[Any, dict[str, SecretGrant], tuple[str, ...], WebhookGrant]:
+    """(keys as written, secrets, hosts, webhooks) of one tenant: a list of keys, or the mapping form."""
     if not isinstance(entry, dict):
-        return entry, {}, ()
+        return entry, {}, (), WebhookGrant()
     unknown = sorted(set(entry) - TENANT_ENTRY_KEYS)
     if unknown:
         raise ConfigurationError(f"{where}: unknown field(s) {unknown} (expected {sorted(TENANT_ENTRY_KEYS)})")
+
+    def secret(source: Any, at: str) -> SecretGrant:
+        return parse_secrets({"signing_secret": source}, at, base_dir)["signing_secret"]
+
     return (
         entry.get("keys"),
         parse_secrets(entry.get("secrets"), where, base_dir),
         parse_hosts(entry.get(LLM_HOSTS_KEY), where),
+        parse_webhooks(entry.get(WEBHOOKS_KEY), where, secret),
     )

@@ -8,19 +8,23 @@ evaluator without code or upload). The CLI and the Client inline ``code_file`` a
 ``evaluators/<name>.py`` before sending; only the local PolicyTester reads them.
 
 LLM ``base_url`` hosts must be on the operator's allowlist (checked again at each call,
-which also covers a host that only a ``${NAME}`` expansion reveals).
+which also covers a host that only a ``${NAME}`` expansion reveals). A ``custom`` action's
+``webhook_url`` must be an origin granted to the tenant, which must have a signing secret
+(checked again, with DNS, at each delivery: ``crossaudit.service.outbox.destinations``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from crossaudit.kernel.dsl import EvaluatorType, Policy
+from crossaudit.kernel.dsl import CustomActionConfig, EvaluatorType, Policy
 from crossaudit.kernel.errors import PolicyIssue
+from crossaudit.kernel.results import Action
 from crossaudit.modelserver.builtins import model_path_settings
 from crossaudit.orchestrator.policy.envvars import ENV_RE
 from crossaudit.orchestrator.policy.validate import IssueAt, PolicyCheck
 from crossaudit.orchestrator.secrets import HostAllowlist
+from crossaudit.service.outbox.destinations import WebhookGrant
 
 CODE_FILE_REFUSED = (
     "code_file names a file on the service's machine, which the service never reads: deploy with "
@@ -38,11 +42,18 @@ def model_path_refused(env: str) -> str:
     )
 
 
-def hosted_checks(hosts: HostAllowlist | None) -> PolicyCheck:
-    """The service's rules for one tenant; ``hosts`` None = any LLM endpoint (dev mode)."""
+def hosted_checks(hosts: HostAllowlist | None, webhooks: WebhookGrant | None = None) -> PolicyCheck:
+    """The service's rules for one tenant; ``hosts`` None = any LLM endpoint (dev mode);
+    ``webhooks`` None = webhook destinations are not checked."""
 
     def check(policy: Policy, issue_at: IssueAt) -> list[PolicyIssue]:
         issues: list[PolicyIssue] = []
+        for i, rule in enumerate(policy.rules):
+            cfg = rule.typed_action_config if rule is not None else None
+            if webhooks is not None and isinstance(cfg, CustomActionConfig) and rule.action is Action.CUSTOM:
+                problem = webhooks.url_problem(cfg.webhook_url)
+                if problem:
+                    issues.append(issue_at(("rules", i, "action_config", "webhook_url"), problem))
         for i, ev in enumerate(policy.evaluators):
             if ev is None or not isinstance(ev.config, Mapping):
                 continue

@@ -11,11 +11,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from crossaudit.kernel.results import Decision
 from crossaudit.orchestrator import reviews
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
+from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import (
     AuditRecord,
@@ -136,8 +137,12 @@ class Records:
         self._name(decision_id, "decision_id")
         return await self.store.get_decision(tenant, decision_id)
 
-    async def list_decisions(self, tenant: str, *, policy: str = "", limit: int = 0) -> list[AuditRecord]:
-        return await self.store.list_decisions(tenant, policy=policy or None, limit=self._cap(limit))
+    async def list_decisions(
+        self, tenant: str, *, policy: str = "", limit: int = 0, since: float | None = None, until: float | None = None
+    ) -> list[AuditRecord]:
+        return await self.store.list_decisions(
+            tenant, policy=policy or None, limit=self._cap(limit), since=since, until=until
+        )
 
     async def submit_feedback(
         self, tenant: str, decision_id: str, *, rule: str = "", label: str, comment: str = ""
@@ -156,21 +161,71 @@ class Records:
 
     # Auto-approval is applied when the queue is read (no timer): see crossaudit.orchestrator.reviews.timing.
 
+    @staticmethod
+    def _check_principal(tenant: str, principal: Principal | None, method: str) -> None:
+        if principal is None:  # in-process callers that already decided (tests, bootstrap)
+            return
+        if principal.tenant != tenant:
+            raise PermissionDeniedError("a principal acts only in its own tenant")
+        principal.require(method)
+
     async def list_reviews(
-        self, tenant: str, *, state: ReviewState | None = None, policy: str = "", limit: int = 0
+        self,
+        tenant: str,
+        *,
+        state: ReviewState | None = None,
+        policy: str = "",
+        limit: int = 0,
+        principal: Principal | None = None,
     ) -> list[ReviewRecord]:
+        """The queue, oldest first. A reviewer's queue holds only the items it may resolve (no
+        ``reviewer_role``, or one of its ``reviewer_roles``): filtered among the first
+        ``max_list_items`` items of the tenant's queue, then capped at ``limit``."""
+        self._check_principal(tenant, principal, LIST_REVIEWS)
         cap = self._cap(limit)
         await self.store.auto_approve_due(tenant, time.time())
-        return await self.store.list_reviews(tenant, state=state, policy=policy or None, limit=cap)
+        if principal is None or principal.role is Role.ADMIN:  # an admin sees everything
+            return await self.store.list_reviews(tenant, state=state, policy=policy or None, limit=cap)
+        recs = await self.store.list_reviews(
+            tenant, state=state, policy=policy or None, limit=self.limits.max_list_items
+        )
+        return [r for r in recs if principal.sees(r.params)][:cap]
+
+    async def get_review(self, tenant: str, review_id: str, *, principal: Principal | None = None) -> ReviewRecord:
+        """One item of ``tenant`` (NOT_FOUND otherwise, and for a reviewer whose queue would not hold it)."""
+        self._name(review_id, "review id")
+        self._check_principal(tenant, principal, LIST_REVIEWS)
+        rec = await self.store.get_review(tenant, review_id)
+        if principal is not None and not principal.sees(rec.params):
+            raise NotFoundError(f"review {review_id!r} not found")
+        return rec
 
     async def resolve_review(
-        self, tenant: str, review_id: str, state: ReviewState, *, reviewer: str = "", note: str = ""
+        self,
+        tenant: str,
+        review_id: str,
+        state: ReviewState,
+        *,
+        reviewer: str = "",
+        note: str = "",
+        principal: Principal | None = None,
     ) -> ReviewRecord:
+        """Close an open item. With a ``principal`` (every gRPC call and console form): its role
+        must allow ResolveReview and, unless an admin, its ``reviewer_roles`` must hold the item's
+        ``reviewer_role`` (PERMISSION_DENIED); the item is looked up in ``tenant`` only, so another
+        tenant's id is NOT_FOUND; the resolver recorded is the principal's name when it has one."""
         self._name(review_id, "review id")
+        self._check_principal(tenant, principal, RESOLVE_REVIEW)
         if state is ReviewState.OPEN:
             raise InvalidInputError("resolve a review as approved, rejected or dismissed")
         if len(note.encode()) > self.limits.max_feedback_comment_bytes:
             raise InvalidInputError(f"note is longer than {self.limits.max_feedback_comment_bytes} bytes")
+        if principal is not None:
+            # reviewer_role is stamped when the item is created and never changes, so checking it
+            # before the store's atomic open→resolved transition leaves no race.
+            item = await self.store.get_review(tenant, review_id)
+            principal.require_resolve(review_id, item.params.get(REVIEWER_ROLE_PARAM))
+            reviewer = principal.reviewer_identity(reviewer)
         await self.store.auto_approve_due(tenant, time.time())
         return await self.store.resolve_review(
             tenant, review_id, state, reviewer=reviewer[: self.limits.max_name_length], note=note

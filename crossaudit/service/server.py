@@ -24,6 +24,7 @@ from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, Ser
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
 from crossaudit.store.base import Store
@@ -89,6 +90,9 @@ def check_config(config: ServerConfig) -> None:
         check_private_file(config.tls_key, "TLS private key")
     if config.api_keys_file:
         check_private_file(config.api_keys_file, "API keys file")  # before anything starts
+    from crossaudit.service.console import check_console_config
+
+    check_console_config(config)  # the review console (--console-port)
 
 
 def check_process_sandbox_allowed(config: ServerConfig) -> None:
@@ -199,6 +203,7 @@ class RunningServer:
     owned: list[Any] = field(default_factory=list)
     warmer: asyncio.Task[int] | None = None
     lock: Any = None
+    console: Any = None  # the review console (crossaudit.service.console.ConsoleServer), if served
     _stopped: bool = False
 
     @property
@@ -215,6 +220,8 @@ class RunningServer:
             with contextlib.suppress(BaseException):
                 await self.warmer
         grace = self.config.limits.shutdown_grace_s if grace is None else grace
+        if self.console is not None:
+            await self.console.stop()
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
@@ -284,6 +291,7 @@ async def start_server(
         metrics=metrics,
         audit_raw_text=config.audit_raw_text,
         grants=grants,
+        delivery=DeliveryConfig(decision_log_url=config.decision_log_url, decision_log_dir=config.decision_log_dir),
     )
 
     options = [
@@ -339,6 +347,11 @@ async def start_server(
         for line in problems:
             log.warning("%s", line)
         running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")
+        if config.console_port is not None:
+            from crossaudit.service.console import start_console
+
+            running.console = await start_console(config, service.records, auth)
+        service.start()  # webhook and decision-log delivery: messages a previous run left are sent now
         for name in ["", *names]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     except BaseException:
@@ -366,6 +379,8 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
         if backend == "process":
             log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
     parts.append(f"data in {config.data_dir}")
+    if running.console is not None:
+        parts.append(f"review console on {running.console.url}")
     if running.metrics_port is not None:
         parts.append(f"metrics on {_address(config.metrics_host, running.metrics_port)}")
     announce(", ".join(parts), flush=True)

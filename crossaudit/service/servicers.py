@@ -29,6 +29,8 @@ from crossaudit.service.models import DeployResult, PolicyInfo, RollbackResult, 
 from crossaudit.store.base import ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
+from crossaudit.v1 import delivery_pb2 as dlv_pb
+from crossaudit.v1 import delivery_pb2_grpc as dlv_grpc
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import evaluation_pb2_grpc as ev_grpc
 from crossaudit.v1 import evaluator_pb2 as evr_pb
@@ -294,7 +296,9 @@ class ReviewServicer(_Base, rev_grpc.ReviewServiceServicer):
     @unary
     async def ListReviews(self, tenant: str, request: rev_pb.ListReviewsRequest, context: Any):
         state = convert.REVIEW_STATE_FROM_PB.get(request.state) if request.state else None
-        recs = await self.svc.list_reviews(tenant, state=state, policy=request.policy, limit=request.limit)
+        recs = await self.svc.list_reviews(
+            tenant, state=state, policy=request.policy, limit=request.limit, principal=self.auth.principal(context)
+        )
         return rev_pb.ListReviewsResponse(reviews=[convert.review_to_pb(r) for r in recs])
 
     @unary
@@ -302,8 +306,27 @@ class ReviewServicer(_Base, rev_grpc.ReviewServiceServicer):
         state = convert.REVIEW_STATE_FROM_PB.get(request.state)
         if state is None or state is ReviewState.OPEN:
             raise InvalidInputError("state must be APPROVED, REJECTED or DISMISSED")
-        rec = await self.svc.resolve_review(tenant, request.id, state, reviewer=request.reviewer, note=request.note)
+        # the principal's role and reviewer_roles are checked again where the item is resolved
+        principal = self.auth.principal(context)
+        rec = await self.svc.resolve_review(
+            tenant, request.id, state, reviewer=request.reviewer, note=request.note, principal=principal
+        )
         return convert.review_to_pb(rec)
+
+
+class DeliveryServicer(_Base, dlv_grpc.DeliveryServiceServicer):
+    @unary
+    async def ListDeliveries(self, tenant: str, request: dlv_pb.ListDeliveriesRequest, context: Any):
+        state = convert.DELIVERY_STATE_FROM_PB.get(request.state) if request.state else None
+        if request.limit < 0:
+            raise InvalidInputError("limit must not be negative")
+        cap = min(request.limit or self.svc.limits.max_list_items, self.svc.limits.max_list_items)
+        recs = await self.svc.list_deliveries(tenant, state=state, limit=cap)
+        return dlv_pb.ListDeliveriesResponse(deliveries=[convert.delivery_to_pb(m) for m in recs])
+
+    @unary
+    async def RedeliverDelivery(self, tenant: str, request: dlv_pb.RedeliverDeliveryRequest, context: Any):
+        return convert.delivery_to_pb(await self.svc.redeliver(tenant, request.id))
 
 
 class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
@@ -358,6 +381,7 @@ def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Aut
     evr_grpc.add_EvaluatorServiceServicer_to_server(EvaluatorServicer(service, auth), server)
     rev_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(service, auth), server)
     audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(service, auth), server)
+    dlv_grpc.add_DeliveryServiceServicer_to_server(DeliveryServicer(service, auth), server)
     return [
         info_pb.DESCRIPTOR.services_by_name["InfoService"].full_name,
         audit_pb.DESCRIPTOR.services_by_name["AuditService"].full_name,
@@ -365,4 +389,5 @@ def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Aut
         ev_pb.DESCRIPTOR.services_by_name["EvaluationService"].full_name,
         evr_pb.DESCRIPTOR.services_by_name["EvaluatorService"].full_name,
         rev_pb.DESCRIPTOR.services_by_name["ReviewService"].full_name,
+        dlv_pb.DESCRIPTOR.services_by_name["DeliveryService"].full_name,
     ]

@@ -9,8 +9,10 @@ Records are plain frozen dataclasses (no proto types, no ORM objects).
 from __future__ import annotations
 
 import abc
+import enum
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +122,37 @@ class FeedbackRecord:
     created_at: float
 
 
+class OutboxState(str, enum.Enum):
+    PENDING = "pending"  # waiting for its next attempt (or being attempted under a lease)
+    DELIVERED = "delivered"
+    DEAD = "dead"  # out of attempts, or refused for good: redelivery puts it back to pending
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    """One message to deliver (a webhook call, one decision for the decision log), written in the
+    same transaction as the decision that caused it: delivered at least once, never lost.
+
+    ``id`` is the delivery id the receiver sees (stable across retries, for idempotency).
+    ``lease_until`` > now means a worker holds it; settling is fenced on the lease it claimed.
+    """
+
+    id: str
+    tenant: str
+    kind: str  # "webhook", or a decision-log sink ("decision_log:http", "decision_log:file")
+    decision_id: str
+    rule: str
+    payload: dict[str, Any]
+    state: OutboxState = OutboxState.PENDING
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    lease_until: float = 0.0
+    last_error: str = ""
+    last_status: int = 0
+    created_at: float = 0.0
+    delivered_at: float | None = None
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -202,16 +235,26 @@ class Store(abc.ABC):
     # --- audit, reviews, feedback -------------------------------------------------------
 
     @abc.abstractmethod
-    async def record_decision(self, audit: AuditRecord, reviews: list[ReviewRecord]) -> None:
-        """Durably write a decision's audit record and the reviews it created, atomically.
-        Called *before* the answer is sent."""
+    async def record_decision(
+        self, audit: AuditRecord, reviews: list[ReviewRecord], outbox: Sequence[OutboxRecord] = ()
+    ) -> None:
+        """Durably write a decision's audit record, the reviews it created and the messages it
+        sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent."""
 
     @abc.abstractmethod
     async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord: ...
 
     @abc.abstractmethod
-    async def list_decisions(self, tenant: str, *, policy: str | None = None, limit: int = 100) -> list[AuditRecord]:
-        """Most recent first."""
+    async def list_decisions(
+        self,
+        tenant: str,
+        *,
+        policy: str | None = None,
+        limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[AuditRecord]:
+        """Most recent first; ``since``/``until`` (epoch seconds, inclusive) bound ``created_at``."""
 
     @abc.abstractmethod
     async def count_decisions(self, tenant: str | None = None) -> int: ...
@@ -232,6 +275,16 @@ class Store(abc.ABC):
         """Approve (reviewer ``auto``) open require_review items whose ``auto_approve_at`` has
         passed; returns how many."""
 
+    async def get_review(self, tenant: str, review_id: str) -> ReviewRecord:
+        """One review of ``tenant`` (NOT_FOUND otherwise, also another tenant's). A fallback over
+        :meth:`list_reviews`; implementations override it with a lookup by id."""
+        from crossaudit.kernel.errors import NotFoundError
+
+        for rec in await self.list_reviews(tenant, limit=2**62):
+            if rec.id == review_id:
+                return rec
+        raise NotFoundError(f"review {review_id!r} not found")
+
     @abc.abstractmethod
     async def resolve_review(
         self, tenant: str, review_id: str, state: ReviewState, *, reviewer: str = "", note: str = ""
@@ -249,6 +302,46 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]: ...
+
+    # --- outbox (every tenant's: the delivery workers are the operator's) -----------------
+
+    @abc.abstractmethod
+    async def claim_outbox(self, kinds: Sequence[str], now: float, *, limit: int, lease_s: float) -> list[OutboxRecord]:
+        """Lease up to ``limit`` pending messages of ``kinds`` that are due (oldest first) and not
+        leased by another worker; each returned record carries its new ``lease_until``."""
+
+    @abc.abstractmethod
+    async def settle_outbox(
+        self,
+        claimed: OutboxRecord,
+        *,
+        state: OutboxState,
+        next_attempt_at: float = 0.0,
+        last_error: str = "",
+        last_status: int = 0,
+        now: float,
+        count_attempt: bool = True,
+    ) -> bool:
+        """Record one attempt on a message this worker leased (``claimed``): delivered, dead, or
+        pending again at ``next_attempt_at`` (``count_attempt`` False: handed back untried). False
+        (nothing written) when the lease was lost."""
+
+    @abc.abstractmethod
+    async def list_outbox(
+        self, tenant: str, *, state: OutboxState | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[OutboxRecord]:
+        """Most recent first."""
+
+    @abc.abstractmethod
+    async def redeliver_outbox(
+        self, tenant: str, message_id: str, now: float, *, kind: str | None = None
+    ) -> OutboxRecord:
+        """Put a dead or delivered message (of ``kind``, when given) back to pending, due now, with
+        a fresh attempt budget. A message that is still pending is FAILED_PRECONDITION."""
+
+    @abc.abstractmethod
+    async def outbox_counts(self) -> dict[tuple[str, str], int]:
+        """(kind, state) -> messages, for the metrics."""
 
     # --- misc ---------------------------------------------------------------------------
 

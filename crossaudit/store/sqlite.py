@@ -18,18 +18,20 @@ import sqlite3
 import time
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from crossaudit.kernel.errors import InvalidInputError, NotFoundError
+from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError
 from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
     FeedbackRecord,
+    OutboxRecord,
+    OutboxState,
     PolicySummaryRecord,
     PolicyVersionRecord,
     ReviewAlreadyResolvedError,
@@ -94,6 +96,14 @@ CREATE TABLE IF NOT EXISTS feedback (
     label TEXT NOT NULL, comment TEXT NOT NULL, created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS feedback_decision ON feedback (tenant, decision_id);
+CREATE TABLE IF NOT EXISTS outbox (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, kind TEXT NOT NULL, decision_id TEXT NOT NULL,
+    rule TEXT NOT NULL, payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+    next_attempt_at REAL NOT NULL, lease_until REAL NOT NULL, last_error TEXT NOT NULL,
+    last_status INTEGER NOT NULL, created_at REAL NOT NULL, delivered_at REAL
+);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (state, kind, next_attempt_at);
+CREATE INDEX IF NOT EXISTS outbox_tenant ON outbox (tenant, created_at);
 """
 
 
@@ -107,6 +117,7 @@ TABLES: dict[type, str] = {
     AuditRecord: "decisions",
     ReviewRecord: "reviews",
     FeedbackRecord: "feedback",
+    OutboxRecord: "outbox",
 }
 
 
@@ -195,6 +206,9 @@ class SQLiteStore(Store):
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(_SCHEMA)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        # One process owns an SQLite store (the server locks its data dir): leases a previous
+        # process held died with it, so its in-flight messages are due again now, not after lease_s.
+        conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
         return conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -450,13 +464,15 @@ class SQLiteStore(Store):
 
     # --- audit, reviews, feedback -------------------------------------------------------
 
-    async def record_decision(self, audit: AuditRecord, reviews: list[ReviewRecord]) -> None:
+    async def record_decision(
+        self, audit: AuditRecord, reviews: list[ReviewRecord], outbox: Sequence[OutboxRecord] = ()
+    ) -> None:
         def tx(c: sqlite3.Connection) -> None:
             _insert(c, audit)
-            for rv in reviews:
-                if rv.tenant != audit.tenant or rv.decision_id != audit.decision_id:
-                    raise InvalidInputError("a review must belong to the decision it is recorded with")
-                _insert(c, rv)
+            for rec in (*reviews, *outbox):
+                if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
+                    raise InvalidInputError("a review or message must belong to the decision it is recorded with")
+                _insert(c, rec)
 
         await self._run(tx)
 
@@ -471,13 +487,27 @@ class SQLiteStore(Store):
 
         return await self._run(tx)
 
-    async def list_decisions(self, tenant: str, *, policy: str | None = None, limit: int = 100) -> list[AuditRecord]:
+    async def list_decisions(
+        self,
+        tenant: str,
+        *,
+        policy: str | None = None,
+        limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[AuditRecord]:
         def tx(c: sqlite3.Connection) -> list[AuditRecord]:
             q = "SELECT * FROM decisions WHERE tenant=?"
             args: list[Any] = [tenant]
             if policy:
                 q += " AND policy=?"
                 args.append(policy)
+            if since is not None:
+                q += " AND created_at>=?"
+                args.append(float(since))
+            if until is not None:
+                q += " AND created_at<=?"
+                args.append(float(until))
             q += " ORDER BY created_at DESC LIMIT ?"
             args.append(max(0, int(limit)))
             return [_record(AuditRecord, r) for r in c.execute(q, args).fetchall()]
@@ -530,6 +560,15 @@ class SQLiteStore(Store):
             for review_id in due:
                 _resolve(c, tenant, review_id, AUTO_APPROVAL, now)
             return len(due)
+
+        return await self._run(tx)
+
+    async def get_review(self, tenant: str, review_id: str) -> ReviewRecord:
+        def tx(c: sqlite3.Connection) -> ReviewRecord:
+            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"review {review_id!r} not found")
+            return _record(ReviewRecord, row)
 
         return await self._run(tx)
 
@@ -599,6 +638,106 @@ class SQLiteStore(Store):
                 args.append(decision_id)
             rows = c.execute(q + " ORDER BY created_at, id", args).fetchall()
             return [_record(FeedbackRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    # --- outbox -------------------------------------------------------------------------
+
+    async def claim_outbox(self, kinds: Sequence[str], now: float, *, limit: int, lease_s: float) -> list[OutboxRecord]:
+        kinds = list(kinds)
+        if not kinds or limit <= 0:
+            return []
+
+        def tx(c: sqlite3.Connection) -> list[OutboxRecord]:
+            # BEGIN IMMEDIATE holds the write lock: two workers on one file never lease the same row.
+            rows = c.execute(
+                f"SELECT * FROM outbox WHERE state=? AND kind IN ({', '.join('?' * len(kinds))}) "
+                "AND next_attempt_at<=? AND lease_until<=? ORDER BY next_attempt_at, created_at LIMIT ?",
+                (OutboxState.PENDING.value, *kinds, now, now, int(limit)),
+            ).fetchall()
+            lease = now + lease_s
+            c.executemany("UPDATE outbox SET lease_until=? WHERE id=?", [(lease, r["id"]) for r in rows])
+            return [_record(OutboxRecord, r, lease_until=lease) for r in rows]
+
+        return await self._run(tx)
+
+    async def settle_outbox(
+        self,
+        claimed: OutboxRecord,
+        *,
+        state: OutboxState,
+        next_attempt_at: float = 0.0,
+        last_error: str = "",
+        last_status: int = 0,
+        now: float,
+        count_attempt: bool = True,
+    ) -> bool:
+        def tx(c: sqlite3.Connection) -> bool:
+            cur = c.execute(
+                "UPDATE outbox SET state=?, attempts=attempts+?, next_attempt_at=?, lease_until=0, last_error=?, "
+                "last_status=?, delivered_at=? WHERE id=? AND state=? AND lease_until=?",
+                (
+                    state.value,
+                    1 if count_attempt else 0,
+                    next_attempt_at,
+                    last_error,
+                    int(last_status),
+                    now if state is OutboxState.DELIVERED else None,
+                    claimed.id,
+                    OutboxState.PENDING.value,
+                    claimed.lease_until,
+                ),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(tx)
+
+    async def list_outbox(
+        self, tenant: str, *, state: OutboxState | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[OutboxRecord]:
+        def tx(c: sqlite3.Connection) -> list[OutboxRecord]:
+            q, args = "SELECT * FROM outbox WHERE tenant=?", [tenant]
+            if state is not None:
+                q += " AND state=?"
+                args.append(state.value)
+            if kind:
+                q += " AND kind=?"
+                args.append(kind)
+            q += " ORDER BY created_at DESC, id LIMIT ?"
+            args.append(max(0, int(limit)))
+            return [_record(OutboxRecord, r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def redeliver_outbox(
+        self, tenant: str, message_id: str, now: float, *, kind: str | None = None
+    ) -> OutboxRecord:
+        def tx(c: sqlite3.Connection) -> OutboxRecord:
+            row = c.execute("SELECT * FROM outbox WHERE tenant=? AND id=?", (tenant, message_id)).fetchone()
+            if row is None or (kind is not None and row["kind"] != kind):
+                raise NotFoundError(f"delivery {message_id!r} not found")
+            if row["state"] == OutboxState.PENDING.value:
+                raise DeliveryPendingError(f"delivery {message_id!r} is still pending (next attempt scheduled)")
+            c.execute(
+                "UPDATE outbox SET state=?, attempts=0, next_attempt_at=?, lease_until=0, delivered_at=NULL WHERE id=?",
+                (OutboxState.PENDING.value, now, message_id),
+            )
+            return _record(
+                OutboxRecord,
+                row,
+                state=OutboxState.PENDING,
+                attempts=0,
+                next_attempt_at=now,
+                lease_until=0.0,
+                delivered_at=None,
+            )
+
+        return await self._run(tx)
+
+    async def outbox_counts(self) -> dict[tuple[str, str], int]:
+        def tx(c: sqlite3.Connection) -> dict[tuple[str, str], int]:
+            rows = c.execute("SELECT kind, state, COUNT(*) FROM outbox GROUP BY kind, state").fetchall()
+            return {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
 
         return await self._run(tx)
 

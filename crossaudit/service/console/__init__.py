@@ -1,0 +1,142 @@
+"""The review console: a small web UI for reviewers, served by ``crossaudit serve --console-port``.
+
+Starlette + Jinja2 on uvicorn, in the same asyncio loop as the grpc.aio server (started by
+:func:`start_console`, stopped with the server). No JavaScript, no external assets: one static
+stylesheet served by the app. Pages and security design: :mod:`crossaudit.service.console.app`
+and docs/review-console.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.service.auth import Authenticator
+from crossaudit.service.config import LOOPBACK_HOSTS, ServerConfig
+from crossaudit.service.records import Records
+
+log = logging.getLogger("crossaudit.console")
+START_TIMEOUT_S = 10.0  # uvicorn's startup on a bound socket
+STOP_TIMEOUT_S = 5.0  # open connections get this long when the server stops
+KEEP_ALIVE_S = 5
+
+
+def check_console_config(config: ServerConfig) -> None:
+    """The console takes API keys in a form: beyond loopback only over TLS."""
+    if config.console_port is None:
+        return
+    if not 0 <= config.console_port <= 65535:
+        raise ConfigurationError(f"invalid --console-port {config.console_port}")
+    if config.console_host not in LOOPBACK_HOSTS and not (config.tls_cert and config.tls_key):
+        raise ConfigurationError(
+            f"the console signs in with API keys: serve it on {config.console_host!r} only with "
+            "--tls-cert/--tls-key (or keep --console-host on loopback)"
+        )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise ConfigurationError(f"cannot serve the console on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise ConfigurationError(
+            f"cannot serve the console on {host}:{port} (in use, or not a local address): {e.strerror or e}"
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class ConsoleServer:
+    host: str
+    port: int
+    tls: bool
+    server: Any  # uvicorn.Server
+    task: asyncio.Task[None]
+    app: Any  # ConsoleApp
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), STOP_TIMEOUT_S + 1)
+        except (TimeoutError, asyncio.CancelledError):
+            self.task.cancel()
+        except Exception:
+            log.exception("the console stopped with an error")
+
+
+async def start_console(config: ServerConfig, records: Records, auth: Authenticator) -> ConsoleServer:
+    """Bind the console's port and serve it in this loop (returns once it accepts requests)."""
+    import uvicorn
+
+    from crossaudit.service.console.app import ConsoleApp
+
+    check_console_config(config)
+    assert config.console_port is not None
+    tls = bool(config.tls_cert and config.tls_key)
+    app = ConsoleApp(records, auth, config.console_limits, tls=tls)
+
+    class Server(uvicorn.Server):
+        """uvicorn without its signal handlers: ``crossaudit serve`` owns SIGINT/SIGTERM."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+            pass
+
+    sock = _bind(config.console_host, config.console_port)
+    uv_config = uvicorn.Config(
+        app.asgi,
+        lifespan="off",
+        http="h11",
+        ws="none",
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+        limit_concurrency=config.console_limits.max_concurrent_requests,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=int(STOP_TIMEOUT_S),
+        ssl_certfile=str(Path(config.tls_cert)) if tls and config.tls_cert else None,
+        ssl_keyfile=str(Path(config.tls_key)) if tls and config.tls_key else None,
+    )
+    server = Server(uv_config)
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="review-console")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_TIMEOUT_S
+    while not server.started:
+        if task.done():
+            sock.close()
+            exc = task.exception()
+            raise ConfigurationError(f"the console did not start: {exc or 'it stopped'}")
+        if loop.time() > deadline:
+            server.should_exit = True
+            task.cancel()
+            sock.close()
+            raise ConfigurationError("the console did not start in time")
+        await asyncio.sleep(0.01)
+    port = sock.getsockname()[1]
+    return ConsoleServer(config.console_host, port, tls, server, task, app)

@@ -1,0 +1,289 @@
+"""Webhooks of ``custom`` actions through a real server to a real receiver on loopback:
+signed and rendered, retried until the receiver answers, kept across ``kill -9``, dead-lettered
+and redelivered from the CLI; and the decision log to JSONL files and to an HTTP endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crossaudit import Client
+from crossaudit.service.outbox import signing
+from tests.e2e.conftest import ROOT, ServerProcess
+from tests.webhook_receiver import Receiver, Reply
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+KEY = "acme-key-0123456789abcdef"
+SIGNING_SECRET = "whsec_" + "c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz"  # base64 of "signing-secret-for-tests"
+HOOK_TOKEN = "hook-token-value-42"
+WAIT_S = 45.0  # bound on waiting for a delivery (backoff included)
+
+
+def keys_file(receiver_port: int) -> str:
+    return f"""
+tenants:
+  acme:
+    keys: [{KEY}]
+    secrets: {{HOOK_TOKEN: {{env: ACME_HOOK_TOKEN}}}}
+    webhooks:
+      allow: ["http://127.0.0.1:{receiver_port}"]
+      allow_networks: ["127.0.0.1/32"]
+      signing_secret: {{env: ACME_SIGNING_SECRET}}
+"""
+
+
+def policy(receiver_port: int, name: str = "hooks") -> str:
+    return f"""
+name: {name}
+description: custom actions send webhooks
+version: "1.0"
+evaluators:
+  - name: has_bad
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {{"score": 0.0 if "bad" in response else 1.0}}
+rules:
+  - name: notify_security
+    evaluator: has_bad
+    threshold: 0.5
+    action: custom
+    action_config:
+      webhook_url: "http://127.0.0.1:{receiver_port}/policy-violation"
+      method: POST
+      headers:
+        Authorization: "Bearer ${{HOOK_TOKEN}}"
+        webhook-signature: "forged"
+      payload:
+        violation_type: "{{{{rule.name}}}}"
+        content_hash: "{{{{content.hash}}}}"
+        timestamp: "{{{{timestamp}}}}"
+"""
+
+
+LOGGED = """
+name: logged
+description: every decision goes to the decision log
+version: "1.0"
+evaluators:
+  - name: has_bad
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 0.0 if "bad" in response else 1.0}
+rules:
+  - name: notify_security
+    evaluator: has_bad
+    threshold: 0.5
+    action: flag
+"""
+
+
+def server(tmp: Path, receiver: Receiver, *extra: str) -> ServerProcess:
+    return ServerProcess(
+        tmp,
+        keys_text=keys_file(receiver.port),
+        env={"ACME_SIGNING_SECRET": SIGNING_SECRET, "ACME_HOOK_TOKEN": HOOK_TOKEN},
+        extra=extra,
+    )
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def wait_state(c: Client, delivery_id: str, state: str, timeout: float = WAIT_S) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [m for m in c.list_deliveries() if m.id == delivery_id]
+        if found and found[0].state.value == state:
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError(f"delivery {delivery_id} not {state} after {timeout}s: {c.list_deliveries()}")
+
+
+def test_one_delivery_signed_with_the_rendered_payload_and_granted_secret(tmp_path: Path, receiver: Receiver) -> None:
+    srv = server(tmp_path, receiver)
+    srv.start()
+    try:
+        with Client(srv.address, api_key=KEY) as c:
+            c.deploy_policy(policy(receiver.port))
+            d = c.evaluate("hooks", "p", "a bad answer", timeout=20)
+            assert d.action.value == "custom" and not d.passed
+            [req] = receiver.wait_for(1, answered=200)
+            [delivery] = c.list_deliveries()
+            wait_state(c, delivery.id, "delivered")
+            assert c.evaluate("hooks", "p", "a fine answer", timeout=20).passed
+            time.sleep(1.0)
+            assert len(c.list_deliveries()) == 1  # a passing rule sends nothing
+        with urllib.request.urlopen(f"http://{srv.metrics_address}/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+    finally:
+        srv.stop()
+    assert 'crossaudit_delivery_attempts_total{kind="webhook",outcome="delivered"} 1.0' in metrics
+    assert (req.method, req.path) == ("POST", "/policy-violation")
+    assert req.headers["webhook-id"] == delivery.id
+    signing.verify(SIGNING_SECRET, req.headers, req.body)  # the policy's forged header was replaced
+    assert req.headers["authorization"] == f"Bearer {HOOK_TOKEN}"  # ${HOOK_TOKEN} from the tenant's grant
+    assert req.headers["content-type"] == "application/json"
+    body = json.loads(req.body)
+    assert body["violation_type"] == "notify_security"
+    assert len(body["content_hash"]) == 64 and body["timestamp"]
+    # The secret never reached the database: the row keeps the reference.
+    db = (srv.data_dir / "data" / "crossaudit.db").read_bytes()
+    assert HOOK_TOKEN.encode() not in db and b"${HOOK_TOKEN}" in db
+
+
+def test_receiver_down_then_up_is_retried_until_delivered(tmp_path: Path) -> None:
+    probe = Receiver()
+    port = probe.port
+    probe.close()  # nothing listens on the port now: connection refused
+    srv = ServerProcess(
+        tmp_path,
+        keys_text=keys_file(port),
+        env={"ACME_SIGNING_SECRET": SIGNING_SECRET, "ACME_HOOK_TOKEN": HOOK_TOKEN},
+    )
+    srv.start()
+    try:
+        with Client(srv.address, api_key=KEY) as c:
+            c.deploy_policy(policy(port))
+            c.evaluate("hooks", "p", "bad", timeout=20)
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                [m] = c.list_deliveries()
+                if m.attempts >= 2:
+                    break
+                time.sleep(0.2)
+            assert m.state.value == "pending" and m.attempts >= 2 and "Connect" in m.last_error, m
+            up = Receiver(port)  # the receiver comes back on the same port
+            try:
+                up.script = [Reply(503, {"Retry-After": "1"})]  # one more refusal, with Retry-After
+                got = up.wait_for(2, timeout=WAIT_S)
+                final = wait_state(c, m.id, "delivered")
+            finally:
+                up.close()
+    finally:
+        srv.stop()
+    assert [r.answered for r in got[:2]] == [503, 200]
+    assert got[0].headers["webhook-id"] == got[1].headers["webhook-id"] == m.id  # one id across retries
+    assert final.attempts >= 4  # type: ignore[attr-defined]
+
+
+def test_kill_9_before_delivery_delivers_after_restart_and_loses_nothing(tmp_path: Path, receiver: Receiver) -> None:
+    # The receiver holds its answers, so every delivery is in flight (or not yet tried) at the kill.
+    receiver.script = [Reply(200, delay_s=30.0) for _ in range(5)]
+    srv = server(tmp_path, receiver)
+    srv.start()
+    with Client(srv.address, api_key=KEY) as c:
+        c.deploy_policy(policy(receiver.port))
+        decisions = [c.evaluate("hooks", "p", f"bad {i}", timeout=20).decision_id for i in range(5)]
+    srv.kill()
+    receiver.release.set()  # the held requests end; their caller is gone
+    receiver.script = []
+    held = len(receiver.requests)
+    srv.start()
+    try:
+        with Client(srv.address, api_key=KEY) as c:
+            deliveries = c.list_deliveries()
+            assert sorted(m.decision_id for m in deliveries) == sorted(decisions)
+            for m in deliveries:
+                wait_state(c, m.id, "delivered")
+    finally:
+        srv.stop()
+    delivered = {r.headers["webhook-id"] for r in receiver.requests[held:] if r.answered == 200}
+    assert {m.id for m in deliveries} <= delivered
+
+
+def test_dead_letter_then_redelivery_from_the_cli(tmp_path: Path, receiver: Receiver) -> None:
+    receiver.script = [Reply(410)]  # gone: no point retrying
+    srv = server(tmp_path, receiver)
+    srv.start()
+    try:
+        with Client(srv.address, api_key=KEY) as c:
+            c.deploy_policy(policy(receiver.port))
+            c.evaluate("hooks", "p", "bad", timeout=20)
+            [m] = c.list_deliveries()
+            dead = wait_state(c, m.id, "dead")
+            assert dead.attempts == 1 and dead.last_status == 410  # type: ignore[attr-defined]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
+            env |= {"CROSSAUDIT_SERVER": srv.address, "CROSSAUDIT_API_KEY": KEY}
+            cli = [sys.executable, "-m", "crossaudit.cli", "webhooks"]
+            listing = subprocess.run(
+                [*cli, "list", "--state", "dead"],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                timeout=60,
+                check=False,
+            )
+            assert listing.returncode == 0 and m.id in listing.stdout and "HTTP 410" in listing.stdout
+            out = subprocess.run(
+                [*cli, "redeliver", m.id], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False
+            )
+            assert out.returncode == 0, out.stderr
+            assert f"delivery {m.id} queued again" in out.stdout
+            wait_state(c, m.id, "delivered")
+            again = subprocess.run(
+                [*cli, "redeliver", "no-such-delivery"],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                timeout=60,
+                check=False,
+            )
+            assert again.returncode != 0 and "not found" in again.stderr and "Traceback" not in again.stderr
+    finally:
+        srv.stop()
+    assert [r.answered for r in receiver.requests] == [410, 200]
+
+
+def test_decision_log_reaches_jsonl_files_and_an_http_endpoint(tmp_path: Path, receiver: Receiver) -> None:
+    log_dir = tmp_path / "decision-log"
+    srv = server(tmp_path, receiver, "--decision-log-dir", str(log_dir), "--decision-log-url", f"{receiver.url}/logs")
+    srv.start()
+    try:
+        with Client(srv.address, api_key=KEY) as c:
+            c.deploy_policy(LOGGED)
+            ids = {c.evaluate("logged", "p", text, timeout=20).decision_id for text in ("bad", "fine", "bad again")}
+            audit = {d.decision_id: d for d in c.list_decisions()}
+        deadline = time.monotonic() + WAIT_S
+        entries: list[dict] = []
+        while time.monotonic() < deadline:
+            entries = [
+                json.loads(line)
+                for f in sorted(log_dir.glob("decisions-*.jsonl"))
+                for line in f.read_text().splitlines()
+            ]
+            if {e["decision_id"] for e in entries} >= ids:
+                break
+            time.sleep(0.2)
+        posted = [e for r in receiver.wait_for(1) if r.path == "/logs" for e in json.loads(r.body)]
+        deadline = time.monotonic() + WAIT_S
+        while {e["decision_id"] for e in posted} < ids and time.monotonic() < deadline:
+            time.sleep(0.2)
+            posted = [e for r in receiver.requests if r.path == "/logs" for e in json.loads(r.body)]
+    finally:
+        srv.stop()
+    assert {e["decision_id"] for e in entries} == ids == {e["decision_id"] for e in posted}
+    for e in entries:
+        assert e["schema_version"] == 1 and e["tenant"] == "acme" and e["policy"] == "logged"
+        assert e["passed"] == audit[e["decision_id"]].passed
+        assert e["rules"][0]["rule"] == "notify_security" and "prompt" not in e  # hashes only by default
+    assert oct((log_dir / next(log_dir.glob("*.jsonl")).name).stat().st_mode & 0o777) == "0o600"
+    assert all(r.headers.get("content-encoding") == "gzip" for r in receiver.requests if r.path == "/logs")

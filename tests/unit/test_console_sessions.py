@@ -1,0 +1,88 @@
+"""Review console sessions: idle and absolute expiry, bounded table, sign-in throttling, CSRF tokens."""
+
+from __future__ import annotations
+
+from crossaudit.service.config import ConsoleLimits
+from crossaudit.service.console.app import ConsoleApp, parse_time
+from crossaudit.service.console.sessions import Sessions, tokens_match
+from crossaudit.service.principals import Principal, Role
+
+ALICE = Principal("acme", Role.REVIEWER, "alice", frozenset({"content_moderator"}))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sessions_expire_when_idle_and_when_old() -> None:
+    clock = Clock()
+    sessions = Sessions(ConsoleLimits(session_idle_s=60, session_max_age_s=300), clock=clock)
+    sid, session = sessions.create(ALICE)
+    assert sessions.get(sid) is session and session.principal == ALICE
+    clock.now += 59
+    assert sessions.get(sid) is session  # use keeps it alive
+    clock.now += 61
+    assert sessions.get(sid) is None and len(sessions) == 0  # idle too long: gone
+    sid, _ = sessions.create(ALICE)
+    for _ in range(6):
+        clock.now += 55
+        alive = sessions.get(sid)
+    assert alive is None  # used all along, but older than session_max_age_s
+    assert sessions.get("") is None and sessions.get("unknown") is None
+
+
+def test_ids_are_fresh_the_table_is_bounded_and_sign_out_forgets() -> None:
+    sessions = Sessions(ConsoleLimits(max_sessions=2))
+    a, sa = sessions.create(ALICE)
+    b, _ = sessions.create(ALICE)
+    assert a != b and len(a) >= 40 and sa.csrf not in (a, b)
+    c, _ = sessions.create(ALICE)
+    assert sessions.get(a) is None and sessions.get(b) and sessions.get(c)  # the least recently used went
+    sessions.drop(c)
+    assert sessions.get(c) is None
+
+
+def test_sign_in_failures_are_throttled_per_address_for_a_minute() -> None:
+    clock = Clock()
+    sessions = Sessions(ConsoleLimits(signin_failures_per_minute=3), clock=clock)
+    for _ in range(3):
+        assert not sessions.throttled("10.0.0.1")
+        sessions.failed("10.0.0.1")
+    assert sessions.throttled("10.0.0.1") and not sessions.throttled("10.0.0.2")
+    clock.now += 61
+    assert not sessions.throttled("10.0.0.1")
+
+
+def test_csrf_tokens_compare_in_constant_time_and_never_match_empty() -> None:
+    assert tokens_match("abc", "abc") and not tokens_match("abc", "abd")
+    assert not tokens_match("abc", None) and not tokens_match("", "")
+
+
+def test_after_sign_in_only_local_paths_and_times_parse_as_utc() -> None:
+    assert ConsoleApp._next("/decisions/x?resolved=1") == "/decisions/x?resolved=1"
+    for bad in ("//evil.example/x", "https://evil.example", "/\\evil.example", "", None):
+        assert ConsoleApp._next(bad) == "/queue"
+    assert parse_time("1970-01-01T00:01", "since") == 60.0
+    assert parse_time("  ", "since") is None and parse_time("120.5", "until") == 120.5
+
+
+def test_the_console_leaves_loopback_only_with_tls(tmp_path) -> None:
+    import pytest
+
+    from crossaudit.kernel.errors import ConfigurationError
+    from crossaudit.service.config import ServerConfig
+    from crossaudit.service.console import check_console_config
+
+    check_console_config(ServerConfig(console_port=8081))
+    check_console_config(ServerConfig(console_port=None, console_host="0.0.0.0"))
+    with pytest.raises(ConfigurationError, match="only with --tls-cert/--tls-key"):
+        check_console_config(ServerConfig(console_port=8081, console_host="0.0.0.0"))
+    check_console_config(
+        ServerConfig(console_port=8081, console_host="0.0.0.0", tls_cert=tmp_path / "c", tls_key=tmp_path / "k")
+    )
+    with pytest.raises(ConfigurationError, match="invalid --console-port"):
+        check_console_config(ServerConfig(console_port=70000))
