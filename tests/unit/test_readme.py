@@ -83,3 +83,23 @@ def test_architecture_doc_names_only_modules_that_exist() -> None:
     assert named, "docs/architecture.md names no modules"
     missing = sorted(n for n in named if not (ROOT / "crossaudit" / n).exists() and not (ROOT / n).exists())
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+def test_keys_files_shown_in_the_readme_load_as_described(tmp_path: Path, monkeypatch) -> None:
+    """Every API-keys file the README shows is accepted, with the roles and grants it claims."""
+    from crossaudit.service.auth import Authenticator
+    from crossaudit.service.principals import Role
+
+    monkeypatch.setenv("ACME_WEBHOOK_SIGNING", "a-signing-secret-of-32-characters")
+    files = [b for b in blocks(README, "yaml") if "tenants:" in b]
+    assert len(files) >= 2
+    for i, text in enumerate(files):
+        path = tmp_path / f"keys{i}.yaml"
+        path.write_text(text)
+        path.chmod(0o600)
+        auth = Authenticator.from_file(path)
+        assert "acme" in auth.tenants
+    alice = auth.principal_for_key("acme-alice-key-at-least-16")
+    assert (alice.role, alice.name, tuple(alice.reviewer_roles)) == (Role.REVIEWER, "alice", ("content_moderator",))
+    assert auth.principal_for_key("acme-checkout-key-16chars").role is Role.SERVICE
+    assert auth.grants.webhook("acme").url_problem("https://hooks.acme.example/violations") is None
