@@ -68,7 +68,9 @@ class PolicyCatalog:
         self.limits = limits
         self.grants = grants
         self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
-        self._deployed: dict[tuple[str, str, str], int] = {}
+        # (tenant, name, env) -> (deployed version, monotonic time it was read): another replica
+        # may deploy or roll back, so an entry is trusted for ``deployment_recheck_s`` only.
+        self._deployed: dict[tuple[str, str, str], tuple[int, float]] = {}
 
     def _name(self, value: str, what: str) -> str:
         return inputs.required(value, what, self.limits.max_name_length)
@@ -100,7 +102,7 @@ class PolicyCatalog:
             content=content,
             environment=env,
         )
-        self._deployed[(tenant, policy.name, env)] = version.version
+        self._deployed[(tenant, policy.name, env)] = (version.version, time.monotonic())
         self._cache(tenant, version, policy)
         log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
         return version, deployment, created
@@ -129,22 +131,24 @@ class PolicyCatalog:
         if to_version:  # the target must still be a valid policy for this tenant
             await self._load(tenant, await self.store.get_policy_version(tenant, name, to_version))
         dep, previous = await self.store.rollback_policy(tenant, name, env, to_version or None)
-        self._deployed[(tenant, name, env)] = dep.version
+        self._deployed[(tenant, name, env)] = (dep.version, time.monotonic())
         log.info("tenant %s rolled %s back to v%d in %s", tenant, name, dep.version, env)
         return dep, previous
 
     async def deployed_policy(self, tenant: str, name: str, env: str) -> tuple[PolicyVersionRecord, Policy]:
-        """The version deployed in ``env``, loaded (from the cache when this process deployed or
-        loaded it; the store stays the truth for what is deployed)."""
-        version = self._deployed.get((tenant, name, env))
-        if version is not None:
-            hit = self._policies.get((tenant, name, version))
+        """The version deployed in ``env``, loaded. The store is the truth for what is deployed:
+        this process trusts what it last read for ``deployment_recheck_s`` (so a deploy or
+        rollback on another replica sharing the store applies here within that bound), and its
+        parsed policies are cached by immutable version."""
+        cached = self._deployed.get((tenant, name, env))
+        if cached is not None and time.monotonic() - cached[1] < self.limits.deployment_recheck_s:
+            hit = self._policies.get((tenant, name, cached[0]))
             if hit is not None:
-                self._policies.move_to_end((tenant, name, version))
+                self._policies.move_to_end((tenant, name, cached[0]))
                 return hit.record, hit.policy
         rec = await self.store.get_deployed_policy(tenant, name, env)
         policy = await self._load(tenant, rec)
-        self._deployed[(tenant, name, env)] = rec.version
+        self._deployed[(tenant, name, env)] = (rec.version, time.monotonic())
         return rec, policy
 
     async def _resolve_uploads(self, tenant: str, policy: Policy) -> None:

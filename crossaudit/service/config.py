@@ -35,6 +35,10 @@ class ServiceLimits:
     max_api_keys_file_bytes: int = 1024 * 1024
     min_api_key_length: int = 16
     policy_cache_entries: int = 256  # parsed policies kept per process
+    # How long a process trusts the deployed version it last read: a deploy or rollback made by
+    # another replica sharing the store is in effect here within this bound (one indexed read
+    # per policy and environment per interval).
+    deployment_recheck_s: float = 1.0
     upload_timeout_s: float = 1_800.0  # validation + image build of one upload
     max_concurrent_uploads_per_tenant: int = 2  # image builds are heavy: more = RESOURCE_EXHAUSTED
     # Struct/list nesting of a request's Struct (Evaluate context); deeper is INVALID_ARGUMENT.

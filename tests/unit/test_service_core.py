@@ -308,3 +308,27 @@ async def test_uploads_are_prepared_and_limited_per_tenant(store: SQLiteStore) -
     assert created and other[1] and events == [("building", 0.5)]
     assert len(box.prepared) == 2
     await svc.upload_evaluator("t1", name="c", code=CODE)  # the slot is free again
+
+
+async def test_a_deploy_by_another_replica_applies_within_the_recheck_bound(tmp_path: Path) -> None:
+    """Two services on one store (as two replicas on one database): B follows A's deploys and
+    rollbacks once it re-reads, which it does every ``deployment_recheck_s``."""
+    limits = ServiceLimits(deployment_recheck_s=0.3)
+    store_a, store_b = SQLiteStore(tmp_path / "db.sqlite"), SQLiteStore(tmp_path / "db.sqlite")
+    try:
+        a = service(store_a, ScriptedEngine(), limits=limits)
+        b = service(store_b, ScriptedEngine(), limits=limits)
+        await a.deploy_policy("t1", POLICY)
+        assert (await b.evaluate("t1", policy="p", prompt="", response="")).revision == 1
+        await a.deploy_policy("t1", POLICY.replace('version: "1.0"', 'version: "2.0"'))
+        for _ in range(200):  # bounded: converges once B re-reads (the bound itself is measured, not asserted)
+            if (await b.evaluate("t1", policy="p", prompt="", response="")).revision == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert (await b.evaluate("t1", policy="p", prompt="", response="")).revision == 2
+        await a.rollback_policy("t1", "p")
+        await asyncio.sleep(limits.deployment_recheck_s)
+        assert (await b.evaluate("t1", policy="p", prompt="", response="")).revision == 1
+    finally:
+        await store_a.aclose()
+        await store_b.aclose()
