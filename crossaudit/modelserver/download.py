@@ -25,7 +25,6 @@ from crossaudit.modelserver.store import DEFAULT_LIMITS, PRIVATE_FILE_MODE, Mode
 # torch.hub.HASH_REGEX: "<name>-<sha256 prefix>.<ext>" (at least 8 hex digits, as torch.hub checks)
 _HUB_HASH_RE = re.compile(r"-([a-f0-9]{8,64})\.")
 _SHA256_RE = re.compile(r"[a-f0-9]{64}")
-_CHUNK = 1024 * 1024
 USER_AGENT = "crossaudit-models"
 
 
@@ -70,10 +69,20 @@ def download(
     connect = limits.download_connect_timeout_s
     timeout = httpx.Timeout(limits.download_read_timeout_s, connect=connect, pool=connect)
     digest, size = hashlib.sha256(), 0
+
+    def no_downgrade(request: httpx.Request) -> None:
+        # Runs for each request, redirects included: an https source that redirects to plain http
+        # would let anyone on the path swap a pickled checkpoint (or a pipeline whose source
+        # publishes no hash). Refused before that request is sent.
+        if urlsplit(url).scheme == "https" and request.url.scheme != "https":
+            raise DownloadError(
+                f"downloading {url} refused: it redirects from https to {request.url.scheme}://{request.url.host}"
+            )
+
     try:
         with httpx.Client(
             follow_redirects=True, max_redirects=limits.max_redirects, timeout=timeout,
-            headers={"User-Agent": USER_AGENT},
+            headers={"User-Agent": USER_AGENT}, event_hooks={"request": [no_downgrade]},
         ) as client, client.stream("GET", url) as resp:
             if resp.status_code == 404 and optional:
                 return None
@@ -87,7 +96,10 @@ def download(
             linked = resp.headers.get("x-linked-etag", "").strip('"').lower()
             fd = os.open(dest, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
             with os.fdopen(fd, "wb") as fh:
-                for chunk in resp.iter_bytes(_CHUNK):
+                # No chunk size: iter_bytes(n) yields only once n bytes have arrived, so a server
+                # trickling a byte per second would never reach the deadline check below (the read
+                # timeout only bounds silence). Unsized, each network read is a chunk and is checked.
+                for chunk in resp.iter_bytes():
                     size += len(chunk)
                     if size > limits.max_file_bytes:
                         raise DownloadError(f"downloading {url} stopped: more than {limits.max_file_bytes} bytes")

@@ -26,6 +26,8 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +204,9 @@ def locate_detoxify(
         url = sources.detoxify_url(variant, environ) if ckpt is None else sources.hub_url(
             release.base_model, "config.json", environ
         )
-        failure = _download(lambda: sources.pull(store, sources.DETOXIFY, variant, environ=environ), environ)
+        failure = _download(
+            lambda: sources.pull(store, sources.DETOXIFY, variant, environ=environ), environ, f"{store.root} {url}"
+        )
         if failure is None:
             got_ck, got_hf = from_store(record=False)
             ckpt, hf = ckpt or got_ck, hf or got_hf
@@ -294,13 +298,20 @@ def find_spacy_pipeline(language: str, environ: Mapping[str, str], *, download: 
         f"`crossaudit models import {package} DIR` (a local pipeline directory, the one with config.cfg)",
         f"`python -m spacy download {package}` (installs it as a Python package)",
     ]
-    if download:
+    allowed = sources.spacy_download_languages(environ)
+    if download and not environ.get(sources.ENV_SPACY_PACKAGE, "").strip() and language.lower() not in allowed:
+        tried.add(
+            "a download of the official release",
+            f"skipped: a call downloads pipelines for {', '.join(allowed) or 'no language'} only "
+            f"(${sources.ENV_SPACY_DOWNLOAD_LANGUAGES}); the operator pulls this one",
+        )
+    elif download:
         try:
             url = sources.spacy_wheel_url(package, environ)
         except CrossAuditError as exc:
             tried.add("a download of the official release", f"skipped: {exc.message}")
         else:
-            failure = _download(lambda: sources.pull(store, package, environ=environ), environ)
+            failure = _download(lambda: sources.pull(store, package, environ=environ), environ, f"{store.root} {url}")
             if failure is None:
                 if (found := from_store(record=False)) is not None:
                     return found, ""
@@ -309,15 +320,40 @@ def find_spacy_pipeline(language: str, environ: Mapping[str, str], *, download: 
     return None, tried.render(fixes)
 
 
-def _download(action: Callable[[], object], environ: Mapping[str, str]) -> str | None:
-    """Run a pull for step 4; None when it succeeded, else what to report (offline, or the failure)."""
+# A call-time download that failed is not tried again for this long. Resolution runs at each call
+# of an evaluator that has no model yet, and a tenant chooses what is looked for (a Presidio
+# `language` names the spaCy package): without this, every call of a policy naming a package
+# with no release (404) or a source that is down would make the server send its request again.
+# `crossaudit models pull` does not go through here, so the operator can retry at once.
+FAILED_DOWNLOAD_RETRY_S = 60.0
+_MAX_FAILED_REMEMBERED = 1024
+_failed: dict[str, tuple[float, str]] = {}  # key -> (monotonic time, what was reported)
+_failed_lock = threading.Lock()
+
+
+def _download(action: Callable[[], object], environ: Mapping[str, str], key: str = "") -> str | None:
+    """Run a pull for step 4; None when it succeeded, else what to report (offline, or the failure).
+    ``key`` names the download (store and URL): its failure is reported again, without a new
+    attempt, for :data:`FAILED_DOWNLOAD_RETRY_S`."""
     offline = sources.offline_setting(environ)
     if offline:
         return f"skipped, offline mode is on ({offline})"
+    now = time.monotonic()
+    with _failed_lock:
+        seen = _failed.get(key) if key else None
+    if seen is not None and now - seen[0] < FAILED_DOWNLOAD_RETRY_S:
+        return f"{seen[1]} (not retried for {FAILED_DOWNLOAD_RETRY_S:.0f} s; `crossaudit models pull` retries now)"
     try:
         action()
     except CrossAuditError as exc:
-        return f"failed: {exc.message}"
+        failure = f"failed: {exc.message}"
     except OSError as exc:
-        return f"failed: {type(exc).__name__}: {exc}"
-    return None
+        failure = f"failed: {type(exc).__name__}: {exc}"
+    else:
+        return None
+    if key:
+        with _failed_lock:
+            if len(_failed) >= _MAX_FAILED_REMEMBERED:
+                _failed.clear()
+            _failed[key] = (now, failure)
+    return failure

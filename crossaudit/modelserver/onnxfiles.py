@@ -30,6 +30,7 @@ SIDECAR_FILE = "detoxify-onnx.json"
 ACTIVATIONS = ("sigmoid", "softmax")
 MAX_SIDECAR_BYTES = 64 * 1024  # a sidecar is a few hundred bytes; a larger one is refused unread
 MAX_LABELS = 64  # Detoxify predicts 6-16 labels
+MAX_LENGTH = 1_000_000  # tokens; Detoxify's models truncate at 512
 
 
 @dataclass(frozen=True)
@@ -90,17 +91,24 @@ def read_sidecar(directory: str | os.PathLike[str]) -> Sidecar:
             raise ValueError(f"activation must be one of {ACTIVATIONS}")
         if not isinstance(files, dict) or any(MODEL_FILES.get(k) != v for k, v in files.items()):
             raise ValueError(f"files must map precisions to {MODEL_FILES}")
+        max_length = int(doc["max_length"])
+        # A truncation length of 0 (or less) would feed the graph nothing of any text: every text
+        # would get the same score, silently. A real one is a few hundred tokens.
+        if not 1 <= max_length <= MAX_LENGTH:
+            raise ValueError(f"max_length must be 1 to {MAX_LENGTH}")
         return Sidecar(
             labels=labels,
             activation=activation,
-            max_length=int(doc["max_length"]),
+            max_length=max_length,
             inputs=tuple(str(x) for x in doc["inputs"]),
             pad_id=int(doc.get("pad_id", 0)),
             pad_token=str(doc.get("pad_token", "[PAD]")),
             precisions=tuple(files),
             source=dict(doc.get("source") or {}),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    # RecursionError: JSON nested deeper than the parser's stack fits in 64 KiB; OverflowError: a
+    # number such as 1e999 (infinity) given where an integer is expected. Both are a bad sidecar.
+    except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
         raise ConfigurationError(f"detoxify: {path!r} is not a valid ONNX export sidecar: {exc}") from None
 
 

@@ -50,6 +50,11 @@ DEFAULT_SPACY_MODELS_URL = "https://github.com/explosion/spacy-models/releases/d
 ENV_SPACY_MODEL_VERSION = "CROSSAUDIT_SPACY_MODEL_VERSION"
 ENV_SPACY_PACKAGE = "CROSSAUDIT_SPACY_PACKAGE"
 ENV_OFFLINE = "CROSSAUDIT_OFFLINE"
+# Languages whose spaCy pipeline a call may download on its own (comma-separated). A tenant's
+# Presidio `language` picks the package, so without a bound a policy could make the server fetch
+# every language's ~500 MB release; the operator pulls any other (`crossaudit models pull`).
+ENV_SPACY_DOWNLOAD_LANGUAGES = "CROSSAUDIT_SPACY_DOWNLOAD_LANGUAGES"
+DEFAULT_SPACY_DOWNLOAD_LANGUAGES = ("en",)
 HF_OFFLINE = "HF_HUB_OFFLINE"
 
 DETOXIFY = "detoxify"
@@ -135,6 +140,14 @@ def spacy_package(language: str, environ: Mapping[str, str]) -> str:
     """The spaCy package a Presidio config of ``language`` uses when it names no pipeline."""
     configured = environ.get(ENV_SPACY_PACKAGE, "").strip()
     return configured or _SPACY_DEFAULTS.get(language, f"{language}_core_news_lg")
+
+
+def spacy_download_languages(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The languages whose pipeline a call may download (``CROSSAUDIT_SPACY_DOWNLOAD_LANGUAGES``)."""
+    raw = environ.get(ENV_SPACY_DOWNLOAD_LANGUAGES)
+    if raw is None:
+        return DEFAULT_SPACY_DOWNLOAD_LANGUAGES
+    return tuple(dict.fromkeys(x.strip().lower() for x in raw.split(",") if x.strip()))
 
 
 def spacy_model_version(environ: Mapping[str, str]) -> str:

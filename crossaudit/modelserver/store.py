@@ -253,7 +253,9 @@ class ModelStore:
                 directory=directory,
                 extra={k: v for k, v in doc.items() if k not in known},
             )
-        except (OSError, ValueError, KeyError, TypeError, InvalidInputError) as exc:
+        # RecursionError (JSON nested deeper than the parser's stack) and OverflowError (a size of
+        # 1e999) are a damaged manifest too: one typed error, never a traceback from `models list`.
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, OverflowError, InvalidInputError) as exc:
             raise ConfigurationError(
                 f"model store manifest {manifest} is unreadable ({type(exc).__name__}: {exc}): "
                 "remove the entry and pull or import it again"
