@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # The builtins' configs live one module per builtin (see crossaudit.kernel.builtins); re-exported as DSL types.
 from crossaudit.kernel.builtins import BUILTIN_MODELS as BUILTIN_MODELS
@@ -300,6 +300,12 @@ class Rule(Strict):
     settings: RuleSettings = Field(default_factory=RuleSettings, description="Rule-specific settings")
     fallback: Fallback | None = Field(default=None, description="Error handling")
     feedback_config: FeedbackConfig | None = Field(default=None, description="Feedback loop")
+    on_disagreement: DisagreementConfig | None = Field(
+        default=None,
+        description="Multi-evaluator rules: 'require_review' sends a split vote (some evaluators pass, some "
+        "fail, score spread >= min_spread) to a reviewer instead of deciding it; 'decide' (default) combines "
+        "it by consensus_strategy. The object form sets min_spread and the review's reviewer_role and times",
+    )
 
     _typed_action: Any = PrivateAttr(default=None)
 
@@ -413,6 +419,29 @@ class RequireReviewConfig(ActionConfigBase):
     reviewer_role: str | None = Field(default=None, description="Role allowed to resolve the review")
     max_review_time: Duration | None = Field(default=None, description="Review deadline")
     auto_approve_after: Duration | None = Field(default=None, description="Approve automatically after this")
+
+
+class DisagreementConfig(RequireReviewConfig):
+    """``on_disagreement`` of a multi-evaluator rule (string form: the action alone)."""
+
+    action: Literal["require_review", "decide"] = Field(
+        default="require_review", description="require_review: send split votes to a reviewer; decide: do not"
+    )
+    min_spread: float = Field(
+        default=0.3,
+        ge=0.0,
+        le=1.0,
+        description="Smallest spread (highest minus lowest evaluator score) that counts as a disagreement",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, v: Any) -> Any:
+        return {"action": v} if isinstance(v, str) else v
+
+    @property
+    def reviews(self) -> bool:
+        return self.action == "require_review"
 
 
 class CustomActionConfig(ActionConfigBase):

@@ -252,6 +252,7 @@ class RuleResult(BaseModel):
     reason: str = ""  # why skipped / errored / how the score was combined
     latency_ms: float = 0.0
     outcome: ActionOutcome | None = None
+    disagreement: bool = False  # a split vote sent to review (``on_disagreement``) instead of decided
 
     @field_validator("reason")
     @classmethod

@@ -43,12 +43,21 @@ def render_template(value: Any, fields: Mapping[str, Any]) -> Any:
 
 
 def build_outcome(
-    rule: Rule, result: RuleResult, action: Action, *, fields: Mapping[str, Any], now: dt.datetime
+    rule: Rule,
+    result: RuleResult,
+    action: Action,
+    *,
+    fields: Mapping[str, Any],
+    now: dt.datetime,
+    config: ActionConfigBase | None = None,
 ) -> ActionOutcome:
-    cfg: ActionConfigBase | None = rule.typed_action_config if action is rule.action else None
+    """``config``: the parameters of an action other than the rule's own (a split vote's review)."""
+    cfg: ActionConfigBase | None = config or (rule.typed_action_config if action is rule.action else None)
     params: dict[str, Any] = {}
     if cfg is not None:
-        params = cfg.model_dump(mode="json", exclude_none=True)
+        params = cfg.model_dump(mode="json", exclude_none=True, exclude={"action", "min_spread"})
+        if config is not None:
+            params["disagreement"] = result.reason
         params.pop("notify_admins", None) if not getattr(cfg, "notify_admins", False) else None
     if action is Action.BLOCK:
         params.setdefault("message", f"Content blocked by rule {rule.name}")

@@ -6,6 +6,11 @@
   Score reported: the weighted average.
 - unanimous: passes when every evaluator votes pass. Score reported: the minimum.
 An evaluator with no verdict (error/timeout) votes fail with score 0 (fail-closed).
+
+Disagreement (``on_disagreement``): among the evaluators that gave a verdict, at least one votes
+pass and one votes fail, and their scores spread (highest minus lowest) by at least
+``min_spread``. Evaluators without a verdict are left out: an outage is handled by the
+fail-closed vote and ``fallback``, not sent to a person as a difference of opinion.
 """
 
 from __future__ import annotations
@@ -35,3 +40,17 @@ def combine(strategy: ConsensusStrategy, ballots: list[Ballot], threshold: float
         return low, ok, f"unanimous: {sum(b.vote for b in ballots)} of {len(ballots)} voted pass"
     yes = sum(b.weight for b in ballots if b.vote and b.score is not None)
     return avg, yes > total / 2, f"majority: {yes:g} of {total:g} weight voted pass"
+
+
+def disagreement(ballots: list[Ballot], min_spread: float) -> str | None:
+    """A description of the split when the verdicts disagree (see the module doc), else None."""
+    voted = [b for b in ballots if b.score is not None]
+    yes = sum(1 for b in voted if b.vote)
+    no = len(voted) - yes
+    if not yes or not no:
+        return None
+    scores = [b.score for b in voted if b.score is not None]
+    spread = max(scores) - min(scores)
+    if spread < min_spread:
+        return None
+    return f"evaluators disagree: {yes} pass / {no} fail, spread {spread:.2f} >= {min_spread:.2f}; sent to review"

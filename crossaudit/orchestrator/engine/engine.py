@@ -292,6 +292,25 @@ class Engine:
                 for r, (_, w) in zip(evaluated, weights, strict=False)
             ]
             score, passed, reason = consensus.combine(strategy, ballots, threshold)
+            split = (
+                consensus.disagreement(ballots, rule.on_disagreement.min_spread)
+                if rule.on_disagreement is not None and rule.on_disagreement.reviews
+                else None
+            )
+            if split is not None:  # not decided here: a reviewer does (the rule's own action is not taken)
+                return RuleResult(
+                    rule=rule.name,
+                    status=Status.FAIL,
+                    passed=False,
+                    score=score,
+                    threshold=threshold,
+                    action=Action.REQUIRE_REVIEW,
+                    evaluators=evaluated,
+                    fallback_used=fallback_used,
+                    reason="; ".join(x for x in (split, reason, why_threshold) if x),
+                    latency_ms=latency,
+                    disagreement=True,
+                )
             reason = "; ".join(x for x in (reason, why_threshold) if x)
         if errored:
             reason = "; ".join(x for x in (reason, f"{len(errored)} evaluator(s) gave no verdict") if x)
@@ -509,7 +528,14 @@ class Engine:
                 timestamp=moment.isoformat(),
                 decision_id=req.decision_id,
             ).values()
-            res.outcome = actions.build_outcome(rule, res, res.action, fields=fields, now=moment)
+            res.outcome = actions.build_outcome(
+                rule,
+                res,
+                res.action,
+                fields=fields,
+                now=moment,
+                config=rule.on_disagreement if res.disagreement else None,
+            )
             outcomes.append(res.outcome)
             if res.action is Action.MODIFY:
                 cfg = rule.typed_action_config

@@ -460,6 +460,13 @@ def _semantic_checks(
                 issues.append(smap.issue((*rp, "evaluators"), "an evaluator is listed twice in this rule"))
         elif rule.consensus_strategy is not None:
             issues.append(smap.issue((*rp, "consensus_strategy"), "consensus_strategy needs 'evaluators' (several)"))
+        if rule.on_disagreement is not None and len(rule.evaluators or []) < 2:
+            issues.append(
+                smap.issue(
+                    (*rp, "on_disagreement"),
+                    "on_disagreement needs 'evaluators' (two or more): one evaluator cannot disagree with itself",
+                )
+            )
         if rule.threshold == "dynamic" and rule.threshold_config is None:
             issues.append(smap.issue((*rp, "threshold"), "threshold 'dynamic' needs threshold_config"))
         if rule.threshold != "dynamic" and rule.threshold_config is not None:
