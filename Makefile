@@ -12,7 +12,7 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv models export-deps images browser proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv models export-deps images image browser postgres proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -43,9 +43,20 @@ export-deps: $(EXPORT_STAMP) ## Install the export extra too (torch, transformer
 images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
 	$(PY) -m crossaudit.sandbox.docker build-base
 
+# The orchestrator image FROM the local base: a wheel of the working tree plus its dependencies'
+# wheels, fetched by the host's pip (the docker build needs no network). Deploying it: docs/deploy.md.
+image: images ## Build crossaudit/orchestrator:<content hash> (and :latest) FROM the local base image
+	$(PY) -m crossaudit.service.image build
+
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# The store contract and replica tests start a private PostgreSQL (tests/pgserver.py) from
+# Debian's server binaries.
+postgres: ## Install Debian's PostgreSQL server when missing (store and replica tests)
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; else \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; fi
+
 # The review console's browser tests drive Debian's headless Chromium through chromedriver
 # (selenium, in the dev extra); nothing is downloaded by selenium itself.
-SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 browser: ## Install Debian's chromium and chromium-driver when missing (browser tests)
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver; fi
@@ -61,7 +72,7 @@ serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker s
 
 run: serve ## Alias of serve
 
-test: $(EXPORT_STAMP) images browser ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
+test: $(EXPORT_STAMP) images browser postgres ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 

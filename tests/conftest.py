@@ -47,3 +47,44 @@ def docker_daemon():
     client = docker_client()
     need(client is not None, "no Docker daemon answers")
     return client
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One private PostgreSQL per test session (``tests/pgserver.py``); required under CI=true."""
+    from tests.pgserver import PgServer, binaries
+
+    need(binaries() is not None, "PostgreSQL is not installed (make postgres)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        need(False, "psycopg is not installed (pip install -e '.[dev]')")
+    server = PgServer()
+    try:
+        server.start()
+    except Exception as exc:  # a server that will not start is a broken environment, not a skip in CI
+        server.stop()
+        need(False, f"PostgreSQL did not start: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A fresh, empty database on the session's server."""
+    return postgres_server.database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path):
+    """The store contract runs against both backends: an SQLite file, a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        from crossaudit.store import SQLiteStore
+
+        s = SQLiteStore(tmp_path / "db.sqlite")
+    else:
+        from crossaudit.store.postgres import PostgresStore
+
+        s = PostgresStore(request.getfixturevalue("postgres_url"))
+    yield s
+    await s.aclose()

@@ -106,6 +106,13 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
         help="store prompt/response text in the audit log (default: SHA-256 hashes only)",
     )
     s.add_argument(
+        "--store",
+        default=os.environ.get("CROSSAUDIT_STORE") or None,
+        metavar="URL",
+        help="postgresql://user:password@host/db: state shared by every replica (default: SQLite in the "
+        "data dir; also CROSSAUDIT_STORE)",
+    )
+    s.add_argument(
         "--decision-log-url",
         default=None,
         metavar="URL",
@@ -277,6 +284,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         policies_dir=Path(args.policies_dir) if args.policies_dir else None,
         audit_raw_text=args.audit_raw_text,
         llm_base_url_hosts=tuple(args.llm_base_url_host),
+        store_url=args.store,
         decision_log_url=args.decision_log_url,
         decision_log_dir=Path(args.decision_log_dir) if args.decision_log_dir else None,
     )

@@ -31,12 +31,13 @@ import grpc
 
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
 from crossaudit.sdk.options import (
-    CHANNEL_OPTIONS,
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_UPLOAD_TIMEOUT_S,
     ProgressCallback,
+    Target,
     TlsOption,
     call_metadata,
+    channel_target,
     credentials,
 )
 from crossaudit.sdk.sources import policy_upload
@@ -143,19 +144,22 @@ class ClientBase(abc.ABC):
 
     def __init__(
         self,
-        target: str,
+        target: Target,
         api_key: str | None = None,
         tls: TlsOption = False,
         *,
         timeout: float = DEFAULT_CALL_TIMEOUT_S,
     ) -> None:
         """``tls``: False (plaintext), True (system roots), a CA file path, or
-        ``grpc.ChannelCredentials``. ``timeout`` is the default deadline of management calls."""
+        ``grpc.ChannelCredentials``. ``timeout`` is the default deadline of management calls.
+        ``target``: one ``host:port``; several replicas as a list or ``"h1:p1,h2:p2"`` (IP addresses);
+        or one DNS name resolving to every replica: calls are spread with gRPC's client-side
+        ``round_robin`` (``crossaudit.sdk.options.channel_target``)."""
         creds = credentials(tls)
-        self.target = target
+        self.target, self._options = channel_target(target)  # the gRPC target string
         self.timeout = timeout
         self._md = call_metadata(api_key)
-        self._channel = self._open(target, creds)
+        self._channel = self._open(self.target, creds)
         self._policies = pol_grpc.PolicyServiceStub(self._channel)
         self._evaluation = ev_grpc.EvaluationServiceStub(self._channel)
         self._evaluators = evr_grpc.EvaluatorServiceStub(self._channel)
@@ -321,8 +325,8 @@ class Client(ClientBase):
 
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> grpc.Channel:
         if creds is None:
-            return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-        return grpc.secure_channel(target, creds, options=CHANNEL_OPTIONS)
+            return grpc.insecure_channel(target, options=self._options)
+        return grpc.secure_channel(target, creds, options=self._options)
 
     def _unary(self, call: Unary[T]) -> T:
         if call.method is None:
@@ -471,8 +475,8 @@ class AsyncClient(ClientBase):
 
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
         if creds is None:
-            return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-        return grpc.aio.secure_channel(target, creds, options=CHANNEL_OPTIONS)
+            return grpc.aio.insecure_channel(target, options=self._options)
+        return grpc.aio.secure_channel(target, creds, options=self._options)
 
     async def _unary(self, call: Unary[T]) -> T:
         if call.method is None:

@@ -77,6 +77,7 @@ class ServerConfig:
     audit_raw_text: bool = False  # store prompt/response text in the audit log (else hashes only)
     llm_base_url_hosts: tuple[str, ...] = ()  # LLM hosts every tenant may use (besides the API-keys file's)
     store_synchronous: str = "NORMAL"  # SQLite synchronous: NORMAL survives kill -9, FULL power loss
+    store_url: str | None = None  # postgresql://… shares the state between replicas; None = SQLite in data_dir
     decision_log_url: str | None = None  # push every decision to this HTTP endpoint, in batches (docs/decision-log.md)
     decision_log_dir: Path | None = None  # ... and/or append it to JSONL files in this directory
     limits: ServiceLimits = field(default_factory=ServiceLimits)

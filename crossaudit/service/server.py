@@ -27,7 +27,9 @@ from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
+from crossaudit.store import open_store
 from crossaudit.store.base import Store
+from crossaudit.store.postgres import mask_url
 from crossaudit.store.sqlite import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, SQLiteStore
 
 log = logging.getLogger("crossaudit.service")
@@ -278,8 +280,17 @@ async def start_server(
         engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits, grants=grants)
     lock = None
     if store is None:
+        # One server per data directory (the SQLite file, the model store); replicas sharing a
+        # PostgreSQL store each have their own.
         lock = lock_data_dir(config.data_dir)
-        store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
+        try:
+            if config.store_url:
+                store = open_store(config.store_url)
+            else:
+                store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
+        except BaseException:
+            lock.close()
+            raise
     metrics = ServiceMetrics()
     if sandbox is not None:
         metrics.watch_sandbox(sandbox.info)
@@ -379,6 +390,8 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
         if backend == "process":
             log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
     parts.append(f"data in {config.data_dir}")
+    if config.store_url:
+        parts.append(f"store {mask_url(config.store_url)}")
     if running.console is not None:
         parts.append(f"review console on {running.console.url}")
     if running.metrics_port is not None:

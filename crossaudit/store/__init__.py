@@ -1,4 +1,8 @@
-"""Persistence: the :class:`Store` interface and its embedded SQLite implementation."""
+"""Persistence: the :class:`Store` interface, its embedded SQLite implementation and PostgreSQL
+(``open_store`` chooses by URL)."""
+
+import os
+from typing import Any
 
 from crossaudit.store.base import (
     AuditRecord,
@@ -16,6 +20,19 @@ from crossaudit.store.base import (
 )
 from crossaudit.store.sqlite import SQLiteStore
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def open_store(target: str | os.PathLike[str], **options: Any) -> Store:
+    """``postgresql://…`` (or ``postgres://…``): :class:`~crossaudit.store.postgres.PostgresStore`;
+    anything else is the path of an SQLite file."""
+    text = str(target)
+    if text.startswith(POSTGRES_SCHEMES):
+        from crossaudit.store.postgres import PostgresStore  # psycopg is imported only when used
+
+        return PostgresStore(text)
+    return SQLiteStore(text, **options)
+
 __all__ = [
     "AuditRecord",
     "DeploymentRecord",
@@ -30,4 +47,5 @@ __all__ = [
     "ReviewState",
     "SQLiteStore",
     "Store",
+    "open_store",
 ]

@@ -222,10 +222,8 @@ def _msg(decision_id: str, tenant: str = "t1", kind: str = "webhook", due: float
 
 
 @pytest.fixture
-async def store(tmp_path: Path):
-    s = SQLiteStore(tmp_path / "db.sqlite")
-    yield s
-    await s.aclose()
+def store(any_store):  # both backends (tests/conftest.py)
+    return any_store
 
 
 async def test_messages_are_written_with_their_decision_or_not_at_all(store: SQLiteStore) -> None:

@@ -13,10 +13,8 @@ from crossaudit.store.base import ReviewAlreadyResolvedError, sha256_text
 
 
 @pytest.fixture
-async def store(tmp_path: Path):
-    s = SQLiteStore(tmp_path / "db.sqlite")
-    yield s
-    await s.aclose()
+def store(any_store):  # both backends (tests/conftest.py)
+    return any_store
 
 
 async def deploy(store: SQLiteStore, content: str, env: str = "production", tenant: str = "t1", name: str = "p"):

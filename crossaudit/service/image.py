@@ -1,0 +1,285 @@
+"""The orchestrator's container image, built locally: ``python -m crossaudit.service.image build``.
+
+The image is ``FROM`` the locally built Python 3.11 base, so building it needs no image registry
+(``crossaudit/base:*``, ``make images``; see ``crossaudit/images/base/README.md``), like the sandbox
+runner and the model servers. Everything it installs is prepared on the host, so ``docker build``
+needs no network:
+
+- ``wheels/``: CrossAudit's own wheel built from the working tree (``pip wheel . --no-deps``, in a
+  copy of the tree so no ``build/`` is left behind), then its dependencies and pip itself, fetched
+  and (for the few sdists) built by the host's pip (``pip wheel``; the host is CPython 3.11 on the
+  base's architecture and glibc, and the image's pip refuses any wheel whose tags do not fit);
+- ``rootfs/``: ``libstdc++6`` of the base's Debian suite (grpcio, re2 and spaCy link it), fetched
+  with the host's apt and unpacked, as for the model-server images.
+
+The tag is a hash of what went into the image: the Dockerfile, the base image's id, the contents of
+CrossAudit's wheel and the file names (name, version, tags) of every other wheel and package.
+``crossaudit/orchestrator:latest`` is moved to the new build.
+
+    python -m crossaudit.service.image build [--base TAG] [--src DIR]   # prints the tag
+    python -m crossaudit.service.image context DEST                     # only the build context
+    python -m crossaudit.service.image build-postgres                   # deploy/postgres/ for compose
+
+Deploying it: ``docs/deploy.md`` (compose, Kubernetes, the Docker socket's trust implications).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the ``crossaudit`` package
+DOCKERFILE = PACKAGE_ROOT / "images" / "orchestrator" / "Dockerfile"
+REPO = "crossaudit/orchestrator"
+DEBIAN_PACKAGES = ("libstdc++6",)
+# Installed next to CrossAudit: pip (the sandbox resolves evaluators' dependencies with it) and the
+# time zones zoneinfo reads (the minimal base has no /usr/share/zoneinfo).
+IMAGE_EXTRAS = ("pip", "tzdata")
+PIP_TIMEOUT_S = 1800
+BUILD_TIMEOUT_S = 1800
+DOCKER_TIMEOUT_S = 60
+# Not part of the wheel's source: kept out of the copy the wheel is built from.
+_SKIP = shutil.ignore_patterns(
+    ".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", ".crossaudit", ".pytest_cache", ".ruff_cache",
+    ".mypy_cache", "tests", "docs", "policies", "deploy", "tools",
+)
+
+
+def _run(cmd: list[str], what: str, timeout: float, **kw: object) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kw)  # type: ignore[call-overload]
+    except subprocess.TimeoutExpired:
+        raise ConfigurationError(f"{what} timed out after {timeout:.0f}s") from None
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what}: {cmd[0]} is not installed") from None
+    if proc.returncode != 0:
+        tail = "\n".join(s.strip()[-2000:] for s in (proc.stdout, proc.stderr) if s and s.strip())
+        raise ConfigurationError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    return proc
+
+
+def source_root(src: Path | None = None) -> Path:
+    """The working tree the wheel is built from: ``src``, else the checkout this package lives in."""
+    root = Path(src) if src else PACKAGE_ROOT.parent
+    if not (root / "pyproject.toml").is_file() or not (root / "crossaudit" / "__init__.py").is_file():
+        raise ConfigurationError(
+            f"{root} is not a CrossAudit source tree (pyproject.toml + crossaudit/): pass --src DIR"
+        )
+    return root
+
+
+def _check_host_python() -> None:
+    if sys.version_info[:2] != (3, 11):
+        raise ConfigurationError(
+            f"the host's pip resolves wheels for the image's Python 3.11; this is {sys.version.split()[0]}"
+        )
+
+
+def build_wheels(dest: Path, src: Path | None = None, *, say=print) -> Path:  # type: ignore[no-untyped-def]
+    """CrossAudit's wheel from the working tree, then every dependency and pip as wheels, in ``dest``."""
+    _check_host_python()
+    root = source_root(src)
+    dest.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    with tempfile.TemporaryDirectory(prefix="ca-src-") as tmp:
+        copy = Path(tmp) / "src"
+        shutil.copytree(root, copy, ignore=_SKIP)
+        say("building the crossaudit wheel from the working tree")
+        _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(copy)],
+             "pip wheel . --no-deps", PIP_TIMEOUT_S)
+    (own,) = sorted(dest.glob("crossaudit-*.whl"))
+    say("fetching the dependencies' wheels with the host's pip")
+    _run([*pip, "wheel", "--prefer-binary", "-q", "-w", str(dest), str(own), *IMAGE_EXTRAS], "pip wheel (dependencies)",
+         PIP_TIMEOUT_S)
+    if not list(dest.glob("pip-*.whl")):
+        raise ConfigurationError("pip wheel produced no wheel of pip itself")
+    return own
+
+
+def debian_rootfs(rootfs: Path) -> list[str]:
+    """``DEBIAN_PACKAGES`` of the host's (the base's) suite, unpacked into ``rootfs``; their .deb names."""
+    rootfs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ca-debs-") as tmp:
+        _run(["apt-get", "download", *DEBIAN_PACKAGES], f"apt-get download {' '.join(DEBIAN_PACKAGES)}",
+             PIP_TIMEOUT_S, cwd=tmp)
+        debs = sorted(Path(tmp).glob("*.deb"))
+        for deb in debs:
+            _run(["dpkg-deb", "-x", str(deb), str(rootfs)], f"dpkg-deb -x {deb.name}", 300)
+    for doc in ("usr/share/doc", "usr/share/gcc", "usr/share/gdb", "usr/share/lintian"):
+        shutil.rmtree(rootfs / doc, ignore_errors=True)
+    return [d.name for d in debs]
+
+
+def prepare_context(dest: Path, src: Path | None = None, *, say=print) -> tuple[Path, list[str]]:  # type: ignore[no-untyped-def]
+    """Lay out a build context in ``dest``: Dockerfile, wheels/, rootfs/; returns (own wheel, debs)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(DOCKERFILE, dest / "Dockerfile")
+    (dest / ".dockerignore").write_text("*.deb\n")
+    own = build_wheels(dest / "wheels", src, say=say)
+    debs = debian_rootfs(dest / "rootfs")
+    return own, debs
+
+
+def content_tag(context: Path, own_wheel: Path, debs: list[str], base_id: str) -> str:
+    """``crossaudit/orchestrator:<hash>`` of the Dockerfile, the base, CrossAudit's wheel contents (not
+    its zip timestamps) and the names of every other wheel and Debian package."""
+    h = hashlib.sha256()
+    for part in ((context / "Dockerfile").read_bytes(), base_id.encode()):
+        h.update(part)
+        h.update(b"\0")
+    with zipfile.ZipFile(own_wheel) as zf:
+        for name in sorted(zf.namelist()):
+            h.update(name.encode() + b"\0" + zf.read(name) + b"\0")
+    for name in sorted(p.name for p in (context / "wheels").glob("*.whl") if p != own_wheel) + sorted(debs):
+        h.update(name.encode() + b"\0")
+    return f"{REPO}:{h.hexdigest()[:16]}"
+
+
+def _image_id(ref: str) -> str | None:
+    proc = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
+                          timeout=DOCKER_TIMEOUT_S, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def local_base() -> str:
+    """The local base the sandbox runner uses (``make images``), else the newest ``crossaudit/base`` image."""
+    try:
+        from crossaudit.sandbox.docker.images import ImageManager
+
+        tag = ImageManager(client=None, base_image="none").local_base_tag()
+        if _image_id(tag):
+            return tag
+    except Exception:  # the recipe's tag is only a preference
+        pass
+    out = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "crossaudit/base"],
+                         capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False)
+    tags = [t for t in out.stdout.split() if t and "<none>" not in t]
+    if out.returncode != 0 or not tags:
+        raise ConfigurationError("no local crossaudit/base image: run `make images` first")
+    return tags[0]
+
+
+def build(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True) -> str:  # type: ignore[no-untyped-def]
+    """Build (or find) the orchestrator image; returns its content tag (also tagged ``:latest``)."""
+    base = base or local_base()
+    base_id = _image_id(base)
+    if base_id is None:
+        raise ConfigurationError(f"base image {base} not found on this Docker daemon (run `make images`)")
+    with tempfile.TemporaryDirectory(prefix="ca-img-orchestrator-") as tmp:
+        ctx = Path(tmp)
+        own, debs = prepare_context(ctx, src, say=say)
+        tag = content_tag(ctx, own, debs, base_id)
+        if _image_id(tag):
+            say(f"{tag} is up to date")
+        else:
+            say(f"building {tag} FROM {base}")
+            t0 = time.monotonic()
+            labels = ["--label", "crossaudit.image=orchestrator", "--label", f"crossaudit.base={base}"]
+            cmd = ["docker", "build", "--pull=false", "--force-rm", "--build-arg", f"BASE={base}", *labels]
+            _run([*cmd, "-t", tag, str(ctx)], f"docker build of {tag}", BUILD_TIMEOUT_S)
+            say(f"built {tag} in {time.monotonic() - t0:.0f}s")
+    if latest:
+        _run(["docker", "tag", tag, f"{REPO}:latest"], "docker tag", DOCKER_TIMEOUT_S)
+    return tag
+
+
+# --- PostgreSQL for deploy/compose.yaml ----------------------------------------------------------
+
+POSTGRES_REPO = "crossaudit/postgres"
+POSTGRES_PACKAGES = ("postgresql-15",)
+
+
+def postgres_debs(base: str, dest: Path) -> list[str]:
+    """``POSTGRES_PACKAGES`` and what they need beyond ``base``, as .debs in ``dest``: the host's apt
+    resolves against the base's own dpkg status (so nothing the base has is fetched again)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "partial").mkdir(exist_ok=True)
+    status = _run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "cat", base, "/var/lib/dpkg/status"],
+                  "reading the base's dpkg status", DOCKER_TIMEOUT_S).stdout
+    with tempfile.TemporaryDirectory(prefix="ca-pg-") as tmp:
+        (Path(tmp) / "status").write_text(status)
+        _run(["apt-get", "-q", "-y", "-o", f"Dir::State::status={tmp}/status", "-o", f"Dir::Cache::archives={dest}",
+              "-o", "Debug::NoLocking=1", "-o", "APT::Install-Recommends=false", "install", "--download-only",
+              *POSTGRES_PACKAGES], "apt-get install --download-only " + " ".join(POSTGRES_PACKAGES), PIP_TIMEOUT_S)
+    shutil.rmtree(dest / "partial", ignore_errors=True)
+    (dest / "lock").unlink(missing_ok=True)
+    debs = sorted(p.name for p in dest.glob("*.deb"))
+    if not debs:
+        raise ConfigurationError("apt fetched no package for PostgreSQL")
+    return debs
+
+
+def build_postgres(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True) -> str:  # type: ignore[no-untyped-def]
+    """``crossaudit/postgres:<hash>`` (and ``:latest``) from ``deploy/postgres/`` of the source tree."""
+    recipe = source_root(src) / "deploy" / "postgres"
+    base = base or local_base()
+    base_id = _image_id(base)
+    if base_id is None:
+        raise ConfigurationError(f"base image {base} not found on this Docker daemon (run `make images`)")
+    with tempfile.TemporaryDirectory(prefix="ca-img-postgres-") as tmp:
+        ctx = Path(tmp)
+        for name in ("Dockerfile", "entrypoint.sh"):
+            shutil.copy(recipe / name, ctx / name)
+        say("fetching PostgreSQL's Debian packages with the host's apt")
+        debs = postgres_debs(base, ctx / "debs")
+        h = hashlib.sha256(base_id.encode())
+        for name in ("Dockerfile", "entrypoint.sh"):
+            h.update((ctx / name).read_bytes())
+        h.update("\n".join(debs).encode())
+        tag = f"{POSTGRES_REPO}:{h.hexdigest()[:16]}"
+        if _image_id(tag):
+            say(f"{tag} is up to date")
+        else:
+            say(f"building {tag} FROM {base}")
+            _run(["docker", "build", "--pull=false", "--force-rm", "--build-arg", f"BASE={base}", "--label",
+                  "crossaudit.image=postgres", "-t", tag, str(ctx)], f"docker build of {tag}", BUILD_TIMEOUT_S)
+    if latest:
+        _run(["docker", "tag", tag, f"{POSTGRES_REPO}:latest"], "docker tag", DOCKER_TIMEOUT_S)
+    return tag
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m crossaudit.service.image",
+                                 description="Build the orchestrator image locally, FROM the local base image.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build (or find) crossaudit/orchestrator:<content hash>, tag it :latest")
+    b.add_argument("--base", default=None, help="base image (default: the local crossaudit/base of `make images`)")
+    b.add_argument("--src", default=None, help="source tree to build the wheel from (default: this checkout)")
+    b.add_argument("--no-latest", action="store_true", help="do not move crossaudit/orchestrator:latest")
+    pg = sub.add_parser("build-postgres", help="build crossaudit/postgres:<hash> (deploy/postgres/) for compose")
+    pg.add_argument("--base", default=None)
+    pg.add_argument("--src", default=None)
+    c = sub.add_parser("context", help="only write the build context to a directory")
+    c.add_argument("dest")
+    c.add_argument("--src", default=None)
+    args = ap.parse_args(argv)
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        if args.cmd == "build":
+            print(build(args.base, Path(args.src) if args.src else None, say=say, latest=not args.no_latest))
+        elif args.cmd == "build-postgres":
+            print(build_postgres(args.base, Path(args.src) if args.src else None, say=say))
+        else:
+            prepare_context(Path(args.dest), Path(args.src) if args.src else None, say=say)
+            print(os.path.abspath(args.dest))
+    except CrossAuditError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""Versioned schema migrations, one list per backend.
+
+Each backend applies, in order and in one transaction per step, the steps its database has not
+seen yet, and records how far it got: SQLite in ``PRAGMA user_version``, PostgreSQL in the
+``schema_migrations`` table (under an advisory lock, so replicas starting together apply each
+step once). Steps are append-only: a schema change is a new step at the end of both lists.
+SQLite's first step keeps ``IF NOT EXISTS`` because databases created before migrations were
+versioned already hold its tables.
+"""
+
+from __future__ import annotations
+
+SQLITE: tuple[str, ...] = (
+    # 1: policies, deployments, evaluators, decisions, reviews, feedback
+    """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    declared_version TEXT NOT NULL, digest TEXT NOT NULL, description TEXT NOT NULL,
+    content TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+);
+CREATE INDEX IF NOT EXISTS policy_versions_digest ON policy_versions (tenant, name, digest);
+CREATE TABLE IF NOT EXISTS deployments (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    version INTEGER NOT NULL, deployed_at REAL NOT NULL,
+    PRIMARY KEY (tenant, name, environment)
+);
+CREATE TABLE IF NOT EXISTS deployment_history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    version INTEGER NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deployment_history_key ON deployment_history (tenant, name, environment, seq);
+CREATE TABLE IF NOT EXISTS evaluators (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    language TEXT NOT NULL, dependencies TEXT NOT NULL, digest TEXT NOT NULL,
+    code TEXT NOT NULL, description TEXT NOT NULL, created_at REAL NOT NULL,
+    UNIQUE (tenant, name, version)
+);
+CREATE INDEX IF NOT EXISTS evaluators_digest ON evaluators (tenant, name, digest);
+CREATE TABLE IF NOT EXISTS decisions (
+    decision_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, policy TEXT NOT NULL,
+    policy_revision INTEGER NOT NULL, policy_version TEXT NOT NULL, policy_digest TEXT NOT NULL,
+    environment TEXT NOT NULL, passed INTEGER NOT NULL, action TEXT NOT NULL,
+    rules TEXT NOT NULL, errored_rules TEXT NOT NULL, latency_ms REAL NOT NULL,
+    prompt_sha256 TEXT NOT NULL, response_sha256 TEXT NOT NULL, context_sha256 TEXT NOT NULL,
+    modified_response_sha256 TEXT, prompt TEXT, response TEXT,
+    request_id TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_tenant ON decisions (tenant, created_at);
+CREATE TABLE IF NOT EXISTS reviews (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, decision_id TEXT NOT NULL, policy TEXT NOT NULL,
+    policy_revision INTEGER NOT NULL, environment TEXT NOT NULL, rule TEXT NOT NULL,
+    kind TEXT NOT NULL, state TEXT NOT NULL, params TEXT NOT NULL, created_at REAL NOT NULL,
+    resolved_at REAL, reviewer TEXT NOT NULL, note TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reviews_tenant ON reviews (tenant, state, created_at);
+CREATE TABLE IF NOT EXISTS feedback (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, decision_id TEXT NOT NULL, rule TEXT NOT NULL,
+    label TEXT NOT NULL, comment TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_decision ON feedback (tenant, decision_id);
+""",
+    # 2: the outbox of webhooks and decision-log entries (crossaudit.service.outbox)
+    """
+CREATE TABLE IF NOT EXISTS outbox (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, kind TEXT NOT NULL, decision_id TEXT NOT NULL,
+    rule TEXT NOT NULL, payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+    next_attempt_at REAL NOT NULL, lease_until REAL NOT NULL, last_error TEXT NOT NULL,
+    last_status INTEGER NOT NULL, created_at REAL NOT NULL, delivered_at REAL
+);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (state, kind, next_attempt_at);
+CREATE INDEX IF NOT EXISTS outbox_tenant ON outbox (tenant, created_at);
+""",
+)
+
+POSTGRES: tuple[str, ...] = (
+    # 1: everything SQLite's steps 1-2 hold (PostgreSQL support starts here)
+    """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE policy_versions (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    declared_version TEXT NOT NULL, digest TEXT NOT NULL, description TEXT NOT NULL,
+    content TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, name, version)
+);
+CREATE INDEX policy_versions_digest ON policy_versions (tenant, name, digest);
+CREATE TABLE deployments (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    version INTEGER NOT NULL, deployed_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, name, environment)
+);
+CREATE TABLE deployment_history (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    version INTEGER NOT NULL, kind TEXT NOT NULL, at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX deployment_history_key ON deployment_history (tenant, name, environment, seq);
+CREATE TABLE evaluators (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,
+    language TEXT NOT NULL, dependencies TEXT NOT NULL, digest TEXT NOT NULL,
+    code TEXT NOT NULL, description TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    UNIQUE (tenant, name, version)
+);
+CREATE INDEX evaluators_digest ON evaluators (tenant, name, digest);
+CREATE TABLE decisions (
+    decision_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, policy TEXT NOT NULL,
+    policy_revision INTEGER NOT NULL, policy_version TEXT NOT NULL, policy_digest TEXT NOT NULL,
+    environment TEXT NOT NULL, passed INTEGER NOT NULL, action TEXT NOT NULL,
+    rules TEXT NOT NULL, errored_rules TEXT NOT NULL, latency_ms DOUBLE PRECISION NOT NULL,
+    prompt_sha256 TEXT NOT NULL, response_sha256 TEXT NOT NULL, context_sha256 TEXT NOT NULL,
+    modified_response_sha256 TEXT, prompt TEXT, response TEXT,
+    request_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX decisions_tenant ON decisions (tenant, created_at);
+CREATE TABLE reviews (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, decision_id TEXT NOT NULL, policy TEXT NOT NULL,
+    policy_revision INTEGER NOT NULL, environment TEXT NOT NULL, rule TEXT NOT NULL,
+    kind TEXT NOT NULL, state TEXT NOT NULL, params TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    resolved_at DOUBLE PRECISION, reviewer TEXT NOT NULL, note TEXT NOT NULL
+);
+CREATE INDEX reviews_tenant ON reviews (tenant, state, created_at);
+CREATE TABLE feedback (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, decision_id TEXT NOT NULL, rule TEXT NOT NULL,
+    label TEXT NOT NULL, comment TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX feedback_decision ON feedback (tenant, decision_id);
+CREATE TABLE outbox (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, kind TEXT NOT NULL, decision_id TEXT NOT NULL,
+    rule TEXT NOT NULL, payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+    next_attempt_at DOUBLE PRECISION NOT NULL, lease_until DOUBLE PRECISION NOT NULL, last_error TEXT NOT NULL,
+    last_status INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, delivered_at DOUBLE PRECISION
+);
+CREATE INDEX outbox_due ON outbox (state, kind, next_attempt_at);
+CREATE INDEX outbox_tenant ON outbox (tenant, created_at);
+""",
+)

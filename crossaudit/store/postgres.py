@@ -1,0 +1,187 @@
+"""PostgreSQL store: the shared SQL of :mod:`crossaudit.store.sql` on a psycopg 3 connection pool,
+for several ``crossaudit serve`` replicas sharing one database.
+
+``PostgresStore("postgresql://user:password@host:5432/crossaudit")`` (``crossaudit serve --store
+URL``). Each operation is one transaction at SERIALIZABLE isolation, retried a few times when
+PostgreSQL reports a serialization failure or a deadlock: two replicas deploying the same policy
+at once, or leasing the same outbox rows, see one of them win and the other one retry, so the
+invariants SQLite gets from its single writer hold across replicas too. Transactions run on a
+bounded thread pool beside the event loop, one pool connection each. The schema is applied at
+open from :mod:`crossaudit.store.migrations` under an advisory lock.
+
+Unlike SQLite, opening does not void outbox leases: other replicas may hold them. A crashed
+replica's leases expire after ``DeliveryLimits.lease_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from crossaudit.store import migrations
+from crossaudit.store.base import StoreUnavailableError
+from crossaudit.store.sql import Conn, SqlStore
+
+T = TypeVar("T")
+MIGRATION_LOCK = 0x43524F5353  # pg_advisory_xact_lock key of schema migrations ("CROSS")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+@dataclass(frozen=True)
+class PostgresLimits:
+    pool_size: int = 10  # connections (and transaction threads) per process
+    connect_timeout_s: float = 10.0  # opening a connection; also how long a call waits for a free one
+    max_retries: int = 5  # re-runs of a transaction after a serialization failure or deadlock
+    retry_backoff_s: float = 0.005  # first wait before a re-run, doubling
+
+
+def mask_url(url: str) -> str:
+    """The URL without its password, for logs and error messages."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+class _Row(tuple):  # type: ignore[type-arg]
+    """A result row readable by position and by column name, as sqlite3.Row is."""
+
+    index: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.index[key])
+        return tuple.__getitem__(self, key)
+
+
+def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], _Row]:
+    names = {c.name: i for i, c in enumerate(cursor.description or ())}
+    cls = type("Row", (_Row,), {"index": names})
+    return lambda values: cls(values)
+
+
+def _sql(query: str) -> str:
+    """The shared SQL's ``?`` placeholders in psycopg's form."""
+    return query.replace("%", "%%").replace("?", "%s")
+
+
+class _Conn:
+    """A psycopg connection seen through the shared SQL's DB-API-like interface."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, query: str, params: Sequence[Any] = ()) -> Any:
+        cur = self._conn.cursor(row_factory=_row_factory)
+        cur.execute(_sql(query), tuple(params))
+        return cur
+
+    def executemany(self, query: str, params: Sequence[Sequence[Any]]) -> Any:
+        cur = self._conn.cursor()
+        if params:
+            cur.executemany(_sql(query), [tuple(p) for p in params])
+        return cur
+
+
+class PostgresStore(SqlStore):
+    """Open with ``await PostgresStore.open(url)`` or synchronously with ``PostgresStore(url)``."""
+
+    def __init__(self, url: str, *, limits: PostgresLimits | None = None) -> None:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        self.limits = limits or PostgresLimits()
+        self.url = url
+        self.display_url = mask_url(url)
+        self._psycopg = psycopg
+        self._executor = ThreadPoolExecutor(max_workers=self.limits.pool_size, thread_name_prefix="crossaudit-pg")
+
+        def configure(conn: Any) -> None:
+            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            conn.autocommit = False
+
+        try:
+            self._pool = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=self.limits.pool_size,
+                timeout=self.limits.connect_timeout_s,
+                kwargs={"connect_timeout": max(1, int(self.limits.connect_timeout_s))},
+                configure=configure,
+                open=False,
+                name="crossaudit",
+            )
+            self._pool.open(wait=True, timeout=self.limits.connect_timeout_s)
+            self._migrate()
+        except Exception as exc:
+            self._executor.shutdown(wait=False)
+            pool = getattr(self, "_pool", None)
+            if pool is not None:
+                pool.close()
+            raise StoreUnavailableError(f"cannot open the database {self.display_url}: {self._describe(exc)}") from None
+        self._closed = False
+
+    def _describe(self, exc: BaseException) -> str:
+        return mask_url(f"{type(exc).__name__}: {exc}".strip().splitlines()[0])
+
+    def _migrate(self) -> None:
+        levels = self._psycopg.IsolationLevel
+        with self._pool.connection() as conn:
+            # READ COMMITTED: after waiting for the lock, the next statements see what the replica
+            # that held it committed (a SERIALIZABLE snapshot would predate the wait).
+            conn.isolation_level = levels.READ_COMMITTED
+            try:
+                with conn.transaction():
+                    c = _Conn(conn)
+                    c.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+                    c.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_migrations "
+                        "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+                    )
+                    done = int(c.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
+                    for version, step in enumerate(migrations.POSTGRES[done:], start=done + 1):
+                        conn.execute(step)  # DDL without parameters: no placeholder translation
+                        c.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+            finally:
+                conn.isolation_level = levels.SERIALIZABLE
+
+    def schema_version(self) -> int:
+        with self._pool.connection() as conn:
+            return int(_Conn(conn).execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
+
+    async def _run(self, fn: Callable[[Conn], T]) -> T:
+        if self._closed:
+            raise StoreUnavailableError("the store is closed (the server is shutting down)")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._tx, fn)
+        except RuntimeError as exc:  # executor shut down under us
+            raise StoreUnavailableError(f"the store is closed: {exc}") from None
+
+    def _tx(self, fn: Callable[[Conn], T]) -> T:
+        from psycopg_pool import PoolTimeout
+
+        errors = self._psycopg.errors
+        wait = self.limits.retry_backoff_s
+        for attempt in range(self.limits.max_retries + 1):
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    return fn(_Conn(conn))
+            except (errors.SerializationFailure, errors.DeadlockDetected):
+                if attempt == self.limits.max_retries:
+                    raise StoreUnavailableError("the database stayed too busy to commit; retry") from None
+                time.sleep(wait)
+                wait *= 2
+            except (self._psycopg.OperationalError, PoolTimeout) as exc:
+                raise StoreUnavailableError(f"database unavailable: {self._describe(exc)}") from None
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._pool.close)
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,666 @@
+"""The store's SQL, shared by its backends (SQLite, PostgreSQL): one query per operation.
+
+:class:`SqlStore` implements every :class:`~crossaudit.store.base.Store` operation as a
+function run in one transaction on a DB-API-like connection (``execute`` returning a cursor
+with ``fetchone``/``fetchall``/``rowcount``, ``executemany``; ``?`` placeholders; rows readable
+by column name and by position). A backend supplies only :meth:`SqlStore._run` (where and how a
+transaction runs), its schema and its connection. The SQL sticks to what both engines accept.
+
+Records map to rows generically: one column per dataclass field, named like the field (lists
+and dicts as JSON text, tuples as JSON lists, enums by value, booleans as 0/1).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import json
+import time
+import typing
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError
+from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
+from crossaudit.store.base import (
+    AuditRecord,
+    DeploymentRecord,
+    EvaluatorRecord,
+    FeedbackRecord,
+    OutboxRecord,
+    OutboxState,
+    PolicySummaryRecord,
+    PolicyVersionRecord,
+    ReviewAlreadyResolvedError,
+    ReviewRecord,
+    ReviewState,
+    Store,
+    sha256_text,
+)
+
+T = TypeVar("T")
+
+
+class Row(Protocol):
+    def __getitem__(self, key: int | str) -> Any: ...
+
+
+class Cursor(Protocol):
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Any: ...
+
+
+class Conn(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Cursor: ...
+
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any: ...
+
+
+Codec = tuple[Callable[[Any], Any], Callable[[Any], Any]]  # (column value -> field value, and back)
+
+# Each record is one row of its table, one column per field, named like the field.
+TABLES: dict[type, str] = {
+    PolicyVersionRecord: "policy_versions",
+    DeploymentRecord: "deployments",
+    EvaluatorRecord: "evaluators",
+    AuditRecord: "decisions",
+    ReviewRecord: "reviews",
+    FeedbackRecord: "feedback",
+    OutboxRecord: "outbox",
+}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _codec(tp: Any) -> Codec:
+    """How a field of type ``tp`` is stored: lists and dicts as JSON, tuples as JSON lists, enums
+    by value, booleans as 0/1; everything else (text, numbers, epoch-second timestamps, their
+    optional forms) as is."""
+    origin = typing.get_origin(tp)
+    if origin in (list, dict):
+        return json.loads, _json
+    if origin is tuple:
+        return (lambda v: tuple(json.loads(v))), (lambda v: _json(list(v)))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp, (lambda v: v.value)
+    if tp is bool:
+        return bool, int
+    return _same, _same
+
+
+def _columns(cls: type) -> tuple[tuple[str, Codec], ...]:
+    """(column, codec) per field of a record dataclass, from its type hints: adding a field (and its
+    column to the schema) is all a new column needs."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _codec(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+COLUMNS = {cls: _columns(cls) for cls in TABLES}
+
+
+def _record(cls: type[T], row: Row, **values: Any) -> T:
+    """The record in ``row``; ``values`` replace fields the caller must not return (e.g. code)."""
+    return cls(**{name: values[name] if name in values else dec(row[name]) for name, (dec, _) in COLUMNS[cls]})
+
+
+def _insert(c: Conn, rec: Any, on_conflict: str = "") -> None:
+    cols = COLUMNS[type(rec)]
+    c.execute(
+        f"INSERT INTO {TABLES[type(rec)]} ({', '.join(name for name, _ in cols)}) "
+        f"VALUES ({', '.join('?' * len(cols))}) {on_conflict}",
+        [enc(getattr(rec, name)) for name, (_, enc) in cols],
+    )
+
+
+def _resolve(c: Conn, tenant: str, review_id: str, how: Resolution, now: float) -> None:
+    c.execute(
+        "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
+        (how.state.value, now, how.reviewer, how.note, tenant, review_id),
+    )
+
+
+class SqlStore(Store):
+    """Every store operation as SQL; subclasses run the transactions (:meth:`_run`)."""
+
+    @abc.abstractmethod
+    async def _run(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises)."""
+
+    # --- policies -----------------------------------------------------------------------
+
+    async def deploy_policy(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        declared_version: str,
+        description: str,
+        content: str,
+        environment: str,
+    ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+        digest = sha256_text(content)
+        now = time.time()
+
+        def tx(c: Conn) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+            row = c.execute(
+                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
+                (tenant, name, digest),
+            ).fetchone()
+            created = row is None
+            if created:
+                (latest,) = c.execute(
+                    "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
+                ).fetchone()
+                version = PolicyVersionRecord(
+                    tenant=tenant,
+                    name=name,
+                    version=latest + 1,
+                    declared_version=declared_version,
+                    digest=digest,
+                    description=description,
+                    content=content,
+                    created_at=now,
+                )
+                _insert(c, version)
+            else:
+                version = _record(PolicyVersionRecord, row)
+            deployment = self._set_deployment(c, tenant, name, environment, version.version, "deploy", now)
+            return version, deployment, created
+
+        return await self._run(tx)
+
+    @staticmethod
+    def _set_deployment(
+        c: Conn, tenant: str, name: str, environment: str, version: int, kind: str, now: float
+    ) -> DeploymentRecord:
+        deployment = DeploymentRecord(
+            tenant=tenant, name=name, environment=environment, version=version, deployed_at=now
+        )
+        _insert(
+            c,
+            deployment,
+            "ON CONFLICT (tenant, name, environment) "
+            "DO UPDATE SET version=excluded.version, deployed_at=excluded.deployed_at",
+        )
+        c.execute(
+            "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
+            (tenant, name, environment, version, kind, now),
+        )
+        return deployment
+
+    async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
+        def tx(c: Conn) -> PolicyVersionRecord:
+            row = c.execute(
+                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, version)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"policy {name!r} has no version {version}")
+            return _record(PolicyVersionRecord, row)
+
+        return await self._run(tx)
+
+    async def get_deployed_policy(self, tenant: str, name: str, environment: str) -> PolicyVersionRecord:
+        def tx(c: Conn) -> PolicyVersionRecord:
+            row = c.execute(
+                "SELECT v.* FROM deployments d JOIN policy_versions v "
+                "ON v.tenant=d.tenant AND v.name=d.name AND v.version=d.version "
+                "WHERE d.tenant=? AND d.name=? AND d.environment=?",
+                (tenant, name, environment),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"policy {name!r} is not deployed in environment {environment!r}")
+            return _record(PolicyVersionRecord, row)
+
+        return await self._run(tx)
+
+    async def list_deployments(self, tenant: str, name: str) -> list[DeploymentRecord]:
+        def tx(c: Conn) -> list[DeploymentRecord]:
+            rows = c.execute(
+                "SELECT * FROM deployments WHERE tenant=? AND name=? ORDER BY environment", (tenant, name)
+            ).fetchall()
+            return [_record(DeploymentRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    async def list_policies(self, tenant: str, environment: str | None = None) -> list[PolicySummaryRecord]:
+        def tx(c: Conn) -> list[PolicySummaryRecord]:
+            latest = c.execute(
+                "SELECT name, MAX(version) AS v FROM policy_versions WHERE tenant=? GROUP BY name ORDER BY name",
+                (tenant,),
+            ).fetchall()
+            deps: dict[str, list[DeploymentRecord]] = {}
+            for r in c.execute("SELECT * FROM deployments WHERE tenant=? ORDER BY environment", (tenant,)):
+                deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
+            out = []
+            for r in latest:
+                mine = deps.get(r["name"], [])
+                if environment and not any(d.environment == environment for d in mine):
+                    continue
+                out.append(PolicySummaryRecord(name=r["name"], latest_version=r["v"], deployments=tuple(mine)))
+            return out
+
+        return await self._run(tx)
+
+    async def rollback_policy(
+        self, tenant: str, name: str, environment: str, to_version: int | None = None
+    ) -> tuple[DeploymentRecord, int]:
+        now = time.time()
+
+        def tx(c: Conn) -> tuple[DeploymentRecord, int]:
+            current = c.execute(
+                "SELECT version FROM deployments WHERE tenant=? AND name=? AND environment=?",
+                (tenant, name, environment),
+            ).fetchone()
+            if current is None:
+                raise NotFoundError(f"policy {name!r} is not deployed in environment {environment!r}")
+            cur = current["version"]
+            target = to_version
+            if target is None:
+                row = c.execute(
+                    "SELECT version FROM deployment_history WHERE tenant=? AND name=? AND environment=? "
+                    "AND version != ? ORDER BY seq DESC LIMIT 1",
+                    (tenant, name, environment, cur),
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(
+                        f"policy {name!r} has no earlier deployment in environment {environment!r} to roll back to"
+                    )
+                target = row["version"]
+            exists = c.execute(
+                "SELECT 1 FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, target)
+            ).fetchone()
+            if exists is None:
+                raise NotFoundError(f"policy {name!r} has no version {target}")
+            return self._set_deployment(c, tenant, name, environment, target, "rollback", now), cur
+
+        return await self._run(tx)
+
+    # --- evaluators ---------------------------------------------------------------------
+
+    async def put_evaluator(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        code: str,
+        language: str,
+        dependencies: tuple[str, ...],
+        digest: str,
+        description: str = "",
+    ) -> tuple[EvaluatorRecord, bool]:
+        now = time.time()
+
+        def tx(c: Conn) -> tuple[EvaluatorRecord, bool]:
+            row = c.execute(
+                "SELECT * FROM evaluators WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
+                (tenant, name, digest),
+            ).fetchone()
+            if row is not None:
+                return _record(EvaluatorRecord, row), False
+            (latest,) = c.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM evaluators WHERE tenant=? AND name=?", (tenant, name)
+            ).fetchone()
+            rec = EvaluatorRecord(
+                id=str(uuid.uuid4()),
+                tenant=tenant,
+                name=name,
+                version=latest + 1,
+                language=language,
+                dependencies=tuple(dependencies),
+                digest=digest,
+                code=code,
+                description=description,
+                created_at=now,
+            )
+            _insert(c, rec)
+            return rec, True
+
+        return await self._run(tx)
+
+    async def get_evaluator(self, tenant: str, evaluator_id: str) -> EvaluatorRecord:
+        def tx(c: Conn) -> EvaluatorRecord:
+            row = c.execute("SELECT * FROM evaluators WHERE tenant=? AND id=?", (tenant, evaluator_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"evaluator {evaluator_id!r} not found")
+            return _record(EvaluatorRecord, row)
+
+        return await self._run(tx)
+
+    async def get_evaluator_by_name(self, tenant: str, name: str, version: int | None = None) -> EvaluatorRecord:
+        def tx(c: Conn) -> EvaluatorRecord:
+            if version:
+                row = c.execute(
+                    "SELECT * FROM evaluators WHERE tenant=? AND name=? AND version=?", (tenant, name, version)
+                ).fetchone()
+            else:
+                row = c.execute(
+                    "SELECT * FROM evaluators WHERE tenant=? AND name=? ORDER BY version DESC LIMIT 1", (tenant, name)
+                ).fetchone()
+            if row is None:
+                suffix = f" version {version}" if version else ""
+                raise NotFoundError(f"evaluator {name!r}{suffix} not found")
+            return _record(EvaluatorRecord, row)
+
+        return await self._run(tx)
+
+    async def list_evaluators(self, tenant: str, name: str | None = None) -> list[EvaluatorRecord]:
+        def tx(c: Conn) -> list[EvaluatorRecord]:
+            if name:
+                rows = c.execute(
+                    "SELECT * FROM evaluators WHERE tenant=? AND name=? ORDER BY name, version", (tenant, name)
+                ).fetchall()
+            else:
+                rows = c.execute("SELECT * FROM evaluators WHERE tenant=? ORDER BY name, version", (tenant,)).fetchall()
+            return [_record(EvaluatorRecord, r, code="") for r in rows]
+
+        return await self._run(tx)
+
+    # --- audit, reviews, feedback -------------------------------------------------------
+
+    async def record_decision(
+        self, audit: AuditRecord, reviews: list[ReviewRecord], outbox: Sequence[OutboxRecord] = ()
+    ) -> None:
+        def tx(c: Conn) -> None:
+            _insert(c, audit)
+            for rec in (*reviews, *outbox):
+                if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
+                    raise InvalidInputError("a review or message must belong to the decision it is recorded with")
+                _insert(c, rec)
+
+        await self._run(tx)
+
+    async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord:
+        def tx(c: Conn) -> AuditRecord:
+            row = c.execute(
+                "SELECT * FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"decision {decision_id!r} not found")
+            return _record(AuditRecord, row)
+
+        return await self._run(tx)
+
+    async def list_decisions(
+        self,
+        tenant: str,
+        *,
+        policy: str | None = None,
+        limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[AuditRecord]:
+        def tx(c: Conn) -> list[AuditRecord]:
+            q = "SELECT * FROM decisions WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if policy:
+                q += " AND policy=?"
+                args.append(policy)
+            if since is not None:
+                q += " AND created_at>=?"
+                args.append(float(since))
+            if until is not None:
+                q += " AND created_at<=?"
+                args.append(float(until))
+            q += " ORDER BY created_at DESC LIMIT ?"
+            args.append(max(0, int(limit)))
+            return [_record(AuditRecord, r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def count_decisions(self, tenant: str | None = None) -> int:
+        def tx(c: Conn) -> int:
+            if tenant is None:
+                return int(c.execute("SELECT COUNT(*) FROM decisions").fetchone()[0])
+            return int(c.execute("SELECT COUNT(*) FROM decisions WHERE tenant=?", (tenant,)).fetchone()[0])
+
+        return await self._run(tx)
+
+    async def list_reviews(
+        self,
+        tenant: str,
+        *,
+        state: ReviewState | None = None,
+        policy: str | None = None,
+        limit: int = 100,
+    ) -> list[ReviewRecord]:
+        def tx(c: Conn) -> list[ReviewRecord]:
+            q = "SELECT * FROM reviews WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if state is not None:
+                q += " AND state=?"
+                args.append(state.value)
+            if policy:
+                q += " AND policy=?"
+                args.append(policy)
+            q += " ORDER BY created_at, id LIMIT ?"
+            args.append(max(0, int(limit)))
+            return [_record(ReviewRecord, r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def auto_approve_due(self, tenant: str, now: float) -> int:
+        def tx(c: Conn) -> int:
+            # SQL only narrows to open items that have the param; the review rules decide.
+            rows = c.execute(
+                "SELECT * FROM reviews WHERE tenant=? AND state=? AND params LIKE ?",
+                (tenant, ReviewState.OPEN.value, f'%"{AUTO_APPROVE_AT}"%'),
+            ).fetchall()
+            due = [
+                rec.id
+                for rec in (_record(ReviewRecord, r) for r in rows)
+                if timing(rec.kind, rec.state, rec.params, now).auto_approve
+            ]
+            for review_id in due:
+                _resolve(c, tenant, review_id, AUTO_APPROVAL, now)
+            return len(due)
+
+        return await self._run(tx)
+
+    async def get_review(self, tenant: str, review_id: str) -> ReviewRecord:
+        def tx(c: Conn) -> ReviewRecord:
+            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"review {review_id!r} not found")
+            return _record(ReviewRecord, row)
+
+        return await self._run(tx)
+
+    async def resolve_review(
+        self, tenant: str, review_id: str, state: ReviewState, *, reviewer: str = "", note: str = ""
+    ) -> ReviewRecord:
+        if state is ReviewState.OPEN:
+            raise InvalidInputError("a review is resolved as approved, rejected or dismissed, not open")
+        now = time.time()
+
+        def tx(c: Conn) -> ReviewRecord:
+            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
+            if row is None:
+                raise NotFoundError(f"review {review_id!r} not found")
+            if row["state"] != ReviewState.OPEN.value:
+                raise ReviewAlreadyResolvedError(f"review {review_id!r} is already {row['state']}")
+            _resolve(c, tenant, review_id, Resolution(state, reviewer, note), now)
+            return _record(ReviewRecord, c.execute("SELECT * FROM reviews WHERE id=?", (review_id,)).fetchone())
+
+        return await self._run(tx)
+
+    async def add_feedback(
+        self, tenant: str, decision_id: str, *, rule: str, label: str, comment: str = ""
+    ) -> FeedbackRecord:
+        now = time.time()
+
+        def tx(c: Conn) -> FeedbackRecord:
+            row = c.execute(
+                "SELECT rules FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"decision {decision_id!r} not found")
+            if rule and rule not in {r.get("rule") for r in json.loads(row["rules"])}:
+                raise NotFoundError(f"decision {decision_id!r} has no rule {rule!r}")
+            rec = FeedbackRecord(
+                id=str(uuid.uuid4()),
+                tenant=tenant,
+                decision_id=decision_id,
+                rule=rule,
+                label=label,
+                comment=comment,
+                created_at=now,
+            )
+            _insert(c, rec)
+            return rec
+
+        return await self._run(tx)
+
+    async def feedback_counts(self, tenant: str) -> dict[tuple[str, str], tuple[int, int, int]]:
+        def tx(c: Conn) -> dict[tuple[str, str], tuple[int, int, int]]:
+            rows = c.execute(
+                "SELECT d.policy, f.rule, COUNT(*), SUM(CASE WHEN f.label = 'false_positive' THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN f.label = 'false_negative' THEN 1 ELSE 0 END) "
+                "FROM feedback f JOIN decisions d ON d.tenant = f.tenant AND d.decision_id = f.decision_id "
+                "WHERE f.tenant = ? AND f.rule != '' GROUP BY d.policy, f.rule",
+                (tenant,),
+            ).fetchall()
+            return {(r[0], r[1]): (int(r[2]), int(r[3] or 0), int(r[4] or 0)) for r in rows}
+
+        return await self._run(tx)
+
+    async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]:
+        def tx(c: Conn) -> list[FeedbackRecord]:
+            q = "SELECT * FROM feedback WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if decision_id:
+                q += " AND decision_id=?"
+                args.append(decision_id)
+            rows = c.execute(q + " ORDER BY created_at, id", args).fetchall()
+            return [_record(FeedbackRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    # --- outbox -------------------------------------------------------------------------
+
+    async def claim_outbox(self, kinds: Sequence[str], now: float, *, limit: int, lease_s: float) -> list[OutboxRecord]:
+        kinds = list(kinds)
+        if not kinds or limit <= 0:
+            return []
+
+        def tx(c: Conn) -> list[OutboxRecord]:
+            # BEGIN IMMEDIATE holds the write lock: two workers on one file never lease the same row.
+            rows = c.execute(
+                f"SELECT * FROM outbox WHERE state=? AND kind IN ({', '.join('?' * len(kinds))}) "
+                "AND next_attempt_at<=? AND lease_until<=? ORDER BY next_attempt_at, created_at LIMIT ?",
+                (OutboxState.PENDING.value, *kinds, now, now, int(limit)),
+            ).fetchall()
+            lease = now + lease_s
+            c.executemany("UPDATE outbox SET lease_until=? WHERE id=?", [(lease, r["id"]) for r in rows])
+            return [_record(OutboxRecord, r, lease_until=lease) for r in rows]
+
+        return await self._run(tx)
+
+    async def settle_outbox(
+        self,
+        claimed: OutboxRecord,
+        *,
+        state: OutboxState,
+        next_attempt_at: float = 0.0,
+        last_error: str = "",
+        last_status: int = 0,
+        now: float,
+        count_attempt: bool = True,
+    ) -> bool:
+        def tx(c: Conn) -> bool:
+            cur = c.execute(
+                "UPDATE outbox SET state=?, attempts=attempts+?, next_attempt_at=?, lease_until=0, last_error=?, "
+                "last_status=?, delivered_at=? WHERE id=? AND state=? AND lease_until=?",
+                (
+                    state.value,
+                    1 if count_attempt else 0,
+                    next_attempt_at,
+                    last_error,
+                    int(last_status),
+                    now if state is OutboxState.DELIVERED else None,
+                    claimed.id,
+                    OutboxState.PENDING.value,
+                    claimed.lease_until,
+                ),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(tx)
+
+    async def list_outbox(
+        self, tenant: str, *, state: OutboxState | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[OutboxRecord]:
+        def tx(c: Conn) -> list[OutboxRecord]:
+            q, args = "SELECT * FROM outbox WHERE tenant=?", [tenant]
+            if state is not None:
+                q += " AND state=?"
+                args.append(state.value)
+            if kind:
+                q += " AND kind=?"
+                args.append(kind)
+            q += " ORDER BY created_at DESC, id LIMIT ?"
+            args.append(max(0, int(limit)))
+            return [_record(OutboxRecord, r) for r in c.execute(q, args).fetchall()]
+
+        return await self._run(tx)
+
+    async def redeliver_outbox(
+        self, tenant: str, message_id: str, now: float, *, kind: str | None = None
+    ) -> OutboxRecord:
+        def tx(c: Conn) -> OutboxRecord:
+            row = c.execute("SELECT * FROM outbox WHERE tenant=? AND id=?", (tenant, message_id)).fetchone()
+            if row is None or (kind is not None and row["kind"] != kind):
+                raise NotFoundError(f"delivery {message_id!r} not found")
+            if row["state"] == OutboxState.PENDING.value:
+                raise DeliveryPendingError(f"delivery {message_id!r} is still pending (next attempt scheduled)")
+            c.execute(
+                "UPDATE outbox SET state=?, attempts=0, next_attempt_at=?, lease_until=0, delivered_at=NULL WHERE id=?",
+                (OutboxState.PENDING.value, now, message_id),
+            )
+            return _record(
+                OutboxRecord,
+                row,
+                state=OutboxState.PENDING,
+                attempts=0,
+                next_attempt_at=now,
+                lease_until=0.0,
+                delivered_at=None,
+            )
+
+        return await self._run(tx)
+
+    async def outbox_counts(self) -> dict[tuple[str, str], int]:
+        def tx(c: Conn) -> dict[tuple[str, str], int]:
+            rows = c.execute("SELECT kind, state, COUNT(*) FROM outbox GROUP BY kind, state").fetchall()
+            return {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
+
+        return await self._run(tx)
+
+    # --- misc ---------------------------------------------------------------------------
+
+    async def get_meta(self, key: str) -> str | None:
+        def tx(c: Conn) -> str | None:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(tx)
+
+    async def set_meta(self, key: str, value: str) -> None:
+        def tx(c: Conn) -> None:
+            c.execute(
+                "INSERT INTO meta VALUES (?,?) ON CONFLICT (key) DO UPDATE SET value=excluded.value", (key, value)
+            )
+
+        await self._run(tx)

@@ -1,0 +1,215 @@
+"""Three `crossaudit serve` replicas on loopback sharing one real PostgreSQL, clients spread over
+them: a deploy on one is served by the others, `kill -9` of one under load loses no answered
+decision while the others keep answering, review auto-approval happens once, and each webhook
+is delivered once although every replica runs a delivery worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from crossaudit import Client
+from crossaudit.kernel.errors import CrossAuditError
+from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key
+from tests.e2e.policies import KEYWORDS
+from tests.webhook_receiver import Receiver
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPLICAS = 3
+LOAD_THREADS = 6
+MIN_ANSWERED = 60  # the kill comes once this many decisions were answered
+MAX_LOAD_SECONDS = 60.0
+MAX_CALLS_PER_THREAD = 5_000
+CONVERGE_S = 10.0  # bound on waiting for a deploy to reach every replica (deployment_recheck_s is 1 s)
+SIGNING = "a-signing-secret-of-32-characters"
+
+
+def keys_text(receiver: Receiver) -> str:
+    acme, globex = TENANT_KEYS["acme"], TENANT_KEYS["globex"]
+    return f"""
+tenants:
+  acme:
+    keys: [{acme}]
+    webhooks:
+      allow: ["{receiver.url}"]
+      allow_networks: ["127.0.0.1/32"]
+      signing_secret: {{env: ACME_SIGNING}}
+  globex: [{globex}]
+"""
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory, postgres_server, receiver) -> Iterator[list[ServerProcess]]:
+    url = postgres_server.database()
+    servers = [
+        ServerProcess(
+            tmp_path_factory.mktemp(f"replica{i}"),
+            extra=("--store", url),
+            keys_text=keys_text(receiver),
+            env={"ACME_SIGNING": SIGNING},
+        )
+        for i in range(REPLICAS)
+    ]
+    for s in servers:
+        s.start()
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+def _until(check, timeout: float = CONVERGE_S):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except (AssertionError, CrossAuditError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_deploy_on_one_replica_evaluate_on_the_others(replicas: list[ServerProcess]) -> None:
+    a, *others = replicas
+    with Client(a.address, api_key=key("acme")) as c:
+        c.deploy_policy(KEYWORDS.replace("name: keywords", "name: shared"))
+    for srv in others:
+        with Client(srv.address, api_key=key("acme")) as c:
+            d = _until(lambda c=c: c.evaluate("shared", "p", "bad", timeout=10))
+            assert d.policy == "shared" and not d.passed
+    v2 = KEYWORDS.replace("name: keywords", "name: shared").replace('version: "1.0"', 'version: "2.0"')
+    with Client(others[0].address, api_key=key("acme")) as c:
+        c.deploy_policy(v2)
+    for srv in (a, others[1]):
+        with Client(srv.address, api_key=key("acme")) as c:
+
+            def on_v2(c: Client = c) -> None:
+                assert c.evaluate("shared", "p", "fine", timeout=10).policy_version == "2.0"
+
+            _until(on_v2)
+
+
+def test_review_auto_approval_happens_once_across_replicas(replicas: list[ServerProcess]) -> None:
+    policy = KEYWORDS.replace("name: keywords", "name: timers").replace(
+        "reviewer_role: moderator", "reviewer_role: moderator\n      auto_approve_after: 1s"
+    )
+    with Client(replicas[0].address, api_key=key("acme")) as c:
+        c.deploy_policy(policy)
+        d = c.evaluate("timers", "p", "worse", timeout=10)
+    time.sleep(1.2)
+    seen: list[tuple[str, str, float | None]] = []
+    lock = threading.Lock()
+
+    def read(srv: ServerProcess) -> None:
+        with Client(srv.address, api_key=key("acme")) as c:
+            for _ in range(3):
+                for r in c.list_reviews(state="any", policy="timers"):
+                    with lock:
+                        seen.append((r.state.value, r.reviewer, r.resolved_at))
+
+    threads = [threading.Thread(target=read, args=(s,)) for s in replicas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    mine = {x for x in seen}
+    assert len(mine) == 1, mine  # every replica saw the same single resolution
+    state, reviewer, resolved_at = mine.pop()
+    assert (state, reviewer) == ("approved", "auto") and resolved_at
+    with Client(replicas[2].address, api_key=key("acme")) as c:
+        assert c.get_decision(d.decision_id).policy == "timers"
+
+
+def test_each_webhook_is_delivered_once_although_every_replica_delivers(replicas, receiver: Receiver) -> None:
+    policy = f"""
+name: hooked
+description: a webhook per bad answer
+version: "1.0"
+evaluators:
+  - name: has_bad
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {{"score": 0.0 if "bad" in response else 1.0}}
+rules:
+  - name: notify
+    evaluator: has_bad
+    threshold: 0.5
+    action: custom
+    action_config:
+      webhook_url: "{receiver.url}/hook"
+      payload: {{rule: "{{{{rule.name}}}}", decision: "{{{{decision.id}}}}"}}
+"""
+    before = len(receiver.requests)
+    with Client(replicas[0].address, api_key=key("acme")) as c:
+        c.deploy_policy(policy)
+    ids = []
+    for i in range(12):
+        with Client(replicas[i % REPLICAS].address, api_key=key("acme")) as c:
+            ids.append(_until(lambda c=c: c.evaluate("hooked", "p", "bad", timeout=10)).decision_id)
+    got = receiver.wait_for(before + len(ids), timeout=30)[before:]
+    time.sleep(2.0)  # any duplicate would arrive now
+    hooks = [r for r in receiver.requests[before:] if r.path == "/hook"]
+    assert len(hooks) == len(ids) == len({r.headers["webhook-id"] for r in hooks}), len(got)
+
+
+def test_kill_9_of_one_replica_under_load_loses_no_answered_decision(replicas: list[ServerProcess]) -> None:
+    victim, *survivors = replicas
+    with Client(victim.address, api_key=key("acme")) as c:
+        c.deploy_policy(KEYWORDS.replace("name: keywords", "name: loaded"))
+    answered: dict[str, list[str]] = {s.address: [] for s in replicas}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def load(n: int) -> None:
+        srv = replicas[n % REPLICAS]
+        with Client(srv.address, api_key=key("acme")) as c:
+            for i in range(MAX_CALLS_PER_THREAD):
+                if stop.is_set():
+                    return
+                try:
+                    d = c.evaluate("loaded", "p", "bad" if i % 3 == 0 else "fine", timeout=5)
+                except CrossAuditError:
+                    if srv is victim:
+                        return  # killed under us
+                    time.sleep(0.05)  # not deployed here yet (within the recheck bound)
+                    continue
+                with lock:
+                    answered[srv.address].append(d.decision_id)
+
+    threads = [threading.Thread(target=load, args=(n,)) for n in range(LOAD_THREADS)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + MAX_LOAD_SECONDS
+    while sum(map(len, answered.values())) <= MIN_ANSWERED and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim.kill()
+    with lock:
+        after_kill = {a: len(v) for a, v in answered.items()}
+    time.sleep(2.0)  # the survivors keep answering
+    stop.set()
+    for t in threads:
+        t.join(30)
+    for s in survivors:
+        assert len(answered[s.address]) > after_kill[s.address], "a surviving replica stopped answering"
+    all_ids = [i for v in answered.values() for i in v]
+    assert len(all_ids) > MIN_ANSWERED
+    with Client(survivors[0].address, api_key=key("acme")) as c:
+        audited = {d.decision_id for d in c.list_decisions(policy="loaded", limit=1000)}
+        for decision_id in set(all_ids) - audited:  # beyond the list cap: look each one up
+            assert c.get_decision(decision_id).policy == "loaded"
+    before_kill = answered[victim.address]
+    victim.start()  # it comes back (on a new port) on the shared state
+    with Client(victim.address, api_key=key("acme")) as c:
+        assert c.get_decision(before_kill[0]).policy == "loaded"

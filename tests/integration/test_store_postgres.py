@@ -1,0 +1,162 @@
+"""PostgreSQL as several replicas see it: migrations applied once, outbox leases that never
+overlap, review auto-approval exactly once, typed errors that never show the password; and
+SQLite databases from before versioned migrations opening at the current schema."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from crossaudit.kernel.errors import StoreUnavailableError
+from crossaudit.store import AuditRecord, OutboxRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore, migrations
+from crossaudit.store.postgres import PostgresStore, mask_url
+
+pytestmark = pytest.mark.slow
+
+
+def _audit(decision_id: str) -> AuditRecord:
+    return AuditRecord(
+        decision_id=decision_id,
+        tenant="t",
+        policy="p",
+        policy_revision=1,
+        policy_version="1",
+        policy_digest="x",
+        environment="production",
+        passed=False,
+        action="custom",
+        rules=[],
+        errored_rules=[],
+        latency_ms=1.0,
+        prompt_sha256="",
+        response_sha256="",
+        context_sha256="",
+        created_at=time.time(),
+    )
+
+
+def test_replicas_starting_together_apply_each_migration_once(postgres_url: str) -> None:
+    stores: list[PostgresStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            stores.append(PostgresStore(postgres_url))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(stores) == 4
+    assert {s.schema_version() for s in stores} == {len(migrations.POSTGRES)}
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    assert [r[0] for r in rows] == list(range(1, len(migrations.POSTGRES) + 1))
+
+    async def close() -> None:
+        for s in stores:
+            await s.aclose()
+
+    asyncio.run(close())
+
+
+async def test_two_replicas_never_lease_the_same_message(postgres_url: str) -> None:
+    a, b = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    try:
+        for i in range(40):
+            msg = OutboxRecord(
+                id=f"m{i}",
+                tenant="t",
+                kind="webhook",
+                decision_id=f"d{i}",
+                rule="r",
+                payload={},
+                created_at=time.time(),
+            )
+            await a.record_decision(_audit(f"d{i}"), [], [msg])
+        now = time.time()
+        got = await asyncio.gather(*(s.claim_outbox(["webhook"], now, limit=7, lease_s=60) for s in (a, b) * 4))
+        ids = [m.id for batch in got for m in batch]
+        assert len(ids) == len(set(ids)) == 40  # every message leased exactly once
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_auto_approval_fires_once_across_replicas(postgres_url: str) -> None:
+    stores = [PostgresStore(postgres_url) for _ in range(3)]
+    try:
+        review = ReviewRecord(
+            id="r1",
+            tenant="t",
+            decision_id="d1",
+            policy="p",
+            policy_revision=1,
+            environment="production",
+            rule="r",
+            kind=ReviewKind.REQUIRE_REVIEW,
+            state=ReviewState.OPEN,
+            params={"auto_approve_at": "2020-01-01T00:00:00+00:00"},
+            created_at=time.time(),
+        )
+        await stores[0].record_decision(_audit("d1"), [review])
+        counts = await asyncio.gather(*(s.auto_approve_due("t", time.time()) for s in stores for _ in range(3)))
+        assert sum(counts) == 1
+        [item] = await stores[1].list_reviews("t")
+        assert (item.state, item.reviewer) == (ReviewState.APPROVED, "auto")
+    finally:
+        for s in stores:
+            await s.aclose()
+
+
+async def test_an_unreachable_database_is_unavailable_and_the_password_is_never_shown(postgres_server) -> None:
+    url = (
+        postgres_server.url()
+        .replace("crossaudit@", "crossaudit:s3cr3t-pw@")
+        .replace(f":{postgres_server.port}/", ":1/")
+    )
+    with pytest.raises(StoreUnavailableError) as info:
+        PostgresStore(url)
+    assert "s3cr3t-pw" not in str(info.value) and "***" in str(info.value)
+    assert mask_url("postgresql://u:p%40ss@h:5432/db") == "postgresql://u:***@h:5432/db"
+
+
+async def test_a_stopped_server_makes_calls_unavailable(postgres_server) -> None:
+    from tests.pgserver import PgServer
+
+    own = PgServer().start()
+    store = PostgresStore(own.database())
+    try:
+        assert await store.count_decisions() == 0
+        own.stop()
+        with pytest.raises(StoreUnavailableError):
+            await store.count_decisions()
+    finally:
+        own.stop()
+        await store.aclose()
+
+
+async def test_an_sqlite_database_from_before_the_outbox_opens_at_the_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # what the first schema left: its tables and user_version 1
+        db.executescript(migrations.SQLITE[0])
+        db.execute("PRAGMA user_version=1")
+    store = SQLiteStore(path)
+    try:
+        msg = OutboxRecord(id="m", tenant="t", kind="webhook", decision_id="d", rule="r", payload={})
+        await store.record_decision(_audit("d"), [], [msg])
+        assert [m.id for m in await store.list_outbox("t")] == ["m"]
+    finally:
+        await store.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(migrations.SQLITE)

@@ -1,0 +1,135 @@
+"""The Kubernetes manifests of deploy/k8s/ are valid for recent Kubernetes versions (JSON schemas
+shipped inside the ``kubernetes-validate`` package: no cluster, no network), and say what the
+deployment design needs: grpc probes on the served port, a headless Service, a PDB over the
+Deployment's pods, non-root containers, a Secret template without real values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+VERSIONS = ("1.30", "1.33")  # every manifest must be valid for each (strict: no unknown field)
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]'")
+
+
+def _documents() -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((path.name, doc))
+    return docs
+
+
+DOCS = _documents()
+
+
+def _one(kind: str) -> dict[str, Any]:
+    (found,) = [d for _, d in DOCS if d["kind"] == kind and d["metadata"]["name"] == "crossaudit"]
+    return found
+
+
+def _container(name: str = "orchestrator") -> dict[str, Any]:
+    (c,) = [c for c in _one("Deployment")["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return c
+
+
+def test_the_manifests_are_there() -> None:
+    kinds = sorted(d["kind"] for _, d in DOCS)
+    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Secret", "Service"], kinds
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("name", "doc"), DOCS, ids=[f"{n}:{d['kind']}:{d['metadata']['name']}" for n, d in DOCS])
+def test_each_manifest_is_valid(name: str, doc: dict[str, Any], version: str) -> None:
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        pytest.fail(f"{name} ({doc['kind']}) is invalid for Kubernetes {version}: {e.message} at {list(e.path)}")
+
+
+def test_probes_are_grpc_on_the_served_port() -> None:
+    c = _container()
+    args = c["args"]
+    port = int(next(a for a in args if a.startswith("--port=")).split("=", 1)[1])
+    assert "--host=0.0.0.0" in args
+    assert {"name": "grpc", "containerPort": port, "protocol": "TCP"} in c["ports"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert set(c[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, probe
+        assert c[probe]["grpc"]["port"] == port, probe
+        assert c[probe]["grpc"].get("service", "") == "", probe  # the server's overall status
+
+
+def test_replicas_store_and_docker_daemon() -> None:
+    dep = _one("Deployment")
+    assert dep["spec"]["replicas"] == 3
+    c = _container()
+    assert not any(a.startswith("--store") for a in c["args"])  # the URL holds a password: env, not argv
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert env["DOCKER_HOST"]["value"].startswith("tcp://$(NODE_IP):")
+    assert env["CROSSAUDIT_STORE"]["valueFrom"]["secretKeyRef"] == {"name": "crossaudit-secrets", "key": "store-url"}
+    cm = _one_named("ConfigMap", "crossaudit-settings")
+    assert cm["data"]["DOCKER_TLS_VERIFY"] == "1"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+
+
+def _one_named(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for _, d in DOCS if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def test_containers_run_non_root_read_only() -> None:
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["automountServiceAccountToken"] is False
+    for c in [*pod["containers"], *pod.get("initContainers", [])]:
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True, c["name"]
+        assert sc["allowPrivilegeEscalation"] is False, c["name"]
+        assert sc["capabilities"]["drop"] == ["ALL"], c["name"]
+        assert c["resources"]["limits"], c["name"]
+    mounted = {m["mountPath"] for m in _container()["volumeMounts"]}
+    assert {"/tmp", "/var/lib/crossaudit"} <= mounted  # writable places of a read-only root
+
+
+def test_service_is_headless_over_the_pods() -> None:
+    svc = _one("Service")
+    dep = _one("Deployment")
+    assert svc["spec"]["clusterIP"] == "None"
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    (grpc_port,) = [p for p in svc["spec"]["ports"] if p["name"] == "grpc"]
+    assert grpc_port["targetPort"] == "grpc"
+
+
+def test_pdb_selects_the_deployments_pods() -> None:
+    pdb = _one("PodDisruptionBudget")
+    dep = _one("Deployment")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert 0 < pdb["spec"]["minAvailable"] < dep["spec"]["replicas"]  # a drain can still proceed
+
+
+def test_secret_is_a_template_and_mounted_privately() -> None:
+    secret = _one_named("Secret", "crossaudit-secrets")
+    values = secret["stringData"]
+    assert set(values) == {"api-keys.yaml", "store-url"}
+    assert all("REPLACE" in v for v in values.values())
+    tls = _one_named("Secret", "crossaudit-docker-tls")
+    assert all("REPLACE" in v for v in tls["stringData"].values())
+    cm = _one_named("ConfigMap", "crossaudit-settings")
+    assert cm["data"]["CROSSAUDIT_API_KEYS_FILE"].startswith("/etc/crossaudit/keys/")
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    (keys,) = [v for v in pod["volumes"] if v["name"] == "keys"]
+    assert keys["emptyDir"]["medium"] == "Memory"  # the 0600 copy the init container makes
+    (init,) = pod["initContainers"]
+    assert "umask 077" in init["command"][-1]
