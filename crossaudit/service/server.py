@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.orchestrator.engine.ratelimit import LimiterFactory
 from crossaudit.sandbox.base import Sandbox
 from crossaudit.service.auth import Authenticator, AuthInterceptor, check_private_file
 from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
@@ -25,6 +26,7 @@ from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import DeliveryConfig
+from crossaudit.service.ratelimits import store_limiters
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
 from crossaudit.store import open_store
@@ -43,6 +45,7 @@ def runtime_engines(
     model_backend: Any = None,
     limits: EngineLimits | None = None,
     grants: TenantGrants | None = None,
+    limiters: LimiterFactory | None = None,
 ) -> EngineProvider:
     """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool.
     A tenant's evaluators reach only its granted secrets and allowlisted LLM hosts."""
@@ -60,7 +63,9 @@ def runtime_engines(
             secrets=grants.source(tenant),
             llm_hosts=grants.hosts(tenant),
         )
-        return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)
+        if limiters is None:
+            return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)
+        return Engine(runtime, limits=limits, feedback=feedback, scope=tenant, limiters=limiters)
 
     return make
 
@@ -259,25 +264,6 @@ async def start_server(
         auth = Authenticator.dev_mode() if config.dev else Authenticator.from_file(config.api_keys_file, limits)  # type: ignore[arg-type]
     grants = auth.grants.with_hosts(config.llm_base_url_hosts)
     _log_grants(grants, auth.tenants)
-    owned: list[Any] = []
-    model_backend = None
-    if engines is None:
-        if sandbox is None:
-            from crossaudit.orchestrator.runtime import make_sandbox
-
-            sandbox = make_sandbox(config.sandbox)
-            owned.append(sandbox)
-            if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
-                try:
-                    check_process_sandbox_allowed(config)
-                except ConfigurationError:
-                    await sandbox.aclose()
-                    raise
-        from crossaudit.modelserver.pool import ModelServerPool
-
-        model_backend = ModelServerPool(isolation=config.model_servers)
-        owned.append(model_backend)
-        engines = runtime_engines(sandbox, model_backend=model_backend, limits=engine_limits, grants=grants)
     lock = None
     if store is None:
         # One server per data directory (the SQLite file, the model store); replicas sharing a
@@ -291,6 +277,32 @@ async def start_server(
         except BaseException:
             lock.close()
             raise
+    owned: list[Any] = []
+    model_backend = None
+    if engines is None:
+        if sandbox is None:
+            from crossaudit.orchestrator.runtime import make_sandbox
+
+            sandbox = make_sandbox(config.sandbox)
+            owned.append(sandbox)
+            if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
+                try:
+                    check_process_sandbox_allowed(config)
+                except ConfigurationError:
+                    await sandbox.aclose()
+                    if lock is not None:
+                        await store.aclose()
+                        lock.close()
+                    raise
+        from crossaudit.modelserver.pool import ModelServerPool
+
+        model_backend = ModelServerPool(isolation=config.model_servers)
+        owned.append(model_backend)
+        # Replicas sharing a PostgreSQL store share their rate_limit buckets through it.
+        limiters = store_limiters(store) if config.store_url else None
+        engines = runtime_engines(
+            sandbox, model_backend=model_backend, limits=engine_limits, grants=grants, limiters=limiters
+        )
     metrics = ServiceMetrics()
     if sandbox is not None:
         metrics.watch_sandbox(sandbox.info)

@@ -343,6 +343,15 @@ class Store(abc.ABC):
     async def outbox_counts(self) -> dict[tuple[str, str], int]:
         """(kind, state) -> messages, for the metrics."""
 
+    # --- shared rate limits ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def take_rate_token(
+        self, key: str, *, rate_per_s: float, capacity: float, now: float, max_wait_s: float
+    ) -> float | None:
+        """Reserve one token of bucket ``key`` (created full): the seconds until it is due, or None
+        when that would exceed ``max_wait_s`` (nothing reserved). Atomic across processes."""
+
     # --- misc ---------------------------------------------------------------------------
 
     @abc.abstractmethod

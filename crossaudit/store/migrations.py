@@ -73,6 +73,10 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (state, kind, next_attempt_at);
 CREATE INDEX IF NOT EXISTS outbox_tenant ON outbox (tenant, created_at);
 """,
+    # 3: rate_limit buckets shared by the processes of one store (crossaudit.service.ratelimits)
+    """
+CREATE TABLE IF NOT EXISTS rate_buckets (key TEXT PRIMARY KEY, tokens REAL NOT NULL, updated REAL NOT NULL);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -134,5 +138,9 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_due ON outbox (state, kind, next_attempt_at);
 CREATE INDEX outbox_tenant ON outbox (tenant, created_at);
+""",
+    # 2: rate_limit buckets shared by every replica (SQLite's step 3)
+    """
+CREATE TABLE rate_buckets (key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL);
 """,
 )

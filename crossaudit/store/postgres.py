@@ -151,24 +151,31 @@ class PostgresStore(SqlStore):
         with self._pool.connection() as conn:
             return int(_Conn(conn).execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
 
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
+    FOR_UPDATE = " FOR UPDATE"
+
+    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
         if self._closed:
             raise StoreUnavailableError("the store is closed (the server is shutting down)")
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, self._tx, fn)
+            return await loop.run_in_executor(self._executor, self._tx, fn, contended)
         except RuntimeError as exc:  # executor shut down under us
             raise StoreUnavailableError(f"the store is closed: {exc}") from None
 
-    def _tx(self, fn: Callable[[Conn], T]) -> T:
+    def _tx(self, fn: Callable[[Conn], T], contended: bool = False) -> T:
         from psycopg_pool import PoolTimeout
 
         errors = self._psycopg.errors
+        levels = self._psycopg.IsolationLevel
         wait = self.limits.retry_backoff_s
         for attempt in range(self.limits.max_retries + 1):
             try:
-                with self._pool.connection() as conn, conn.transaction():
-                    return fn(_Conn(conn))
+                with self._pool.connection() as conn:
+                    # A contended read-modify-write locks its row FOR UPDATE: at READ COMMITTED the
+                    # callers queue on the lock and each sees the last one's write.
+                    conn.isolation_level = levels.READ_COMMITTED if contended else levels.SERIALIZABLE
+                    with conn.transaction():
+                        return fn(_Conn(conn))
             except (errors.SerializationFailure, errors.DeadlockDetected):
                 if attempt == self.limits.max_retries:
                     raise StoreUnavailableError("the database stayed too busy to commit; retry") from None

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError
+from crossaudit.orchestrator.engine.ratelimit import take
 from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
     AuditRecord,
@@ -135,9 +136,31 @@ def _resolve(c: Conn, tenant: str, review_id: str, how: Resolution, now: float) 
 class SqlStore(Store):
     """Every store operation as SQL; subclasses run the transactions (:meth:`_run`)."""
 
+    # Row lock of a read-modify-write (PostgreSQL: FOR UPDATE; SQLite's single writer needs none).
+    FOR_UPDATE = ""
+
     @abc.abstractmethod
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
-        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises)."""
+    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
+        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises).
+        ``contended``: a hot row that concurrent callers update through ``FOR_UPDATE`` (a backend
+        may then use a weaker isolation that queues them instead of failing all but one)."""
+
+    async def take_rate_token(
+        self, key: str, *, rate_per_s: float, capacity: float, now: float, max_wait_s: float
+    ) -> float | None:
+        def tx(c: Conn) -> float | None:
+            c.execute(
+                "INSERT INTO rate_buckets (key, tokens, updated) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                (key, capacity, now),
+            )
+            row = c.execute(f"SELECT tokens, updated FROM rate_buckets WHERE key=?{self.FOR_UPDATE}", (key,)).fetchone()
+            got = take(float(row[0]), now - float(row[1]), rate_per_s, capacity, max_wait_s)
+            if got is None:
+                return None
+            c.execute("UPDATE rate_buckets SET tokens=?, updated=? WHERE key=?", (got[0], max(now, row[1]), key))
+            return got[1]
+
+        return await self._run(tx, contended=True)
 
     # --- policies -----------------------------------------------------------------------
 

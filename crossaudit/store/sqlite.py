@@ -65,7 +65,7 @@ class SQLiteStore(SqlStore):
         conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
         return conn
 
-    async def _run(self, fn: Callable[[Conn], T]) -> T:
+    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
         if self._closed:
             raise StoreUnavailableError("the store is closed (the server is shutting down)")
         loop = asyncio.get_running_loop()

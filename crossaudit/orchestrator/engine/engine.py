@@ -60,7 +60,7 @@ from crossaudit.orchestrator.engine import actions, consensus
 from crossaudit.orchestrator.engine.cache import ResultCache
 from crossaudit.orchestrator.engine.conditions import check_all
 from crossaudit.orchestrator.engine.context import build_context
-from crossaudit.orchestrator.engine.ratelimit import TokenBucket
+from crossaudit.orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, local_limiter
 from crossaudit.orchestrator.engine.thresholds import FeedbackStats, rule_threshold
 from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator, EvaluatorFactory
 
@@ -93,7 +93,7 @@ def plan(policy: Policy) -> list[Rule]:
 class _Built:
     evaluator: Evaluator
     identity: str  # the result cache's view of it (see Engine._cache_identity)
-    limiter: TokenBucket | None  # the spec's rate_limit
+    limiter: RateLimiter | None  # the spec's rate_limit
 
 
 @dataclass
@@ -120,10 +120,14 @@ class Engine:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         scope: str = "",
+        limiters: LimiterFactory = local_limiter,
     ) -> None:
         """``scope`` names whose verdicts this engine caches (the service passes the tenant), so a
-        cache handed to two engines still never serves one tenant's verdict to another."""
+        cache handed to two engines still never serves one tenant's verdict to another.
+        ``limiters`` keeps the evaluators' ``rate_limit`` buckets (in memory by default; the
+        service passes a shared one when replicas share a store)."""
         self.scope = scope
+        self.limiters = limiters
         self.factory = factory
         self.limits = limits or EngineLimits()
         self.cache = cache if cache is not None else ResultCache(self.limits.cache_entries, clock)
@@ -149,7 +153,8 @@ class Engine:
         ev = self.factory.build(spec, policy)
         cfg = spec.typed_config
         rpm = getattr(cfg, "rate_limit", None)
-        limiter = TokenBucket(rpm, burst=getattr(cfg, "rate_limit_burst", None), name=name) if rpm else None
+        burst = getattr(cfg, "rate_limit_burst", None)
+        limiter = self.limiters(f"{self.scope}/{policy.name}/{name}", rpm, burst, name) if rpm else None
         built = self._evaluators[key] = _Built(ev, self._cache_identity(ev, spec.model_dump(mode="json")), limiter)
         while len(self._evaluators) > self.limits.evaluator_instances:  # old policy versions age out
             _, old_built = self._evaluators.popitem(last=False)
