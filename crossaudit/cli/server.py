@@ -21,12 +21,10 @@ from typing import Any
 
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
-SERVER_ENV = "CROSSAUDIT_SERVER"
-API_KEY_ENV = "CROSSAUDIT_API_KEY"
 API_KEYS_FILE_ENV = "CROSSAUDIT_API_KEYS_FILE"
-DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_PORT = 50051
 
 
@@ -224,10 +222,10 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
 def _client(args: argparse.Namespace) -> Any:
     from crossaudit.sdk.client import Client
 
-    target = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
-    key = args.api_key or os.environ.get(API_KEY_ENV) or None
     tls: Any = args.ca_cert or bool(args.tls)
-    return Client(target, api_key=key, tls=tls, **({"timeout": args.timeout} if args.timeout else {}))
+    # No --server / --api-key: the Client falls back to $CROSSAUDIT_SERVER / $CROSSAUDIT_API_KEY.
+    options = {"timeout": args.timeout} if args.timeout else {}
+    return Client(args.server or None, api_key=args.api_key or None, tls=tls, **options)
 
 
 def _print_json(value: Any) -> None:

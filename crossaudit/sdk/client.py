@@ -31,8 +31,11 @@ import grpc
 
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
 from crossaudit.sdk.options import (
+    API_KEY_ENV,
     DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_SERVER,
     DEFAULT_UPLOAD_TIMEOUT_S,
+    SERVER_ENV,
     ProgressCallback,
     Target,
     TlsOption,
@@ -144,7 +147,7 @@ class ClientBase(abc.ABC):
 
     def __init__(
         self,
-        target: Target,
+        target: Target | None = None,
         api_key: str | None = None,
         tls: TlsOption = False,
         *,
@@ -154,7 +157,11 @@ class ClientBase(abc.ABC):
         ``grpc.ChannelCredentials``. ``timeout`` is the default deadline of management calls.
         ``target``: one ``host:port``; several replicas as a list or ``"h1:p1,h2:p2"`` (IP addresses);
         or one DNS name resolving to every replica: calls are spread with gRPC's client-side
-        ``round_robin`` (``crossaudit.sdk.options.channel_target``)."""
+        ``round_robin`` (``crossaudit.sdk.options.channel_target``). Without one: ``$CROSSAUDIT_SERVER``,
+        else 127.0.0.1:50051. ``api_key`` defaults to ``$CROSSAUDIT_API_KEY``."""
+        target = target or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+        if api_key is None:
+            api_key = os.environ.get(API_KEY_ENV) or None
         creds = credentials(tls)
         self.target, self._options = channel_target(target)  # the gRPC target string
         self.timeout = timeout

@@ -13,6 +13,9 @@ import grpc
 
 from crossaudit.kernel.errors import InvalidInputError
 
+SERVER_ENV = "CROSSAUDIT_SERVER"  # where a Client with no target connects
+API_KEY_ENV = "CROSSAUDIT_API_KEY"  # the key a Client sends when it is given none
+DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_CALL_TIMEOUT_S = 30.0  # deadline of calls other than evaluate/upload when none is given
 DEFAULT_UPLOAD_TIMEOUT_S = 1_800.0  # an upload may build an image
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024

@@ -103,3 +103,17 @@ def test_keys_files_shown_in_the_readme_load_as_described(tmp_path: Path, monkey
     assert (alice.role, alice.name, tuple(alice.reviewer_roles)) == (Role.REVIEWER, "alice", ("content_moderator",))
     assert auth.principal_for_key("acme-checkout-key-16chars").role is Role.SERVICE
     assert auth.grants.webhook("acme").url_problem("https://hooks.acme.example/violations") is None
+
+
+def test_client_without_a_target_uses_the_environment_as_the_readme_says(monkeypatch) -> None:
+    from crossaudit import Client
+
+    assert "CROSSAUDIT_SERVER" in README
+    monkeypatch.setenv("CROSSAUDIT_SERVER", "127.0.0.1:50999")
+    monkeypatch.setenv("CROSSAUDIT_API_KEY", "key-from-the-environment-123")
+    with Client() as c:
+        assert c.target.endswith("127.0.0.1:50999")
+        assert ("authorization", "Bearer key-from-the-environment-123") in list(c._md)
+    monkeypatch.delenv("CROSSAUDIT_SERVER")
+    with Client() as c:
+        assert c.target.endswith("127.0.0.1:50051")
