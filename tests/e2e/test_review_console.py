@@ -354,6 +354,8 @@ def test_sessions_cookies_and_headers(console) -> None:
     # an open redirect after sign-in is not possible
     assert h.get("/signin?next=//evil.example", follow_redirects=False).status_code == 303  # signed in already
     assert ConsoleNext.check("//evil.example") == "/queue" and ConsoleNext.check("/audit?x=1") == "/audit?x=1"
+    for hostile in ("/\t/evil.example", "/\n/evil.example", "/\\evil.example", "https://evil.example", "/x y"):
+        assert ConsoleNext.check(hostile) == "/queue", hostile  # browsers drop tabs/newlines: "//evil"
 
 
 def test_another_tenants_reviewer_sees_not_found(console, admin) -> None:

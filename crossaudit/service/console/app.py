@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -102,6 +103,9 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+_LOCAL_PATH = re.compile(r"/[A-Za-z0-9/_.~%?=&+-]*")
 
 
 class Refused(Exception):
@@ -308,8 +312,9 @@ class ConsoleApp:
 
     @staticmethod
     def _next(value: str | None) -> str:
-        """Where to go after sign-in: a local path only (no open redirect)."""
-        if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        """Where to go after sign-in: a local path only (no open redirect). A whitelist, since
+        browsers drop tabs and newlines from URLs ("/\t/evil.example" would become "//evil.example")."""
+        if not value or not _LOCAL_PATH.fullmatch(value) or value.startswith("//"):
             return "/queue"
         return value
 
