@@ -3,7 +3,8 @@
 Same run, same 10-rule policy with cached evaluator results (so what is measured is the service,
 the engine and the store, not the sandbox), clients spread over the replicas with gRPC's
 round_robin. Also prints PostgreSQL's commits and inserted rows per decision (pg_stat_database
-deltas), for the capacity model in docs/capacity.md. On a 2-core machine every replica, the
+deltas), for the capacity model in docs/capacity.md, and how long a deploy on one replica takes
+to be served by another. On a 2-core machine every replica, the
 clients and PostgreSQL share the same two cores, so more replicas cannot add throughput here:
 the ceiling is the CPU, and the figures show the cost of sharing state, not a scale-out.
 """
@@ -68,6 +69,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     pg = PgServer().start()
     rows: list[tuple[str, float, float, str]] = []
+    propagation: list[float] = []
     try:
         sqlite = ServerProcess(root / "sqlite")
         sqlite.start()
@@ -87,6 +89,8 @@ def main() -> None:
                     servers.append(s)
                 if count == 1:
                     asyncio.run(_deploy(servers[0].address))
+                if count == 3:
+                    propagation = asyncio.run(_propagation(servers[0].address, servers[2].address))
                 target = ",".join(s.address for s in servers)
                 commits0, rows0 = _pg_counters(url)
                 n, wall, p50 = asyncio.run(_load(target))
@@ -99,10 +103,31 @@ def main() -> None:
     finally:
         pg.stop()
     base = rows[0][1]
+    print(
+        f"deploy on replica A -> served by replica C after: {', '.join(f'{t * 1000:.0f} ms' for t in propagation)}"
+        " (bound: deployment_recheck_s = 1 s)"
+    )
     print(f"{CLIENTS} clients, {DURATION_S:g} s per level, 10-rule policy, cached evaluator results")
     print(f"{'setup':<28} {'decisions/s':>12} {'vs SQLite':>10} {'p50 ms':>8}  PostgreSQL per decision")
     for name, rate, p50, per in rows:
         print(f"{name:<28} {rate:>12.0f} {rate / base:>9.2f}x {p50:>8.2f}  {per}")
+
+
+async def _propagation(first: str, other: str, rounds: int = 5) -> list[float]:
+    """Seconds from a deploy answered by ``first`` until ``other`` serves the new version."""
+    out = []
+    async with AsyncClient(first, api_key=key("acme")) as a, AsyncClient(other, api_key=key("acme")) as b:
+        for r in range(rounds):
+            policy = ten_rules(cached=True).replace('version: "1.0"', f'version: "2.{r}"')
+            await a.deploy_policy(policy)
+            t0 = time.perf_counter()
+            for _ in range(1000):  # bounded: 10 s at most
+                d = await b.evaluate("ten-rules-cached", "p", RESPONSE, timeout=10)
+                if d.policy_version == f"2.{r}":
+                    break
+                await asyncio.sleep(0.01)
+            out.append(time.perf_counter() - t0)
+    return out
 
 
 async def _deploy(address: str) -> None:

@@ -1,0 +1,109 @@
+"""deploy/compose.yaml, really up: PostgreSQL (built locally) and two orchestrator replicas driving
+the host's Docker daemon. A policy deployed through one replica is evaluated through both with
+custom code in Docker, and every decision is in the shared audit log; then the stack goes down."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crossaudit import Client
+from crossaudit.kernel.errors import CrossAuditError
+from tests.conftest import ROOT, need
+from tests.e2e.policies import KEYWORDS
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+KEY = "acme-compose-key-0123456789abcdef"
+REPLICAS = ("127.0.0.1:50051", "127.0.0.1:50052")  # as deploy/compose.yaml publishes them
+UP_TIMEOUT_S = 180
+ORCHESTRATOR_UID, POSTGRES_UID = 10003, 990  # the images' users (deploy/secrets/README.md)
+
+
+def _compose(project: str, env: dict[str, str], *args: str, timeout: float = UP_TIMEOUT_S):
+    cmd = ["docker-compose", "-f", str(ROOT / "deploy" / "compose.yaml"), "-p", project, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+
+@pytest.fixture(scope="module")
+def stack(docker_daemon: object) -> Iterator[str]:
+    from crossaudit.kernel.errors import ConfigurationError
+    from crossaudit.service import image as builder
+
+    need(shutil.which("docker-compose") is not None, "docker-compose is not installed")
+    need(os.geteuid() == 0, "the secrets must belong to the images' users (needs root)")
+    try:
+        base = builder.local_base()
+    except ConfigurationError as e:
+        need(False, str(e))
+        raise
+    builder.build(base, latest=True, say=lambda _m: None)
+    builder.build_postgres(base, latest=True, say=lambda _m: None)
+    secrets = Path(tempfile.mkdtemp(prefix="compose-secrets-"))
+    secrets.chmod(0o755)
+    password = uuid.uuid4().hex
+    files = {
+        "api-keys.yaml": (f'tenants:\n  acme:\n    keys: ["{KEY}"]\n', ORCHESTRATOR_UID),
+        "pgpass": (f"postgres:5432:crossaudit:crossaudit:{password}\n", ORCHESTRATOR_UID),
+        "postgres-password": (f"{password}\n", POSTGRES_UID),
+    }
+    for name, (text, uid) in files.items():
+        path = secrets / name
+        path.write_text(text)
+        path.chmod(0o600)
+        os.chown(path, uid, uid)
+    project = f"crossaudit-test-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "CROSSAUDIT_SECRETS_DIR": str(secrets),
+        "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid),
+    }
+    up = _compose(project, env, "up", "-d")
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        yield project
+    finally:
+        logs = _compose(project, env, "logs", "--tail", "30", timeout=60).stdout
+        down = _compose(project, env, "down", "-v", timeout=120)
+        shutil.rmtree(secrets, ignore_errors=True)
+        print(logs[-4000:])
+        assert down.returncode == 0, down.stderr[-2000:]
+
+
+def _ready(address: str) -> None:
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while True:
+        try:
+            with Client(address, api_key=KEY, timeout=5) as c:
+                c.server_info()
+            return
+        except CrossAuditError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_two_replicas_share_postgresql_and_run_custom_code_in_docker(stack: str) -> None:
+    for address in REPLICAS:
+        _ready(address)
+    with Client(REPLICAS[0], api_key=KEY, timeout=300) as c:
+        c.deploy_policy(KEYWORDS)
+    time.sleep(1.5)  # deployment_recheck_s on the other replica
+    ids = []
+    for i in range(10):
+        with Client(REPLICAS[i % 2], api_key=KEY, timeout=120) as c:
+            d = c.evaluate("keywords", "p", "bad" if i % 2 else "fine", timeout=60)
+            assert d.passed is (i % 2 == 0)
+            ids.append(d.decision_id)
+    with Client(REPLICAS[1], api_key=KEY, timeout=60) as c:
+        audited = {d.decision_id for d in c.list_decisions(policy="keywords")}
+        info = c.server_info()
+    assert set(ids) <= audited and info.sandbox_backend == "docker"
