@@ -276,6 +276,14 @@ class WeightedEvaluator(Strict):
     weight: float = Field(default=1.0, gt=0.0, description="Relative weight in the consensus")
 
 
+def _disagreement_short_form_schema(schema: dict[str, Any]) -> None:
+    """``on_disagreement``'s string form is normalised by DisagreementConfig's before-validator,
+    which the generated schema cannot see: list it, so editors accept ``on_disagreement: decide``."""
+    forms = schema.get("anyOf")
+    if isinstance(forms, list):
+        forms.insert(0, {"enum": ["require_review", "decide"], "type": "string"})
+
+
 class Rule(Strict):
     name: Name = Field(description="Unique rule identifier")
     description: str | None = Field(default=None, description="Human-readable description")
@@ -305,6 +313,7 @@ class Rule(Strict):
         description="Multi-evaluator rules: 'require_review' sends a split vote (some evaluators pass, some "
         "fail, score spread >= min_spread) to a reviewer instead of deciding it; 'decide' (default) combines "
         "it by consensus_strategy. The object form sets min_spread and the review's reviewer_role and times",
+        json_schema_extra=_disagreement_short_form_schema,
     )
 
     _typed_action: Any = PrivateAttr(default=None)
@@ -431,13 +440,18 @@ class DisagreementConfig(RequireReviewConfig):
         default=0.3,
         ge=0.0,
         le=1.0,
+        strict=True,  # a number: `min_spread: true` is a mistake, not 1.0
         description="Smallest spread (highest minus lowest evaluator score) that counts as a disagreement",
     )
 
     @model_validator(mode="before")
     @classmethod
     def _short_form(cls, v: Any) -> Any:
-        return {"action": v} if isinstance(v, str) else v
+        if isinstance(v, str):
+            return {"action": v}
+        if not isinstance(v, dict | DisagreementConfig):
+            raise ValueError(f"on_disagreement is 'require_review', 'decide' or a mapping, got {v!r}")
+        return v
 
     @property
     def reviews(self) -> bool:

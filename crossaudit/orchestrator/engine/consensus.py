@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from crossaudit.kernel.dsl import ConsensusStrategy
 
+SPREAD_TOLERANCE = 1e-9  # float subtraction must not turn a spread equal to min_spread into less
+
 
 @dataclass(frozen=True)
 class Ballot:
@@ -51,6 +53,6 @@ def disagreement(ballots: list[Ballot], min_spread: float) -> str | None:
         return None
     scores = [b.score for b in voted if b.score is not None]
     spread = max(scores) - min(scores)
-    if spread < min_spread:
+    if spread < min_spread - SPREAD_TOLERANCE:  # 0.7 - 0.4 is 0.2999…: still a spread of 0.30
         return None
     return f"evaluators disagree: {yes} pass / {no} fail, spread {spread:.2f} >= {min_spread:.2f}; sent to review"

@@ -303,6 +303,7 @@ class Engine:
                 else None
             )
             if split is not None:  # not decided here: a reviewer does (the rule's own action is not taken)
+                silent = f"{len(errored)} evaluator(s) gave no verdict" if errored else ""
                 return RuleResult(
                     rule=rule.name,
                     status=Status.FAIL,
@@ -312,7 +313,7 @@ class Engine:
                     action=Action.REQUIRE_REVIEW,
                     evaluators=evaluated,
                     fallback_used=fallback_used,
-                    reason="; ".join(x for x in (split, reason, why_threshold) if x),
+                    reason="; ".join(x for x in (split, reason, why_threshold, silent) if x),
                     latency_ms=latency,
                     disagreement=True,
                 )
