@@ -88,7 +88,32 @@ def _jsonable(value: Any) -> Any:
             return [fix(x) for x in v]
         return v
 
+    if isinstance(value, dict) and _plain_flat(value):
+        return value  # the common case (flat details of scalars): nothing to fix, no JSON round trip
     return fix(json.loads(json.dumps(value, default=str)))
+
+
+def _plain_flat(doc: dict[Any, Any]) -> bool:
+    """Whether ``doc`` is one level of str keys and values a Struct takes exactly as they are."""
+    for k, v in doc.items():
+        if type(k) is not str or not _sendable(k):
+            return False
+        t = type(v)
+        if v is None or t is bool:
+            continue
+        if t is str:
+            if not _sendable(v):
+                return False
+        elif t is int:
+            if not -WIRE_INT_MAX <= v <= WIRE_INT_MAX:
+                return False
+        elif t is not float or not math.isfinite(v):
+            return False
+    return True
+
+
+def _sendable(text: str) -> bool:
+    return text.isascii() or wire_text(text) is text
 
 
 def to_struct(doc: dict[str, Any] | None) -> struct_pb2.Struct:

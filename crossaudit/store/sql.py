@@ -40,6 +40,7 @@ from crossaudit.store.base import (
     Store,
     sha256_text,
 )
+from crossaudit.store.groupcommit import GroupCommit
 
 T = TypeVar("T")
 
@@ -396,12 +397,21 @@ class SqlStore(Store):
     async def record_decision(
         self, audit: AuditRecord, reviews: list[ReviewRecord], outbox: Sequence[OutboxRecord] = ()
     ) -> None:
+        """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
+        for rec in (*reviews, *outbox):
+            if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
+                raise InvalidInputError("a review or message must belong to the decision it is recorded with")
+        if self._decisions is None:
+            self._decisions = GroupCommit(self._record_decisions)
+        await self._decisions.commit((audit, *reviews, *outbox))
+
+    _decisions: GroupCommit[tuple[Any, ...]] | None = None
+
+    async def _record_decisions(self, batch: Sequence[tuple[Any, ...]]) -> None:
         def tx(c: Conn) -> None:
-            _insert(c, audit)
-            for rec in (*reviews, *outbox):
-                if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
-                    raise InvalidInputError("a review or message must belong to the decision it is recorded with")
-                _insert(c, rec)
+            for records in batch:
+                for rec in records:
+                    _insert(c, rec)
 
         await self._run(tx)
 

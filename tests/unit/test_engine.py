@@ -397,3 +397,24 @@ async def test_built_evaluators_are_bounded_lru() -> None:
         policy = policy_yaml(["a"], f"- {{name: r{version}, evaluator: a}}\n")
         await engine.evaluate(policy, "p", "r", {})
     assert len(engine._evaluators) == 2
+
+
+async def test_rules_sharing_a_call_get_their_own_copies_of_its_result() -> None:
+    """One call, two rules with different thresholds: each rule's copy has its own status and
+    containers (nested details too), so nothing one rule's result holds leaks into the other's."""
+    policy = policy_yaml(
+        ["shared"],
+        """\
+        - {name: strict, evaluator: shared, threshold: 0.9, action: flag}
+        - {name: lenient, evaluator: shared, threshold: 0.5, action: flag}
+        """,
+    )
+    f = Factory({"shared": score(0.7, violations=["v"], details={"flat": 1, "nested": {"k": [1]}})})
+    d = await run(policy, f)
+    strict, lenient = d.rule("strict").evaluators[0], d.rule("lenient").evaluators[0]
+    assert f.built["shared"].calls == 1
+    assert (strict.status, lenient.status) == (Status.FAIL, Status.PASS)
+    strict.violations.append("mutated")
+    strict.details["nested"]["k"].append(2)
+    strict.details["flat"] = 2
+    assert lenient.violations == ["v"] and lenient.details == {"flat": 1, "nested": {"k": [1]}}

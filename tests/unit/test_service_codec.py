@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from crossaudit.kernel.errors import NotFoundError
 from crossaudit.kernel.results import Action, ActionOutcome, Decision, EvaluatorResult, RuleResult, Span, Status
 from crossaudit.service import convert
@@ -104,3 +106,26 @@ def test_decisions_and_stream_items_round_trip() -> None:
     err = ev_pb.ItemError(**item_fields(NotFoundError("no policy p")))
     failed = convert.stream_item_from_pb(ev_pb.EvaluateStreamResponse(request_id="q2", error=err))
     assert isinstance(failed, NotFoundError) and failed.request_id == "q2"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            {"n": 3, "s": "ok", "b": True, "f": 0.25, "none": None},
+            {"n": 3, "s": "ok", "b": True, "f": 0.25, "none": None},
+        ),
+        ({"é": "ünïcode"}, {"é": "ünïcode"}),
+        ({"nan": float("nan"), "inf": float("-inf")}, {"nan": None, "inf": None}),
+        ({"big": 2**60}, {"big": str(2**60)}),
+        ({"lone": "a\ud800b"}, {"lone": "a\ufffdb"}),
+        ({"k\udfff": 1}, {"k\ufffd": 1}),
+        ({"t": (1, 2)}, {"t": [1, 2]}),
+        ({"nested": {"x": [1.5, float("nan")]}}, {"nested": {"x": [1.5, None]}}),
+        ({1: "int key"}, {"1": "int key"}),
+        ({"obj": Action.BLOCK}, {"obj": "block"}),
+    ],
+)
+def test_struct_conversion_fixes_what_a_struct_cannot_carry(doc: dict, expected: dict) -> None:
+    """Flat scalar documents take the fast path; anything else the JSON round trip: same answers."""
+    assert convert.from_struct(convert.to_struct(doc)) == expected

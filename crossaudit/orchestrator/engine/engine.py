@@ -20,6 +20,7 @@ How a request runs:
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -264,7 +265,10 @@ class Engine:
         threshold, why_threshold = rule_threshold(rule, ctx, stats)
 
         weights = [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
-        evaluated = await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights))
+        if len(weights) == 1:  # the common case: no gather (a future and callbacks per rule)
+            evaluated = [await self._call(req, rule, weights[0][0])]
+        else:
+            evaluated = list(await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights)))
         errored = [r for r in evaluated if r.status in (Status.ERROR, Status.TIMEOUT)]
         fallback_used = False
         if errored and rule.fallback and rule.fallback.evaluator:
@@ -417,8 +421,8 @@ class Engine:
         if task is None:
             task = asyncio.create_task(self._invoke(req, name, per_call, retries, ttl), name=f"eval:{name}")
             req.calls[key] = task
-        result = await asyncio.shield(task)
-        return result.model_copy(deep=True)
+        # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
+        return _own_copy(task.result() if task.done() else await asyncio.shield(task))
 
     async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
         t0 = self.clock()
@@ -574,3 +578,17 @@ class Engine:
             latency_ms=(self.clock() - start) * 1000,
             decision_id=req.decision_id,
         )
+
+
+def _own_copy(result: EvaluatorResult) -> EvaluatorResult:
+    """A rule's own copy of a result that rules share (each sets its copy's status). Containers
+    are copied; nested details deeply, only when there are any (spans are immutable)."""
+    details = result.details
+    nested = any(isinstance(v, dict | list) for v in details.values())
+    return result.model_copy(
+        update={
+            "violations": list(result.violations),
+            "details": copy.deepcopy(details) if nested else dict(details),
+            "spans": list(result.spans),
+        }
+    )

@@ -1,0 +1,108 @@
+"""Group commit of decisions: concurrent writes share transactions, a bad write fails alone,
+a caller that goes away does not lose or stop anyone's write; on both store backends."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.store.base import StoreUnavailableError
+from crossaudit.store.groupcommit import GroupCommit
+from tests.unit.test_store import audit, review
+
+
+@pytest.fixture
+def store(any_store):  # both backends (tests/conftest.py)
+    return any_store
+
+
+async def test_concurrent_decisions_share_transactions_and_all_land(store) -> None:
+    n = 64
+    await asyncio.gather(*(store.record_decision(audit(f"d{i}"), [review(f"d{i}", f"r{i}")]) for i in range(n)))
+    gc = store._decisions
+    assert gc.writes == n
+    assert gc.batches < n  # the first flush writes one, the next takes everything queued behind it
+    assert {d.decision_id for d in await store.list_decisions("t1", limit=1000)} == {f"d{i}" for i in range(n)}
+    assert len(await store.list_reviews("t1", limit=1000)) == n
+
+
+async def test_a_failing_write_fails_alone(store) -> None:
+    await store.record_decision(audit("dup"), [])
+    results = await asyncio.gather(
+        *(store.record_decision(audit(f"ok{i}"), []) for i in range(5)),
+        store.record_decision(audit("dup"), []),  # primary key taken: this one must fail ...
+        *(store.record_decision(audit(f"ok{i}"), []) for i in range(5, 10)),
+        return_exceptions=True,
+    )
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert len(failures) == 1 and results[5] is failures[0]  # ... and only this one
+    ids = {d.decision_id for d in await store.list_decisions("t1", limit=1000)}
+    assert ids == {"dup", *(f"ok{i}" for i in range(10))}
+
+
+async def test_records_of_another_decision_are_refused_before_queueing(store) -> None:
+    other = dataclasses.replace(review("x", "r1"), decision_id="y")
+    with pytest.raises(InvalidInputError):
+        await store.record_decision(audit("x"), [other])
+    assert await store.list_decisions("t1") == []
+
+
+async def test_a_cancelled_caller_does_not_stop_the_write(store) -> None:
+    first = asyncio.ensure_future(store.record_decision(audit("a"), []))
+    second = asyncio.ensure_future(store.record_decision(audit("b"), []))
+    await asyncio.sleep(0)
+    first.cancel()
+    await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    for _ in range(100):  # bounded: the flush finishes in the background
+        if len(await store.list_decisions("t1")) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert {d.decision_id for d in await store.list_decisions("t1")} == {"a", "b"}
+
+
+async def test_batches_are_bounded_and_in_arrival_order() -> None:
+    seen: list[list[int]] = []
+
+    async def run_batch(batch):
+        seen.append(list(batch))
+        await asyncio.sleep(0)
+
+    gc: GroupCommit[int] = GroupCommit(run_batch, max_batch=4)
+    await asyncio.gather(*(gc.commit(i) for i in range(10)))
+    assert [x for b in seen for x in b] == list(range(10))
+    assert seen == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # all queued before the first flush began
+
+
+async def test_a_failing_batch_is_retried_one_by_one() -> None:
+    attempts: list[list[str]] = []
+
+    async def run_batch(batch):
+        attempts.append(list(batch))
+        if "bad" in batch:
+            raise StoreUnavailableError("refused")
+
+    gc: GroupCommit[str] = GroupCommit(run_batch)
+    out = await asyncio.gather(*(gc.commit(w) for w in ("a", "b", "bad", "c")), return_exceptions=True)
+    assert [type(x).__name__ for x in out] == ["NoneType", "NoneType", "StoreUnavailableError", "NoneType"]
+    assert attempts == [["a", "b", "bad", "c"], ["a"], ["b"], ["bad"], ["c"]]
+
+
+async def test_shutting_the_flush_down_releases_every_waiter() -> None:
+    started = asyncio.Event()
+
+    async def run_batch(batch):
+        started.set()
+        await asyncio.sleep(3600)
+
+    gc: GroupCommit[int] = GroupCommit(run_batch)
+    waiters = [asyncio.ensure_future(gc.commit(i)) for i in range(3)]
+    await asyncio.wait_for(started.wait(), 5)
+    assert gc._flusher is not None
+    gc._flusher.cancel()
+    done, pending = await asyncio.wait(waiters, timeout=5)
+    assert not pending and all(w.cancelled() for w in done)
