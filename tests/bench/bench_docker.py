@@ -34,6 +34,7 @@ from crossaudit.sandbox.docker.container import (
 )
 from crossaudit.sandbox.docker.images import SANDBOX_UID, ImageManager
 from crossaudit.sandbox.protocol import AgentChannel
+from tests.bench import report
 from tests.integration._docker import (
     GUIDE_PROFANITY_CODE,
     GUIDE_PROFANITY_DEPS,
@@ -138,26 +139,31 @@ async def idle_cpu(client) -> dict[str, float]:
     return out
 
 
-async def throughput(sb: DockerSandbox, bundle: CodeBundle, concurrency: int, total: int) -> tuple[float, int]:
-    """Calls/s with ``concurrency`` workers sharing ``total`` calls (bounded by LEVEL_BUDGET_S)."""
+async def throughput(
+    sb: DockerSandbox, bundle: CodeBundle, concurrency: int, total: int
+) -> tuple[float, int, list[float], float]:
+    """Calls/s with ``concurrency`` workers sharing ``total`` calls (bounded by LEVEL_BUDGET_S);
+    also the calls' latencies (ms) and the wall time."""
     remaining = total
     errors = 0
     deadline = time.monotonic() + LEVEL_BUDGET_S
-    done = 0
+    latencies: list[float] = []
 
     async def worker() -> None:
-        nonlocal remaining, errors, done
+        nonlocal remaining, errors
         while remaining > 0 and time.monotonic() < deadline:
             remaining -= 1
+            t0 = time.perf_counter()
             try:
                 await sb.run(bundle, "p", "a fine answer", {}, timeout=10)
-                done += 1
+                latencies.append((time.perf_counter() - t0) * 1000)
             except Exception:
                 errors += 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / (time.perf_counter() - t0), errors
+    wall = time.perf_counter() - t0
+    return len(latencies) / wall, errors, latencies, wall
 
 
 def build_time_with_warm_wheels(client, deps) -> float:
@@ -241,8 +247,13 @@ async def run() -> None:
           f"{percentile(firsts_prepared, 50):.0f} ms; run() without prepare {percentile(firsts_cold, 50):.0f} ms")
     print(f"image build nltk+textblob, warm wheel cache (pip install --no-index + docker build --no-cache): "
           f"{build_s:.1f} s")
-    for conc, (rate, errors) in rates.items():
-        print(f"throughput at {conc:>2} concurrent (pool max {pool.max_size}): {rate:7.1f} calls/s  errors={errors}")
+    for conc, (rate, errors, lat, wall) in rates.items():
+        print(f"throughput at {conc:>2} concurrent (pool max {pool.max_size}): {rate:7.1f} calls/s  errors={errors}"
+              f"  p50 {percentile(lat, 50):.2f} ms")
+        report.record(f"docker.warm.c{conc}", f"docker warm c={conc}", lat, wall, unit="calls/s",
+                      concurrency=conc, group="docker sandbox", errors=errors)
+    report.record("docker.warm.c1", "docker warm c=1 (sequential)", warm, sum(warm) / 1000, unit="calls/s",
+                  concurrency=1, group="docker sandbox", agent_p50_ms=percentile(AGENT_MS, 50))
     print(f"idle CPU over {IDLE_WINDOW_S:.0f} s after one call, module body that tries to burn it: "
           + ", ".join(f"{name} {share:.1%} of a core" for name, share in idle.items()))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from crossaudit.orchestrator.policy import load_policy
 from crossaudit.sdk.client import AsyncClient
+from tests.bench import report
+from tests.bench.peers import guardrails
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import ten_rules
 
@@ -151,6 +154,52 @@ def main() -> None:
                 f"  ratio gRPC/in-process: p50 x{statistics.median(rl) / statistics.median(ll):.2f}, "
                 f"p99 x{_pct(rl, 0.99) / _pct(ll, 0.99):.2f}, throughput x{(len(rl) / rw) / (len(ll) / lw):.2f}"
             )
+            variant = "cached" if cached else "sandbox"
+            for side, lat, wall in (("grpc", rl, rw), ("inprocess", ll, lw)):
+                report.record(
+                    f"{side}.{variant}.c{c}",
+                    f"{'gRPC' if side == 'grpc' else 'in-process'} {variant} c={c}",
+                    lat,
+                    wall,
+                    unit="decisions/s",
+                    concurrency=c,
+                    group=f"evaluate ({variant})",
+                )
+            report.ratio(f"ratio.grpc_vs_inprocess.{variant}.c{c}", (len(rl) / rw) / (len(ll) / lw))
+    report.ratio("ratio.grpc_vs_inprocess.c16", report.RATIOS["ratio.grpc_vs_inprocess.cached.c16"])
+    report.ratio("transport_floor_p50_ms", floor)
+    _peers()
+
+
+def _peers() -> None:
+    """Guardrails AI (from PyPI, its own environment) with ten equivalent validators, next to
+    CrossAudit's cached figures of this run."""
+    print("\npeer, same run: Guardrails AI, 10 custom validators equivalent to the 10 rules, in-process")
+    try:
+        measured = guardrails.measure(RESPONSE, warmup=WARMUP, requests=REQUESTS)
+    except (OSError, subprocess.SubprocessError) as e:  # no PyPI here: say so, measure the rest
+        print(f"  Guardrails AI could not be installed or run: {e}")
+        return
+    for c in CONCURRENCY:
+        lat, wall = measured[c]["latencies_ms"], measured[c]["wall_s"]
+        peer = report.record(
+            f"peer.guardrails.c{c}",
+            f"Guardrails AI c={c}",
+            lat,
+            wall,
+            unit="validations/s",
+            concurrency=c,
+            group="evaluate (cached)",
+            version=guardrails.GUARDRAILS_VERSION,
+        )
+        ours_grpc, ours_local = report.SCENARIOS[f"grpc.cached.c{c}"], report.SCENARIOS[f"inprocess.cached.c{c}"]
+        print(f"concurrency {c}:")
+        print(_row("Guardrails", lat, wall))
+        print(
+            f"  CrossAudit gRPC p50 {ours_grpc.p50_ms:.2f} ms ({ours_grpc.throughput:.0f}/s), in-process p50 "
+            f"{ours_local.p50_ms:.2f} ms ({ours_local.throughput:.0f}/s); Guardrails in-process / CrossAudit "
+            f"gRPC: p50 x{peer.p50_ms / ours_grpc.p50_ms:.2f}, throughput x{peer.throughput / ours_grpc.throughput:.2f}"
+        )
 
 
 if __name__ == "__main__":

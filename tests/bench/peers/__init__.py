@@ -1,0 +1,1 @@
+"""Peers measured in the same run as CrossAudit, each from PyPI into its own environment."""
