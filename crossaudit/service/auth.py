@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,17 @@ class Authenticator:
 
     def tenant_for_key(self, key: str | None) -> str:
         return self.principal_for_key(key).tenant
+
+    def authorize_metadata(self, method: str, metadata: Any) -> None:
+        """Admit a call of ``method`` (full name) or raise UnauthenticatedError / PermissionDeniedError:
+        public methods (health, reflection) need no key; others a key whose role lists the method
+        (``crossaudit.service.principals.PERMISSIONS``)."""
+        if self.dev or method.startswith(PUBLIC_METHOD_PREFIXES):
+            return
+        self.principal_for_metadata(metadata).require(method)
+
+    def authorize(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        self.authorize_metadata(method, context.invocation_metadata())
 
     def principal_for_metadata(self, metadata: Any) -> Principal:
         return self.principal_for_key(bearer_key(metadata))
@@ -283,28 +294,21 @@ def check_private_file(path: Path, what: str) -> None:
         )
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without a valid key (UNAUTHENTICATED), and calls the key's role may not make
-    (PERMISSION_DENIED, ``crossaudit.service.principals.PERMISSIONS``), before any servicer code runs."""
+class UnknownMethodGate(grpc.GenericRpcHandler):
+    """Consulted only for methods no service registered: a caller without a valid key learns
+    nothing about which methods exist (UNAUTHENTICATED, not UNIMPLEMENTED). Registered methods
+    are authorized by their handler wrappers (:class:`crossaudit.service.decoding.DecodingGuard`)."""
 
     def __init__(self, auth: Authenticator) -> None:
         self.auth = auth
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method or ""
-        if self.auth.dev or method.startswith(PUBLIC_METHOD_PREFIXES):
-            return await continuation(handler_call_details)
         try:
-            principal = self.auth.principal_for_metadata(handler_call_details.invocation_metadata)
-            principal.require(method)  # deny unless the role lists the method
+            self.auth.authorize_metadata(method, handler_call_details.invocation_metadata)
         except (UnauthenticatedError, PermissionDeniedError) as exc:
-            handler = await continuation(handler_call_details)
-            return _rejecting(handler, exc)
-        return await continuation(handler_call_details)
+            return _rejecting(None, exc)
+        return None  # other generic handlers (health, reflection), then UNIMPLEMENTED
 
 
 def _rejecting(handler: grpc.RpcMethodHandler | None, exc: CrossAuditError) -> grpc.RpcMethodHandler:

@@ -4,8 +4,10 @@ grpc.aio answers a request deserializer's exception with UNKNOWN and the Python 
 :func:`guard_decoding` wraps every handler registered through it (``add_servicers``): the
 deserializer returns an :class:`Undecodable` sentinel instead of raising, and the handler
 wrapper answers it INVALID_ARGUMENT through the one error codec — before the servicer runs for
-unary requests, as the stream's error for streaming requests (EvaluateStream). Authentication
-still comes first (the AuthInterceptor's rejection reuses the guarded deserializer).
+unary requests, as the stream's error for streaming requests (EvaluateStream). Authorization
+comes first: the wrapper admits the call (``authorize``) before it looks at the request. It is
+done here rather than in a grpc.aio server interceptor because an interceptor puts the whole
+server on grpc's slow dispatch path (measured: -40% unary throughput; docs/performance.md).
 
 A ``google.protobuf.Struct`` nested deeper than the protobuf runtime's recursion limit cannot be
 decoded at all; the failure is then explained by a schema-guided scan of the bytes that names
@@ -21,7 +23,7 @@ import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from crossaudit.kernel.errcodec import abort
-from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
 
 STRUCT_TYPES = frozenset({"google.protobuf.Struct", "google.protobuf.ListValue"})  # one JSON level each
 SCAN_MAX_FIELDS = 100_000  # the depth scan of a bad request gives up (generic message) beyond this
@@ -110,15 +112,29 @@ def _guarded_deserializer(deserialize: Callable[[bytes], Any] | None, max_depth:
     return parse
 
 
+Authorize = Callable[[grpc.aio.ServicerContext], None]  # raises UnauthenticatedError / PermissionDeniedError
+
+
 def guard_handler(
-    handler: grpc.RpcMethodHandler, max_depth: int, on_reject: Callable[[], None] = lambda: None
+    handler: grpc.RpcMethodHandler,
+    max_depth: int,
+    on_reject: Callable[[], None] = lambda: None,
+    authorize: Authorize | None = None,
 ) -> grpc.RpcMethodHandler:
-    """``handler`` with a deserializer that never raises and behaviours that answer a bad request
-    INVALID_ARGUMENT (``on_reject`` is called for each, e.g. to count it)."""
+    """``handler`` whose calls are authorized first (``authorize``: its error is the answer,
+    before any servicer code runs), with a deserializer that never raises and behaviours that
+    answer a bad request INVALID_ARGUMENT (``on_reject`` is called for each, e.g. to count it)."""
     kwargs = {
         "request_deserializer": _guarded_deserializer(handler.request_deserializer, max_depth),
         "response_serializer": handler.response_serializer,
     }
+
+    async def admit(context: grpc.aio.ServicerContext) -> None:
+        if authorize is not None:
+            try:
+                authorize(context)
+            except CrossAuditError as exc:
+                await abort(context, exc)
 
     async def reject(context: grpc.aio.ServicerContext, error: InvalidInputError) -> None:
         on_reject()
@@ -128,6 +144,7 @@ def guard_handler(
         uu = handler.unary_unary
 
         async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await admit(context)
             if isinstance(request, Undecodable):
                 await reject(context, request.error)
             return await uu(request, context)
@@ -137,6 +154,7 @@ def guard_handler(
         us = handler.unary_stream
 
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await admit(context)
             if isinstance(request, Undecodable):
                 await reject(context, request.error)
             async for item in us(request, context):
@@ -144,23 +162,26 @@ def guard_handler(
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
 
-    seen: list[InvalidInputError] = []
-
-    async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    def checked(requests: AsyncIterator[Any], seen: list[InvalidInputError]) -> AsyncIterator[Any]:
         # A bad message ends the request stream with its error: the servicer answers it like any
         # other of its errors; the wrappers below answer it if the servicer let it escape.
-        async for request in requests:
-            if isinstance(request, Undecodable):
-                seen.append(request.error)
-                raise request.error
-            yield request
+        async def gen() -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, Undecodable):
+                    seen.append(request.error)
+                    raise request.error
+                yield request
+
+        return gen()
 
     if handler.stream_unary is not None:
         su = handler.stream_unary
 
         async def stream_unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            await admit(context)
+            seen: list[InvalidInputError] = []  # per call: this call's bad message, if any
             try:
-                return await su(checked(requests), context)
+                return await su(checked(requests, seen), context)
             except InvalidInputError as exc:
                 if not any(exc is e for e in seen):
                     raise
@@ -170,8 +191,10 @@ def guard_handler(
     ss = handler.stream_stream
 
     async def stream_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await admit(context)
+        seen: list[InvalidInputError] = []
         try:
-            async for item in ss(checked(requests), context):
+            async for item in ss(checked(requests, seen), context):
                 yield item
         except InvalidInputError as exc:
             if not any(exc is e for e in seen):
@@ -190,30 +213,43 @@ class _GuardedGeneric(grpc.GenericRpcHandler):
         handler = self._inner.service(handler_call_details)
         if handler is None:
             return None
-        return self._wrap((handler_call_details.method or "").rsplit("/", 1)[-1], handler)
+        return self._wrap(handler_call_details.method or "", handler)
 
 
 class DecodingGuard:
     """Stands in for the server while generated ``add_*Servicer_to_server`` functions register
-    their handlers, and registers them guarded (both the generic and the registered-method path)."""
+    their handlers, and registers them guarded (both the generic and the registered-method path):
+    ``authorize(method, context)`` admits each call first, then decoding is checked."""
 
     def __init__(
-        self, server: grpc.aio.Server, max_depth: int, on_reject: Callable[[str], None] = lambda method: None
+        self,
+        server: grpc.aio.Server,
+        max_depth: int,
+        on_reject: Callable[[str], None] = lambda method: None,
+        authorize: Callable[[str, grpc.aio.ServicerContext], None] | None = None,
     ) -> None:
         self._server = server
         self._max_depth = max_depth
         self._on_reject = on_reject
-        self._wrapped: dict[int, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._authorize = authorize
+        self._wrapped: dict[tuple[str, int], tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        hit = self._wrapped.get(id(handler))
+        """``method``: the full name, ``/package.Service/Method``."""
+        hit = self._wrapped.get((method, id(handler)))
         if hit is None or hit[0] is not handler:
-            hit = (handler, guard_handler(handler, self._max_depth, lambda: self._on_reject(method)))
-            self._wrapped[id(handler)] = hit
+            short = method.rsplit("/", 1)[-1]
+            check = self._authorize
+            authorize = None if check is None else (lambda context: check(method, context))
+            guarded = guard_handler(handler, self._max_depth, lambda: self._on_reject(short), authorize)
+            hit = (handler, guarded)
+            self._wrapped[(method, id(handler))] = hit
         return hit[1]
 
     def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
         self._server.add_generic_rpc_handlers(tuple(_GuardedGeneric(h, self._wrap) for h in handlers))
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self._server.add_registered_method_handlers(service, {m: self._wrap(m, h) for m, h in handlers.items()})
+        self._server.add_registered_method_handlers(
+            service, {m: self._wrap(f"/{service}/{m}", h) for m, h in handlers.items()}
+        )

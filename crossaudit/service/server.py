@@ -20,7 +20,7 @@ from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.orchestrator.engine.ratelimit import LimiterFactory
 from crossaudit.sandbox.base import Sandbox
-from crossaudit.service.auth import Authenticator, AuthInterceptor, check_private_file
+from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
@@ -322,9 +322,9 @@ async def start_server(
         ("grpc.max_send_message_length", limits.max_send_message_bytes),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(
-        interceptors=[AuthInterceptor(auth)], options=options, maximum_concurrent_rpcs=limits.max_concurrent_rpcs
-    )
+    # No server interceptors: they put every call on grpc.aio's slow dispatch path. Calls are
+    # authorized by the handler wrappers add_servicers installs (crossaudit.service.decoding).
+    server = grpc.aio.server(options=options, maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
     names = add_servicers(server, service, auth)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -21,7 +21,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.service import convert
 from crossaudit.service.admission import EvaluationOutcome
-from crossaudit.service.auth import Authenticator
+from crossaudit.service.auth import Authenticator, UnknownMethodGate
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
@@ -370,10 +370,15 @@ def _version() -> str:
 
 def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Authenticator) -> list[str]:
     """Register the public services; returns their full names (for health/reflection).
-    Every request deserializer is guarded: bytes that do not decode are INVALID_ARGUMENT."""
+    Every call is authorized before its servicer runs, and every request deserializer is
+    guarded: bytes that do not decode are INVALID_ARGUMENT."""
     rpcs = service.metrics.rpcs
+    server.add_generic_rpc_handlers((UnknownMethodGate(auth),))
     server = DecodingGuard(  # type: ignore[assignment]
-        server, service.limits.max_struct_depth, lambda method: rpcs.labels(method, "INVALID_ARGUMENT").inc()
+        server,
+        service.limits.max_struct_depth,
+        lambda method: rpcs.labels(method, "INVALID_ARGUMENT").inc(),
+        authorize=auth.authorize,
     )
     info_grpc.add_InfoServiceServicer_to_server(InfoServicer(service, auth), server)
     pol_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(service, auth), server)

@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from crossaudit.orchestrator.policy import load_policy
 from crossaudit.sdk.client import AsyncClient
 from tests.bench import report
-from tests.bench.peers import guardrails
+from tests.bench.peers import guardrails_ai as guardrails
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import ten_rules
 

@@ -162,3 +162,31 @@ def test_old_keys_files_still_make_admins(tmp_path: Path) -> None:
             assert c.resolve_review(d.review_ids[0], "approved", reviewer="ops").reviewer == "ops"
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("key", "method", "code"),
+    [
+        (None, "/crossaudit.v1.NoSuchService/Probe", grpc.StatusCode.UNAUTHENTICATED),
+        ("not-a-key-of-anyone-at-all", "/crossaudit.v1.PolicyService/NoSuchMethod", grpc.StatusCode.UNAUTHENTICATED),
+        ("admin", "/crossaudit.v1.NoSuchService/Probe", grpc.StatusCode.UNIMPLEMENTED),
+        (None, "/crossaudit.v1.PolicyService/DeployPolicy", grpc.StatusCode.UNAUTHENTICATED),
+        ("service", "/crossaudit.v1.DeliveryService/RedeliverDelivery", grpc.StatusCode.PERMISSION_DENIED),
+        (None, "/grpc.health.v1.Health/Check", grpc.StatusCode.OK),
+    ],
+)
+def test_every_call_is_authorized_before_anything_answers_it(
+    roles_server: ServerProcess, key: str | None, method: str, code: grpc.StatusCode
+) -> None:
+    """Unknown methods do not reveal what exists to a caller without a valid key; known ones are
+    refused before their request is even looked at (the body here is garbage); health is public."""
+    metadata = () if key is None else (("authorization", f"Bearer {KEYS.get(key, key)}"),)
+    body = b"" if method.startswith("/grpc.health") else b"\xff\xff\xff garbage"
+    with grpc.insecure_channel(roles_server.address) as channel:
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        try:
+            call(body, metadata=metadata, timeout=10)
+            got = grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            got = e.code()
+    assert got is code

@@ -57,8 +57,11 @@ def measure(text: str, *, warmup: int, requests: dict[int, int]) -> dict[int, di
         Path(home, ".guardrailsrc").write_text(RC)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CROSSAUDIT_", "OPENAI_", "GUARDRAILS_"))}
         env |= {"HOME": home, "OTEL_SDK_DISABLED": "true"}
+        # -I: the runner's own directory must not shadow the peer's packages
         proc = subprocess.run(
-            [str(python), str(RUNNER), cfg], env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True
+            [str(python), "-I", str(RUNNER), cfg], env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
         )
+    if proc.returncode != 0:
+        raise subprocess.SubprocessError(f"the Guardrails run failed: {proc.stderr.strip()[-500:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return {int(k): v for k, v in out.items()}
