@@ -14,7 +14,7 @@ import math
 import time
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from crossaudit.kernel.errcodec import from_item
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue
@@ -124,13 +124,40 @@ def to_struct(doc: dict[str, Any] | None) -> struct_pb2.Struct:
 
 
 def from_struct(s: struct_pb2.Struct | None, *, max_depth: int | None = None, what: str = "struct") -> dict[str, Any]:
-    """The Struct as a dict; with ``max_depth``, deeper nesting is an InvalidInputError."""
-    if s is None:
+    """The Struct as a dict; with ``max_depth``, deeper nesting is an InvalidInputError, and so
+    is a NaN or infinite number (JSON has none). Integral numbers within ±2^53 come back as
+    ints: a Struct carries every number as a double, and ``3`` should not read back as ``3.0``."""
+    if s is None or not s.fields:
         return {}
-    doc = json_format.MessageToDict(s)
+    try:
+        doc = _struct_dict(s)
+    except ValueError:
+        raise InvalidInputError(f"{what} holds a NaN or infinite number, which JSON cannot carry") from None
     if max_depth is not None and _depth(doc) > max_depth:
         raise InvalidInputError(f"{what} is {depth_message(max_depth)}")
     return doc
+
+
+def _struct_dict(s: struct_pb2.Struct) -> dict[str, Any]:
+    return {k: _value(v) for k, v in s.fields.items()}
+
+
+def _value(v: struct_pb2.Value) -> Any:
+    kind = v.WhichOneof("kind")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "number_value":
+        n = v.number_value
+        if not math.isfinite(n):
+            raise ValueError("non-finite number")
+        return int(n) if n.is_integer() and -WIRE_INT_MAX <= n <= WIRE_INT_MAX else n
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "struct_value":
+        return _struct_dict(v.struct_value)
+    if kind == "list_value":
+        return [_value(x) for x in v.list_value.values]
+    return None  # null_value, or no kind set
 
 
 def _depth(doc: Any) -> int:

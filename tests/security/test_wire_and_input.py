@@ -287,3 +287,19 @@ def test_the_client_gets_a_typed_error_for_a_too_deep_context(client: Client) ->
         context = {"a": context}
     with pytest.raises(InvalidInputError, match="nested too deeply"):
         client.evaluate("hostile-results", "ok", "r", context=context, timeout=10)
+
+
+@e2e
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_number_in_the_context_is_invalid_argument(server: ServerProcess, number: float) -> None:
+    """A Struct can carry NaN/inf (doubles) though JSON cannot: a typed refusal, never INTERNAL."""
+    req = ev_pb.EvaluateRequest(policy="hostile-results", prompt="ok", response="r")
+    req.context.fields["deep"].struct_value.fields["x"].number_value = number
+    with grpc.insecure_channel(server.address) as ch:
+        call = ch.unary_unary(
+            "/crossaudit.v1.EvaluationService/Evaluate", request_serializer=_identity, response_deserializer=_identity
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            call(req.SerializeToString(), metadata=_md(), timeout=10)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "NaN or infinite" in (info.value.details() or "")

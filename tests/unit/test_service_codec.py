@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from crossaudit.kernel.errors import NotFoundError
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError
 from crossaudit.kernel.results import Action, ActionOutcome, Decision, EvaluatorResult, RuleResult, Span, Status
 from crossaudit.service import convert
 from crossaudit.service.errors import item_fields
@@ -129,3 +129,17 @@ def test_decisions_and_stream_items_round_trip() -> None:
 def test_struct_conversion_fixes_what_a_struct_cannot_carry(doc: dict, expected: dict) -> None:
     """Flat scalar documents take the fast path; anything else the JSON round trip: same answers."""
     assert convert.from_struct(convert.to_struct(doc)) == expected
+
+
+def test_struct_numbers_come_back_as_ints_when_integral() -> None:
+    s = convert.to_struct({"n": 3, "f": 2.5, "big": 2**53, "list": [1, 1.5, {"k": -4}], "none": None})
+    doc = convert.from_struct(s)
+    assert doc == {"n": 3, "f": 2.5, "big": 2**53, "list": [1, 1.5, {"k": -4}], "none": None}
+    assert type(doc["n"]) is int and type(doc["list"][2]["k"]) is int and type(doc["f"]) is float
+
+
+def test_a_struct_holding_nan_is_a_typed_error() -> None:
+    s = convert.to_struct({"ok": 1})
+    s.fields["bad"].list_value.values.add().number_value = float("nan")
+    with pytest.raises(InvalidInputError, match="NaN or infinite"):
+        convert.from_struct(s, what="context")
