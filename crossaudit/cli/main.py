@@ -11,7 +11,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from crossaudit.cli import models, policy, server
+from crossaudit.cli import config as config_cli
+from crossaudit.cli import evaluate, models, policy, server
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
 
@@ -26,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     policy.register(psub)
     server.register(sub, psub)
     models.register(sub)
+    config_cli.register(sub)
+    evaluate.register(sub)
     return parser
 
 

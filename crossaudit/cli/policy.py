@@ -1,4 +1,5 @@
-"""Local ``crossaudit policy`` commands: ``validate``, ``test`` and ``schema`` (no server needed)."""
+"""Local ``crossaudit policy`` commands: ``validate``, ``schema``, and ``test`` (``crossaudit.cli.policytest``:
+here, or against a server with ``--server``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 import sys
 
+from crossaudit.cli import policytest
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
 from crossaudit.kernel.errors import PolicyValidationError
 
@@ -20,17 +22,7 @@ def register(psub: argparse._SubParsersAction) -> None:
     v.add_argument("--json", action="store_true", help="machine-readable report")
     v.set_defaults(func=_cmd_validate)
 
-    t = psub.add_parser("test", help="run a policy's test_cases (and --input cases.json)")
-    t.add_argument("file", metavar="FILE")
-    t.add_argument("--input", metavar="CASES.json", help="extra test cases (same shape as test_cases)")
-    t.add_argument(
-        "--sandbox",
-        choices=["process", "docker", "auto"],
-        default=None,
-        help="where custom code runs (default: $CROSSAUDIT_SANDBOX or process)",
-    )
-    t.add_argument("--timeout", type=float, default=None, help="seconds per evaluation")
-    t.set_defaults(func=_cmd_test)
+    policytest.register(psub)
 
     s = psub.add_parser("schema", help="print the policy JSON Schema")
     s.set_defaults(func=_cmd_schema)
@@ -69,23 +61,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 print(f"  warning: {w}")
     if args.json:
         print(json.dumps(report, indent=2))
-    return EXIT_FAIL if failed else EXIT_OK
-
-
-def _cmd_test(args: argparse.Namespace) -> int:
-    from crossaudit.sdk.tester import PolicyTester, load_cases_file
-
-    extra = load_cases_file(args.input) if args.input else []
-    with PolicyTester(args.file, sandbox=args.sandbox, timeout=args.timeout) as tester:
-        cases = list(tester.policy.test_cases) + extra
-        if not cases:
-            print(f"{args.file}: no test cases (add test_cases to the policy or pass --input cases.json)")
-            return EXIT_FAIL
-        results = tester.run_cases(cases)
-    for r in results:
-        print(r.line())
-    failed = sum(not r.ok for r in results)
-    print(f"{len(results) - failed} passed, {failed} failed")
     return EXIT_FAIL if failed else EXIT_OK
 
 

@@ -48,15 +48,22 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     ``policy`` sub-commands) gains deploy/list/get/rollback."""
     common = _client_options()
 
-    s = subparsers.add_parser("serve", help="run the gRPC orchestrator service")
-    s.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT}; 0 = any)")
-    s.add_argument("--data-dir", default=".crossaudit", help="SQLite database directory (default .crossaudit)")
+    s = subparsers.add_parser(
+        "serve",
+        help="run the gRPC orchestrator service",
+        description="Settings come from the defaults, then --config FILE (or $CROSSAUDIT_CONFIG), then "
+        "CROSSAUDIT_* variables, then these flags; `crossaudit config show` prints the result "
+        "(docs/configuration.md).",
+    )
+    add_config_options(s)
+    s.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help=f"listen port (default {DEFAULT_PORT}; 0 = any)")
+    s.add_argument("--data-dir", default=None, help="SQLite database directory (default .crossaudit)")
     s.add_argument(
         "--sandbox",
         choices=["docker", "process", "auto"],
-        default="auto",
-        help="where custom code runs (auto: docker where a daemon answers, else process)",
+        default=None,
+        help="where custom code runs (default auto: docker where a daemon answers, else process)",
     )
     s.add_argument(
         "--model-servers",
@@ -68,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     s.add_argument(
         "--allow-process-sandbox",
         action="store_true",
+        default=None,
         help="with API keys, accept the process sandbox (weaker isolation than docker) for custom code",
     )
     s.add_argument(
@@ -77,9 +85,9 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
         help=f"tenants file 'tenants: {{name: [key, ...]}}' or 'tenants: {{name: {{keys: [...], secrets: "
         f"{{NAME: {{env: VAR}}}}}}}}' (default: ${API_KEYS_FILE_ENV})",
     )
-    s.add_argument("--dev", action="store_true", help="no keys, one 'default' tenant; loopback only")
+    s.add_argument("--dev", action="store_true", default=None, help="no keys, one 'default' tenant; loopback only")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
-    s.add_argument("--metrics-host", default="127.0.0.1", help="metrics listen address (default 127.0.0.1)")
+    s.add_argument("--metrics-host", default=None, help="metrics listen address (default 127.0.0.1)")
     s.add_argument(
         "--console-port",
         type=int,
@@ -88,24 +96,25 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     )
     s.add_argument(
         "--console-host",
-        default="127.0.0.1",
+        default=None,
         help="review console listen address (default 127.0.0.1; any other needs --tls-cert/--tls-key)",
     )
     s.add_argument("--tls-cert", default=None, metavar="PEM")
     s.add_argument("--tls-key", default=None, metavar="PEM")
     s.add_argument(
         "--policies-dir",
-        default="policies",
-        help="policies/*.yaml deployed to 'development' on first start (default policies)",
+        default=None,
+        help="policies/*.yaml deployed to 'development' on first start (default policies; '' = none)",
     )
     s.add_argument(
         "--audit-raw-text",
         action="store_true",
+        default=None,
         help="store prompt/response text in the audit log (default: SHA-256 hashes only)",
     )
     s.add_argument(
         "--store",
-        default=os.environ.get("CROSSAUDIT_STORE") or None,
+        default=None,
         metavar="URL",
         help="postgresql://user:password@host/db: state shared by every replica (default: SQLite in the "
         "data dir; also CROSSAUDIT_STORE)",
@@ -126,12 +135,18 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     s.add_argument(
         "--llm-base-url-host",
         action="append",
-        default=[],
+        default=None,
         metavar="HOST",
         help="a host every tenant's LLM base_url may name (repeatable; also llm_base_url_hosts in the "
         "API-keys file); with API keys and none listed, only the providers' default endpoints",
     )
-    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    s.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
+    s.add_argument(
+        "--log-format",
+        default=None,
+        choices=["text", "json"],
+        help="text (default) or json: one JSON object per line, with the decision id on a decision's lines",
+    )
     s.set_defaults(func=cmd_serve)
 
     d = policy_subparsers.add_parser("deploy", parents=[common], help="deploy a policy file to an environment")
@@ -251,41 +266,87 @@ def _read_text(path: str, what: str) -> str:
 # --- commands -----------------------------------------------------------------------------
 
 
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` and ``--set KEY=VALUE`` (``serve`` and ``config show``)."""
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="settings file, YAML or TOML (default: $CROSSAUDIT_CONFIG); environment and flags override it",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting, above every other source, e.g. --set limits.max_inflight_evaluations_per_tenant=64 "
+        "(repeatable; the value is YAML)",
+    )
+
+
+# serve's own flags: (argparse dest, settings key)
+SERVE_FLAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("host", ("host",)),
+    ("port", ("port",)),
+    ("data_dir", ("data_dir",)),
+    ("sandbox", ("sandbox",)),
+    ("model_servers", ("model_servers",)),
+    ("allow_process_sandbox", ("allow_process_sandbox",)),
+    ("api_keys", ("api_keys_file",)),
+    ("dev", ("dev",)),
+    ("metrics_port", ("metrics_port",)),
+    ("metrics_host", ("metrics_host",)),
+    ("console_port", ("console_port",)),
+    ("console_host", ("console_host",)),
+    ("tls_cert", ("tls_cert",)),
+    ("tls_key", ("tls_key",)),
+    ("policies_dir", ("policies_dir",)),
+    ("audit_raw_text", ("audit_raw_text",)),
+    ("store", ("store_url",)),
+    ("decision_log_url", ("decision_log_url",)),
+    ("decision_log_dir", ("decision_log_dir",)),
+    ("llm_base_url_host", ("llm_base_url_hosts",)),
+    ("log_level", ("log_level",)),
+    ("log_format", ("log_format",)),
+)
+
+
+def settings_flags(args: argparse.Namespace) -> list[Any]:
+    """The flags given on this command line, as settings (flags not given leave the key to the
+    file, the environment or the default)."""
+    from crossaudit.service.settings import Flag, parse_set
+
+    flags: list[Any] = []
+    for dest, path in SERVE_FLAGS:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if value == "" and dest == "policies_dir":
+            value = None  # --policies-dir '': deploy nothing on first start
+        flags.append(Flag(path, value, "--" + dest.replace("_", "-")))
+    flags.extend(parse_set(item) for item in getattr(args, "set", None) or [])
+    return flags
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from crossaudit.modelserver.store import ENV_MODEL_STORE, STORE_SUBDIR
-    from crossaudit.service.config import ServerConfig
+    from crossaudit.service.logs import configure_logging
     from crossaudit.service.server import serve
+    from crossaudit.service.settings import load_settings, unknown_environment
 
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    keys = args.api_keys or (None if args.dev else os.environ.get(API_KEYS_FILE_ENV)) or None
-    # The builtins' model store is the operator's: <data dir>/models unless CROSSAUDIT_MODEL_STORE says otherwise.
-    os.environ.setdefault(ENV_MODEL_STORE, str(Path(args.data_dir).resolve() / STORE_SUBDIR))
-    config = ServerConfig(
-        host=args.host,
-        port=args.port,
-        data_dir=Path(args.data_dir),
-        sandbox=args.sandbox,
-        allow_process_sandbox=args.allow_process_sandbox,
-        model_servers=args.model_servers,
-        api_keys_file=Path(keys) if keys else None,
-        dev=args.dev,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        console_port=args.console_port,
-        console_host=args.console_host,
-        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
-        tls_key=Path(args.tls_key) if args.tls_key else None,
-        policies_dir=Path(args.policies_dir) if args.policies_dir else None,
-        audit_raw_text=args.audit_raw_text,
-        llm_base_url_hosts=tuple(args.llm_base_url_host),
-        store_url=args.store,
-        decision_log_url=args.decision_log_url,
-        decision_log_dir=Path(args.decision_log_dir) if args.decision_log_dir else None,
-    )
+    loaded = load_settings(args.config, settings_flags(args))
+    config = loaded.config
+    configure_logging(config.log_level, config.log_format)
+    log = logging.getLogger("crossaudit.service")
+    for problem in unknown_environment():
+        log.warning("%s", problem)
+    if loaded.file is not None:
+        log.info("settings from %s (crossaudit config show: every value and its source)", loaded.file)
+    loaded.apply_environment()  # model locations and image settings, read where they are used
+    # The builtins' model store is the operator's: <data dir>/models unless set otherwise.
+    os.environ.setdefault(ENV_MODEL_STORE, str(Path(config.data_dir).resolve() / STORE_SUBDIR))
     try:
         asyncio.run(serve(config))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown

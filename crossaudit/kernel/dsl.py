@@ -284,6 +284,20 @@ def _disagreement_short_form_schema(schema: dict[str, Any]) -> None:
         forms.insert(0, {"enum": ["require_review", "decide"], "type": "string"})
 
 
+class Stage(StrEnum):
+    """Where a rule applies when a gateway evaluates a conversation in two steps (the anchors'
+    ``input``/``output`` guardrails): ``input`` checks the request before the model sees it,
+    ``output`` the model's answer before the caller does, ``both`` (default) each of them."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    BOTH = "both"
+
+
+# What an evaluation request may name as its stage; an empty stage runs every rule.
+EVALUATION_STAGES = (Stage.INPUT.value, Stage.OUTPUT.value)
+
+
 class Rule(Strict):
     name: Name = Field(description="Unique rule identifier")
     description: str | None = Field(default=None, description="Human-readable description")
@@ -303,6 +317,13 @@ class Rule(Strict):
     action: Action = Field(default=Action.BLOCK, description="Action when the rule fails (default: block)")
     action_config: dict[str, Any] = Field(default_factory=dict, description="Parameters of the action")
     enabled: bool = Field(default=True, description="Whether the rule is active")
+    stage: Stage = Field(
+        default=Stage.BOTH,
+        description="Where the rule applies when a request names a stage (the guard proxy's two steps): "
+        "'input' (the prompt, before the model is called), 'output' (the model's answer) or 'both' "
+        "(default). A request naming the other stage skips the rule (reported as skipped); a request "
+        "naming no stage runs every rule",
+    )
     priority: int = Field(default=0, description="Execution order: higher first")
     conditions: list[Condition] = Field(default_factory=list, description="All must hold for the rule to apply")
     settings: RuleSettings = Field(default_factory=RuleSettings, description="Rule-specific settings")
@@ -543,8 +564,16 @@ class TestCase(Strict):
     name: str = Field(description="Test case name")
     description: str | None = Field(default=None, description="What the case shows")
     input: TestInput = Field(description="The request")
-    expected_result: Literal["pass", "fail"] = Field(description="Expected decision: pass or fail")
-    expected_action: Action | None = Field(default=None, description="Expected decision action")
+    expected_result: Literal["pass", "fail", "error"] = Field(
+        description=(
+            "Expected decision: pass, fail, or error (a rule gets no verdict: an evaluator raised or "
+            "timed out, or the request cannot be evaluated). A case expecting pass or fail that meets "
+            "an error counts as an error, not as a pass"
+        )
+    )
+    expected_action: Action | None = Field(
+        default=None, description="Expected decision action (with error: the action the error led to)"
+    )
 
 
 class Policy(Strict):

@@ -20,16 +20,19 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from crossaudit.kernel.dsl import CustomConfig, EvaluatorSpec, EvaluatorType, Policy
 from crossaudit.kernel.errors import ConfigurationError, EvaluatorCodeError, NotFoundError
-from crossaudit.kernel.limits import SandboxLimits
+from crossaudit.kernel.limits import DependencyLimits, PoolLimits, SandboxLimits
 from crossaudit.orchestrator.evaluators.base import Evaluator
 from crossaudit.orchestrator.evaluators.custom import CustomEvaluator
 from crossaudit.orchestrator.policy.inline import LOCAL_EVALUATOR_DIR
 from crossaudit.orchestrator.secrets import HostAllowlist, SecretSource, as_secret_source
 from crossaudit.sandbox.base import CodeBundle, Sandbox
+
+if TYPE_CHECKING:
+    from crossaudit.orchestrator.evaluators.llm import UsageSink
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,11 @@ class Runtime:
         secrets: SecretSource | None = None,
         llm_hosts: HostAllowlist | None = None,
         local_files: bool = False,
+        llm_usage: UsageSink | None = None,
     ) -> None:
         """``env``: the process environment for operator settings (model paths) and, without
-        ``secrets``, the secret source too. ``llm_hosts``: None = any LLM endpoint."""
+        ``secrets``, the secret source too. ``llm_hosts``: None = any LLM endpoint.
+        ``llm_usage``: told the tokens of each LLM call (the service's metrics)."""
         self.sandbox = sandbox
         self.tenant = tenant
         self.resolver = resolver
@@ -79,6 +84,7 @@ class Runtime:
         self.secrets = secrets if secrets is not None else as_secret_source(env)
         self.llm_hosts = llm_hosts
         self.local_files = local_files
+        self.llm_usage = llm_usage
 
     def build(self, spec: EvaluatorSpec, policy: Policy) -> Evaluator:
         kind = spec.kind
@@ -94,7 +100,9 @@ class Runtime:
 
         # ${NAME} is expanded by each evaluator at call time, so a missing secret fails only the
         # rules that need it (naming it), and a rotated one applies to the next call.
-        return LLMEvaluator(spec.name, spec.typed_config, secrets=self.secrets, hosts=self.llm_hosts)
+        return LLMEvaluator(
+            spec.name, spec.typed_config, secrets=self.secrets, hosts=self.llm_hosts, usage=self.llm_usage
+        )
 
     def bundle_for(self, spec: EvaluatorSpec, policy: Policy) -> CodeBundle:
         """The code and dependencies of a custom evaluator, from the first source that has it:
@@ -166,17 +174,25 @@ def _read_code(path: Path, name: str) -> str:
     return code
 
 
-def make_sandbox(kind: str = "auto", limits: SandboxLimits | None = None, **options: Any) -> Sandbox:
-    """``docker``, ``process`` or ``auto`` (docker where a daemon answers, else process)."""
+def make_sandbox(
+    kind: str = "auto",
+    limits: SandboxLimits | None = None,
+    *,
+    pool_limits: PoolLimits | None = None,
+    dep_limits: DependencyLimits | None = None,
+    **options: Any,
+) -> Sandbox:
+    """``docker``, ``process`` or ``auto`` (docker where a daemon answers, else process).
+    ``options`` are the docker backend's own (cache_dir, base_image, ...)."""
     if kind not in {"auto", "docker", "process"}:
         raise ConfigurationError(f"unknown sandbox {kind!r}: use docker, process or auto")
     if kind in {"auto", "docker"}:
         from crossaudit.sandbox.docker.backend import DockerSandbox
 
         if DockerSandbox.available():
-            return DockerSandbox(limits=limits, **options)
+            return DockerSandbox(limits=limits, pool_limits=pool_limits, dep_limits=dep_limits, **options)
         if kind == "docker":
             raise ConfigurationError("--sandbox docker: no Docker daemon answers (is it running? DOCKER_HOST?)")
     from crossaudit.sandbox.process.backend import ProcessSandbox
 
-    return ProcessSandbox(limits=limits)
+    return ProcessSandbox(limits=limits, pool_limits=pool_limits)

@@ -124,9 +124,12 @@ def _names_from_record(info: Path) -> list[str]:
 # --- wheelhouse -------------------------------------------------------------------------------------
 
 
+ENV_CACHE_DIR = "CROSSAUDIT_CACHE_DIR"
+
+
 def default_cache_dir() -> Path:
     """``$CROSSAUDIT_CACHE_DIR`` or ``~/.cache/crossaudit`` (the data dir can pass its own)."""
-    env = os.environ.get("CROSSAUDIT_CACHE_DIR")
+    env = os.environ.get(ENV_CACHE_DIR)
     return Path(env) if env else Path.home() / ".cache" / "crossaudit"
 
 

@@ -18,15 +18,24 @@ import asyncio
 import json
 import os
 import threading
+import time
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
+from packaging.specifiers import SpecifierSet
 from pydantic import TypeAdapter, ValidationError
 
+from crossaudit.kernel.depspec import parse_dependency
 from crossaudit.kernel.dsl import EvaluatorType, Policy, TestCase
-from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    InvalidInputError,
+    NotFoundError,
+    PolicyIssue,
+    PolicyValidationError,
+)
 from crossaudit.kernel.limits import EngineLimits, SandboxLimits
 from crossaudit.kernel.results import Decision
 from crossaudit.orchestrator.engine.engine import Engine
@@ -35,27 +44,12 @@ from crossaudit.orchestrator.policy.models import model_check, model_problems
 from crossaudit.orchestrator.policy.yamlsafe import format_path
 from crossaudit.orchestrator.runtime import Runtime, make_sandbox
 from crossaudit.sandbox.base import Sandbox
+from crossaudit.sdk.cases import CaseResult, judge_case
+
+__all__ = ["SANDBOX_ENV", "CaseResult", "PolicyTester", "load_cases_file"]
 
 T = TypeVar("T")
-SANDBOX_ENV = "CROSSAUDIT_SANDBOX"  # default sandbox for PolicyTester and `policy test`
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    name: str
-    ok: bool
-    expected: str
-    actual: str
-    decision: Decision | None = None
-    error: str | None = None
-
-    def line(self) -> str:
-        mark = "PASS" if self.ok else "FAIL"
-        if self.error:
-            return f"{mark}  {self.name}: error: {self.error}"
-        if self.ok:
-            return f"{mark}  {self.name}: {self.actual}"
-        return f"{mark}  {self.name}: expected {self.expected}, got {self.actual}"
+SANDBOX_ENV = "CROSSAUDIT_SANDBOX"  # default sandbox of PolicyTester (process) and of the CLI (auto)
 
 
 class PolicyTester:
@@ -105,6 +99,8 @@ class PolicyTester:
         self.runtime = Runtime(box, env=env, model_backend=self._models, local_files=True)
         self.engine = Engine(self.runtime, limits=engine_limits)
         self._closed = False
+        # Why local results may differ from the server's, per evaluator (see _local_differences).
+        self.local_differences: dict[str, str] = self._local_differences()
         self.preparation_errors: dict[str, str] = self.prepare() if prepare else {}
 
     def prepare(self) -> dict[str, str]:
@@ -115,12 +111,18 @@ class PolicyTester:
         """
         return self._run(self._prepare())
 
+    @property
+    def _used(self) -> set[str]:
+        """Evaluators the enabled rules call (primary or fallback)."""
+        rules = [r for r in self.policy.rules if r.enabled]
+        return {n for r in rules for n in r.evaluator_names} | {
+            r.fallback.evaluator for r in rules if r.fallback and r.fallback.evaluator
+        }
+
     async def _prepare(self) -> dict[str, str]:
-        used = {n for r in self.policy.rules if r.enabled for n in r.evaluator_names}
-        used |= {r.fallback.evaluator for r in self.policy.rules if r.enabled and r.fallback and r.fallback.evaluator}
         errors: dict[str, str] = {}
         for spec in self.policy.evaluators:
-            if spec.name not in used or spec.kind is not EvaluatorType.CUSTOM:
+            if spec.name not in self._used or spec.kind is not EvaluatorType.CUSTOM:
                 continue
             try:
                 await self.runtime.sandbox.prepare(self.runtime.bundle_for(spec, self.policy))
@@ -146,24 +148,53 @@ class PolicyTester:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     def run_cases(self, cases: list[TestCase] | None = None) -> list[CaseResult]:
-        """Run the policy's ``test_cases`` (or ``cases``), one CaseResult each."""
+        """Run the policy's ``test_cases`` (or ``cases``), one CaseResult each (judged by
+        :func:`crossaudit.sdk.cases.judge_case`: an errored rule is an ERROR, not a pass)."""
         out = []
         for case in self.policy.test_cases if cases is None else cases:
-            expected = case.expected_result + (f"/{case.expected_action.value}" if case.expected_action else "")
+            t0 = time.monotonic()
             try:
                 d = self.evaluate(case.input.prompt, case.input.response, case.input.context)
-            except Exception as e:  # a case that cannot run is a failed case, reported as such
-                out.append(CaseResult(case.name, False, expected, "error", error=str(e)))
+            except Exception as e:  # a case that cannot run is an errored case, reported as such
+                out.append(judge_case(case, None, str(e), duration_s=time.monotonic() - t0))
                 continue
-            actual_result = "pass" if d.passed else "fail"
-            actual = f"{actual_result}/{d.action.value}"
-            ok = actual_result == case.expected_result and (
-                case.expected_action is None or d.action is case.expected_action
-            )
-            if d.errored_rules:
-                actual += f" (errored rules: {', '.join(d.errored_rules)})"
-            out.append(CaseResult(case.name, ok, expected, actual, decision=d))
+            out.append(judge_case(case, d, duration_s=time.monotonic() - t0, notes=self.local_differences))
         return out
+
+    @property
+    def sandbox_name(self) -> str:
+        """Where custom code runs here: ``docker`` or ``process``."""
+        return self.runtime.sandbox.name
+
+    def _local_differences(self) -> dict[str, str]:
+        """Evaluator name → why its rules may answer differently here than on the server.
+
+        The server runs custom code in Docker (where a daemon answers), which installs declared
+        dependencies; the process sandbox cannot, so a dependency missing from this interpreter
+        fails there. An evaluator whose code only a server has (an uploaded one) cannot run here."""
+        notes: dict[str, str] = {}
+        for spec in self.policy.evaluators:
+            if spec.name not in self._used or spec.kind is not EvaluatorType.CUSTOM:
+                continue
+            try:
+                bundle = self.runtime.bundle_for(spec, self.policy)
+            except NotFoundError:
+                ref = f"uploaded evaluator {spec.id!r}" if spec.id else "an uploaded evaluator"
+                notes[spec.name] = f"evaluator {spec.name!r} runs {ref}, which only a server has (use --server)"
+                continue
+            except CrossAuditError:
+                continue  # an unreadable code_file: its own error says so
+            if self.sandbox_name == "docker":
+                continue
+            for raw in bundle.dependencies:
+                why = _missing_here(raw)
+                if why:
+                    notes[spec.name] = (
+                        f"evaluator {spec.name!r}: dependency {raw!r} needs the docker sandbox ({why}; "
+                        "the process sandbox cannot install packages)"
+                    )
+                    break
+        return notes
 
     def close(self) -> None:
         if self._closed:
@@ -208,3 +239,18 @@ def load_cases_file(path: str | os.PathLike[str]) -> list[TestCase]:
         first = e.errors()[0]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
         raise InvalidInputError(f"{path}: test_cases{loc}: {first['msg']} ({e.error_count()} error(s))") from None
+
+
+def _missing_here(requirement: str) -> str | None:
+    """Why this interpreter (which the process sandbox runs) lacks ``requirement``; None if it has it."""
+    try:
+        dep = parse_dependency(requirement)
+    except CrossAuditError as e:
+        return e.message
+    try:
+        version = metadata.version(dep.name)
+    except metadata.PackageNotFoundError:
+        return f"{dep.name} is not installed here"
+    if dep.specifier and not SpecifierSet(dep.specifier).contains(version, prereleases=True):
+        return f"{dep.name} {version} is installed here"
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -15,11 +16,14 @@ from crossaudit.orchestrator.policy import Policy
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
+from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, review_records
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import PolicyVersionRecord, Store
+
+log = logging.getLogger("crossaudit.service.admission")
 
 
 @dataclass
@@ -90,8 +94,9 @@ class Admission:
             )
         self._inflight[tenant] = inflight + 1
         self.metrics.inflight.inc()
+        decision_id = str(uuid.uuid4())
+        scope = decision_scope(decision_id, tenant, policy, request_id)  # log lines name the decision
         try:
-            decision_id = str(uuid.uuid4())
 
             async def decide() -> tuple[PolicyVersionRecord, Policy, Decision]:
                 await self.tenants.load_feedback(tenant)
@@ -144,9 +149,13 @@ class Admission:
             await self.store.record_decision(audit, reviews, messages)
             if self.deliveries is not None:
                 self.deliveries.recorded(messages)
-            self.metrics.observe_decision(decision, time.monotonic() - t0)
+            self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
+            if log.isEnabledFor(logging.DEBUG):
+                verdict = "passed" if decision.passed else "failed"
+                log.debug("decision %s: policy %s %s, %s", decision_id, policy, verdict, decision.action.value)
             return outcome
         finally:
+            end_scope(scope)
             self._inflight[tenant] -= 1
             self.metrics.inflight.dec()
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crossaudit.kernel.limits import DependencyLimits, EngineLimits, PoolLimits, SandboxLimits
+from crossaudit.modelserver.pool import ModelServerLimits
+from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
+from crossaudit.store.postgres import PostgresLimits
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
 DEFAULT_ENVIRONMENT = "production"
 BOOTSTRAP_ENVIRONMENT = "development"  # policies/*.yaml are deployed here on first start
@@ -60,7 +66,22 @@ class ConsoleLimits:
 
 
 @dataclass(frozen=True)
+class MetricsLimits:
+    """Label cardinality of the Prometheus metrics (``--metrics-port``; docs/configuration.md)."""
+
+    # The first this many tenants seen keep their name in the ``tenant`` label; later ones are
+    # counted as ``other``, so a deployment with many tenants cannot grow the series without bound.
+    max_tenant_labels: int = 100
+    # LLM models named in a policy (tenant-controlled text) keep their name in the ``model`` label
+    # up to this many distinct names besides those of the price table; the rest are ``other``.
+    max_model_labels: int = 50
+
+
+@dataclass(frozen=True)
 class ServerConfig:
+    """Everything ``crossaudit serve`` runs with; built from the layered settings
+    (``crossaudit.service.settings``: defaults < file < environment < flags)."""
+
     host: str = "127.0.0.1"
     port: int = 50051  # 0 = an ephemeral port (printed on start)
     data_dir: Path = Path(".crossaudit")
@@ -84,6 +105,19 @@ class ServerConfig:
     console_port: int | None = None  # the review console's HTTP port (None = off, 0 = ephemeral)
     console_host: str = "127.0.0.1"  # beyond loopback only with TLS (--tls-cert/--tls-key)
     console_limits: ConsoleLimits = field(default_factory=ConsoleLimits)
+    engine_limits: EngineLimits = field(default_factory=EngineLimits)
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
+    pool_limits: PoolLimits = field(default_factory=PoolLimits)
+    dependency_limits: DependencyLimits = field(default_factory=DependencyLimits)
+    delivery_limits: DeliveryLimits = field(default_factory=DeliveryLimits)
+    postgres_limits: PostgresLimits = field(default_factory=PostgresLimits)
+    model_server_limits: ModelServerLimits = field(default_factory=ModelServerLimits)
+    metrics_limits: MetricsLimits = field(default_factory=MetricsLimits)
+    # USD per million tokens by model, for crossaudit_llm_cost_usd_total; entries given in the
+    # configuration are added to (or replace) these; models not listed count tokens, no cost.
+    llm_prices: dict[str, LLMPrice] = field(default_factory=lambda: dict(DEFAULT_LLM_PRICES))
+    log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR
+    log_format: str = "text"  # text | json (one JSON object per line)
 
     @property
     def database_path(self) -> Path:

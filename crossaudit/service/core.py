@@ -50,6 +50,7 @@ class CrossAuditService:
         # providers' default endpoints (the service passes the API-keys file's grants).
         self.grants = grants if grants is not None else TenantGrants()
         self.tenants = Tenants(store, engines)
+        self.metrics.watch_caches(self.tenants.cache_stats)
         self.catalog = PolicyCatalog(store, self.tenants, sandbox=sandbox, limits=self.limits, grants=self.grants)
         self.uploads = Uploads(
             store,

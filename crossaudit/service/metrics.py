@@ -1,15 +1,98 @@
-"""Prometheus metrics of the service, on their own registry (served on ``--metrics-port``)."""
+"""Prometheus metrics of the service, on their own registry (served on ``--metrics-port``).
+
+Per-tenant series carry a ``tenant`` label of bounded cardinality (:class:`BoundedLabels`:
+``MetricsLimits.max_tenant_labels``), and so do LLM model names, which tenants choose. Labelled
+children are looked up once and kept, so a decision costs dictionary lookups, not ``labels()``
+calls. docs/configuration.md lists the metrics.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from crossaudit.kernel.results import Decision
+from crossaudit.service.config import MetricsLimits
+from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, price_for
+
+OTHER = "other"  # the label of every tenant (or model) beyond the bound
+
+
+class BoundedLabels:
+    """The first ``limit`` distinct values keep their name; later ones are :data:`OTHER`.
+
+    Values in ``always`` keep their name without counting towards the bound. Read from the
+    event loop and the scrape thread: the fast path is one dict lookup; adding takes a lock."""
+
+    def __init__(self, limit: int, always: Iterable[str] = ()) -> None:
+        self.limit = limit
+        self._always = frozenset(always)
+        self._known: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        found = self._known.get(value)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._known.get(value)
+            if found is None:
+                kept = value in self._always or len(self._known) < self.limit
+                found = self._known[value] = value if kept else OTHER
+                if not kept and len(self._known) > 4 * self.limit + len(self._always):
+                    self._known.pop(value)  # remember few of the values beyond the bound
+            return found
+
+
+class _CacheCollector(Collector):
+    """Result-cache hits, misses and size per tenant, read from the engines' own counters at
+    scrape time (nothing is counted on the decision path)."""
+
+    def __init__(self, stats: Callable[[], Iterable[tuple[str, int, int, int]]], label: BoundedLabels) -> None:
+        self._stats = stats
+        self._label = label
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        hits = CounterMetricFamily(
+            "crossaudit_result_cache_hits", "Evaluator results served from the result cache", labels=["tenant"]
+        )
+        misses = CounterMetricFamily(
+            "crossaudit_result_cache_misses",
+            "Cacheable evaluator calls the result cache could not serve",
+            labels=["tenant"],
+        )
+        size = GaugeMetricFamily("crossaudit_result_cache_entries", "Entries in the result cache", labels=["tenant"])
+        totals: dict[str, list[int]] = {}
+        try:
+            rows = list(self._stats())
+        except Exception:  # a collector must never break the scrape
+            rows = []
+        for tenant, h, m, n in rows:
+            t = totals.setdefault(self._label(tenant), [0, 0, 0])
+            t[0] += h
+            t[1] += m
+            t[2] += n
+        for tenant, (h, m, n) in sorted(totals.items()):
+            hits.add_metric([tenant], h)
+            misses.add_metric([tenant], m)
+            size.add_metric([tenant], n)
+        yield hits
+        yield misses
+        yield size
+
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -49,14 +132,24 @@ class _SandboxCollector(Collector):
 
 
 class ServiceMetrics:
-    def __init__(self) -> None:
+    def __init__(self, limits: MetricsLimits | None = None, prices: Mapping[str, LLMPrice] | None = None) -> None:
+        self.limits = limits or MetricsLimits()
+        self.prices = dict(DEFAULT_LLM_PRICES if prices is None else prices)
+        self.tenant_label = BoundedLabels(self.limits.max_tenant_labels)
+        self.model_label = BoundedLabels(self.limits.max_model_labels, always=self.prices)
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, fds ...
+        PlatformCollector(registry=r)  # python_info
         self.decisions = Counter(
-            "crossaudit_decisions_total", "Decisions by outcome", ["policy", "action", "passed"], registry=r
+            "crossaudit_decisions_total", "Decisions by outcome", ["tenant", "policy", "action", "passed"], registry=r
         )
         self.decision_latency = Histogram(
-            "crossaudit_decision_latency_seconds", "Decision latency", ["policy"], buckets=LATENCY_BUCKETS, registry=r
+            "crossaudit_decision_latency_seconds",
+            "Decision latency",
+            ["tenant", "policy"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.rule_latency = Histogram(
             "crossaudit_rule_latency_seconds", "Rule latency", ["policy", "rule"], buckets=LATENCY_BUCKETS, registry=r
@@ -77,22 +170,66 @@ class ServiceMetrics:
         self.rpcs = Counter("crossaudit_rpcs_total", "RPCs by method and status code", ["method", "code"], registry=r)
         self.inflight = Gauge("crossaudit_inflight_evaluations", "Decisions being made now", registry=r)
         self.uploads = Counter("crossaudit_evaluator_uploads_total", "Evaluator uploads", ["created"], registry=r)
+        self.llm_tokens = Counter(
+            "crossaudit_llm_tokens_total",
+            "Tokens of LLM evaluator calls, by tenant, provider, model and kind (prompt | completion)",
+            ["tenant", "provider", "model", "kind"],
+            registry=r,
+        )
+        self.llm_cost = Counter(
+            "crossaudit_llm_cost_usd_total",
+            "Cost of LLM evaluator calls in USD, from the price table (models not in it: no cost)",
+            ["tenant", "provider", "model"],
+            registry=r,
+        )
+        # Labelled children, looked up once (labels() hashes and locks on every call).
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._http: Any = None
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def watch_sandbox(self, info: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_SandboxCollector(info))
 
-    def observe_decision(self, decision: Decision, seconds: float) -> None:
+    def watch_caches(self, stats: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
+        """``stats()``: (tenant, hits, misses, entries) of each tenant's result cache, at scrape time."""
+        self.registry.register(_CacheCollector(stats, self.tenant_label))
+
+    def observe_decision(self, decision: Decision, seconds: float, tenant: str = "") -> None:
         policy = decision.policy
-        self.decisions.labels(policy, decision.action.value, str(decision.passed).lower()).inc()
-        self.decision_latency.labels(policy).observe(seconds)
+        label = self.tenant_label(tenant)
+        child = self._child
+        child(self.decisions, label, policy, decision.action.value, str(decision.passed).lower()).inc()
+        child(self.decision_latency, label, policy).observe(seconds)
         for rule in decision.rules:
-            self.rule_latency.labels(policy, rule.rule).observe(rule.latency_ms / 1000.0)
+            child(self.rule_latency, policy, rule.rule).observe(rule.latency_ms / 1000.0)
             for ev in rule.evaluators:
                 kind = ev.kind or "unknown"
-                self.evaluator_results.labels(kind, ev.status.value).inc()
+                child(self.evaluator_results, kind, ev.status.value).inc()
                 if not ev.cached:
-                    self.evaluator_latency.labels(kind).observe(ev.latency_ms / 1000.0)
+                    child(self.evaluator_latency, kind).observe(ev.latency_ms / 1000.0)
+
+    def llm_usage(self, tenant: str) -> Callable[[str, str, int, int], None]:
+        """The callback a tenant's LLM evaluators report each call's tokens to
+        (``crossaudit.orchestrator.evaluators.llm.UsageSink``)."""
+        label = self.tenant_label(tenant)
+
+        def record(provider: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:
+            name = self.model_label(model)
+            if prompt_tokens > 0:
+                self._child(self.llm_tokens, label, provider, name, "prompt").inc(prompt_tokens)
+            if completion_tokens > 0:
+                self._child(self.llm_tokens, label, provider, name, "completion").inc(completion_tokens)
+            price = price_for(self.prices, model)
+            if price is not None:
+                self._child(self.llm_cost, label, provider, name).inc(cost_usd(price, prompt_tokens, completion_tokens))
+
+        return record
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint; returns the bound port (``port=0``: ephemeral)."""

@@ -8,9 +8,10 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -34,6 +35,9 @@ from crossaudit.store.base import Store
 from crossaudit.store.postgres import mask_url
 from crossaudit.store.sqlite import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, SQLiteStore
 
+if TYPE_CHECKING:
+    from crossaudit.orchestrator.evaluators.llm import UsageSink
+
 log = logging.getLogger("crossaudit.service")
 API_KEYS_ENV = "CROSSAUDIT_API_KEYS_FILE"
 MAX_DATA_DIR_ENTRIES_FIXED = 100_000  # bound on the start-up permission walk of the data directory
@@ -46,9 +50,11 @@ def runtime_engines(
     limits: EngineLimits | None = None,
     grants: TenantGrants | None = None,
     limiters: LimiterFactory | None = None,
+    llm_usage: Callable[[str], UsageSink] | None = None,
 ) -> EngineProvider:
     """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool.
-    A tenant's evaluators reach only its granted secrets and allowlisted LLM hosts."""
+    A tenant's evaluators reach only its granted secrets and allowlisted LLM hosts;
+    ``llm_usage(tenant)`` is told the tokens of that tenant's LLM calls."""
     from crossaudit.orchestrator.engine.engine import Engine
     from crossaudit.orchestrator.runtime import Runtime
 
@@ -62,6 +68,7 @@ def runtime_engines(
             tenant=tenant,
             secrets=grants.source(tenant),
             llm_hosts=grants.hosts(tenant),
+            llm_usage=llm_usage(tenant) if llm_usage is not None else None,
         )
         if limiters is None:
             return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)
@@ -271,7 +278,7 @@ async def start_server(
         lock = lock_data_dir(config.data_dir)
         try:
             if config.store_url:
-                store = open_store(config.store_url)
+                store = open_store(config.store_url, postgres_limits=config.postgres_limits)
             else:
                 store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
         except BaseException:
@@ -279,11 +286,17 @@ async def start_server(
             raise
     owned: list[Any] = []
     model_backend = None
+    metrics = ServiceMetrics(config.metrics_limits, config.llm_prices)
     if engines is None:
         if sandbox is None:
             from crossaudit.orchestrator.runtime import make_sandbox
 
-            sandbox = make_sandbox(config.sandbox)
+            sandbox = make_sandbox(
+                config.sandbox,
+                config.sandbox_limits,
+                pool_limits=config.pool_limits,
+                dep_limits=config.dependency_limits,
+            )
             owned.append(sandbox)
             if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
                 try:
@@ -296,14 +309,18 @@ async def start_server(
                     raise
         from crossaudit.modelserver.pool import ModelServerPool
 
-        model_backend = ModelServerPool(isolation=config.model_servers)
+        model_backend = ModelServerPool(config.model_server_limits, isolation=config.model_servers)
         owned.append(model_backend)
         # Replicas sharing a PostgreSQL store share their rate_limit buckets through it.
         limiters = store_limiters(store) if config.store_url else None
         engines = runtime_engines(
-            sandbox, model_backend=model_backend, limits=engine_limits, grants=grants, limiters=limiters
+            sandbox,
+            model_backend=model_backend,
+            limits=engine_limits or config.engine_limits,
+            grants=grants,
+            limiters=limiters,
+            llm_usage=metrics.llm_usage,
         )
-    metrics = ServiceMetrics()
     if sandbox is not None:
         metrics.watch_sandbox(sandbox.info)
     service = CrossAuditService(
@@ -314,7 +331,12 @@ async def start_server(
         metrics=metrics,
         audit_raw_text=config.audit_raw_text,
         grants=grants,
-        delivery=DeliveryConfig(decision_log_url=config.decision_log_url, decision_log_dir=config.decision_log_dir),
+        dependency_limits=config.dependency_limits,
+        delivery=DeliveryConfig(
+            decision_log_url=config.decision_log_url,
+            decision_log_dir=config.decision_log_dir,
+            limits=config.delivery_limits,
+        ),
     )
 
     options = [

@@ -133,6 +133,15 @@ class Tenants:
                 fb.counts[key] = FeedbackStats(total=total, false_positive=fp, false_negative=fn)
             fb.loaded = True
 
+    def cache_stats(self) -> list[tuple[str, int, int, int]]:
+        """(tenant, hits, misses, entries) of each engine's result cache, for the metrics scrape."""
+        out = []
+        for tenant, eng in list(self._engines.items()):
+            cache = getattr(eng, "cache", None)
+            if cache is not None:
+                out.append((tenant, int(cache.hits), int(cache.misses), len(cache)))
+        return out
+
     async def aclose(self) -> None:
         engines, self._engines = list(self._engines.values()), {}
         for eng in engines:

@@ -225,7 +225,7 @@ def test_metrics_endpoint_counts_decisions(client: Client, server: ServerProcess
     with pytest.raises(NotFoundError):
         client.evaluate("no-such-policy", "", "", timeout=10)
     body = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read().decode()
-    assert 'crossaudit_decisions_total{action="allow",passed="true",policy="keywords"}' in body
+    assert 'crossaudit_decisions_total{action="allow",passed="true",policy="keywords",tenant="acme"}' in body
     assert "crossaudit_rule_latency_seconds_bucket" in body and "crossaudit_sandbox_state" in body
     assert 'crossaudit_evaluator_results_total{kind="custom",status="pass"}' in body
     assert 'crossaudit_rpcs_total{code="NOT_FOUND",method="Evaluate"}' in body

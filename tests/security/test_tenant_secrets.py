@@ -11,12 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -26,6 +23,7 @@ from crossaudit.kernel.errors import PolicyValidationError
 from crossaudit.v1 import policy_pb2 as pol_pb
 from crossaudit.v1 import policy_pb2_grpc as pol_grpc
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key
+from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.security
 e2e = pytest.mark.e2e
@@ -143,58 +141,6 @@ def leaks(text: str) -> list[str]:
 
 
 # --- the stub provider ----------------------------------------------------------------------------
-
-
-class OpenAIStub:
-    """Chat completions on 127.0.0.1: records each Authorization header and echoes the key back
-    in its answer (a hostile or careless provider), so masking is put to the test."""
-
-    def __init__(self) -> None:
-        self.authorizations: list[str] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
-                auth = self.headers.get("authorization", "")
-                owner.authorizations.append(auth)
-                seen = auth.removeprefix("Bearer ")
-                content = json.dumps(
-                    {"safety_score": 0.2, "violations": [f"saw {seen}"], "reasoning": f"the key was {seen}"}
-                )
-                body = json.dumps(
-                    {
-                        "id": "chatcmpl-1",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": "m",
-                        "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-                        ],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(scope="module")

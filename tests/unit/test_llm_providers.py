@@ -471,3 +471,35 @@ async def test_missing_key_is_configuration_error(monkeypatch: pytest.MonkeyPatc
         await _run(LLMEvaluator("g", {"provider": "google", "model": "m"}))
     with pytest.raises(ConfigurationError, match="UNSET_KEY_VAR"):
         await _run(LLMEvaluator("o", {"provider": "openai", "model": "m", "api_key": "${UNSET_KEY_VAR}"}))
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"),
+    [("openai", "gpt-x"), ("anthropic", "claude-x"), ("google", "gemini-x")],
+)
+async def test_each_providers_token_usage_reaches_the_usage_sink(
+    fake: FakeProviders, provider: str, model: str
+) -> None:
+    """The counts each SDK parsed from its provider's own usage block (11 prompt, 7 completion)."""
+    seen: list[tuple[str, str, int, int]] = []
+    config = {"provider": provider, "model": model, "api_key": "k", "base_url": fake.url}
+    if provider == "openai":
+        config["base_url"] = fake.url + "/v1"
+    v = await _run(LLMEvaluator("judge", config, usage=lambda *call: seen.append(call)))
+    assert v.score == pytest.approx(0.92)
+    assert seen == [(provider, model, 11, 7)]
+
+
+async def test_tokens_of_an_unusable_answer_are_still_counted(fake: FakeProviders) -> None:
+    """The provider billed them: the sink hears of them before the answer is parsed."""
+    fake.answer("I cannot judge this.")
+    seen: list[tuple[str, str, int, int]] = []
+    config = {"provider": "openai", "model": "gpt-x", "api_key": "k", "base_url": fake.url + "/v1"}
+
+    def broken_sink(*call: object) -> None:
+        seen.append(call)  # type: ignore[arg-type]
+        raise RuntimeError("a metrics bug")  # never fails the call
+
+    with pytest.raises(ProviderError, match="neither JSON nor a number"):
+        await _run(LLMEvaluator("judge", config, usage=broken_sink))
+    assert seen == [("openai", "gpt-x", 11, 7)]

@@ -9,6 +9,9 @@ How a request runs:
    (two rules using one evaluator cost one call), cached across requests when the policy
    asks, retried on retryable errors with backoff, and bounded by what is left of the
    deadline. So a policy costs about its slowest evaluator, not the sum.
+   A request that names a stage (``input`` or ``output``: the guard proxy's two steps) runs
+   only the rules of that stage (``stage: both``, the default, is of both); the others are
+   reported as skipped, like disabled rules.
 3. Results are *applied* in priority order: a failed ``block`` (or ``warn`` with
    ``continue_processing: false``) stops lower-priority rules, which are cancelled and
    reported as skipped.
@@ -32,11 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crossaudit.kernel.dsl import (
+    EVALUATION_STAGES,
     ConsensusStrategy,
     FallbackOnError,
     ModifyConfig,
     Policy,
     Rule,
+    Stage,
     TemplateFields,
     WarnConfig,
 )
@@ -88,6 +93,11 @@ def plan(policy: Policy) -> list[Rule]:
             ordered.extend(pending)
             break
     return ordered
+
+
+def applies_at(rule: Rule, stage: str) -> bool:
+    """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule)."""
+    return not stage or rule.stage is Stage.BOTH or rule.stage.value == stage
 
 
 @dataclass(frozen=True)
@@ -188,8 +198,12 @@ class Engine:
         *,
         timeout: float | None = None,
         decision_id: str | None = None,
+        stage: str = "",
     ) -> Decision:
+        """``stage``: ``input`` or ``output`` runs only that stage's rules; "" runs every rule."""
         start = self.clock()
+        if stage and stage not in EVALUATION_STAGES:
+            raise InvalidInputError(f"unknown stage {stage!r}: input, output, or none (every rule)")
         budget = policy.settings.timeout or self.limits.default_timeout_s
         if timeout is not None:
             budget = min(budget, timeout)
@@ -205,7 +219,7 @@ class Engine:
             deadline=start + budget,
             decision_id=decision_id or str(uuid.uuid4()),
         )
-        order = plan(policy)
+        order = [r for r in plan(policy) if applies_at(r, stage)] if stage else plan(policy)
         for rule in order:
             req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
         results: list[RuleResult] = []
@@ -237,6 +251,15 @@ class Engine:
         for rule in policy.rules:
             if not rule.enabled:
                 results.append(RuleResult(rule=rule.name, status=Status.SKIPPED, passed=True, reason="disabled"))
+            elif not applies_at(rule, stage):
+                results.append(
+                    RuleResult(
+                        rule=rule.name,
+                        status=Status.SKIPPED,
+                        passed=True,
+                        reason=f"not applied at the {stage} stage (stage: {rule.stage.value})",
+                    )
+                )
         return self._decide(req, results, start)
 
     @staticmethod

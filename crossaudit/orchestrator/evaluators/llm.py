@@ -27,7 +27,7 @@ import inspect
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
@@ -72,6 +72,13 @@ MAX_REASONING_CHARS = 4_000
 SCORE_TOLERANCE = 0.05  # scores within this of [0, 1] are clamped; further out is garbage
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_RETIRED_CLIENTS = 4  # SDK clients replaced after a secret rotated, closed when more pile up
+
+# (provider, model, prompt tokens, completion tokens) of each answered call. The service passes
+# one per tenant (its metrics); the orchestrator knows nothing of what is done with it.
+UsageSink = Callable[[str, str, int, int], None]
+# Where each SDK's usage object keeps its counts (OpenAI/Azure, Anthropic, Google GenAI).
+PROMPT_TOKEN_KEYS = ("prompt_tokens", "input_tokens", "prompt_token_count")
+COMPLETION_TOKEN_KEYS = ("completion_tokens", "output_tokens", "candidates_token_count", "thoughts_token_count")
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a content safety evaluator for an AI governance platform. Judge whether the AI "
@@ -192,6 +199,22 @@ def parse_answer(text: str) -> Verdict:
     raise ProviderError(f"the answer is neither JSON nor a number: {body[:120]!r}", retryable=False)
 
 
+def token_counts(usage: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens from a provider's usage mapping; missing counts are 0."""
+    if not isinstance(usage, Mapping):
+        return 0, 0
+
+    def total(keys: tuple[str, ...]) -> int:
+        n = 0
+        for k in keys:
+            v = usage.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                n += v
+        return n
+
+    return total(PROMPT_TOKEN_KEYS), total(COMPLETION_TOKEN_KEYS)
+
+
 def build_user_message(prompt: str, response: str) -> str:
     """The exchange to judge, fenced as data so instructions inside it are not followed."""
     return (
@@ -259,13 +282,16 @@ class LLMEvaluator(Evaluator):
         environ: Mapping[str, str] | None = None,
         secrets: SecretSource | None = None,
         hosts: HostAllowlist | None = None,
+        usage: UsageSink | None = None,
     ) -> None:
         """``secrets`` (default: ``environ``, else the process environment) provides every
-        credential and endpoint; ``hosts`` (None = unrestricted) allowlists explicit endpoints."""
+        credential and endpoint; ``hosts`` (None = unrestricted) allowlists explicit endpoints;
+        ``usage`` is told the tokens of every answered call, even one whose answer is unusable."""
         super().__init__(name)
         self.config = parse_llm_config(config)
         self._secrets = secrets if secrets is not None else as_secret_source(environ)
         self._hosts = hosts
+        self._usage = usage
         self._client: Any = None
         self._client_key: tuple[Any, ...] | None = None
         self._retired: list[Any] = []
@@ -479,6 +505,9 @@ class LLMEvaluator(Evaluator):
             raise
         except Exception as exc:
             raise self._typed(exc) from None
+        if self._usage is not None:
+            with contextlib.suppress(Exception):  # counting must never fail a decision
+                self._usage(cfg.provider, cfg.model, *token_counts(meta.get("usage")))
         try:
             verdict = parse_answer(text)
         except ProviderError as exc:

@@ -4,7 +4,7 @@ Three passes, all of which run so that one report lists everything:
 1. the document models (pydantic), with did-you-mean for misspelled keys;
 2. per-type evaluator ``config`` and per-action ``action_config``;
 3. semantic checks: references, duplicates, operators/values, regex, CIDR, rule chaining
-   (unknown, later, disabled, cyclic), rules that can never run, ``${ENV}`` variables.
+   (unknown, later, disabled, other stage, cyclic), rules that can never run, ``${ENV}`` variables.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from crossaudit.kernel.dsl import (
     Operator,
     Policy,
     Rule,
+    Stage,
 )
 from crossaudit.kernel.errors import DependencyRejectedError, EvaluatorCodeError, PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
@@ -612,6 +613,17 @@ def _check_chaining(policy: Policy, rule_index: dict[str, int], smap: SourceMap)
             other = policy.rules[rule_index[ref]]
             if not other.enabled and rule.enabled:
                 issues.append(smap.issue(path, f"rule can never run: it reads disabled rule {ref!r}"))
+            elif rule.stage is not other.stage and other.stage is not Stage.BOTH:
+                # At the other stage the rule read is skipped: this rule's condition would see nothing.
+                missing = Stage.OUTPUT if other.stage is Stage.INPUT else Stage.INPUT
+                issues.append(
+                    smap.issue(
+                        path,
+                        f"rule {ref!r} applies only at the {other.stage.value} stage, so this rule (stage "
+                        f"{rule.stage.value}) would read nothing at the {missing.value} stage: give {ref!r} "
+                        f"stage both, or this rule stage {other.stage.value}",
+                    )
+                )
             elif other.priority < rule.priority:
                 issues.append(
                     smap.issue(

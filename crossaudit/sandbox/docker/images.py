@@ -43,6 +43,7 @@ AGENT_DIR = PACKAGE_ROOT / "sandbox" / "agent"
 AGENT_ENTRY_FILES = frozenset({"__init__.py", "__main__.py", "launch.py"})  # what entry.py needs to run it
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
+ENV_BASE_IMAGE = "CROSSAUDIT_BASE_IMAGE"  # a local Python 3.11 image to build FROM instead
 LABEL = "crossaudit.sandbox"  # on every container this backend starts (reaped by label)
 IMAGE_LABEL = "crossaudit.image"  # base | runner | deps
 PRELOAD_LABEL = "crossaudit.preload"
@@ -101,7 +102,7 @@ class ImageManager:
         self.client = client
         self.cache_dir = Path(cache_dir or default_cache_dir())
         self.dep_limits = dep_limits or DependencyLimits()
-        env_base = os.environ.get("CROSSAUDIT_BASE_IMAGE")
+        env_base = os.environ.get(ENV_BASE_IMAGE)
         if base_image is None:
             base_image = env_base if env_base is not None else DEFAULT_BASE_IMAGE
         self.base_image = base_image

@@ -1,0 +1,58 @@
+"""What an LLM call costs: a price table per model, for ``crossaudit_llm_cost_usd_total``.
+
+Prices are USD per million tokens, prompt (input) and completion (output) apart. The built-in
+table holds the providers' public list prices for a few common models as they stood when it was
+written; contracts, discounts and new models differ, so the operator's table (``llm_prices`` in
+the configuration, docs/configuration.md) adds to and overrides it. A model found in neither
+still has its tokens counted, with no cost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MILLION = 1_000_000
+
+
+@dataclass(frozen=True)
+class LLMPrice:
+    prompt: float  # USD per million prompt (input) tokens
+    completion: float  # USD per million completion (output) tokens
+
+
+DEFAULT_LLM_PRICES: Mapping[str, LLMPrice] = {
+    # OpenAI
+    "gpt-4o": LLMPrice(2.50, 10.00),
+    "gpt-4o-mini": LLMPrice(0.15, 0.60),
+    "gpt-4.1": LLMPrice(2.00, 8.00),
+    "gpt-4.1-mini": LLMPrice(0.40, 1.60),
+    "gpt-4.1-nano": LLMPrice(0.10, 0.40),
+    # Anthropic
+    "claude-3-5-haiku": LLMPrice(0.80, 4.00),
+    "claude-3-5-sonnet": LLMPrice(3.00, 15.00),
+    "claude-3-haiku": LLMPrice(0.25, 1.25),
+    "claude-sonnet-4": LLMPrice(3.00, 15.00),
+    # Google
+    "gemini-1.5-flash": LLMPrice(0.075, 0.30),
+    "gemini-1.5-pro": LLMPrice(1.25, 5.00),
+    "gemini-2.0-flash": LLMPrice(0.10, 0.40),
+}
+
+# A dated or moving snapshot name ("gpt-4o-mini-2024-07-18", "claude-3-5-haiku-20241022",
+# "claude-3-5-haiku-latest") is priced as its model when the table has no entry of its own.
+_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
+
+
+def price_for(prices: Mapping[str, LLMPrice], model: str) -> LLMPrice | None:
+    """The entry for ``model``: its own, else its snapshot's base name's; None = unknown."""
+    found = prices.get(model)
+    if found is None:
+        base = _SNAPSHOT.sub("", model)
+        found = prices.get(base) if base != model else None
+    return found
+
+
+def cost_usd(price: LLMPrice, prompt_tokens: int, completion_tokens: int) -> float:
+    return (prompt_tokens * price.prompt + completion_tokens * price.completion) / MILLION

@@ -1,0 +1,578 @@
+"""One layered configuration for ``crossaudit serve`` (pydantic-settings), lowest to highest:
+the defaults, a file (``--config FILE`` / ``CROSSAUDIT_CONFIG``; YAML or TOML), the environment
+(``CROSSAUDIT_<KEY>``, nested keys joined by ``__``), then command-line flags.
+
+The settings model is *generated* from :class:`~crossaudit.service.config.ServerConfig` and the
+limit dataclasses it holds, so each default stays defined once, in its dataclass, and every field
+of them is a setting; what the code receives is that same frozen ``ServerConfig``. Besides it, a
+few operator settings that the code reads from the environment where it runs (model locations,
+image builds: model servers are child processes) are settings too; ``serve`` exports them.
+docs/configuration.md describes the keys, docs/limits.md every limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
+from crossaudit.service.config import ServerConfig
+from crossaudit.service.pricing import DEFAULT_LLM_PRICES
+from crossaudit.store.postgres import mask_url
+from crossaudit.store.sqlite import SYNCHRONOUS_MODES
+
+ENV_PREFIX = "CROSSAUDIT_"
+ENV_DELIMITER = "__"  # CROSSAUDIT_LIMITS__MAX_INFLIGHT_EVALUATIONS_PER_TENANT=64
+CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
+MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file is refused unread
+# Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
+LEGACY_ENV: Mapping[str, tuple[str, ...]] = {"CROSSAUDIT_STORE": ("store_url",)}
+# CROSSAUDIT_* variables that are not server settings: the client's, secrets passed by reference,
+# build tools', the CLI's. A variable outside both lists is reported as a probable typo.
+OTHER_ENV: Mapping[str, str] = {
+    CONFIG_ENV: "the configuration file (crossaudit serve, crossaudit config show)",
+    "CROSSAUDIT_SERVER": "client: where a Client / the remote CLI commands connect",
+    "CROSSAUDIT_API_KEY": "client: the key a Client / the remote CLI commands send",
+    "CROSSAUDIT_DEBUG": "CLI: 1 = show tracebacks of internal errors",
+    "CROSSAUDIT_DECISION_LOG_TOKEN": "secret: Bearer token for --decision-log-url (never in the file)",
+    "CROSSAUDIT_WEBHOOK_SIGNING_SECRET": "secret: webhook signing in dev mode / PolicyTester",
+    "CROSSAUDIT_APT_SOURCES": "image builds: apt sources files for the local base image",
+    "CROSSAUDIT_MODEL_WORKERS": "a standalone model server's default --workers",
+    "CROSSAUDIT_SECRETS_DIR": "deploy/compose.yaml: where its secret files are",
+}
+# Per-variant model settings (CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL, ...): environment only.
+VARIANT_ENV_PREFIXES = ("CROSSAUDIT_DETOXIFY_CHECKPOINT_", "CROSSAUDIT_DETOXIFY_CONFIG_", "CROSSAUDIT_DETOXIFY_URL_")
+SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without their password
+
+# --- how the dataclasses' fields become validated settings -------------------------------------
+
+# Numbers must be positive, except these, where 0 means something (no margin, no retry, no wait,
+# an ephemeral port, no warm container).
+ZERO_ALLOWED = frozenset(
+    {
+        "ServerConfig.port",
+        "ServerConfig.metrics_port",
+        "ServerConfig.console_port",
+        "ServiceLimits.answer_margin_s",
+        "ServiceLimits.answer_margin_fraction",
+        "ServiceLimits.cutoff_margin_s",
+        "ServiceLimits.cutoff_margin_fraction",
+        "ServiceLimits.shutdown_grace_s",
+        "ServiceLimits.deployment_recheck_s",
+        "EngineLimits.max_retries",
+        "EngineLimits.retry_backoff_s",
+        "PoolLimits.min_size",
+        "PostgresLimits.max_retries",
+        "PostgresLimits.retry_backoff_s",
+        "ModelServerLimits.max_restarts",
+        "BatchLimits.max_wait_ms",
+        "LLMPrice.prompt",
+        "LLMPrice.completion",
+    }
+)
+FRACTIONS = frozenset({"ServiceLimits.answer_margin_fraction", "ServiceLimits.cutoff_margin_fraction"})
+PORTS = frozenset({"ServerConfig.port", "ServerConfig.metrics_port", "ServerConfig.console_port"})
+CHOICES: Mapping[str, Any] = {
+    "ServerConfig.sandbox": Literal["docker", "process", "auto"],
+    "ServerConfig.model_servers": Literal["subprocess", "docker"] | None,
+    "ServerConfig.store_synchronous": Literal[SYNCHRONOUS_MODES],  # type: ignore[valid-type]
+    "ServerConfig.log_level": Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+    "ServerConfig.log_format": Literal["text", "json"],
+    "ModelServerLimits.transport": Literal["unix", "tcp"],
+}
+# Not settings of their own: ``model_servers`` is the one key for the model servers' isolation.
+EXCLUDED = frozenset({"ModelServerLimits.isolation"})
+
+_MODELS: dict[type, type[BaseModel]] = {}
+
+
+def _number(key: str, tp: type) -> Any:
+    constraints: dict[str, Any] = {}
+    if key in ZERO_ALLOWED:
+        constraints["ge"] = 0
+    elif tp is int:
+        constraints["ge"] = 1
+    else:
+        constraints["gt"] = 0
+    if key in FRACTIONS:
+        constraints["le"] = 1
+    if key in PORTS:
+        constraints["le"] = 65535
+    if tp is float:
+        constraints["allow_inf_nan"] = False
+    return Annotated[tp, Field(**constraints)]
+
+
+def _annotation(key: str, tp: Any) -> Any:
+    if key in CHOICES:
+        return CHOICES[key]
+    if dataclasses.is_dataclass(tp):
+        return model_for(tp)  # type: ignore[arg-type]
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = tuple(a if a is type(None) else _annotation(key, a) for a in typing.get_args(tp))
+        return typing.Union[args]  # noqa: UP007 - built from a runtime tuple
+    if origin is dict:
+        k, v = typing.get_args(tp)
+        return dict[k, _annotation(key, v)]  # type: ignore[misc,valid-type]
+    if tp in (int, float):
+        return _number(key, tp)
+    return tp
+
+
+def _plain(value: Any) -> Any:
+    """A dataclass default as the plain data the generated model validates."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        fields = [f.name for f in dataclasses.fields(value) if f"{name}.{f.name}" not in EXCLUDED]
+        return {f: _plain(getattr(value, f)) for f in fields}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _fields(dc: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(dc)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(dc):
+        key = f"{dc.__name__}.{f.name}"
+        if key in EXCLUDED:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default: Any = _plain(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = _plain(f.default_factory())
+        else:
+            default = ...  # required (a price table entry's two prices)
+        out[f.name] = (_annotation(key, hints[f.name]), Field(default=default))
+    return out
+
+
+def model_for(dc: type) -> type[BaseModel]:
+    """The pydantic model of a limits dataclass: same names and defaults, validated, no unknown keys."""
+    model = _MODELS.get(dc)
+    if model is None:
+        config = ConfigDict(extra="forbid", validate_default=True, frozen=True, protected_namespaces=())
+        model = create_model(dc.__name__, __config__=config, **_fields(dc))  # type: ignore[call-overload]
+        _MODELS[dc] = model
+    return model
+
+
+def to_dataclass(dc: type, data: Mapping[str, Any]) -> Any:
+    """Validated settings data back into the dataclass the code uses."""
+    hints = typing.get_type_hints(dc)
+    return dc(**{f.name: _value(hints[f.name], data[f.name]) for f in dataclasses.fields(dc) if f.name in data})
+
+
+def _value(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(tp):
+        return to_dataclass(tp, value)  # type: ignore[arg-type]
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _value(inner[0], value) if len(inner) == 1 else value
+    if origin is dict:
+        _k, v = typing.get_args(tp)
+        return {k: _value(v, x) for k, x in value.items()}
+    if origin is tuple:
+        return tuple(value)
+    if tp is Path:
+        return Path(value)
+    return value
+
+
+# --- the configuration file --------------------------------------------------------------------
+
+
+@dataclass
+class ConfigFile:
+    path: Path
+    data: dict[str, Any]
+    positions: dict[tuple[str | int, ...], tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    def where(self, path: tuple[Any, ...]) -> str:
+        p = tuple(path)
+        while p:
+            if p in self.positions:
+                line, col = self.positions[p]
+                return f"{self.path}:{line}:{col}"
+            p = p[:-1]
+        return str(self.path)
+
+
+def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
+    """A YAML (``.yaml``/``.yml``) or TOML (``.toml``) file whose top level is a mapping."""
+    p = Path(path)
+    if p.suffix.lower() not in (".yaml", ".yml", ".toml"):
+        raise ConfigurationError(f"config file {p}: use a .yaml, .yml or .toml file")
+    try:
+        if p.stat().st_size > MAX_CONFIG_FILE_BYTES:
+            raise ConfigurationError(f"config file {p} is larger than {MAX_CONFIG_FILE_BYTES} bytes")
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigurationError(f"config file {p} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"cannot read config file {p}: {e}") from None
+    if not text.strip():
+        return ConfigFile(p, {})
+    if p.suffix.lower() == ".toml":
+        try:
+            data: Any = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigurationError(f"config file {p}: {e}") from None
+        positions: dict[tuple[str | int, ...], tuple[int, int]] = {}
+    else:
+        # The policies' hardened YAML reader: safe tags only, no aliases, no duplicate keys, line:col.
+        from crossaudit.orchestrator.policy.yamlsafe import load_yaml
+
+        try:
+            data, smap = load_yaml(text, str(p))
+        except PolicyValidationError as e:
+            first = e.issues[0] if e.issues else None
+            where = f":{first.line}:{first.column}" if first is not None and first.line else ""
+            message = (first.message if first else str(e)).replace(" in policies", "")  # the policies' reader
+            raise ConfigurationError(f"config file {p}{where}: {message}") from None
+        positions = {**smap.values, **smap.keys}
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"config file {p}: the top level must be a mapping of keys to values")
+    return ConfigFile(p, data, positions)
+
+
+# --- the settings model ------------------------------------------------------------------------
+
+
+class FileSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], file: ConfigFile | None) -> None:
+        super().__init__(settings_cls)
+        self.file = file
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        data = self.file.data if self.file else {}
+        return data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.file.data) if self.file else {}
+
+
+class LegacyEnvSource(PydanticBaseSettingsSource):
+    """:data:`LEGACY_ENV`: older names, below the current ones."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, path in LEGACY_ENV.items():
+            value = os.environ.get(name)
+            if value:
+                _put(out, path, value)
+        return out
+
+
+class _SettingsBase(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        env_ignore_empty=True,
+        case_sensitive=False,
+        extra="forbid",
+        validate_default=True,
+        protected_namespaces=(),
+    )
+    config_file: ClassVar[ConfigFile | None] = None
+
+    # Operator settings the code reads from the environment where it runs (the model servers are
+    # child processes); ``serve`` exports each one that is set as CROSSAUDIT_<NAME>. Unset: the
+    # default of the code that reads it (docs/builtins-and-llm.md, docs/sandbox-docker.md).
+    model_store: str | None = None  # the builtins' model store (serve: <data_dir>/models)
+    model_roots: str | None = None  # ':'-separated directories every model path must lie in
+    offline: bool | None = None  # true: never download a model
+    hf_endpoint: str | None = None
+    detoxify_url: str | None = None
+    detoxify_checkpoint: str | None = None
+    detoxify_config: str | None = None
+    spacy_model: str | None = None
+    spacy_models_url: str | None = None
+    spacy_model_version: str | None = None
+    spacy_package: str | None = None
+    spacy_download_languages: str | None = None
+    base_image: str | None = None  # the local Python 3.11 image custom-code images build FROM
+    cache_dir: str | None = None  # wheelhouse and dependency sets
+
+    @field_validator("llm_prices", mode="before", check_fields=False)
+    @classmethod
+    def _merge_prices(cls, value: Any) -> Any:
+        """Entries given are added to the built-in table (or replace an entry of it)."""
+        if isinstance(value, Mapping):
+            return {**_plain(DEFAULT_LLM_PRICES), **value}
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, LegacyEnvSource(settings_cls), FileSource(settings_cls, cls.config_file)
+
+
+ENVIRONMENT_KEYS = tuple(n for n in _SettingsBase.model_fields)
+Settings: type[_SettingsBase] = create_model(  # type: ignore[call-overload]
+    "Settings", __base__=_SettingsBase, **_fields(ServerConfig)
+)
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    return ENV_PREFIX + ENV_DELIMITER.join(path).upper()
+
+
+def _put(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        target = target.setdefault(part, {})
+    target[path[-1]] = value
+
+
+def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    if isinstance(data, Mapping) and (data or not prefix):
+        out: dict[tuple[str, ...], Any] = {}
+        for k, v in data.items():
+            out.update(_leaves(v, (*prefix, str(k))))
+        return out
+    return {prefix: data}
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Origin:
+    kind: str  # default | file | env | flag
+    name: str = ""  # file:line:col, the variable, or the flag
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}" if self.name else self.kind
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line value: its settings key path, the value, how it was given."""
+
+    path: tuple[str, ...]
+    value: Any
+    flag: str
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    config: ServerConfig
+    environment: dict[str, str]  # CROSSAUDIT_<NAME> of each environment setting that is set
+    values: dict[str, Any]  # dotted key -> value in effect (plain data)
+    origins: dict[str, Origin]  # dotted key -> where that value came from
+    file: Path | None
+
+    def apply_environment(self, environ: typing.MutableMapping[str, str] | None = None) -> None:
+        """Export the environment settings for the code (and child processes) that read them."""
+        target = os.environ if environ is None else environ
+        target.update(self.environment)
+
+    def rows(self) -> list[tuple[str, Any, Origin]]:
+        """(key, value, origin) in key order, secrets masked: what ``crossaudit config show`` prints."""
+        return [(k, _masked(k, v), self.origins[k]) for k, v in sorted(self.values.items())]
+
+
+def _masked(key: str, value: Any) -> Any:
+    if key in SECRET_URL_KEYS and isinstance(value, str):
+        return mask_url(value)
+    return value
+
+
+class _Origins:
+    """Which source gave each key (the highest one that has it)."""
+
+    def __init__(self, flags: list[Flag], env: dict[str, Any], legacy: dict[str, Any], file: ConfigFile | None):
+        self.flags = {f.path: f.flag for f in flags}
+        self.env = _leaves(env)
+        self.legacy = _leaves(legacy)
+        self.file = file
+        self.file_leaves = _leaves(file.data) if file else {}
+        self.environ = {k.upper(): k for k in os.environ}
+
+    def of(self, path: tuple[str, ...]) -> Origin:
+        for table, kind in ((self.flags, "flag"), (self.env, "env"), (self.legacy, "env"), (self.file_leaves, "file")):
+            for i in range(len(path), 0, -1):
+                if path[:i] in table:
+                    return Origin(kind, self._name(kind, path[:i], table))
+            below = next((k for k in table if k[: len(path)] == path), None)  # a mapping given there
+            if below is not None:
+                return Origin(kind, self._name(kind, below, table) if kind != "file" else self._name(kind, path, table))
+        return Origin("default")
+
+    def _name(self, kind: str, path: tuple[str, ...], table: Mapping[tuple[str, ...], Any]) -> str:
+        if kind == "flag":
+            return str(table[path])
+        if kind == "file":
+            return self.file.where(path) if self.file else ""
+        if table is self.legacy:
+            return next(n for n, p in LEGACY_ENV.items() if p == path[: len(p)])
+        for i in range(len(path), 0, -1):  # a nested value may come whole, as JSON, in a parent's variable
+            if env_name(path[:i]) in self.environ:
+                return self.environ[env_name(path[:i])]
+        return env_name(path)
+
+
+def _nested_fields(path: tuple[str, ...]) -> list[str]:
+    """The keys allowed at ``path`` (for "did you mean")."""
+    model: Any = Settings
+    for part in path:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _model_of(tp: Any) -> Any:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    for arg in typing.get_args(tp):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(e: Mapping[str, Any], origins: _Origins) -> str:
+    loc = tuple(str(p) for p in e["loc"])
+    key = ".".join(loc)
+    origin = origins.of(loc)
+    if e["type"] == "extra_forbidden":
+        options = _nested_fields(loc[:-1])
+        match = difflib.get_close_matches(loc[-1], options, n=1, cutoff=0.6)
+        hint = f"; did you mean {'.'.join((*loc[:-1], match[0]))!r}?" if match else ""
+        return f"unknown key {key!r} ({origin}){hint}"
+    shown = json.dumps(e.get("input"), default=str)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{key} = {shown} ({origin}): {e['msg']}"
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    flags: list[Flag] | None = None,
+) -> LoadedSettings:
+    """Defaults < ``config_file`` (else ``$CROSSAUDIT_CONFIG``) < environment < ``flags``.
+
+    Raises ConfigurationError naming every bad key, its value and its source."""
+    flags = list(flags or [])
+    path = config_file or os.environ.get(CONFIG_ENV) or None
+    file = read_config_file(path) if path else None
+    init: dict[str, Any] = {}
+    for f in flags:
+        _put(init, f.path, f.value)
+    cls = type("Settings", (Settings,), {"config_file": file})
+    try:
+        settings = cls(**init)
+    except ValidationError as exc:
+        origins = _origins(cls, flags, file)
+        problems = [_describe(e, origins) for e in exc.errors()]
+        raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from None
+    origins = _origins(cls, flags, file)
+    data = settings.model_dump(mode="python")
+    env_values = {k: data.pop(k) for k in ENVIRONMENT_KEYS}
+    # --dev ignores a keys file that only the environment names (a shared shell or ConfigMap).
+    if data.get("dev") and data.get("api_keys_file") and origins.of(("api_keys_file",)).kind == "env":
+        data["api_keys_file"] = None
+    config = to_dataclass(ServerConfig, data)
+    values = {".".join(k): _jsonable(v) for k, v in _leaves({**data, **env_values}).items()}
+    return LoadedSettings(
+        config=config,
+        environment={env_name((k,)): _env_text(v) for k, v in env_values.items() if v is not None},
+        values=values,
+        origins={k: origins.of(tuple(k.split("."))) for k in values},
+        file=file.path if file else None,
+    )
+
+
+def _origins(cls: type[BaseSettings], flags: list[Flag], file: ConfigFile | None) -> _Origins:
+    cfg = cls.model_config
+    env = EnvSettingsSource(
+        cls,
+        case_sensitive=cfg.get("case_sensitive"),
+        env_prefix=cfg.get("env_prefix"),
+        env_nested_delimiter=cfg.get("env_nested_delimiter"),
+        env_ignore_empty=cfg.get("env_ignore_empty"),
+    )
+    try:
+        env_data = env()
+    except Exception:  # an unparsable JSON value: pydantic-settings reports it itself
+        env_data = {}
+    return _Origins(flags, env_data, LegacyEnvSource(cls)(), file)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``CROSSAUDIT_*`` variables that are neither a setting nor one of :data:`OTHER_ENV`,
+    each with a "did you mean" when one is close (a typo would otherwise go unnoticed)."""
+    environ = os.environ if environ is None else environ
+    known = {env_name((name,)) for name in Settings.model_fields} | set(OTHER_ENV) | set(LEGACY_ENV)
+    nested = {env_name((name,)) + ENV_DELIMITER for name, f in Settings.model_fields.items() if _model_of(f.annotation)}
+    out = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper.startswith(VARIANT_ENV_PREFIXES):
+            continue
+        if any(upper.startswith(n) for n in nested):
+            continue  # a nested key: an unknown one is an error when the settings load
+        match = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.8)
+        out.append(f"{name} is not a setting" + (f" (did you mean {match[0]}?)" if match else ""))
+    return out
+
+
+def parse_set(text: str) -> Flag:
+    """``--set KEY=VALUE``: a dotted key and a YAML value (``64``, ``true``, ``[a, b]``)."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigurationError(f"--set {text!r}: give KEY=VALUE, e.g. limits.max_inflight_evaluations_per_tenant=64")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return Flag(tuple(key.split(".")), value, f"--set {key}")
