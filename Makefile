@@ -88,8 +88,15 @@ test-e2e: $(STAMP) browser ## End-to-end tests against the real gRPC server
 test-security: $(STAMP) images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
-bench: $(EXPORT_STAMP) ## Benchmarks (print side-by-side ratios; not tests)
-	$(PY) -m tests.bench
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(EXPORT_STAMP)
+	$(PIP) install -q -e '.[dev,models,export,bench]'
+	@touch $@
+
+# Every benchmark in one run: targets printed beside their figures; docs/bench/results.json and
+# results.png written (the README's figures come from them). Not tests: nothing is asserted.
+bench: $(BENCH_STAMP) images postgres ## Benchmarks: side-by-side figures, targets, docs/bench/results.{json,png}
+	$(PY) -m tests.bench --out docs/bench
 
 lint: $(STAMP) ## ruff, and the layering contract (import-linter, pyproject.toml [tool.importlinter])
 	$(VENV)/bin/ruff check .

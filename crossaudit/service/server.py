@@ -296,6 +296,7 @@ async def start_server(
                 config.sandbox_limits,
                 pool_limits=config.pool_limits,
                 dep_limits=config.dependency_limits,
+                channel=config.docker_channel,
             )
             owned.append(sandbox)
             if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered

@@ -26,8 +26,16 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.docker import container as container_mod
 from crossaudit.sandbox.docker.backend import DockerSandbox
-from crossaudit.sandbox.docker.container import BUNDLE_LABEL, OWNER_LABEL, SANDBOX_UID_RANGE, owner_id
+from crossaudit.sandbox.docker.container import (
+    BUNDLE_LABEL,
+    CHANNEL_MOUNT,
+    CHANNEL_SOCKET,
+    OWNER_LABEL,
+    SANDBOX_UID_RANGE,
+    owner_id,
+)
 from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID
 from crossaudit.sandbox.docker.reaper import reap
 from tests.integration._docker import (
@@ -114,8 +122,15 @@ async def test_container_hardening_matches_limits(sb, docker_daemon):
     tmpfs = hc["Tmpfs"]["/tmp"]
     assert "noexec" in tmpfs and "nosuid" in tmpfs and f"size={LIMITS.tmpfs_bytes}" in tmpfs
     assert hc["AutoRemove"] is True
-    assert not hc.get("Binds")
-    assert all(m["Type"] == "tmpfs" for m in info.get("Mounts") or [])
+    # At most one bind: the container's own channel directory, read-only, emptied once the agent
+    # connected (the socket channel; this machine's daemon is local).
+    assert sb.info()["socket_channel"] is True
+    [bind] = hc["Binds"]
+    source, target, mode = bind.split(":")
+    assert target == CHANNEL_MOUNT and mode == "ro"
+    assert os.path.basename(source).startswith("crossaudit-channel-") and os.listdir(source) == []
+    assert os.stat(source).st_mode & 0o777 == 0o711
+    assert all(m["Type"] == "tmpfs" for m in info.get("Mounts") or [] if m.get("Destination") != CHANNEL_MOUNT)
     assert hc["LogConfig"]["Type"] == "none"
     uid, gid = (int(x) for x in cfg["User"].split(":"))
     assert SANDBOX_UID_RANGE[0] <= uid < SANDBOX_UID_RANGE[1] and gid == SANDBOX_UID
@@ -148,6 +163,22 @@ def evaluate(prompt, response, context):
     with open("/proc/self/mounts") as fh:
         facts["tmp_mount"] = [l for l in fh if " /tmp " in l][0]
     facts["env"] = sorted(os.environ)
+    channel = "/run/crossaudit"
+    try:
+        facts["channel_listing"] = os.listdir(channel)
+    except OSError as e:
+        facts["channel_listing"] = type(e).__name__
+    try:
+        open(channel + "/planted", "w")
+        facts["channel_writable"] = True
+    except OSError:
+        facts["channel_writable"] = False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(channel + "/agent.sock")
+        facts["channel_connect"] = "connected"
+    except OSError as e:
+        facts["channel_connect"] = type(e).__name__
     return {"score": 1.0, "details": facts}
 '''
 
@@ -163,6 +194,9 @@ async def test_inside_view_of_a_sandbox(sb):
     assert int(f["caps"]["CapEff"], 16) == 0 and int(f["caps"]["CapPrm"], 16) == 0
     assert f["caps"]["NoNewPrivs"] == "1"
     assert "noexec" in f["tmp_mount"] and "nosuid" in f["tmp_mount"]
+    # The agent's channel: nothing to list or plant, and nobody left to connect to.
+    assert f["channel_listing"] in ("PermissionError", []) and f["channel_writable"] is False
+    assert f["channel_connect"] in ("FileNotFoundError", "ConnectionRefusedError")
     assert set(f["env"]) <= {
         "PATH", "HOME", "LANG", "HOSTNAME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
         "PYTHONNOUSERSITE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -364,3 +398,38 @@ async def test_sixteen_concurrent_calls_share_a_small_pool(sb):
     assert len(results) == 16 and all(v.details["calls_seen"] == 1 for v, _ in results)
     stats = sb.pool_stats(bundle)
     assert stats["started"] <= 2 and stats["busy"] == 0  # max_size of the module's pool
+
+
+async def test_a_channel_the_agent_cannot_reach_falls_back_to_attach(docker_daemon, monkeypatch):
+    """As with a daemon that cannot bind our paths (remote, rootless, an orchestrator in a
+    container): the agent finds no socket, exits, and the backend switches to attach for good."""
+    real = container_mod.open_channel_dir
+
+    def unreachable(uid: int):
+        listener, path = real(uid)
+        os.unlink(os.path.join(path, CHANNEL_SOCKET))  # still listening, but not where the agent looks
+        return listener, path
+
+    monkeypatch.setattr(container_mod, "open_channel_dir", unreachable)
+    sb = DockerSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1), channel="socket")
+    try:
+        bundle = _bundle(BENIGN_CODE, tag="fallback")
+        v, _ = await sb.run(bundle, "p", "fine", {}, timeout=30)
+        assert v.score is not None
+        assert sb.info()["socket_channel"] is False
+        v, _ = await sb.run(bundle, "p", "again", {}, timeout=10)
+        assert v.score is not None
+    finally:
+        await sb.aclose()
+
+
+async def test_attach_channel_still_serves(docker_daemon):
+    sb = DockerSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1), channel="attach")
+    try:
+        bundle = _bundle(STATE_CODE, tag="attach")
+        first, _ = await sb.run(bundle, "p", "one", {}, timeout=30)
+        second, _ = await sb.run(bundle, "p", "two", {}, timeout=10)
+        assert first.details["calls_seen"] == second.details["calls_seen"] == 1
+        assert sb.info()["socket_channel"] is False
+    finally:
+        await sb.aclose()

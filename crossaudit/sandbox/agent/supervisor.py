@@ -124,9 +124,31 @@ class Agent(IOProcess, CallChild):
             return None
 
 
+CHANNEL_ENV = "CROSSAUDIT_AGENT_SOCKET"  # crossaudit.sandbox.docker.container.CHANNEL_ENV
+
+
+def connect_channel() -> None:
+    """When the orchestrator offers a socket (Docker, local daemon), speak the protocol on it:
+    it becomes fds 0 and 1, where the protocol otherwise arrives (the attach stream), so
+    nothing else changes. Done before anything of the evaluator's is loaded."""
+    path = os.environ.pop(CHANNEL_ENV, "")
+    if not path:
+        return
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    os.dup2(sock.fileno(), 0)
+    os.dup2(sock.fileno(), 1)
+    sock.close()
+
+
 def main() -> int:
     if sys.platform != "linux":
         sys.stderr.write("the CrossAudit agent needs Linux\n")
+        return 2
+    try:
+        connect_channel()
+    except OSError as exc:
+        sys.stderr.write(f"the CrossAudit agent could not connect its channel: {exc}\n")
         return 2
     try:
         return Agent().serve()

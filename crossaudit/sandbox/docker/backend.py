@@ -48,6 +48,24 @@ log = logging.getLogger(__name__)
 MAINTAIN_INTERVAL_S = 1.0  # janitor period: dead/idle containers, refills, pool eviction
 
 
+CHANNELS = ("auto", "socket", "attach")
+LOCAL_DAEMON_URL = "http+docker://localhost"  # docker-py's base_url for a unix-socket daemon
+
+
+def socket_channel_possible(client: Any) -> bool:
+    """Whether containers can be given a socket of ours: the daemon is on this machine (a unix
+    socket) and maps uids as we do (not rootless, no userns-remap). A containerized orchestrator
+    passes this check yet its paths are not the daemon's: the first container then finds no
+    socket and the backend falls back to attach (:meth:`WarmContainer.start`)."""
+    if getattr(client.api, "base_url", "") != LOCAL_DAEMON_URL:
+        return False
+    try:
+        options = " ".join(client.info().get("SecurityOptions") or [])
+    except Exception:
+        return False
+    return "name=rootless" not in options and "name=userns" not in options
+
+
 def docker_client(timeout: float = 60.0) -> Any:
     """A docker-py client from the environment (``DOCKER_HOST`` or the local socket)."""
     import docker
@@ -75,8 +93,15 @@ class DockerSandbox(Sandbox):
         base_image: str | None = None,
         env: Mapping[str, str] | None = None,
         client: Any = None,
+        channel: str = "auto",
     ) -> None:
+        """``channel``: how frames reach the agents: ``socket`` (a private unix socket per
+        container), ``attach`` (the container's attach stream, through the daemon), or ``auto``
+        (socket where the daemon is local and binds our paths, else attach)."""
+        if channel not in CHANNELS:
+            raise ConfigurationError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
         super().__init__(limits)
+        self.channel = channel
         self.pool_limits = pool_limits or PoolLimits()
         self.dep_limits = dep_limits or DependencyLimits()
         self._client = client
@@ -146,6 +171,9 @@ class DockerSandbox(Sandbox):
                 client, cache_dir=self._cache_dir, dep_limits=self.dep_limits, base_image=self._base_image
             )
             self._rt = ContainerRuntime(client, self._executor, self.limits, self.pool_limits, self._env)
+            self._rt.socket_channel = self.channel == "socket" or (
+                self.channel == "auto" and await self._blocking(socket_channel_possible, client)
+            )
             self._janitor = asyncio.get_running_loop().create_task(self._maintain_forever())
 
     async def _maintain_forever(self) -> None:
@@ -268,6 +296,7 @@ class DockerSandbox(Sandbox):
         base.update(
             {
                 "started": self._rt is not None,
+                "socket_channel": bool(self._rt is not None and self._rt.socket_channel),
                 "pools": {d[:12]: p.stats() for d, p in self._pools.items()},
                 "reaped_at_start": self.reaped,
                 "limits": {
