@@ -88,7 +88,7 @@ class ServerConfig:
     sandbox: str = "auto"  # docker | process | auto
     # How frames reach Docker sandbox agents: socket (a private unix socket per container, no
     # daemon in the path), attach (the container's attach stream, through the daemon), or auto
-    # (socket where the daemon is local and can bind our paths; docs/sandbox.md).
+    # (socket where the daemon is local and can bind our paths; docs/sandbox-docker.md).
     docker_channel: str = "auto"
     allow_process_sandbox: bool = False  # with API keys, the weaker process sandbox is an explicit opt-in
     model_servers: str | None = None  # subprocess | docker (hardened containers); None = $CROSSAUDIT_MODEL_SERVERS
