@@ -170,9 +170,12 @@ class EvaluatorSpec(Strict):
 
     @property
     def typed_config(self) -> TypedEvaluatorConfig:
-        if self._typed is None:
+        # Read on every evaluator call: pydantic's private-attribute __getattr__ is slow, the
+        # private dict is not.
+        typed = self.__pydantic_private__["_typed"]
+        if typed is None:
             raise RuntimeError(f"evaluator {self.name!r} was not validated")
-        return self._typed
+        return typed
 
     @property
     def kind(self) -> EvaluatorType:
@@ -352,7 +355,7 @@ class Rule(Strict):
 
     @property
     def typed_action_config(self) -> ActionConfig:
-        return self._typed_action
+        return self.__pydantic_private__["_typed_action"]  # hot path: see EvaluatorSpec.typed_config
 
     @property
     def evaluator_names(self) -> list[str]:
@@ -606,7 +609,7 @@ class Policy(Strict):
     @property
     def digest(self) -> str:
         """sha256 of the source text: identifies a policy version's content."""
-        return self._digest
+        return self.__pydantic_private__["_digest"]  # hot path: see EvaluatorSpec.typed_config
 
     def evaluator(self, name: str) -> EvaluatorSpec:
         for e in self.evaluators:
