@@ -269,8 +269,13 @@ def outcome_from_pb(o: ev_pb.ActionOutcome) -> ActionOutcome:
     return ActionOutcome(rule=o.rule, action=ACTION_FROM_PB[o.action], params=from_struct(o.params))
 
 
+# Decisions read back from the wire are built with model_construct: every field comes from a
+# typed protobuf field (valid UTF-8 strings, numbers, enums mapped above), so validating again
+# would only cost the client ~20 pydantic validations per 10-rule decision.
+
+
 def evaluator_result_from_pb(e: ev_pb.EvaluatorResult) -> EvaluatorResult:
-    return EvaluatorResult(
+    return EvaluatorResult.model_construct(
         evaluator=e.evaluator,
         kind=e.kind,
         status=STATUS_FROM_PB[e.status],
@@ -278,7 +283,7 @@ def evaluator_result_from_pb(e: ev_pb.EvaluatorResult) -> EvaluatorResult:
         passed=_opt(e, "passed"),
         violations=list(e.violations),
         details=from_struct(e.details),
-        spans=[Span(start=s.start, end=s.end, label=s.label, score=s.score) for s in e.spans],
+        spans=[Span.model_construct(start=s.start, end=s.end, label=s.label, score=s.score) for s in e.spans],
         latency_ms=e.latency_ms,
         attempts=e.attempts,
         cached=e.cached,
@@ -288,7 +293,7 @@ def evaluator_result_from_pb(e: ev_pb.EvaluatorResult) -> EvaluatorResult:
 
 
 def rule_from_pb(r: ev_pb.RuleResult) -> RuleResult:
-    return RuleResult(
+    return RuleResult.model_construct(
         rule=r.rule,
         status=STATUS_FROM_PB[r.status],
         passed=r.passed,
@@ -304,7 +309,7 @@ def rule_from_pb(r: ev_pb.RuleResult) -> RuleResult:
 
 
 def decision_from_pb(msg: ev_pb.EvaluateResponse) -> RemoteDecision:
-    return RemoteDecision(
+    return RemoteDecision.model_construct(
         policy=msg.policy,
         policy_version=msg.policy_version,
         passed=msg.passed,
