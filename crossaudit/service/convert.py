@@ -193,48 +193,73 @@ def seconds(ts: timestamp_pb2.Timestamp) -> float:
 # --- decisions --------------------------------------------------------------------------
 
 
+# Answers are built in place (``repeated.add()``, ``field.update``): constructing each nested
+# message first and passing it in makes upb copy every rule and evaluator result once more.
+
+
+def _fill_outcome(msg: ev_pb.ActionOutcome, o: ActionOutcome) -> None:
+    msg.rule = o.rule
+    msg.action = ACTION_TO_PB[o.action]
+    if o.params:
+        msg.params.update(_jsonable(o.params))
+
+
 def outcome_to_pb(o: ActionOutcome) -> ev_pb.ActionOutcome:
-    return ev_pb.ActionOutcome(rule=o.rule, action=ACTION_TO_PB[o.action], params=to_struct(o.params))
+    msg = ev_pb.ActionOutcome()
+    _fill_outcome(msg, o)
+    return msg
 
 
-def evaluator_result_to_pb(e: EvaluatorResult) -> ev_pb.EvaluatorResult:
-    msg = ev_pb.EvaluatorResult(
-        evaluator=e.evaluator,
-        kind=e.kind,
-        status=STATUS_TO_PB[e.status],
-        violations=e.violations,
-        details=to_struct(e.details),
-        spans=[ev_pb.Span(start=s.start, end=s.end, label=s.label, score=s.score) for s in e.spans],
-        latency_ms=e.latency_ms,
-        attempts=e.attempts,
-        cached=e.cached,
-        error=e.error or "",
-        error_type=e.error_type or "",
-    )
+def _fill_evaluator_result(msg: ev_pb.EvaluatorResult, e: EvaluatorResult) -> None:
+    msg.evaluator = e.evaluator
+    msg.kind = e.kind
+    msg.status = STATUS_TO_PB[e.status]
+    if e.violations:
+        msg.violations.extend(e.violations)
+    if e.details:
+        msg.details.update(_jsonable(e.details))
+    for s in e.spans:
+        msg.spans.add(start=s.start, end=s.end, label=s.label, score=s.score)
+    msg.latency_ms = e.latency_ms
+    msg.attempts = e.attempts
+    msg.cached = e.cached
+    if e.error:
+        msg.error = e.error
+    if e.error_type:
+        msg.error_type = e.error_type
     if e.score is not None:
         msg.score = e.score
     if e.passed is not None:
         msg.passed = e.passed
+
+
+def evaluator_result_to_pb(e: EvaluatorResult) -> ev_pb.EvaluatorResult:
+    msg = ev_pb.EvaluatorResult()
+    _fill_evaluator_result(msg, e)
     return msg
 
 
-def rule_to_pb(r: RuleResult) -> ev_pb.RuleResult:
-    msg = ev_pb.RuleResult(
-        rule=r.rule,
-        status=STATUS_TO_PB[r.status],
-        passed=r.passed,
-        action=ACTION_TO_PB[r.action] if r.action is not None else ev_pb.ACTION_UNSPECIFIED,
-        evaluators=[evaluator_result_to_pb(e) for e in r.evaluators],
-        fallback_used=r.fallback_used,
-        reason=r.reason,
-        latency_ms=r.latency_ms,
-    )
+def _fill_rule(msg: ev_pb.RuleResult, r: RuleResult) -> None:
+    msg.rule = r.rule
+    msg.status = STATUS_TO_PB[r.status]
+    msg.passed = r.passed
+    msg.action = ACTION_TO_PB[r.action] if r.action is not None else ev_pb.ACTION_UNSPECIFIED
+    for e in r.evaluators:
+        _fill_evaluator_result(msg.evaluators.add(), e)
+    msg.fallback_used = r.fallback_used
+    msg.reason = r.reason
+    msg.latency_ms = r.latency_ms
     if r.score is not None:
         msg.score = r.score
     if r.threshold is not None:
         msg.threshold = r.threshold
     if r.outcome is not None:
-        msg.outcome.CopyFrom(outcome_to_pb(r.outcome))
+        _fill_outcome(msg.outcome, r.outcome)
+
+
+def rule_to_pb(r: RuleResult) -> ev_pb.RuleResult:
+    msg = ev_pb.RuleResult()
+    _fill_rule(msg, r)
     return msg
 
 
@@ -249,13 +274,15 @@ def decision_to_pb(
         environment=environment,
         passed=d.passed,
         action=ACTION_TO_PB[d.action],
-        rules=[rule_to_pb(r) for r in d.rules],
-        outcomes=[outcome_to_pb(o) for o in d.outcomes],
         errored_rules=d.errored_rules,
         latency_ms=d.latency_ms,
         review_ids=review_ids or [],
         request_id=request_id,
     )
+    for r in d.rules:
+        _fill_rule(msg.rules.add(), r)
+    for o in d.outcomes:
+        _fill_outcome(msg.outcomes.add(), o)
     if d.modified_response is not None:
         msg.modified_response = d.modified_response
     return msg
