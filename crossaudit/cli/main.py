@@ -11,14 +11,16 @@ import os
 import sys
 from collections.abc import Sequence
 
+from crossaudit.cli import completion, evaluate, models, policy, server
 from crossaudit.cli import config as config_cli
-from crossaudit.cli import evaluate, models, policy, server
+from crossaudit.cli import proxy as proxy_cli
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crossaudit", description="CrossAudit policy platform")
+    completion.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     policy_parser = sub.add_parser("policy", help="validate, test, deploy policies")
@@ -29,11 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     models.register(sub)
     config_cli.register(sub)
     evaluate.register(sub)
+    completion.register(sub)
+    proxy_cli.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    completion.autocomplete(parser)  # answers the shell's completion request (crossaudit completion) and exits
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed usage

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from crossaudit.cli import display
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.modelserver import export, sources
@@ -97,13 +98,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not entries:
         print(f"no models in {store.root} (add one with `crossaudit models pull` or `crossaudit models import`)")
         return EXIT_OK
-    rows = [("NAME", "VARIANT", "SIZE", "FILES", "CREATED", "SOURCE")]
-    rows += [(e.name, e.variant, format_size(e.size), str(len(e.files)), e.created, e.source) for e in entries]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(f"store: {store.root}")
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    display.print_table(entries, MODEL_COLUMNS, what="models")
     return EXIT_OK
+
+
+MODEL_COLUMNS = [
+    display.Column("Name", lambda e: e.name),
+    display.Column("Variant", lambda e: e.variant),
+    display.Column("Size", lambda e: format_size(e.size), justify="right"),
+    display.Column("Files", lambda e: str(len(e.files)), justify="right"),
+    display.Column("Created", lambda e: e.created),
+    display.Column("Source", lambda e: e.source),
+]
 
 
 def cmd_pull(args: argparse.Namespace) -> int:

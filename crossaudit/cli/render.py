@@ -87,6 +87,6 @@ def decision_line(decision: Decision) -> str:
 
 def print_decision(decision: Decision, out: Console) -> None:
     out.print(rules_table(rule_rows(decision)))
-    out.print(Text(printable(decision_line(decision))))
+    out.print(Text(printable(decision_line(decision))), soft_wrap=True)  # one line, for grep (ids are not split)
     if decision.modified_response is not None:
-        out.print(Text("modified response: ") + Text(printable(decision.modified_response)))
+        out.print(Text("modified response: ") + Text(printable(decision.modified_response)), soft_wrap=True)

@@ -10,8 +10,6 @@ prints as one line (exit 1); usage errors exit 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import os
 import sys
@@ -19,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crossaudit.cli import display
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
@@ -244,14 +243,8 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _print_json(value: Any) -> None:
-    def default(o: Any) -> Any:
-        if dataclasses.is_dataclass(o):
-            return dataclasses.asdict(o)  # type: ignore[arg-type]
-        if hasattr(o, "model_dump"):
-            return o.model_dump(mode="json")
-        return str(o)
-
-    print(json.dumps(value, default=default, indent=2, sort_keys=True))
+    """The record as JSON, its timestamps as ISO-8601 UTC (crossaudit/cli/display.py)."""
+    display.print_json(value)
 
 
 def _read_text(path: str, what: str) -> str:
@@ -370,27 +363,32 @@ def cmd_policy_deploy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_listing(args: argparse.Namespace, items: list[Any], what: str, line: Callable[[Any], str]) -> int:
-    """Every ``list`` command's output: JSON with ``--json``, else one line per item (or "no <what>")."""
+def _print_listing(args: argparse.Namespace, items: list[Any], what: str, columns: list[display.Column]) -> int:
+    """Every ``list`` command's output: JSON with ``--json``, else a table (or "no <what>")."""
     if args.json:
         _print_json(items)
         return EXIT_OK
-    if not items:
-        print(f"no {what}")
-    for item in items:
-        print(line(item))
+    display.print_table(items, columns, what=what)
     return EXIT_OK
 
 
-def _policy_line(p: Any) -> str:
-    where = ", ".join(f"{d.environment}=v{d.version}" for d in p.deployments) or "not deployed"
-    return f"{p.name}  latest v{p.latest_version}  {where}"
+# one row per (policy, environment it is deployed to): a piped listing stays one line per row
+POLICY_COLUMNS = [
+    display.Column("Policy", lambda row: row[0].name),
+    display.Column("Latest", lambda row: f"v{row[0].latest_version}", justify="right"),
+    display.Column("Environment", lambda row: row[1].environment if row[1] else "not deployed"),
+    display.Column("Deployed", lambda row: f"v{row[1].version}" if row[1] else "-", justify="right"),
+    display.Column("Deployed at", lambda row: display.when(row[1].deployed_at) if row[1] else "-"),
+]
 
 
 def cmd_policy_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         items = c.list_policies(environment=args.environment)
-    return _print_listing(args, items, "policies", _policy_line)
+    if args.json:
+        return _print_listing(args, items, "policies", POLICY_COLUMNS)
+    rows = [(p, d) for p in items for d in (p.deployments or (None,))]
+    return _print_listing(args, rows, "policies", POLICY_COLUMNS)
 
 
 def cmd_policy_get(args: argparse.Namespace) -> int:
@@ -455,11 +453,16 @@ def cmd_evaluator_upload(args: argparse.Namespace) -> int:
 def cmd_evaluator_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         items = c.list_evaluators(name=args.name)
-    return _print_listing(args, items, "evaluators", _evaluator_line)
+    return _print_listing(args, items, "evaluators", EVALUATOR_COLUMNS)
 
 
-def _evaluator_line(e: Any) -> str:
-    return f"{e.id}  {e.name} v{e.version}  {', '.join(e.dependencies) or 'no dependencies'}"
+EVALUATOR_COLUMNS = [
+    display.Column("Id", lambda e: e.id, key=True),
+    display.Column("Name", lambda e: e.name),
+    display.Column("Version", lambda e: f"v{e.version}", justify="right"),
+    display.Column("Dependencies", lambda e: ", ".join(e.dependencies) or "-"),
+    display.Column("Created", lambda e: display.when(e.created_at)),
+]
 
 
 def cmd_evaluator_get(args: argparse.Namespace) -> int:
@@ -472,7 +475,7 @@ def cmd_evaluator_get(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(
         f"id: {e.id}\nname: {e.name}\nversion: {e.version}\nlanguage: {e.language}\n"
-        f"dependencies: {', '.join(e.dependencies) or '-'}\ndigest: {e.digest}"
+        f"dependencies: {', '.join(e.dependencies) or '-'}\ndigest: {e.digest}\ncreated: {display.when(e.created_at)}"
     )
     if args.code:
         print("---")
@@ -483,16 +486,17 @@ def cmd_evaluator_get(args: argparse.Namespace) -> int:
 def cmd_audit_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         items = c.list_decisions(policy=args.policy, limit=args.limit)
-    return _print_listing(args, items, "decisions", _decision_line)
+    return _print_listing(args, items, "decisions", DECISION_COLUMNS)
 
 
-def _decision_line(d: Any) -> str:
-    verdict = "passed" if d.passed else "failed"
-    errored = f"  errored: {', '.join(d.errored_rules)}" if d.errored_rules else ""
-    return (
-        f"{d.decision_id}  {d.policy} v{d.policy_revision} ({d.environment})  {verdict} {d.action}  "
-        f"{d.latency_ms:.1f} ms{errored}"
-    )
+DECISION_COLUMNS = [
+    display.Column("Decision", lambda d: d.decision_id, key=True),
+    display.Column("Policy", lambda d: f"{d.policy} v{d.policy_revision} ({d.environment})"),
+    display.Column("Result", lambda d: f"{'passed' if d.passed else 'failed'} {d.action}"),
+    display.Column("Errored rules", lambda d: ", ".join(d.errored_rules) or "-"),
+    display.Column("Latency", lambda d: f"{d.latency_ms:.1f} ms", justify="right"),
+    display.Column("Created", lambda d: display.when(d.created_at)),
+]
 
 
 def cmd_audit_get(args: argparse.Namespace) -> int:
@@ -505,27 +509,46 @@ def cmd_review_list(args: argparse.Namespace) -> int:
     state = args.state
     with _client(args) as c:
         items = c.list_reviews(state=state, policy=args.policy, limit=args.limit)
-    return _print_listing(args, items, "reviews", _review_line)
+    return _print_listing(args, items, "reviews", REVIEW_COLUMNS)
 
 
-def _review_line(r: Any) -> str:
-    marks = "".join(f"  [{m}]" for m in ("escalated", "overdue") if getattr(r, m))
-    return f"{r.id}  {r.state.value:9} {r.kind.value:14} {r.policy} / {r.rule}  decision {r.decision_id}{marks}"
+def _review_state(r: Any) -> str:
+    marks = [m for m in ("escalated", "overdue") if getattr(r, m, False)]
+    return r.state.value + "".join(f" [{m}]" for m in marks)
+
+
+REVIEW_COLUMNS = [
+    display.Column("Review", lambda r: r.id, key=True),
+    display.Column("State", _review_state),
+    display.Column("Kind", lambda r: r.kind.value),
+    display.Column("Policy / rule", lambda r: f"{r.policy} / {r.rule}"),
+    display.Column("Decision", lambda r: r.decision_id, key=True),
+    display.Column("Created", lambda r: display.when(r.created_at)),
+    display.Column("Resolved", lambda r: display.when(r.resolved_at)),
+]
 
 
 def cmd_webhooks_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         items = c.list_deliveries(state=None if args.state == "any" else args.state, limit=args.limit)
-    return _print_listing(args, items, "deliveries", _delivery_line)
+    return _print_listing(args, items, "deliveries", DELIVERY_COLUMNS)
 
 
-def _delivery_line(m: Any) -> str:
-    status = f" HTTP {m.last_status}" if m.last_status else ""
-    error = f"  {m.last_error}" if m.last_error and m.state.value != "delivered" else ""
-    return (
-        f"{m.id}  {m.state.value:9} attempts {m.attempts}{status}  {m.payload.get('method', '')} "
-        f"{m.payload.get('url', '')}  rule {m.rule}  decision {m.decision_id}{error}"
-    )
+def _delivery_error(m: Any) -> str:
+    return m.last_error if m.last_error and m.state.value != "delivered" else "-"
+
+
+DELIVERY_COLUMNS = [
+    display.Column("Delivery", lambda m: m.id, key=True),
+    display.Column("State", lambda m: m.state.value),
+    display.Column("Attempts", lambda m: str(m.attempts), justify="right"),
+    display.Column("Last answer", lambda m: f"HTTP {m.last_status}" if m.last_status else "-"),
+    display.Column("Request", lambda m: f"{m.payload.get('method', '')} {m.payload.get('url', '')}".strip() or m.kind),
+    display.Column("Rule", lambda m: m.rule or "-"),
+    display.Column("Decision", lambda m: m.decision_id, key=True),
+    display.Column("Created", lambda m: display.when(m.created_at)),
+    display.Column("Error", _delivery_error),
+]
 
 
 def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:

@@ -288,8 +288,8 @@ def _disagreement_short_form_schema(schema: dict[str, Any]) -> None:
 
 
 class Stage(StrEnum):
-    """Where a rule applies when a gateway evaluates a conversation in two steps (the anchors'
-    ``input``/``output`` guardrails): ``input`` checks the request before the model sees it,
+    """Where a rule applies when a gateway evaluates a model call in two steps (like OpenAI
+    Guardrails' input and output checks): ``input`` checks the request before the model sees it,
     ``output`` the model's answer before the caller does, ``both`` (default) each of them."""
 
     INPUT = "input"

@@ -131,9 +131,10 @@ def _evaluate_request(
     context: Mapping[str, Any] | None,
     environment: str,
     request_id: str = "",
+    stage: str = "",
 ) -> ev_pb.EvaluateRequest:
     req = ev_pb.EvaluateRequest(
-        policy=policy, environment=environment, prompt=prompt, response=response, request_id=request_id
+        policy=policy, environment=environment, prompt=prompt, response=response, request_id=request_id, stage=stage
     )
     # CopyFrom, not the constructor (which re-parses): a context too deep to parse is the
     # server's to refuse, typed (INVALID_ARGUMENT naming max_struct_depth)
@@ -224,8 +225,10 @@ class ClientBase(abc.ABC):
         context: Mapping[str, Any] | None,
         environment: str,
         timeout: float | None,
+        stage: str = "",
+        request_id: str = "",
     ) -> Unary[RemoteDecision]:
-        req = _evaluate_request(policy, prompt, response, context, environment)
+        req = _evaluate_request(policy, prompt, response, context, environment, request_id, stage)
         return Unary(self._evaluation.Evaluate, req, convert.decision_from_pb, timeout)
 
     def _evaluate_many(
@@ -239,6 +242,7 @@ class ClientBase(abc.ABC):
                 it.get("context"),
                 environment,
                 str(it.get("request_id", i)),
+                str(it.get("stage", "")),
             )
             for i, it in enumerate(items)
         )
@@ -387,9 +391,14 @@ class Client(ClientBase):
         context: Mapping[str, Any] | None = None,
         environment: str = DEFAULT_ENVIRONMENT,
         timeout: float | None = None,
+        *,
+        stage: str = "",
+        request_id: str = "",
     ) -> RemoteDecision:
-        """``timeout`` (seconds) is the call's deadline: the server's evaluators get what is left."""
-        return self._unary(self._evaluate(policy, prompt, response, context, environment, timeout))
+        """``timeout`` (seconds) is the call's deadline: the server's evaluators get what is left.
+        ``stage`` ("input" | "output") runs only that stage's rules (docs/proxy.md); ``request_id``
+        is recorded with the decision in the audit log."""
+        return self._unary(self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id))
 
     def evaluate_many(
         self,
@@ -398,7 +407,7 @@ class Client(ClientBase):
         environment: str = DEFAULT_ENVIRONMENT,
         timeout: float | None = None,
     ) -> Iterator[RemoteDecision | CrossAuditError]:
-        """Evaluate many ``{"prompt", "response", "context"?, "request_id"?}`` over one stream.
+        """Evaluate many ``{"prompt", "response", "context"?, "request_id"?, "stage"?}`` over one stream.
         Answers come as they are ready; match them by ``request_id`` (default: the index)."""
         yield from self._stream(self._evaluate_many(policy, items, environment, timeout))
 
@@ -539,8 +548,13 @@ class AsyncClient(ClientBase):
         context: Mapping[str, Any] | None = None,
         environment: str = DEFAULT_ENVIRONMENT,
         timeout: float | None = None,
+        *,
+        stage: str = "",
+        request_id: str = "",
     ) -> RemoteDecision:
-        return await self._unary(self._evaluate(policy, prompt, response, context, environment, timeout))
+        return await self._unary(
+            self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id)
+        )
 
     async def evaluate_many(
         self,

@@ -76,10 +76,11 @@ class Admission:
         time_remaining: float | None = None,
         request_id: str = "",
         encode: Callable[[EvaluationOutcome], Any] | None = None,
+        stage: str = "",
     ) -> EvaluationOutcome:
         """Decide, audit, answer. ``encode`` turns the outcome into the answer (the wire message)
         *before* the audit record is written: if it fails, nothing is audited, so the audit log
-        never holds a decision the caller did not receive."""
+        never holds a decision the caller did not receive. ``stage``: only that stage's rules run."""
         t0 = time.monotonic()
         budget = self.budget(time_remaining)
         if budget <= 0:
@@ -105,7 +106,7 @@ class Admission:
                 if left <= 0:
                     raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
                 decision = await self.tenants.engine(tenant).evaluate(
-                    pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id
+                    pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id, stage=stage
                 )
                 return rec, pol, decision
 

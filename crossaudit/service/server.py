@@ -25,6 +25,7 @@ from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
+from crossaudit.service.health import HealthServicer
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.ratelimits import store_limiters
@@ -349,7 +350,7 @@ async def start_server(
     # authorized by the handler wrappers add_servicers installs (crossaudit.service.decoding).
     server = grpc.aio.server(options=options, maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
     names = add_servicers(server, service, auth)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = HealthServicer()  # Check, Watch and List (the library's lacks List)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
@@ -406,6 +407,13 @@ async def start_server(
     return running
 
 
+def where_data_lives(config: ServerConfig) -> str:
+    """The store of the start line: the SQLite file, or the PostgreSQL URL with its password masked."""
+    if config.store_url:
+        return mask_url(config.store_url)
+    return f"sqlite {Path(config.database_path).resolve()}"
+
+
 async def serve(config: ServerConfig, *, announce: Any = print) -> None:
     """Run until SIGINT/SIGTERM, then shut down gracefully."""
     running = await start_server(config)
@@ -424,9 +432,8 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
         parts.append(f"sandbox {backend}" + (" (WEAKER isolation than docker)" if backend == "process" else ""))
         if backend == "process":
             log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
-    parts.append(f"data in {config.data_dir}")
-    if config.store_url:
-        parts.append(f"store {mask_url(config.store_url)}")
+    parts.append(f"data dir {Path(config.data_dir).resolve()}")
+    parts.append(f"store {where_data_lives(config)}")
     if running.console is not None:
         parts.append(f"review console on {running.console.url}")
     if running.metrics_port is not None:

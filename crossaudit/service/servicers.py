@@ -169,6 +169,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
             time_remaining=context.time_remaining(),
             request_id=request.request_id,
             encode=encode,
+            stage=request.stage,
         )
         return out.answer
 

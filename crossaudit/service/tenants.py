@@ -32,6 +32,7 @@ class DecisionEngine(Protocol):
         *,
         timeout: float | None = None,
         decision_id: str | None = None,
+        stage: str = "",  # "input" | "output": only that stage's rules run
     ) -> Decision: ...
 
     async def aclose(self) -> None: ...

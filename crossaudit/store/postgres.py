@@ -30,6 +30,7 @@ from crossaudit.store.sql import Conn, SqlStore
 T = TypeVar("T")
 MIGRATION_LOCK = 0x43524F5353  # pg_advisory_xact_lock key of schema migrations ("CROSS")
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)  # libpq takes it in the query too
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class PostgresLimits:
 
 def mask_url(url: str) -> str:
     """The URL without its password, for logs and error messages."""
-    return _PASSWORD.sub(r"\1***@", url)
+    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
 
 
 class _Row(tuple):  # type: ignore[type-arg]

@@ -45,20 +45,22 @@ STATUS_TIMEOUT: Status
 STATUS_SKIPPED: Status
 
 class EvaluateRequest(_message.Message):
-    __slots__ = ("policy", "environment", "prompt", "response", "context", "request_id")
+    __slots__ = ("policy", "environment", "prompt", "response", "context", "request_id", "stage")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
     policy: str
     environment: str
     prompt: str
     response: str
     context: _struct_pb2.Struct
     request_id: str
-    def __init__(self, policy: _Optional[str] = ..., environment: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    stage: str
+    def __init__(self, policy: _Optional[str] = ..., environment: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., stage: _Optional[str] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("start", "end", "label", "score")

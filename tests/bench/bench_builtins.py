@@ -48,6 +48,8 @@ DECISION_TIMEOUT_S = 10.0
 TARGET_TPS_RATIO = 3.0  # server texts/s at concurrency 8 >= 3x torch in-process
 TARGET_P50_RATIO = 0.6  # server single-call p50 <= 0.6x torch in-process
 TARGET_DECISION_P50_MS, TARGET_DECISION_P95_MS = 60.0, 150.0
+# Detoxify ``original``'s shape (bert-base); ``build_tiny_detoxify`` fills it with random weights.
+BERT_BASE_SHAPE = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072}
 
 # Realistic chat-answer lengths (about 15-45 words); the random-weight model's tiny vocabulary
 # maps unknown words to [UNK], one token per word or punctuation mark.
@@ -337,8 +339,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ca-bench-builtins-models-") as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
-        shape: dict[str, Any] = ({} if TINY else
-                                 {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072})
+        shape: dict[str, Any] = {} if TINY else dict(BERT_BASE_SHAPE)
         tiny = build_tiny_detoxify(root / "ckpt", **shape)
         print(f"built {'a 2-layer' if TINY else 'a bert-base-sized'} Detoxify checkpoint "
               f"({os.path.getsize(tiny.checkpoint) / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -37,6 +38,35 @@ def write_keys(path: Path) -> Path:
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)
     return path
+
+
+def start_process(
+    cmd: list[str], *, env: dict[str, str], log: Path, ready: str, timeout: float = START_TIMEOUT_S
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``cmd`` (stderr to ``log``) and wait, bounded, for its stdout line starting with
+    ``ready``: returns the process and that line; RuntimeError with the log's tail otherwise
+    (the process is then left for the caller to stop)."""
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("a"), text=True, env=env, preexec_fn=_die_with_parent
+    )
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not sel.select(timeout=0.5):
+            if proc.poll() is not None:
+                break
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith(ready):
+            return proc, line.strip()
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait(10)
+    raise RuntimeError(f"{cmd[3] if len(cmd) > 3 else cmd[0]} did not start; log:\n{log.read_text()[-3000:]}")
 
 
 class ServerProcess:
@@ -98,30 +128,16 @@ class ServerProcess:
             *self.extra,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")} | self.extra_env
-        log = self.log.open("a")
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=_die_with_parent
-        )
-        assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=0.5):
-                if self.proc.poll() is not None:
-                    break
-                continue
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith("crossaudit serving on "):
-                self.start_line = line.strip()
-                self.address = line.split()[3].rstrip(",")
-                if "metrics on " in line:
-                    self.metrics_address = line.rsplit("metrics on ", 1)[1].strip()
-                return self.address
-        self.kill()
-        raise RuntimeError(f"server did not start; log:\n{self.log.read_text()[-3000:]}")
+        try:
+            self.proc, line = start_process(cmd, env=env, log=self.log, ready="crossaudit serving on ")
+        except RuntimeError:
+            self.kill()
+            raise
+        self.start_line = line
+        self.address = line.split()[3].rstrip(",")
+        if "metrics on " in line:
+            self.metrics_address = line.rsplit("metrics on ", 1)[1].strip()
+        return self.address
 
     @property
     def pid(self) -> int:

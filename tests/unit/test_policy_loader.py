@@ -201,7 +201,7 @@ def test_unset_env_is_a_warning_naming_the_variable_never_a_value(monkeypatch: p
         ("a: &x [1]\nb: *x\n", "anchors and aliases are not allowed"),
         ("a: !!python/object/apply:os.system ['true']\n", "is not allowed"),
         ("name: a\nname: b\n", "duplicate key 'name'"),
-        ("name: [unclosed\n", "YAML syntax error"),
+        ("name: [unclosed\n", "YAML syntax: the '[' opened here is never closed (add ']')"),
         ("", "empty"),
         ("- just\n- a list\n", "must be a YAML mapping"),
         ("<<: {a: 1}\n", "merge keys are not allowed"),

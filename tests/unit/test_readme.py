@@ -41,8 +41,6 @@ def test_layout_section_matches_the_tree() -> None:
 
 def test_local_policy_commands_run_as_written(tmp_path: Path) -> None:
     (code,) = blocks(section("### Validate and test policies (no server, no Docker)"), "bash")
-    (tmp_path / "cases.json").write_text('[{"name": "extra", "input": {"prompt": "hi", "response": "hello"},'
-                                         ' "expected_result": "pass"}]')  # fmt: skip
     env = {**os.environ, "CROSSAUDIT_SANDBOX": "process"}
     for line in code.splitlines():
         command = line.split("#", 1)[0].strip()
@@ -55,8 +53,6 @@ def test_local_policy_commands_run_as_written(tmp_path: Path) -> None:
             argv = argv[: argv.index(">")]
         argv = [str(ROOT / a) if a.startswith("policies/") and "*" not in a else a for a in argv]
         argv = [g for a in argv for g in (sorted(str(p) for p in ROOT.glob(a)) if "*" in a else [a])]
-        if "--input" in argv:
-            argv[argv.index("--input") + 1] = str(tmp_path / "cases.json")
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=CLI_TIMEOUT_S,
                               check=False)  # fmt: skip
         assert proc.returncode == 0, f"{command}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
@@ -117,3 +113,31 @@ def test_client_without_a_target_uses_the_environment_as_the_readme_says(monkeyp
     monkeypatch.delenv("CROSSAUDIT_SERVER")
     with Client() as c:
         assert c.target.endswith("127.0.0.1:50051")
+
+
+def test_the_rpcs_the_readme_names_exist() -> None:
+    """The README's API paragraph names only methods the protos define (no promised RPC that is
+    not there), and the ServerInfo fields it lists are what ``client.server_info()`` returns."""
+    import dataclasses
+    import importlib
+
+    from grpc_health.v1 import health_pb2
+
+    from crossaudit.service.models import ServerInfo
+
+    services = {}
+    for module in ("audit", "delivery", "evaluation", "evaluator", "info", "policy", "review"):
+        services.update(importlib.import_module(f"crossaudit.v1.{module}_pb2").DESCRIPTOR.services_by_name)
+    services["grpc.health.v1"] = health_pb2.DESCRIPTOR.services_by_name["Health"]
+    paragraph = README[README.index("APIs (`crossaudit/v1/`)") :]
+    paragraph = paragraph[: paragraph.index("\n\n")]
+    named = re.findall(r"`([\w.]+)` \(([^)]*)\)", paragraph.replace("\n", " "))
+    assert {name for name, _ in named} >= {"PolicyService", "InfoService", "grpc.health.v1"}, named
+    for service, methods in named:
+        declared = [m.name for m in services[service].methods]
+        listed = re.split(r"[:;]", methods)[0]  # what follows ':' or ';' describes, it names no method
+        for word in (part.split()[0] for part in listed.split(",")):
+            assert any(m.startswith(word) for m in declared), f"README names {service}.{word}; it has {declared}"
+    assert "client.server_info().weaker_isolation" in README
+    fields = {f.name for f in dataclasses.fields(ServerInfo)}
+    assert {"version", "tenant", "sandbox_backend", "isolation", "weaker_isolation"} <= fields

@@ -68,6 +68,7 @@ class ScriptedEngine:
         *,
         timeout: float | None = None,
         decision_id: str | None = None,
+        stage: str = "",
     ) -> Decision:
         self.timeouts.append(timeout)
         if self.delay:

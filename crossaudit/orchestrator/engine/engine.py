@@ -203,7 +203,7 @@ class Engine:
         """``stage``: ``input`` or ``output`` runs only that stage's rules; "" runs every rule."""
         start = self.clock()
         if stage and stage not in EVALUATION_STAGES:
-            raise InvalidInputError(f"unknown stage {stage!r}: input, output, or none (every rule)")
+            raise InvalidInputError(f"unknown stage {stage[:64]!r}: input, output, or none (every rule)")
         budget = policy.settings.timeout or self.limits.default_timeout_s
         if timeout is not None:
             budget = min(budget, timeout)

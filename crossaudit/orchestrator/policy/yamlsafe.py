@@ -21,6 +21,7 @@ import yaml
 
 from crossaudit.kernel.errors import PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
+from crossaudit.orchestrator.policy.yamlerrors import syntax_issue
 
 Path = tuple[str | int, ...]
 _SURROGATE = "a \\u escape makes a lone surrogate (not valid Unicode text)"
@@ -133,13 +134,7 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
     except yaml.reader.ReaderError as e:
         raise PolicyValidationError([_reader_issue(text, file, e)]) from None
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else None
-        col = mark.column + 1 if mark else None
-        msg = " ".join(str(x) for x in (e.context, e.problem) if x) or "invalid YAML"
-        raise PolicyValidationError(
-            [PolicyIssue(message=f"YAML syntax error: {msg}", file=file, line=line, column=col)]
-        ) from None
+        raise PolicyValidationError([syntax_issue(e, text, file)]) from None  # in plain words, at line:col
     except yaml.YAMLError as e:
         raise PolicyValidationError([PolicyIssue(message=f"YAML error: {e}", file=file)]) from None
     except RecursionError:
@@ -213,7 +208,11 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
                 continue
             if key in out:
                 line, col = _pos(key_node)
-                issues.append(PolicyIssue(f"duplicate key {key!r}", format_path((*path, key)), smap.file, line, col))
+                first = smap.keys.get((*path, key), (None,))[0]
+                also = f" (first at line {first}; a key may appear once in a mapping)" if first else ""
+                issues.append(
+                    PolicyIssue(f"duplicate key {key!r}{also}", format_path((*path, key)), smap.file, line, col)
+                )
                 continue
             smap.keys[(*path, key)] = _pos(key_node)
             out[key] = _to_python(value_node, (*path, key), smap, loader)

@@ -1,7 +1,8 @@
 """Sandbox images, built locally and tagged by content: base → runner → one image per dependency set.
 
-* **base**: a configured Python 3.11 image (``python:3.11-slim``) when present or pullable, else a
-  Debian bookworm root filesystem made by ``mmdebstrap`` from the *host's* apt sources and
+* **base**: a configured Python 3.11 image (``python:3.11-slim``) when present (or pullable, when
+  no local base was built before: see :meth:`ImageManager.ensure_base`), else a Debian bookworm
+  root filesystem made by ``mmdebstrap`` from the *host's* apt sources and
   ``docker import``-ed (no registry needed; see ``crossaudit/images/base/README.md``).
 * **runner**: ``crossaudit/images/runner/Dockerfile`` FROM the base: non-root user, the agent copied in.
 * **deps**: FROM the runner plus one ``COPY`` of a site directory resolved on the host
@@ -106,6 +107,9 @@ class ImageManager:
         if base_image is None:
             base_image = env_base if env_base is not None else DEFAULT_BASE_IMAGE
         self.base_image = base_image
+        # an operator named this image (argument or $CROSSAUDIT_BASE_IMAGE): worth a pull before
+        # falling back; the built-in default is not
+        self.base_configured = base_image != DEFAULT_BASE_IMAGE
         self.pull_timeout_s = pull_timeout_s
         self.wheelhouse = Wheelhouse(self.cache_dir, self.dep_limits)
         self._lock = threading.RLock()
@@ -149,13 +153,22 @@ class ImageManager:
     # --- base ------------------------------------------------------------------------------------
 
     def ensure_base(self, progress: ProgressCallback | None = None, *, force: bool = False) -> str:
-        """The configured base when present/pullable (tried once per process), else the local bookworm one."""
+        """The base every runner image builds FROM, found locally whenever it can be.
+
+        In order: the configured image if present; else, for the default (``python:3.11-slim``,
+        nothing configured), the local bookworm base if it was built before — so a machine that
+        has one never asks a registry (no pull attempt on every start); else one short pull of the
+        configured image (once per process; an explicitly configured image is pulled before the
+        local base is used); else the local bookworm base, built without any registry.
+        """
         say = progress or _noop
         with self._lock:
             configured = self.base_image
             if configured and configured.lower() != "none":
                 if not force and self.exists(configured):
                     return configured
+                if not force and not self.base_configured and self.exists(self.local_base_tag()):
+                    return self.local_base_tag()
                 if not self._pull_failed and self._try_pull(configured, say):
                     return configured
             return self._local_base(say, force=force)

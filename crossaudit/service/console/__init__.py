@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.listen import bind_tcp
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.records import Records
@@ -39,27 +39,6 @@ def check_console_config(config: ServerConfig) -> None:
             f"the console signs in with API keys: serve it on {config.console_host!r} only with "
             "--tls-cert/--tls-key (or keep --console-host on loopback)"
         )
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as e:
-        raise ConfigurationError(f"cannot serve the console on {host}:{port}: {e.strerror or e}") from None
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as e:
-        sock.close()
-        raise ConfigurationError(
-            f"cannot serve the console on {host}:{port} (in use, or not a local address): {e.strerror or e}"
-        ) from None
-    sock.setblocking(False)
-    return sock
 
 
 @dataclass
@@ -107,7 +86,7 @@ async def start_console(config: ServerConfig, records: Records, auth: Authentica
         def install_signal_handlers(self) -> None:  # uvicorn < 0.29
             pass
 
-    sock = _bind(config.console_host, config.console_port)
+    sock = bind_tcp(config.console_host, config.console_port, what="console")
     uv_config = uvicorn.Config(
         app.asgi,
         lifespan="off",

@@ -1,0 +1,510 @@
+"""The guard proxy's HTTP application: OpenAI's ``/v1/chat/completions`` with a CrossAudit policy
+applied to the request before it goes upstream and to the answer before it comes back.
+
+One call, in order: the caller's key (401), the policy it names (route or header; 403 when its
+key may not use it), the body (413 past the limit, 400 when it is not a chat request), the
+input stage (a block never reaches the upstream; a redaction is what goes upstream), the
+upstream call (errors as OpenAI-style 502/504), the output stage (a block is an error or a
+refusal; a redaction replaces the answer's text), then the answer: JSON, or the buffered
+stream replayed as SSE. Every answer carries ``x-request-id`` and the decision ids.
+docs/proxy.md is the user's guide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from crossaudit.kernel.errors import CrossAuditError
+from crossaudit.proxy import chat
+from crossaudit.proxy.chat import Change, Chunks, ProxyError
+from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
+from crossaudit.proxy.guard import Guard, Verdict
+
+log = logging.getLogger("crossaudit.proxy")
+
+POLICY_HEADER = "x-crossaudit-policy"  # the policy a call names (request), or that decided (answer)
+INPUT_DECISION_HEADER = "x-crossaudit-input-decision-id"
+OUTPUT_DECISION_HEADER = "x-crossaudit-output-decision-id"
+INPUT_ACTION_HEADER = "x-crossaudit-input-action"
+OUTPUT_ACTION_HEADER = "x-crossaudit-output-action"
+REQUEST_ID_HEADER = "x-request-id"
+MAX_POLICY_NAME = 200  # the DSL's limit on a policy's name
+MAX_CONTEXT_STRING = 256  # model and user fields copied into the evaluation context, at most
+MAX_DRAIN_BYTES = 16 * 1024 * 1024  # an oversized body is read (and dropped) this far, so the 413 arrives
+DEFAULT_BLOCK_STATUS = 403  # the DSL's default block http_status, also for one outside 400-599
+MAX_UPSTREAM_ERROR_CHARS = 2000  # of an upstream error body that is not JSON, quoted in ours
+
+
+class ProxyApp:
+    """The ASGI application (``.asgi``); the upstream client and CrossAudit clients live in its lifespan."""
+
+    def __init__(self, config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.guard = Guard(config)
+        self._transport = transport
+        self.http: httpx.AsyncClient | None = None
+        routes = [
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/policies/{policy}/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/policies/{policy}/v1/models", self.models, methods=["GET"]),
+            Route("/healthz", self.health, methods=["GET"]),
+        ]
+        self.asgi = Starlette(
+            routes=routes,
+            lifespan=self._lifespan,
+            exception_handlers={HTTPException: self._http_error, Exception: self._internal_error},
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.limits.upstream_timeout_s, connect=self.limits.upstream_connect_timeout_s),
+            limits=httpx.Limits(max_connections=self.limits.max_upstream_connections),
+            trust_env=False,  # what goes upstream is what the configuration says, nothing from ~/.netrc
+            follow_redirects=False,  # a redirect never carries the operator's key elsewhere
+            transport=self._transport,
+        )
+        try:
+            yield
+        finally:
+            await self.http.aclose()
+            await self.guard.aclose()
+
+    # -- errors --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _error(e: ProxyError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status, headers={**(headers or {}), **e.headers})
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            return self._error(ProxyError(405, "method not allowed", "invalid_request_error", "method_not_allowed"))
+        return self._error(ProxyError(404, f"no route {request.url.path!r}", "invalid_request_error", "unknown_url"))
+
+    async def _internal_error(self, request: Request, exc: Exception) -> Response:
+        log.error("internal error serving %s", request.url.path, exc_info=exc)
+        return self._error(ProxyError(500, "internal error in the guard proxy", "server_error", "internal_error"))
+
+    # -- who calls, with which policy ------------------------------------------------------------
+
+    def _caller(self, request: Request) -> Caller:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        caller = self.config.caller(token.strip() if scheme.lower() == "bearer" else None)
+        if caller is None:
+            raise ProxyError(
+                401,
+                "missing or invalid API key (Authorization: Bearer KEY, a key of the guard proxy)",
+                "invalid_request_error",
+                "invalid_api_key",
+                headers={"www-authenticate": "Bearer"},
+            )
+        return caller
+
+    def _policy(self, request: Request, caller: Caller) -> str:
+        routed = request.path_params.get("policy")
+        named = request.headers.get(POLICY_HEADER)
+        if routed is not None and named is not None and named != routed:
+            raise chat.invalid(
+                f"the route names policy {routed!r} and {POLICY_HEADER} names {named!r}", "conflicting_policy"
+            )
+        policy = routed or named or caller.default_policy
+        if not policy:
+            raise chat.invalid(
+                f"no policy: name one with the {POLICY_HEADER} header or the /policies/NAME/v1 route", "no_policy"
+            )
+        if len(policy) > MAX_POLICY_NAME:
+            raise chat.invalid(f"a policy name has at most {MAX_POLICY_NAME} characters", "invalid_policy")
+        if not caller.may_use(policy):
+            raise ProxyError(
+                403, f"this API key may not use policy {policy!r}", "permission_error", "policy_not_allowed"
+            )
+        return policy
+
+    async def _body(self, request: Request) -> bytes:
+        limit = self.limits.max_request_bytes
+        declared = request.headers.get("content-length", "")
+        too_large = ProxyError(
+            413, f"the request body is over {limit} bytes", "invalid_request_error", "request_too_large"
+        )
+        buf = bytearray()
+        over = declared.isdigit() and int(declared) > limit
+        seen = 0
+        async for piece in request.stream():
+            seen += len(piece)
+            if not over:
+                buf += piece
+                over = len(buf) > limit
+            if over and seen > MAX_DRAIN_BYTES:
+                too_large.headers["connection"] = "close"
+                break
+        if over:
+            raise too_large
+        return bytes(buf)
+
+    # -- routes --------------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(self, request: Request) -> Response:
+        headers = {REQUEST_ID_HEADER: uuid.uuid4().hex}
+        try:
+            caller = self._caller(request)
+            if "policy" in request.path_params:
+                self._policy(request, caller)
+            status, body, upstream_headers = await self._upstream(request, "GET", "/models", None)
+            if status != 200:
+                return self._upstream_failure(status, body, upstream_headers, headers)
+            try:
+                answer = json.loads(body)
+            except ValueError:
+                raise self._bad_upstream("the upstream's model list is not JSON") from None
+            return JSONResponse(answer, headers=headers)
+        except ProxyError as e:
+            return self._error(e, headers)
+
+    async def chat(self, request: Request) -> Response:
+        request_id = uuid.uuid4().hex
+        headers = {REQUEST_ID_HEADER: request_id}
+        try:
+            caller = self._caller(request)
+            policy = self._policy(request, caller)
+            headers[POLICY_HEADER] = quote(policy, safe=" ")
+            payload = chat.parse_request(
+                await self._body(request), max_messages=self.limits.max_messages, max_choices=self.limits.max_choices
+            )
+            return await self._guarded(request, caller, policy, payload, headers, request_id)
+        except ProxyError as e:
+            return self._error(e, headers)
+
+    # -- one guarded call ----------------------------------------------------------------------
+
+    async def _guarded(
+        self,
+        request: Request,
+        caller: Caller,
+        policy: str,
+        payload: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+    ) -> Response:
+        messages: list[dict[str, Any]] = payload["messages"]
+        stream = payload.get("stream") is True
+        n = payload.get("n") or 1
+        include_usage = isinstance(payload.get("stream_options"), dict) and bool(
+            payload["stream_options"].get("include_usage")
+        )
+
+        # input stage
+        texts: dict[int, str] = {}
+        for i in chat.input_targets(messages, self.config.input_messages):
+            text = chat.message_text(messages[i], f"messages[{i}]")
+            if text is not None:
+                texts[i] = text
+        base = self._context(caller, payload)
+        verdicts = await self._all(
+            self.guard.check(
+                caller,
+                policy,
+                "input",
+                prompt=text,
+                response=text,
+                context={
+                    **base,
+                    "proxy": {
+                        **base["proxy"],
+                        "stage": "input",
+                        "message": {"index": i, "role": messages[i]["role"][:MAX_CONTEXT_STRING]},
+                    },
+                },
+                request_id=request_id,
+            )
+            for i, text in texts.items()
+        )
+        _decision_headers(headers, INPUT_DECISION_HEADER, INPUT_ACTION_HEADER, verdicts)
+        blocked = next((v for v in verdicts if v.blocked), None)
+        if blocked is not None:
+            if caller.on_block == "refusal":
+                refusal = chat.refusal_completion(payload.get("model"), self.config.refusal_message, n)
+                return self._answer(refusal, None, {}, stream, include_usage, headers)
+            return self._error(self._block_error(blocked, "input", policy), headers)
+        for (i, text), verdict in zip(texts.items(), verdicts, strict=True):
+            if verdict.text is not None and verdict.text != text:
+                messages[i]["content"] = verdict.text  # the redacted prompt is what goes upstream
+
+        # the model
+        status, body, upstream_headers = await self._upstream(request, "POST", "/chat/completions", payload)
+        if status != 200:
+            return self._upstream_failure(status, body, upstream_headers, headers)
+        completion, chunks = self._read_answer(body, upstream_headers, stream)
+        try:
+            answers = chunks.texts() if chunks is not None else chat.completion_texts(completion or {})
+        except ValueError as e:
+            raise self._bad_upstream(f"the upstream's answer is not a chat completion: {e}") from None
+
+        # output stage
+        prompt = chat.last_user_text(messages)
+        order = sorted(answers)
+        out = await self._all(
+            self.guard.check(
+                caller,
+                policy,
+                "output",
+                prompt=prompt,
+                response=answers[idx],
+                context={**base, "proxy": {**base["proxy"], "stage": "output", "choice": idx}},
+                request_id=request_id,
+            )
+            for idx in order
+        )
+        _decision_headers(headers, OUTPUT_DECISION_HEADER, OUTPUT_ACTION_HEADER, out)
+        changes: dict[int, Change] = {}
+        for idx, verdict in zip(order, out, strict=True):
+            if verdict.blocked:
+                if caller.on_block != "refusal":
+                    return self._error(self._block_error(verdict, "output", policy), headers)
+                changes[idx] = Change(self.config.refusal_message, refused=True)
+            elif verdict.text is not None and verdict.text != answers[idx]:
+                changes[idx] = Change(verdict.text)
+        return self._answer(completion, chunks, changes, stream, include_usage, headers)
+
+    async def _all(self, calls: Iterable[Awaitable[Verdict]]) -> list[Verdict]:
+        """A stage's evaluations, ``max_evaluations_per_call`` at a time (a long history checked
+        message by message must not exhaust the tenant's in-flight evaluations on its own); the
+        first failure (in order) is raised once all have ended."""
+        gate = asyncio.Semaphore(self.limits.max_evaluations_per_call)
+
+        async def gated(call: Awaitable[Verdict]) -> Verdict:
+            async with gate:
+                return await call
+
+        results = await asyncio.gather(*(gated(c) for c in calls), return_exceptions=True)
+        verdicts: list[Verdict] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+            verdicts.append(r)
+        return verdicts
+
+    def _context(self, caller: Caller, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """What policies' conditions and evaluators see of the call: the caller's name (from the
+        operator's configuration), the model asked for, and the end user the caller names."""
+        model = payload.get("model")
+        ctx: dict[str, Any] = {
+            "proxy": {
+                "caller": caller.name,
+                "model": model if isinstance(model, str) and len(model) <= MAX_CONTEXT_STRING else "",
+            }
+        }
+        user = payload.get("user")
+        if isinstance(user, str) and len(user) <= MAX_CONTEXT_STRING:
+            ctx["user"] = {"id": user}
+        return ctx
+
+    @staticmethod
+    def _block_error(verdict: Verdict, stage: str, policy: str) -> ProxyError:
+        params = verdict.block
+        status = params.get("http_status")
+        if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
+            status = DEFAULT_BLOCK_STATUS
+        message = params.get("message")
+        code = params.get("error_code")
+        return ProxyError(
+            status,
+            message if isinstance(message, str) and message else f"blocked by policy {policy!r}",
+            "policy_violation",
+            code if isinstance(code, str) and code else "policy_violation",
+            extra={
+                "crossaudit": {
+                    "stage": stage,
+                    "policy": policy,
+                    "rule": verdict.rule,
+                    "decision_id": verdict.decision_id,
+                }
+            },
+        )
+
+    def _answer(
+        self,
+        completion: dict[str, Any] | None,
+        chunks: Chunks | None,
+        changes: Mapping[int, Change],
+        stream: bool,
+        include_usage: bool,
+        headers: dict[str, str],
+    ) -> Response:
+        if not stream:
+            assert completion is not None
+            return JSONResponse(chat.rewrite_completion(completion, changes), headers=headers)
+        if chunks is not None:
+            events = chunks.replay(changes)
+        else:
+            assert completion is not None
+            events = chat.completion_chunks(chat.rewrite_completion(completion, changes), include_usage=include_usage)
+        return StreamingResponse(
+            _replay(events), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
+        )
+
+    # -- upstream ------------------------------------------------------------------------------
+
+    def _upstream_headers(self, request: Request, has_body: bool) -> dict[str, str]:
+        out = dict(self.config.upstream_headers)
+        if has_body:
+            out["content-type"] = "application/json"
+        out["accept"] = "application/json, text/event-stream"
+        if self.config.forward_caller_authorization:
+            out["authorization"] = request.headers.get("authorization", "")
+        else:
+            try:
+                key = read_secret(self.config.upstream_key, "the upstream key")
+            except CrossAuditError as e:
+                log.error("%s", e.message)
+                raise ProxyError(
+                    502, "the proxy has no upstream credentials", "server_error", "upstream_auth"
+                ) from None
+            if key:
+                out["authorization"] = f"Bearer {key}"
+        return out
+
+    async def _upstream(
+        self, request: Request, method: str, path: str, payload: Mapping[str, Any] | None
+    ) -> tuple[int, bytes, httpx.Headers]:
+        """The upstream's status, whole body (bounded) and headers."""
+        assert self.http is not None
+        headers = self._upstream_headers(request, payload is not None)
+        content = json.dumps(payload).encode() if payload is not None else None
+        limit = self.limits.max_upstream_response_bytes
+        url = self.config.upstream_url + path
+        try:
+            async with asyncio.timeout(self.limits.upstream_timeout_s):
+                async with self.http.stream(method, url, content=content, headers=headers) as resp:
+                    declared = resp.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > limit:
+                        raise self._too_large(limit)
+                    buf = bytearray()
+                    async for piece in resp.aiter_bytes():
+                        buf += piece
+                        if len(buf) > limit:
+                            raise self._too_large(limit)
+                    return resp.status_code, bytes(buf), resp.headers
+        except (TimeoutError, httpx.TimeoutException) as e:
+            if isinstance(e, httpx.ConnectTimeout):
+                raise self._unreachable("no connection in time") from None
+            raise ProxyError(
+                504,
+                f"the upstream did not answer within {self.limits.upstream_timeout_s:g}s",
+                "server_error",
+                "upstream_timeout",
+            ) from None
+        except httpx.ConnectError as e:
+            raise self._unreachable(str(e) or type(e).__name__) from None
+        except httpx.HTTPError as e:
+            raise ProxyError(
+                502, f"the upstream connection failed: {type(e).__name__}", "server_error", "upstream_error"
+            ) from None
+
+    @staticmethod
+    def _unreachable(why: str) -> ProxyError:
+        log.warning("the upstream is unreachable: %s", why)
+        return ProxyError(502, "the upstream is unreachable", "server_error", "upstream_unavailable")
+
+    @staticmethod
+    def _too_large(limit: int) -> ProxyError:
+        return ProxyError(
+            502,
+            f"the upstream's answer is over {limit} bytes, the most the guard holds",
+            "server_error",
+            "upstream_response_too_large",
+        )
+
+    @staticmethod
+    def _bad_upstream(message: str) -> ProxyError:
+        return ProxyError(502, message, "server_error", "upstream_invalid_response")
+
+    def _mask(self, text: str) -> str:
+        """``text`` without the operator's upstream key (an upstream may quote what it was sent)."""
+        if self.config.forward_caller_authorization:
+            return text
+        try:
+            key = read_secret(self.config.upstream_key, "the upstream key")
+        except CrossAuditError:
+            return text
+        return text.replace(key, "***") if key else text
+
+    def _upstream_failure(
+        self, status: int, body: bytes, upstream_headers: httpx.Headers, headers: dict[str, str]
+    ) -> Response:
+        """A non-200 upstream answer: the caller's mistakes (4xx) come back as the upstream said
+        them, less the operator's key; refused operator credentials and server errors are 502."""
+        if status in (401, 403) and not self.config.forward_caller_authorization:
+            log.error("the upstream refused the proxy's credentials (HTTP %d)", status)
+            return self._error(
+                ProxyError(502, "the upstream refused the proxy's credentials", "server_error", "upstream_auth"),
+                headers,
+            )
+        if 400 <= status < 500:
+            text = self._mask(body.decode("utf-8", "replace"))
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or "error" not in answer:
+                answer = ProxyError(
+                    status, text[:MAX_UPSTREAM_ERROR_CHARS] or f"HTTP {status}", "upstream_error", "upstream_error"
+                ).body()
+            extra = {k: upstream_headers[k] for k in ("retry-after",) if k in upstream_headers}
+            return JSONResponse(answer, status_code=status, headers={**headers, **extra})
+        log.warning("the upstream answered HTTP %d", status)
+        return self._error(
+            ProxyError(502, f"the upstream answered HTTP {status}", "server_error", "upstream_error"), headers
+        )
+
+    def _read_answer(
+        self, body: bytes, upstream_headers: httpx.Headers, stream: bool
+    ) -> tuple[dict[str, Any] | None, Chunks | None]:
+        """A JSON completion, or (for a streamed request answered as a stream) its chunks."""
+        kind = upstream_headers.get("content-type", "").partition(";")[0].strip().lower()
+        if stream and kind == "text/event-stream":
+            try:
+                return None, chat.parse_stream(body)
+            except ValueError as e:
+                raise self._bad_upstream(self._mask(str(e))) from None
+        try:
+            completion = json.loads(body)
+        except ValueError:
+            raise self._bad_upstream("the upstream's answer is not JSON") from None
+        if not isinstance(completion, dict):
+            raise self._bad_upstream("the upstream's answer is not a JSON object")
+        return completion, None
+
+
+def _decision_headers(headers: dict[str, str], id_header: str, action_header: str, verdicts: Sequence[Verdict]) -> None:
+    """Decision ids (and actions) of a stage, comma-separated in message/choice order."""
+    if not verdicts:
+        return
+    headers[id_header] = ",".join(v.decision_id for v in verdicts if v.decision_id)
+    headers[action_header] = ",".join(v.action for v in verdicts)
+    if not headers[id_header]:
+        del headers[id_header]
+
+
+async def _replay(events: list[bytes]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield event

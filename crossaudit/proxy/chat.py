@@ -1,0 +1,313 @@
+"""The OpenAI chat-completions wire format, as far as the guard needs it: the texts a request and
+an answer hold, OpenAI-style errors and refusals, and a buffered stream taken apart and put back.
+
+Only text is evaluated: a message part that is not text (an image, audio, a file) in a message
+the guard must evaluate is refused rather than forwarded unseen. A streamed answer is held
+whole (bounded) before anything is sent, so what reaches the caller is always the evaluated
+answer: unchanged chunks are replayed byte for byte, a changed choice gets its new text in the
+place of its first content delta.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+DONE = "[DONE]"
+SSE_DONE = b"data: [DONE]\n\n"
+REFUSAL_FINISH_REASON = "content_filter"  # what OpenAI answers when a filter withheld content
+
+
+class ProxyError(Exception):
+    """An answer in OpenAI's error format: ``{"error": {"message", "type", "code", ...}}``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        code: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.headers = dict(headers or {})
+        self.extra = dict(extra or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": None, **self.extra}}
+
+
+def invalid(message: str, code: str = "invalid_request") -> ProxyError:
+    return ProxyError(400, message, "invalid_request_error", code)
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def parse_request(body: bytes, *, max_messages: int, max_choices: int) -> dict[str, Any]:
+    """The request as JSON, with the fields the guard relies on checked."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raise invalid("the request body is not valid JSON", "invalid_json") from None
+    if not isinstance(payload, dict):
+        raise invalid("the request body must be a JSON object")
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("'messages' must be a non-empty list", "invalid_messages")
+    if len(messages) > max_messages:
+        raise invalid(f"{len(messages)} messages: at most {max_messages}", "too_many_messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise invalid(f"messages[{i}] must be an object with a role", "invalid_messages")
+    n = payload.get("n", 1)
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_choices:
+        raise invalid(f"'n' must be a whole number from 1 to {max_choices}", "invalid_n")
+    stream = payload.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise invalid("'stream' must be a boolean")
+    return payload
+
+
+def message_text(message: Mapping[str, Any], where: str) -> str | None:
+    """The text of a message: its content, or its text parts joined by newlines; None when it
+    has no content (an assistant turn of tool calls)."""
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise invalid(
+                    f"{where}.content[{j}] is of type {kind!r}: the guard evaluates text only, and does not "
+                    "forward what it cannot evaluate",
+                    "unsupported_content",
+                )
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise invalid(f"{where}.content must be a string or a list of parts")
+
+
+def input_targets(messages: Sequence[Mapping[str, Any]], scope: str) -> list[int]:
+    """Indices of the messages the input stage evaluates: the last user message, or every
+    message with content (``input_messages: all``)."""
+    if scope == "all":
+        return [i for i, m in enumerate(messages) if m.get("content") is not None]
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return [i]
+    return []
+
+
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            text = message_text(m, "message")
+            return text or ""
+    return ""
+
+
+# --- answers --------------------------------------------------------------------------------
+
+
+def completion_texts(completion: Mapping[str, Any]) -> dict[int, str]:
+    """Choice index -> the text of its message (choices without text content are left out)."""
+    choices = completion.get("choices")
+    if not isinstance(choices, list):
+        raise ValueError("the answer has no 'choices' list")
+    out: dict[int, str] = {}
+    for pos, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise ValueError("a choice is not an object")
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise ValueError("a choice has no message")
+        content = message.get("content")
+        if isinstance(content, str):
+            out[_index(choice, pos)] = content
+        elif content is not None:
+            raise ValueError("a choice's content is not text")
+    return out
+
+
+def _index(choice: Mapping[str, Any], default: int) -> int:
+    idx = choice.get("index", default)
+    return idx if isinstance(idx, int) and not isinstance(idx, bool) else default
+
+
+@dataclass(frozen=True)
+class Change:
+    """What becomes of one choice's text: new text, and whether it is a refusal."""
+
+    text: str
+    refused: bool = False
+
+
+def rewrite_completion(completion: dict[str, Any], changes: Mapping[int, Change]) -> dict[str, Any]:
+    out = copy.deepcopy(completion)
+    for pos, choice in enumerate(out.get("choices", [])):
+        change = changes.get(_index(choice, pos))
+        if change is None:
+            continue
+        choice["message"]["content"] = change.text
+        if change.refused:
+            choice["message"].pop("tool_calls", None)
+            choice["message"].pop("function_call", None)
+            choice["finish_reason"] = REFUSAL_FINISH_REASON
+    return out
+
+
+def refusal_completion(model: Any, text: str, n: int) -> dict[str, Any]:
+    """A whole answer made here (the upstream was never called): ``n`` refusals."""
+    return {
+        "id": f"chatcmpl-crossaudit-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model if isinstance(model, str) else "",
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "finish_reason": REFUSAL_FINISH_REASON,
+                "logprobs": None,
+            }
+            for i in range(n)
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+@dataclass
+class Chunks:
+    """A streamed answer, buffered: each event's data as received and as parsed."""
+
+    raw: list[str] = field(default_factory=list)
+    parsed: list[dict[str, Any]] = field(default_factory=list)
+
+    def texts(self) -> dict[int, str]:
+        """Choice index -> its content, put together from the deltas."""
+        out: dict[int, list[str]] = {}
+        for chunk in self.parsed:
+            for pos, choice in enumerate(chunk.get("choices") or []):
+                if not isinstance(choice, dict):
+                    raise ValueError("a chunk's choice is not an object")
+                delta = choice.get("delta")
+                content = delta.get("content") if isinstance(delta, dict) else None
+                if isinstance(content, str):
+                    out.setdefault(_index(choice, pos), []).append(content)
+                elif content is not None:
+                    raise ValueError("a delta's content is not text")
+        return {i: "".join(parts) for i, parts in out.items()}
+
+    def replay(self, changes: Mapping[int, Change]) -> list[bytes]:
+        """The SSE events to send: unchanged chunks as received; a changed choice's first content
+        delta carries its whole new text, later ones none (a refused choice loses its tool calls
+        and finishes with ``content_filter``)."""
+        out: list[bytes] = []
+        placed: set[int] = set()
+        for raw, chunk in zip(self.raw, self.parsed, strict=True):
+            choices = chunk.get("choices") or []
+            touched = [(pos, c) for pos, c in enumerate(choices) if _index(c, pos) in changes]
+            if not touched:
+                out.append(f"data: {raw}\n\n".encode())
+                continue
+            chunk = copy.deepcopy(chunk)
+            for pos, choice in enumerate(chunk["choices"]):
+                idx = _index(choice, pos)
+                change = changes.get(idx)
+                if change is None:
+                    continue
+                delta = choice.get("delta")
+                if isinstance(delta, dict):
+                    if "content" in delta and delta["content"] is not None:
+                        if idx in placed:
+                            del delta["content"]
+                        else:
+                            delta["content"] = change.text
+                            placed.add(idx)
+                    if change.refused:
+                        delta.pop("tool_calls", None)
+                        delta.pop("function_call", None)
+                if change.refused and choice.get("finish_reason") is not None:
+                    choice["finish_reason"] = REFUSAL_FINISH_REASON
+            out.append(encode_event(chunk))
+        out.append(SSE_DONE)
+        return out
+
+
+def parse_stream(body: bytes) -> Chunks:
+    """The chunks of a buffered SSE answer, up to ``[DONE]``. An in-stream ``error`` object, or
+    data that is not a JSON object, is an upstream failure (ValueError)."""
+    source = EventSource(httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body))
+    chunks = Chunks()
+    try:
+        for event in source.iter_sse():
+            if event.data == DONE:
+                break
+            if not event.data:
+                continue
+            try:
+                obj = json.loads(event.data)
+            except ValueError:
+                raise ValueError("a streamed event is not JSON") from None
+            if not isinstance(obj, dict):
+                raise ValueError("a streamed event is not a JSON object")
+            if "error" in obj:
+                err = obj["error"]
+                message = err.get("message") if isinstance(err, dict) else err
+                raise ValueError(f"the upstream reported an error mid-stream: {str(message)[:500]}")
+            chunks.raw.append(event.data)
+            chunks.parsed.append(obj)
+    except SSEError as e:
+        raise ValueError(f"not an event stream: {e}") from None
+    return chunks
+
+
+def completion_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[bytes]:
+    """A whole answer as a stream (an upstream that answered JSON to a streamed request, or a
+    refusal made here): per choice its role and content, then its finish reason."""
+    base = {
+        "id": completion.get("id") or f"chatcmpl-crossaudit-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": completion.get("created") or int(time.time()),
+        "model": completion.get("model") or "",
+    }
+    out: list[bytes] = []
+    for pos, choice in enumerate(completion.get("choices") or []):
+        idx = _index(choice, pos)
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **tc} for i, tc in enumerate(message["tool_calls"])]
+        out.append(encode_event({**base, "choices": [{"index": idx, "delta": delta, "finish_reason": None}]}))
+        finish = choice.get("finish_reason") or "stop"
+        out.append(encode_event({**base, "choices": [{"index": idx, "delta": {}, "finish_reason": finish}]}))
+    if include_usage and completion.get("usage") is not None:
+        out.append(encode_event({**base, "choices": [], "usage": completion["usage"]}))
+    out.append(SSE_DONE)
+    return out
+
+
+def encode_event(obj: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"

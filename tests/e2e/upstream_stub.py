@@ -1,0 +1,123 @@
+"""A model on 127.0.0.1 speaking OpenAI's chat-completions API (JSON and SSE streams), for the
+guard proxy's tests: it records every request it gets (path, headers, body), and answers with
+the text the test sets, or by echoing the last user message; its errors quote the
+Authorization header they got, as a careless provider's might."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+STREAM_PIECE_CHARS = 4  # the stub streams its answer in pieces this small, so a word spans chunks
+
+
+class UpstreamStub:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.reply: str | None = None  # None: echo "You said: <last user message>"
+        self.status = 200  # another status: answered with an OpenAI-style error body
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _record(self, body: Any) -> None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with owner.lock:
+                    owner.requests.append({"path": self.path, "headers": headers, "body": body})
+
+            def _json(self, status: int, obj: Any) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._record(None)
+                self._json(
+                    200, {"object": "list", "data": [{"id": "stub-model", "object": "model", "owned_by": "stub"}]}
+                )
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                self._record(body)
+                if owner.status != 200:
+                    # a careless upstream quotes the credentials it was sent
+                    seen = self.headers.get("authorization", "")
+                    error = {"message": f"stub failure for {seen}", "type": "stub", "code": "stub"}
+                    self._json(owner.status, {"error": error})
+                    return
+                text = owner.reply
+                if text is None:
+                    last = next((m for m in reversed(body["messages"]) if m["role"] == "user"), {"content": ""})
+                    content = last["content"]
+                    if isinstance(content, list):
+                        content = "\n".join(p["text"] for p in content)
+                    text = f"You said: {content}"
+                n = int(body.get("n") or 1)
+                base = {"id": "chatcmpl-stub", "created": int(time.time()), "model": body.get("model", "m")}
+                usage = {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+                if not body.get("stream"):
+                    self._json(
+                        200,
+                        {
+                            **base,
+                            "object": "chat.completion",
+                            "choices": [
+                                {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                                for i in range(n)
+                            ],
+                            "usage": usage,
+                        },
+                    )
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                chunk = {**base, "object": "chat.completion.chunk"}
+
+                def send(obj: Any) -> None:
+                    self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                    self.wfile.flush()
+
+                for i in range(n):
+                    send({**chunk, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}}]})
+                for start in range(0, len(text), STREAM_PIECE_CHARS):
+                    for i in range(n):
+                        piece = text[start : start + STREAM_PIECE_CHARS]
+                        send({**chunk, "choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]})
+                for i in range(n):
+                    send({**chunk, "choices": [{"index": i, "delta": {}, "finish_reason": "stop"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    send({**chunk, "choices": [], "usage": usage})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def reset(self, reply: str | None = None, status: int = 200) -> None:
+        with self.lock:
+            self.requests.clear()
+        self.reply = reply
+        self.status = status
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,223 @@
+"""The guard proxy's pure parts: its configuration (what an operator may and may not write) and
+the chat-completions format (texts, buffered streams put back with a change). End to end, with
+the openai SDK, a real server and an upstream stub: tests/e2e/test_proxy.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crossaudit.kernel.errors import (
+    ConfigurationError,
+    CrossAuditError,
+    DeadlineExceededError,
+    InvalidInputError,
+    NotFoundError,
+    RateLimitedError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
+from crossaudit.proxy import chat
+from crossaudit.proxy.chat import Change, ProxyError
+from crossaudit.proxy.config import build, read_file
+from crossaudit.proxy.guard import Guard
+
+KEY = "caller-key-0123456789abcdef"
+
+
+def write(tmp_path: Path, doc: dict[str, Any], mode: int = 0o600) -> Path:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    path.chmod(mode)
+    return path
+
+
+def caller(**kw: Any) -> dict[str, Any]:
+    return {"keys": [KEY], "policies": ["p"], **kw}
+
+
+def test_a_configuration_with_caller_keys_must_be_private(tmp_path: Path) -> None:
+    doc = {"upstream": {"url": "http://127.0.0.1:9/v1"}, "callers": {"app": caller()}}
+    with pytest.raises(ConfigurationError, match="group or others"):
+        read_file(write(tmp_path, doc, 0o644))
+    config = build(read_file(write(tmp_path, doc)))
+    assert config.caller(KEY) is not None and config.caller(KEY).name == "app"  # type: ignore[union-attr]
+    assert config.caller("caller-key-0123456789abcdeX") is None and config.caller(None) is None
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ({"callers": {"app": caller(keys=["short"])}}, "at least 16"),
+        ({"callers": {"app": caller(default_policy="q")}}, "not among the caller's policies"),
+        ({"callers": {"a": caller(), "b": caller()}}, "also given to caller 'a'"),
+        ({"callers": {"app": caller()}, "limits": {"max_request_byte": 5}}, "unknown limit"),
+        ({"callers": {"app": caller()}, "limits": {"max_messages": 0}}, "positive"),
+        ({"callers": {"app": caller()}, "limits": {"max_messages": 1.5}}, "whole number"),
+        ({"callers": {"app": caller()}, "upstream": {"url": "ftp://x"}}, "http:// or https://"),
+        ({"callers": {"app": caller()}, "upstream": {"url": "http://x", "headers": {"Authorization": "k"}}}, "api_key"),
+        ({"callers": {"app": caller()}, "upstream": {"url": "http://x", "api_key": {"env": "A", "file": "b"}}}, "one"),
+        ({"callers": {"app": caller()}, "upsteam": {}}, "upsteam"),
+        ({}, "no callers"),
+    ],
+)
+def test_configuration_mistakes_are_one_clear_error(tmp_path: Path, doc: dict[str, Any], problem: str) -> None:
+    doc = {"upstream": {"url": "http://127.0.0.1:9/v1"}, **doc}
+    with pytest.raises(ConfigurationError, match=problem):
+        build(read_file(write(tmp_path, doc)))
+
+
+def test_dev_mode_and_non_loopback_addresses(tmp_path: Path) -> None:
+    dev = build(None, upstream="http://127.0.0.1:9/v1", dev=True, policy="p")
+    assert dev.caller(None) is dev.caller("anything") is dev.dev_caller
+    assert dev.dev_caller is not None and dev.dev_caller.may_use("any policy") and dev.dev_caller.default_policy == "p"
+    with pytest.raises(ConfigurationError, match="loopback only"):
+        build(None, upstream="http://127.0.0.1:9/v1", dev=True, host="0.0.0.0")
+    doc = {"upstream": {"url": "http://127.0.0.1:9/v1"}, "callers": {"app": caller()}}
+    with pytest.raises(ConfigurationError, match="TLS"):
+        build(read_file(write(tmp_path, doc)), host="0.0.0.0")
+    with pytest.raises(ConfigurationError, match="--dev serves without caller keys"):
+        build(read_file(write(tmp_path, doc)), dev=True)
+
+
+def test_per_caller_overrides(tmp_path: Path) -> None:
+    doc = {
+        "upstream": {"url": "http://127.0.0.1:9/v1"},
+        "on_block": "refusal",
+        "callers": {"a": caller(), "b": caller(keys=["other-key-0123456789abcdef"], on_block="error", fail_open=True)},
+    }
+    config = build(read_file(write(tmp_path, doc)))
+    a, b = config.caller(KEY), config.caller("other-key-0123456789abcdef")
+    assert a is not None and b is not None
+    assert (a.on_block, a.fail_open) == ("refusal", False) and (b.on_block, b.fail_open) == ("error", True)
+
+
+def test_yaml_errors_say_where(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text("callers:\n  app: [\n")
+    with pytest.raises(ConfigurationError, match=r"proxy\.yaml:\d+:\d+: not valid YAML"):
+        read_file(path)
+
+
+def test_request_parsing_and_texts() -> None:
+    payload = chat.parse_request(
+        json.dumps(
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "be nice"},
+                    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                    {"role": "assistant", "content": None, "tool_calls": []},
+                    {"role": "user", "content": "last"},
+                ],
+            }
+        ).encode(),
+        max_messages=10,
+        max_choices=2,
+    )
+    msgs = payload["messages"]
+    assert chat.input_targets(msgs, "last_user") == [3]
+    assert chat.input_targets(msgs, "all") == [0, 1, 3]
+    assert chat.message_text(msgs[1], "m") == "a\nb"
+    assert chat.message_text(msgs[2], "m") is None
+    with pytest.raises(ProxyError) as info:
+        chat.message_text({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}, "messages[0]")
+    assert info.value.code == "unsupported_content" and info.value.status == 400
+    with pytest.raises(ProxyError, match="4 messages: at most 1"):
+        chat.parse_request(json.dumps({"messages": msgs}).encode(), max_messages=1, max_choices=2)
+
+
+def sse(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b": keep-alive\n\ndata: [DONE]\n\n"
+
+
+def delta(index: int, content: str | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    d: dict[str, Any] = dict(extra)
+    if content is not None:
+        d["content"] = content
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": index, "delta": d, "finish_reason": finish}],
+    }
+
+
+def test_a_buffered_stream_is_replayed_with_only_the_changed_choice_rewritten() -> None:
+    body = sse(
+        delta(0, "", role="assistant"),
+        delta(1, "", role="assistant"),
+        delta(0, "mail bo"),
+        delta(1, "fine"),
+        delta(0, "b@x.io"),
+        delta(0, finish="stop"),
+        delta(1, finish="stop"),
+        {"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"total_tokens": 3}},
+    )
+    chunks = chat.parse_stream(body)
+    assert chunks.texts() == {0: "mail bob@x.io", 1: "fine"}
+    events = chunks.replay({0: Change("mail [EMAIL]")})
+    assert events[-1] == chat.SSE_DONE
+    replayed = chat.parse_stream(b"".join(events))
+    assert replayed.texts() == {0: "mail [EMAIL]", 1: "fine"}
+    assert replayed.parsed[-1]["usage"] == {"total_tokens": 3}
+    unchanged = [e for e, raw in zip(events, chunks.raw, strict=False) if e == f"data: {raw}\n\n".encode()]
+    assert len(unchanged) >= 4  # the other choice's chunks and the usage chunk go out byte for byte
+    refused = chat.parse_stream(b"".join(chunks.replay({1: Change("no", refused=True)})))
+    assert refused.texts() == {0: "mail bob@x.io", 1: "no"}
+    finishes = [
+        c["choices"][0]["finish_reason"] for c in refused.parsed if c["choices"] and c["choices"][0]["index"] == 1
+    ]
+    assert finishes[-1] == "content_filter"
+
+
+def test_stream_failures_are_errors() -> None:
+    with pytest.raises(ValueError, match="mid-stream: overloaded"):
+        chat.parse_stream(sse(delta(0, "a"), {"error": {"message": "overloaded"}}))
+    with pytest.raises(ValueError, match="not JSON"):
+        chat.parse_stream(b"data: {oops\n\n")
+    with pytest.raises(ValueError, match="not text"):
+        chat.parse_stream(sse({"choices": [{"index": 0, "delta": {"content": 5}}]})).texts()
+
+
+def test_a_completion_as_a_stream_and_a_refusal() -> None:
+    completion = chat.refusal_completion("m", "no", 2)
+    assert chat.completion_texts(completion) == {0: "no", 1: "no"}
+    events = chat.completion_chunks(completion, include_usage=True)
+    replayed = chat.parse_stream(b"".join(events))
+    assert replayed.texts() == {0: "no", 1: "no"}
+    assert replayed.parsed[-1]["usage"]["total_tokens"] == 0
+    rewritten = chat.rewrite_completion(completion, {1: Change("yes")})
+    assert chat.completion_texts(rewritten) == {0: "no", 1: "yes"} and chat.completion_texts(completion)[1] == "no"
+
+
+@pytest.mark.parametrize(
+    ("error", "fail_open", "status", "code"),
+    [
+        (StoreUnavailableError("down"), False, 503, "guard_unavailable"),
+        (StoreUnavailableError("down"), True, None, None),  # fail_open: the stage passes
+        (DeadlineExceededError("slow"), True, None, None),
+        (RateLimitedError("too many in flight"), True, 503, "guard_overloaded"),  # a caller can cause it: closed
+        (NotFoundError("no such policy"), True, 404, "policy_not_found"),
+        (UnauthenticatedError("bad key"), True, 503, "guard_unavailable"),  # the operator's mistake: closed
+        (InvalidInputError("too long"), False, 400, "guard_rejected"),
+    ],
+)
+def test_what_crossaudit_errors_become(
+    error: CrossAuditError, fail_open: bool, status: int | None, code: str | None
+) -> None:
+    config = build(None, upstream="http://127.0.0.1:9/v1", dev=True, fail_open=fail_open)
+    assert config.dev_caller is not None
+    guard = Guard(config)
+    if status is None:
+        verdict = guard._failed(error, config.dev_caller, "p", "input")
+        assert (
+            verdict.action == "fail-open" and not verdict.blocked and verdict.text is None and not verdict.decision_id
+        )
+        return
+    with pytest.raises(ProxyError) as info:
+        guard._failed(error, config.dev_caller, "p", "input")
+    assert (info.value.status, info.value.code) == (status, code)

@@ -1,0 +1,142 @@
+"""Rule stages (``stage: input | output | both``): the DSL field, its validation, the engine's
+filtering and the JSON Schema. The data-driven semantics are in tests/cases/stages/."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import pytest
+
+from crossaudit.kernel.dsl import Stage
+from crossaudit.kernel.errors import InvalidInputError, PolicyValidationError
+from crossaudit.kernel.results import Status, Verdict
+from crossaudit.orchestrator.engine.engine import Engine, applies_at
+from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator
+from crossaudit.orchestrator.policy import load_policy
+from crossaudit.orchestrator.policy.schema import policy_json_schema_text
+
+
+class Counting(Evaluator):
+    kind = "custom"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.seen: list[tuple[str, str]] = []
+
+    async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        self.seen.append((inp.prompt, inp.response))
+        return Verdict(score=0.0 if "bad" in inp.response else 1.0)
+
+
+class Factory:
+    def __init__(self) -> None:
+        self.built: dict[str, Counting] = {}
+
+    def build(self, spec: Any, policy: Any) -> Evaluator:
+        return self.built.setdefault(spec.name, Counting(spec.name))
+
+
+def policy(rules: str) -> Any:
+    return load_policy(
+        textwrap.dedent(
+            """\
+            name: staged
+            description: rules of each stage
+            version: "1.0"
+            evaluators:
+              - {name: a, type: custom, config: {code: "def evaluate(p, r, c): pass"}}
+              - {name: b, type: custom, config: {code: "def evaluate(p, r, c): pass"}}
+            rules:
+            """
+        )
+        + textwrap.indent(textwrap.dedent(rules), "  ")
+    )
+
+
+TWO_STAGES = """\
+- {name: in_rule, evaluator: a, stage: input, action: flag}
+- {name: out_rule, evaluator: b, stage: output, action: flag}
+- {name: any_rule, evaluator: a, action: flag}
+"""
+
+
+def test_stage_defaults_to_both_and_is_validated() -> None:
+    p = policy(TWO_STAGES)
+    assert [r.stage for r in p.rules] == [Stage.INPUT, Stage.OUTPUT, Stage.BOTH]
+    with pytest.raises(PolicyValidationError, match=r"rules\[0\]\.stage"):
+        policy("- {name: r, evaluator: a, stage: pre_flight}\n")
+
+
+@pytest.mark.parametrize(
+    ("stage", "ran", "skipped"),
+    [
+        ("input", {"in_rule", "any_rule"}, {"out_rule"}),
+        ("output", {"out_rule", "any_rule"}, {"in_rule"}),
+        ("", {"in_rule", "out_rule", "any_rule"}, set()),
+    ],
+)
+async def test_engine_runs_only_the_requests_stage(stage: str, ran: set[str], skipped: set[str]) -> None:
+    p = policy(TWO_STAGES)
+    factory = Factory()
+    d = await Engine(factory).evaluate(p, "bad prompt", "bad answer", stage=stage)
+    assert {r.rule for r in d.rules if r.status is Status.FAIL} == ran
+    for name in skipped:
+        r = d.rule(name)
+        assert r.status is Status.SKIPPED and r.passed and r.action is None and r.evaluators == []
+        assert r.reason == f"not applied at the {stage} stage (stage: {p.rule(name).stage.value})"
+    assert [r.rule for r in d.rules] == [r for r in ("in_rule", "out_rule", "any_rule") if r in ran] + [
+        r for r in ("in_rule", "out_rule", "any_rule") if r in skipped
+    ]
+    if stage == "input":
+        assert "b" not in factory.built  # an output rule's evaluator is never built nor called
+
+
+async def test_unknown_stage_is_invalid_input_and_not_echoed_whole() -> None:
+    with pytest.raises(InvalidInputError, match="unknown stage") as info:
+        await Engine(Factory()).evaluate(policy(TWO_STAGES), "p", "r", stage="x" * 10_000)
+    assert len(info.value.message) < 200
+
+
+def test_applies_at() -> None:
+    p = policy(TWO_STAGES)
+    in_rule, out_rule, any_rule = p.rules
+    assert applies_at(in_rule, "input") and not applies_at(in_rule, "output") and applies_at(in_rule, "")
+    assert applies_at(out_rule, "output") and not applies_at(out_rule, "input")
+    assert applies_at(any_rule, "input") and applies_at(any_rule, "output")
+
+
+@pytest.mark.parametrize(
+    ("reader", "read", "problem"),
+    [
+        ("input", "output", "applies only at the output stage"),
+        ("both", "input", "would read nothing at the output stage"),
+        ("output", "input", "applies only at the input stage"),
+        ("input", "input", None),
+        ("input", "both", None),
+        ("both", "both", None),
+    ],
+)
+def test_a_rule_may_read_only_rules_that_run_at_its_stages(reader: str, read: str, problem: str | None) -> None:
+    rules = f"""\
+    - {{name: first, evaluator: a, priority: 10, stage: {read}}}
+    - name: second
+      evaluator: b
+      stage: {reader}
+      conditions: [{{field: previous_rule.first.score, operator: less_than, value: 0.5}}]
+    """
+    if problem is None:
+        policy(rules)
+        return
+    with pytest.raises(PolicyValidationError) as info:
+        policy(rules)
+    [issue] = info.value.issues
+    assert problem in issue.message and "rules[1].conditions[0].field" in str(issue)
+
+
+def test_the_json_schema_lists_the_stages() -> None:
+    schema = json.loads(policy_json_schema_text())
+    prop = schema["$defs"]["Rule"]["properties"]["stage"]
+    assert prop["default"] == "both" and "input" in prop["description"]
+    assert schema["$defs"]["Stage"]["enum"] == ["input", "output", "both"]
