@@ -146,14 +146,24 @@ class ProxyApp:
         buf = bytearray()
         over = declared.isdigit() and int(declared) > limit
         seen = 0
-        async for piece in request.stream():
-            seen += len(piece)
-            if not over:
-                buf += piece
-                over = len(buf) > limit
-            if over and seen > MAX_DRAIN_BYTES:
-                too_large.headers["connection"] = "close"
-                break
+        try:  # a body trickled in forever would hold one of max_concurrent_requests for good
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                async for piece in request.stream():
+                    seen += len(piece)
+                    if not over:
+                        buf += piece
+                        over = len(buf) > limit
+                    if over and seen > MAX_DRAIN_BYTES:
+                        too_large.headers["connection"] = "close"
+                        break
+        except TimeoutError:
+            raise ProxyError(
+                408,
+                f"the request body did not arrive within {self.limits.body_timeout_s:g}s",
+                "invalid_request_error",
+                "request_timeout",
+                headers={"connection": "close"},
+            ) from None
         if over:
             raise too_large
         return bytes(buf)
@@ -212,12 +222,15 @@ class ProxyApp:
             payload["stream_options"].get("include_usage")
         )
 
-        # input stage
-        texts: dict[int, str] = {}
+        # input stage: each message's content, and apart from it the text it carries elsewhere
+        jobs: list[tuple[int, str, str]] = []  # (message index, field, text)
         for i in chat.input_targets(messages, self.config.input_messages):
             text = chat.message_text(messages[i], f"messages[{i}]")
             if text is not None:
-                texts[i] = text
+                jobs.append((i, "content", text))
+            outside = chat.outside_text(chat.outside_parts(messages[i]))
+            if outside is not None:
+                jobs.append((i, "outside", outside))
         base = self._context(caller, payload)
         verdicts = await self._all(
             self.guard.check(
@@ -231,22 +244,26 @@ class ProxyApp:
                     "proxy": {
                         **base["proxy"],
                         "stage": "input",
-                        "message": {"index": i, "role": messages[i]["role"][:MAX_CONTEXT_STRING]},
+                        "message": {"index": i, "role": messages[i]["role"][:MAX_CONTEXT_STRING], "field": field},
                     },
                 },
                 request_id=request_id,
             )
-            for i, text in texts.items()
+            for i, field, text in jobs
         )
         _decision_headers(headers, INPUT_DECISION_HEADER, INPUT_ACTION_HEADER, verdicts)
         blocked = next((v for v in verdicts if v.blocked), None)
-        if blocked is not None:
+        judged = zip(jobs, verdicts, strict=True)
+        stuck = next((i for (i, f, t), v in judged if f == "outside" and _changes(v, t)), None)
+        if blocked is not None or stuck is not None:
             if caller.on_block == "refusal":
                 refusal = chat.refusal_completion(payload.get("model"), self.config.refusal_message, n)
                 return self._answer(refusal, None, {}, stream, include_usage, headers)
-            return self._error(self._block_error(blocked, "input", policy), headers)
-        for (i, text), verdict in zip(texts.items(), verdicts, strict=True):
-            if verdict.text is not None and verdict.text != text:
+            if blocked is not None:
+                return self._error(self._block_error(blocked, "input", policy), headers)
+            return self._error(_unredactable(f"messages[{stuck}]", policy, 400), headers)
+        for (i, _field, text), verdict in zip(jobs, verdicts, strict=True):
+            if _changes(verdict, text):
                 messages[i]["content"] = verdict.text  # the redacted prompt is what goes upstream
 
         # the model
@@ -256,32 +273,39 @@ class ProxyApp:
         completion, chunks = self._read_answer(body, upstream_headers, stream)
         try:
             answers = chunks.texts() if chunks is not None else chat.completion_texts(completion or {})
+            outside = chunks.outside() if chunks is not None else chat.completion_outside(completion or {})
         except ValueError as e:
             raise self._bad_upstream(f"the upstream's answer is not a chat completion: {e}") from None
 
-        # output stage
+        # output stage: each choice's content, and apart from it the text it carries elsewhere
+        # (tool-call arguments, refusal, reasoning): the caller receives that too
         prompt = chat.last_user_text(messages)
-        order = sorted(answers)
+        found = [(idx, "content", text) for idx, text in answers.items()]
+        found += [(idx, "outside", text) for idx, text in outside.items()]
+        out_jobs = sorted(found, key=lambda j: (j[0], j[1] != "content"))
         out = await self._all(
             self.guard.check(
                 caller,
                 policy,
                 "output",
                 prompt=prompt,
-                response=answers[idx],
-                context={**base, "proxy": {**base["proxy"], "stage": "output", "choice": idx}},
+                response=text,
+                context={**base, "proxy": {**base["proxy"], "stage": "output", "choice": idx, "field": field}},
                 request_id=request_id,
             )
-            for idx in order
+            for idx, field, text in out_jobs
         )
         _decision_headers(headers, OUTPUT_DECISION_HEADER, OUTPUT_ACTION_HEADER, out)
         changes: dict[int, Change] = {}
-        for idx, verdict in zip(order, out, strict=True):
-            if verdict.blocked:
+        for (idx, field, text), verdict in zip(out_jobs, out, strict=True):
+            if verdict.blocked or (field == "outside" and _changes(verdict, text)):
                 if caller.on_block != "refusal":
-                    return self._error(self._block_error(verdict, "output", policy), headers)
+                    if verdict.blocked:
+                        return self._error(self._block_error(verdict, "output", policy), headers)
+                    return self._error(_unredactable(f"choices[{idx}]", policy, DEFAULT_BLOCK_STATUS), headers)
                 changes[idx] = Change(self.config.refusal_message, refused=True)
-            elif verdict.text is not None and verdict.text != answers[idx]:
+            elif _changes(verdict, text) and not (idx in changes and changes[idx].refused):
+                assert verdict.text is not None
                 changes[idx] = Change(verdict.text)
         return self._answer(completion, chunks, changes, stream, include_usage, headers)
 
@@ -461,9 +485,10 @@ class ProxyApp:
             )
         if 400 <= status < 500:
             text = self._mask(body.decode("utf-8", "replace"))
-            try:
+            try:  # masked again once decoded: JSON escapes ("\/", "\u0041") hide the key from the raw text
+                text = self._mask(json.dumps(json.loads(text), ensure_ascii=False))
                 answer = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 answer = None
             if not isinstance(answer, dict) or "error" not in answer:
                 answer = ProxyError(
@@ -503,6 +528,22 @@ def _decision_headers(headers: dict[str, str], id_header: str, action_header: st
     headers[action_header] = ",".join(v.action for v in verdicts)
     if not headers[id_header]:
         del headers[id_header]
+
+
+def _changes(verdict: Verdict, text: str) -> bool:
+    return verdict.text is not None and verdict.text != text
+
+
+def _unredactable(where: str, policy: str, status: int) -> ProxyError:
+    """A redaction of text outside a message's content (tool-call arguments, names, refusal,
+    reasoning): the guard cannot rewrite those fields faithfully, so it lets none of it through."""
+    return ProxyError(
+        status,
+        f"policy {policy!r} redacts text that {where} carries outside its content (tool-call arguments, names, "
+        "refusal, reasoning), which the guard cannot rewrite: nothing of it is passed on",
+        "policy_violation",
+        "unredactable_content",
+    )
 
 
 async def _replay(events: list[bytes]) -> AsyncIterator[bytes]:

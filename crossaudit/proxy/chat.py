@@ -2,7 +2,10 @@
 an answer hold, OpenAI-style errors and refusals, and a buffered stream taken apart and put back.
 
 Only text is evaluated: a message part that is not text (an image, audio, a file) in a message
-the guard must evaluate is refused rather than forwarded unseen. A streamed answer is held
+the guard must evaluate is refused rather than forwarded unseen. Text a message or an answer
+carries outside its content (tool-call arguments, ``function_call``, ``refusal``, a reasoning
+model's ``reasoning_content``, names) is evaluated too (:func:`outside_text`): the model reads
+it, or the caller does. A streamed answer is held
 whole (bounded) before anything is sent, so what reaches the caller is always the evaluated
 answer: unchanged chunks are replayed byte for byte, a changed choice gets its new text in the
 place of its first content delta.
@@ -24,6 +27,8 @@ from httpx_sse import EventSource, SSEError
 DONE = "[DONE]"
 SSE_DONE = b"data: [DONE]\n\n"
 REFUSAL_FINISH_REASON = "content_filter"  # what OpenAI answers when a filter withheld content
+# Keys whose strings are identifiers, not text anyone reads: left out of outside_text.
+NOT_TEXT_KEYS = frozenset({"id", "type", "index", "tool_call_id"})
 
 
 class ProxyError(Exception):
@@ -64,8 +69,16 @@ def parse_request(body: bytes, *, max_messages: int, max_choices: int) -> dict[s
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError):
         raise invalid("the request body is not valid JSON", "invalid_json") from None
+    except RecursionError:
+        raise invalid("the request body is nested too deeply", "invalid_json") from None
     if not isinstance(payload, dict):
         raise invalid("the request body must be a JSON object")
+    try:  # a "\ud800" escape decodes to a lone surrogate: text no evaluator can be sent
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        raise invalid(
+            "the request body holds text that is not valid Unicode (a lone surrogate)", "invalid_json"
+        ) from None
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("'messages' must be a non-empty list", "invalid_messages")
@@ -106,11 +119,41 @@ def message_text(message: Mapping[str, Any], where: str) -> str | None:
     raise invalid(f"{where}.content must be a string or a list of parts")
 
 
+def outside_parts(obj: Any, parts: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """The strings of a message or delta outside its ``role`` and ``content``, by path (a list
+    element by its own ``index`` when it has one, as streamed tool calls do), so that pieces of
+    one field streamed over several chunks can be put back together; identifiers left out."""
+    parts = {} if parts is None else parts
+    if not isinstance(obj, dict):
+        return parts
+    stack: list[tuple[Any, str]] = [(v, k) for k, v in reversed(obj.items()) if k not in ("role", "content")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if value:
+                parts.setdefault(path, []).append(value)
+        elif isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in reversed(value.items()) if k not in NOT_TEXT_KEYS)
+        elif isinstance(value, list):
+            for pos in range(len(value) - 1, -1, -1):
+                item = value[pos]
+                idx = item.get("index") if isinstance(item, dict) else None
+                key = idx if isinstance(idx, int) and not isinstance(idx, bool) else pos
+                stack.append((item, f"{path}[{key}]"))
+    return parts
+
+
+def outside_text(parts: Mapping[str, list[str]]) -> str | None:
+    """The text of :func:`outside_parts`: each field whole, one per line; None when there is none."""
+    text = "\n".join("".join(pieces) for pieces in parts.values())
+    return text or None
+
+
 def input_targets(messages: Sequence[Mapping[str, Any]], scope: str) -> list[int]:
     """Indices of the messages the input stage evaluates: the last user message, or every
-    message with content (``input_messages: all``)."""
+    message (``input_messages: all``)."""
     if scope == "all":
-        return [i for i, m in enumerate(messages) if m.get("content") is not None]
+        return list(range(len(messages)))  # an assistant turn of tool calls has no content, yet text
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].get("role") == "user":
             return [i]
@@ -126,6 +169,17 @@ def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 # --- answers --------------------------------------------------------------------------------
+
+
+def completion_outside(completion: Mapping[str, Any]) -> dict[int, str]:
+    """Choice index -> the text its message carries outside its content (choices without any left out)."""
+    out: dict[int, str] = {}
+    for pos, choice in enumerate(completion.get("choices") or []):
+        if isinstance(choice, dict):
+            text = outside_text(outside_parts(choice.get("message")))
+            if text is not None:
+                out[_index(choice, pos)] = text
+    return out
 
 
 def completion_texts(completion: Mapping[str, Any]) -> dict[int, str]:
@@ -167,11 +221,14 @@ def rewrite_completion(completion: dict[str, Any], changes: Mapping[int, Change]
         change = changes.get(_index(choice, pos))
         if change is None:
             continue
-        choice["message"]["content"] = change.text
-        if change.refused:
-            choice["message"].pop("tool_calls", None)
-            choice["message"].pop("function_call", None)
+        if choice.get("logprobs") is not None:  # the original answer's tokens, beside its text
+            choice["logprobs"] = None
+        if change.refused:  # nothing of the refused answer stays: tool calls, reasoning, refusal
+            role = (choice.get("message") or {}).get("role") or "assistant"
+            choice["message"] = {"role": role, "content": change.text, "refusal": None}
             choice["finish_reason"] = REFUSAL_FINISH_REASON
+        else:
+            choice["message"]["content"] = change.text
     return out
 
 
@@ -205,6 +262,16 @@ class Chunks:
     raw: list[str] = field(default_factory=list)
     parsed: list[dict[str, Any]] = field(default_factory=list)
 
+    def outside(self) -> dict[int, str]:
+        """Choice index -> the text its deltas carry outside the content (each field put together)."""
+        parts: dict[int, dict[str, list[str]]] = {}
+        for chunk in self.parsed:
+            for pos, choice in enumerate(chunk.get("choices") or []):
+                if isinstance(choice, dict):
+                    outside_parts(choice.get("delta"), parts.setdefault(_index(choice, pos), {}))
+        texts = {i: outside_text(p) for i, p in parts.items()}
+        return {i: t for i, t in texts.items() if t is not None}
+
     def texts(self) -> dict[int, str]:
         """Choice index -> its content, put together from the deltas."""
         out: dict[int, list[str]] = {}
@@ -222,8 +289,9 @@ class Chunks:
 
     def replay(self, changes: Mapping[int, Change]) -> list[bytes]:
         """The SSE events to send: unchanged chunks as received; a changed choice's first content
-        delta carries its whole new text, later ones none (a refused choice loses its tool calls
-        and finishes with ``content_filter``)."""
+        delta carries its whole new text, later ones none, and no chunk of it its original tokens
+        (``logprobs``); a refused choice keeps nothing but its role and the refusal, in its first
+        delta, and finishes with ``content_filter``."""
         out: list[bytes] = []
         placed: set[int] = set()
         for raw, chunk in zip(self.raw, self.parsed, strict=True):
@@ -238,17 +306,19 @@ class Chunks:
                 change = changes.get(idx)
                 if change is None:
                     continue
+                if choice.get("logprobs") is not None:  # the original answer's tokens, beside its text
+                    choice["logprobs"] = None
                 delta = choice.get("delta")
                 if isinstance(delta, dict):
-                    if "content" in delta and delta["content"] is not None:
+                    if change.refused:
+                        for key in [k for k in delta if k not in ("role", "content")]:
+                            del delta[key]
+                    if ("content" in delta and delta["content"] is not None) or (change.refused and idx not in placed):
                         if idx in placed:
                             del delta["content"]
                         else:
                             delta["content"] = change.text
                             placed.add(idx)
-                    if change.refused:
-                        delta.pop("tool_calls", None)
-                        delta.pop("function_call", None)
                 if change.refused and choice.get("finish_reason") is not None:
                     choice["finish_reason"] = REFUSAL_FINISH_REASON
             out.append(encode_event(chunk))

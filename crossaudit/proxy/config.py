@@ -68,6 +68,13 @@ class ProxyLimits:
     max_upstream_connections: int = 64
     # Seconds an idle client connection is kept open.
     keep_alive_s: float = 5.0
+    # Seconds a client has to send a request's whole head (request line and headers), from the
+    # connection's start or the previous answer; the connection is closed after that. Open
+    # connections count against max_concurrent_requests: without this, a client holding them
+    # open without a complete request would keep every other caller out for as long as it likes.
+    header_timeout_s: float = 10.0
+    # Seconds a client has to send a request's body once its head arrived; more is HTTP 408.
+    body_timeout_s: float = 30.0
 
 
 class _Strict(BaseModel):

@@ -19,6 +19,8 @@ class UpstreamStub:
         self.requests: list[dict[str, Any]] = []
         self.reply: str | None = None  # None: echo "You said: <last user message>"
         self.status = 200  # another status: answered with an OpenAI-style error body
+        self.extra: dict[str, Any] = {}  # more fields of the answer's message (tool_calls, reasoning_content, ...)
+        self.escape_slashes = False  # errors written as some JSON encoders do: "/" as "\/"
         self.lock = threading.Lock()
         owner = self
 
@@ -34,7 +36,8 @@ class UpstreamStub:
                     owner.requests.append({"path": self.path, "headers": headers, "body": body})
 
             def _json(self, status: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
+                text = json.dumps(obj)
+                data = (text.replace("/", "\\/") if owner.escape_slashes and status != 200 else text).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -65,6 +68,13 @@ class UpstreamStub:
                         content = "\n".join(p["text"] for p in content)
                     text = f"You said: {content}"
                 n = int(body.get("n") or 1)
+                pieces = [text[i : i + STREAM_PIECE_CHARS] for i in range(0, len(text), STREAM_PIECE_CHARS)]
+
+                def logprobs(parts: list[str]) -> dict[str, Any] | None:  # the answer's tokens, when asked
+                    if not body.get("logprobs"):
+                        return None
+                    return {"content": [{"token": p, "logprob": -0.5, "top_logprobs": []} for p in parts]}
+
                 base = {"id": "chatcmpl-stub", "created": int(time.time()), "model": body.get("model", "m")}
                 usage = {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
                 if not body.get("stream"):
@@ -74,7 +84,12 @@ class UpstreamStub:
                             **base,
                             "object": "chat.completion",
                             "choices": [
-                                {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                                {
+                                    "index": i,
+                                    "message": {"role": "assistant", "content": text, **owner.extra},
+                                    "finish_reason": "stop",
+                                    "logprobs": logprobs(pieces),
+                                }
                                 for i in range(n)
                             ],
                             "usage": usage,
@@ -93,10 +108,15 @@ class UpstreamStub:
 
                 for i in range(n):
                     send({**chunk, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}}]})
-                for start in range(0, len(text), STREAM_PIECE_CHARS):
+                for piece in pieces:
                     for i in range(n):
-                        piece = text[start : start + STREAM_PIECE_CHARS]
-                        send({**chunk, "choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]})
+                        delta = {"index": i, "delta": {"content": piece}, "finish_reason": None}
+                        send({**chunk, "choices": [{**delta, "logprobs": logprobs([piece])}]})
+                for i in range(n):
+                    for name, value in owner.extra.items():  # one delta per extra field, after the content
+                        if name == "tool_calls":
+                            value = [{"index": k, **call} for k, call in enumerate(value)]
+                        send({**chunk, "choices": [{"index": i, "delta": {name: value}, "finish_reason": None}]})
                 for i in range(n):
                     send({**chunk, "choices": [{"index": i, "delta": {}, "finish_reason": "stop"}]})
                 if (body.get("stream_options") or {}).get("include_usage"):
@@ -112,11 +132,13 @@ class UpstreamStub:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def reset(self, reply: str | None = None, status: int = 200) -> None:
+    def reset(self, reply: str | None = None, status: int = 200, extra: dict[str, Any] | None = None) -> None:
         with self.lock:
             self.requests.clear()
         self.reply = reply
         self.status = status
+        self.extra = dict(extra or {})
+        self.escape_slashes = False
 
     def close(self) -> None:
         self.httpd.shutdown()

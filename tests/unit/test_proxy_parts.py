@@ -121,7 +121,7 @@ def test_request_parsing_and_texts() -> None:
     )
     msgs = payload["messages"]
     assert chat.input_targets(msgs, "last_user") == [3]
-    assert chat.input_targets(msgs, "all") == [0, 1, 3]
+    assert chat.input_targets(msgs, "all") == [0, 1, 2, 3]  # a tool-call turn has text outside content
     assert chat.message_text(msgs[1], "m") == "a\nb"
     assert chat.message_text(msgs[2], "m") is None
     with pytest.raises(ProxyError) as info:
@@ -129,6 +129,30 @@ def test_request_parsing_and_texts() -> None:
     assert info.value.code == "unsupported_content" and info.value.status == 400
     with pytest.raises(ProxyError, match="4 messages: at most 1"):
         chat.parse_request(json.dumps({"messages": msgs}).encode(), max_messages=1, max_choices=2)
+
+
+def test_text_outside_content_is_put_back_together() -> None:
+    """Tool-call arguments stream in pieces (by the call's own index); each field is evaluated whole."""
+    message = {
+        "role": "assistant",
+        "content": "hi",
+        "name": "bot",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+    }
+    assert chat.outside_text(chat.outside_parts(message)) == 'bot\nf\n{"a": 1}'
+    assert chat.outside_text(chat.outside_parts({"role": "user", "content": "x"})) is None
+    pieces = ['{"t": "TOP-', 'SECRET"}']
+    chunks = chat.parse_stream(
+        sse(
+            *(
+                {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "function": {"arguments": p}}]}}]}
+                for p in pieces
+            ),
+            {"choices": [{"index": 0, "delta": {"reasoning_content": "why"}}]},
+        )
+    )
+    assert chunks.outside() == {0: '{"t": "TOP-SECRET"}\nwhy'}
+    assert b"TOP" not in b"".join(chunks.replay({0: chat.Change("no", refused=True)}))
 
 
 def sse(*chunks: dict[str, Any]) -> bytes:

@@ -38,7 +38,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import DependencyLimits, PoolLimits, SandboxLimits
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
-from crossaudit.sandbox.docker.container import DEFAULT_ENV, ContainerRuntime, check_env
+from crossaudit.sandbox.docker.container import DEFAULT_ENV, ContainerRuntime, check_env, reap_channel_dirs
 from crossaudit.sandbox.docker.images import DepsImage, ImageManager
 from crossaudit.sandbox.docker.pool import ContainerPool
 from crossaudit.sandbox.docker.reaper import reap
@@ -165,6 +165,7 @@ class DockerSandbox(Sandbox):
                 raise ConfigurationError(f"the docker sandbox needs a Docker daemon: {exc}") from None
             self._client = client
             self.reaped = await self._blocking(reap, client)
+            await self._blocking(reap_channel_dirs)  # those of orchestrators killed mid-start
             if self.reaped:
                 log.info("removed %d leftover sandbox container(s)", self.reaped)
             self._images = ImageManager(

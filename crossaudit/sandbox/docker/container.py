@@ -26,6 +26,8 @@ import os
 import secrets
 import shutil
 import socket
+import stat
+import struct
 import tempfile
 import time
 from collections.abc import Mapping
@@ -41,8 +43,8 @@ from crossaudit.kernel.errors import (
     SandboxCrashedError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.kernel.ownership import OWNER_LABEL, owner_id
-from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID
+from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive, owner_id
+from crossaudit.sandbox.docker.images import IMAGE_LABEL, LABEL, SANDBOX_UID
 from crossaudit.sandbox.protocol import AgentChannel, error_from_frame
 
 log = logging.getLogger(__name__)
@@ -221,9 +223,11 @@ class AttachChannel:
 
 
 CHANNEL_MOUNT = "/run/crossaudit"  # where a container sees its private channel directory
+CHANNEL_PREFIX = "crossaudit-channel-"  # + the owner's pid + "-": host directories in the system temp dir
 CHANNEL_SOCKET = "agent.sock"
 CHANNEL_ENV = "CROSSAUDIT_AGENT_SOCKET"  # tells the agent where to connect (crossaudit.sandbox.agent.supervisor)
 CHANNEL_READ_BYTES = 1 << 16
+MAX_CHANNEL_REAP = 10_000  # temp-dir entries examined per sweep of dead owners' channel directories
 
 
 class SocketChannel(AttachChannel):
@@ -251,8 +255,11 @@ class _ChannelRefused(Exception):
 
 def open_channel_dir(uid: int) -> tuple[socket.socket, str]:
     """A private directory holding a listening socket only ``uid`` (the container's user) may
-    connect to; mounted read-only in that container alone, emptied once the agent connected."""
-    path = tempfile.mkdtemp(prefix="crossaudit-channel-")
+    connect to; mounted read-only in that container alone, removed from the host once the agent
+    connected. Its name carries our pid, so that what a killed orchestrator left is found
+    (:func:`reap_channel_dirs`). The file mode is not what keeps others out (an unprivileged
+    orchestrator's socket is 0666): :meth:`WarmContainer._accept` checks the peer's credentials."""
+    path = tempfile.mkdtemp(prefix=f"{CHANNEL_PREFIX}{os.getpid()}-")
     try:
         os.chmod(path, 0o711)  # the container's user may pass through, not list or write
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -269,6 +276,38 @@ def open_channel_dir(uid: int) -> tuple[socket.socket, str]:
         shutil.rmtree(path, ignore_errors=True)
         raise
     return listener, path
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process that connected to a unix socket, as the kernel recorded them."""
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
+
+
+def reap_channel_dirs(root: str | None = None) -> int:
+    """Remove channel directories whose owner process is gone (killed while a container was
+    starting: a connected container's directory is removed at once). Only directories of our
+    own uid, never through a symlink; returns how many were removed. Blocking."""
+    root = root or tempfile.gettempdir()
+    host = socket.gethostname()
+    removed = 0
+    try:
+        names = os.listdir(root)[:MAX_CHANNEL_REAP]
+    except OSError:
+        return 0
+    for name in names:
+        pid = name[len(CHANNEL_PREFIX) :].partition("-")[0] if name.startswith(CHANNEL_PREFIX) else ""
+        if not pid.isdigit() or owner_alive(f"{host}:{pid}"):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 async def _drain_stderr(reader: asyncio.StreamReader, tail: bytearray) -> None:
@@ -295,6 +334,7 @@ class ContainerRuntime:
     owner: str = field(default_factory=owner_id)
     uids: UidAllocator = field(default_factory=UidAllocator)
     socket_channel: bool = False  # frames over a private unix socket instead of the attach stream
+    socket_verified: bool = False  # an agent has connected: a later refusal is that container's own
 
     async def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -313,6 +353,9 @@ class WarmContainer:
         self.channel: AttachChannel | None = None
         self._sockets: list[Any] = []
         self._channel_dir: str | None = None
+        self._uid = -1
+        self._init_pid = -1  # the container's PID 1 (the agent) as this host numbers it
+        self._attach_only = False  # this container's agent could not connect: attach, for it alone
         self._stderr_task: asyncio.Task[None] | None = None
         self.dead = False
         self.calls = 0
@@ -338,6 +381,8 @@ class WarmContainer:
         dup = raw.dup()  # ours to hand to asyncio; the originals stay referenced until close
         self._sockets = [sock, raw]
         api.start(cid)
+        if self._channel_dir is not None:  # the one process whose connection the channel accepts
+            self._init_pid = int(api.inspect_container(cid)["State"]["Pid"])
         if self.dead:  # start() timed out while this thread was still creating: clean up here
             for s in (dup, sock, raw):
                 with contextlib.suppress(Exception):
@@ -349,22 +394,29 @@ class WarmContainer:
     async def start(self, load_frame: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         """Create, attach, start, load; returns the agent's ``loaded`` frame (ok or not).
 
-        With the socket channel, a container whose agent cannot reach its socket (a remote or
-        rootless daemon, an orchestrator in a container of its own: the daemon cannot bind our
-        path) turns the channel off for the backend and this container starts again on the
-        attach stream."""
+        With the socket channel, a container whose agent cannot reach its socket starts again on
+        the attach stream. When that container's image holds nothing of a tenant's (the runner
+        image) and no agent has connected yet, the daemon cannot bind our path (a remote or
+        rootless daemon, an orchestrator in a container of its own): the channel is turned off
+        for the backend. Otherwise it may be the container's own doing (a tenant's dependency
+        runs code before the agent's first line, e.g. a ``sitecustomize``), and only that
+        container uses attach: no tenant can switch the other tenants' channel."""
         try:
             async with asyncio.timeout(timeout):
                 try:
                     return await self._start(load_frame)
                 except _ChannelRefused as exc:
-                    if self.rt.socket_channel:
+                    if self.rt.socket_channel and not self.rt.socket_verified and await self._plain_image():
                         self.rt.socket_channel = False
                         log.warning("sandbox agents cannot reach their channel socket (%s): using the attach "
                                     "stream for every container from now on", exc)
+                    else:
+                        log.warning("the agent of sandbox container %s did not connect to its channel socket "
+                                    "(%s): this container uses the attach stream", (self.id or "?")[:12], exc)
                     await self.destroy()
                     self.dead = False
                     self.channel = None
+                    self._attach_only = True
                     return await self._start(load_frame)
         except TimeoutError:
             await self.destroy()
@@ -380,11 +432,19 @@ class WarmContainer:
             # docker.errors.*, requests' connection errors (daemon gone), OSError on the socket
             raise EvaluatorUnavailableError(f"docker could not start a sandbox: {type(exc).__name__}: {exc}") from None
 
+    async def _plain_image(self) -> bool:
+        """Whether this container's image is the runner itself: no tenant dependency in it."""
+        try:
+            info = await self.rt.blocking(self.rt.client.api.inspect_image, self.image)
+        except Exception:
+            return False
+        return ((info.get("Config") or {}).get("Labels") or {}).get(IMAGE_LABEL) == "runner"
+
     async def _start(self, load_frame: Mapping[str, Any]) -> dict[str, Any]:
         listener: socket.socket | None = None
         try:
-            uid = self.rt.uids.next()
-            if self.rt.socket_channel:
+            uid = self._uid = self.rt.uids.next()
+            if self.rt.socket_channel and not self._attach_only:
                 listener, self._channel_dir = open_channel_dir(uid)
             sock = await self.rt.blocking(self._create_and_attach, uid)
             reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
@@ -406,21 +466,38 @@ class WarmContainer:
                 listener.close()
 
     async def _accept(self, listener: socket.socket, attach: asyncio.StreamReader) -> SocketChannel:
-        """The agent's one connection; :class:`_ChannelRefused` if the agent exits first."""
+        """The agent's one connection; :class:`_ChannelRefused` if the agent exits first.
+
+        Only a connection from the container's PID 1 under the container's uid (the kernel's
+        record of the peer, ``SO_PEERCRED``) is taken: the socket is reachable from the host for
+        the whole start, and whoever connected first would otherwise receive the tenant's code
+        and every call, and answer them. Any other connection is closed and the wait goes on."""
         loop = asyncio.get_running_loop()
         tail = bytearray()
         self._stderr_task = loop.create_task(_drain_stderr(attach, tail))
-        accept = loop.create_task(loop.sock_accept(listener))
-        try:
-            await asyncio.wait({accept, self._stderr_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not accept.done():
-                accept.cancel()
-        if not accept.done() or accept.cancelled() or accept.exception() is not None:
-            raise _ChannelRefused(tail.decode("utf-8", "replace").strip()[-300:] or "the agent exited")
-        conn, _ = accept.result()
+        while True:
+            accept = loop.create_task(loop.sock_accept(listener))
+            try:
+                await asyncio.wait({accept, self._stderr_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not accept.done():
+                    accept.cancel()
+            if not accept.done() or accept.cancelled() or accept.exception() is not None:
+                raise _ChannelRefused(tail.decode("utf-8", "replace").strip()[-300:] or "the agent exited")
+            conn, _ = accept.result()
+            peer = peer_credentials(conn)
+            if peer == (self._init_pid, self._uid):
+                break
+            conn.close()
+            log.warning("refused a connection to the channel socket of sandbox container %s from pid %d, uid %d: "
+                        "not the container's agent", (self.id or "?")[:12], *peer)
         listener.close()  # one connection, the agent's: nothing else can connect now
+        # The container's bind holds the directory for it; the host keeps nothing of it.
         os.unlink(os.path.join(self._channel_dir or "", CHANNEL_SOCKET))
+        with contextlib.suppress(OSError):
+            os.rmdir(self._channel_dir or "")
+            self._channel_dir = None
+        self.rt.socket_verified = True
         reader, writer = await asyncio.open_unix_connection(sock=conn, limit=1 << 20)
         channel = SocketChannel(reader, writer, self.rt.limits.frame_bytes)
         channel.stderr_tail = tail  # filled by the drain from now on
