@@ -40,6 +40,36 @@ def write_keys(path: Path) -> Path:
     return path
 
 
+def run_cli(
+    *args: str,
+    server: ServerProcess | None = None,
+    api_key: str | None = None,
+    stdin: str | None = None,
+    sandbox: str | None = "process",
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m crossaudit.cli ARGS`` with no CROSSAUDIT_* variables but those given: the
+    sandbox (the process sandbox by default: fast, and these tests are about the CLI), and with
+    ``server`` its address and a key (globex's unless ``api_key``). Never a traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
+    if sandbox:
+        env["CROSSAUDIT_SANDBOX"] = sandbox
+    if server is not None:
+        env["CROSSAUDIT_SERVER"] = server.address
+        env["CROSSAUDIT_API_KEY"] = api_key if api_key is not None else key("globex")
+    res = subprocess.run(
+        [sys.executable, "-m", "crossaudit.cli", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert "Traceback" not in res.stdout + res.stderr, res.stderr
+    return res
+
+
 def start_process(
     cmd: list[str], *, env: dict[str, str], log: Path, ready: str, timeout: float = START_TIMEOUT_S
 ) -> tuple[subprocess.Popen[str], str]:

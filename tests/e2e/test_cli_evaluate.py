@@ -4,15 +4,13 @@ evaluated by a real server (``--server``), with tables, JSON, inputs from files/
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from crossaudit import Client
-from tests.e2e.conftest import ROOT, ServerProcess, key
+from tests.e2e.conftest import ServerProcess, key, run_cli
 from tests.e2e.policies import KEYWORDS
 
 pytestmark = pytest.mark.e2e
@@ -60,24 +58,7 @@ rules:
 def run(
     *args: str, server: ServerProcess | None = None, api_key: str | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m crossaudit.cli`` with no CROSSAUDIT_* variables but those given (the process sandbox
-    locally: fast, and what these tests are about is the CLI)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
-    env["CROSSAUDIT_SANDBOX"] = "process"
-    if server is not None:
-        env["CROSSAUDIT_SERVER"] = server.address
-        env["CROSSAUDIT_API_KEY"] = api_key if api_key is not None else key("globex")
-    res = subprocess.run(
-        [sys.executable, "-m", "crossaudit.cli", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert "Traceback" not in res.stdout + res.stderr, res.stderr
-    return res
+    return run_cli(*args, server=server, api_key=api_key, stdin=stdin, timeout=CLI_TIMEOUT_S)
 
 
 @pytest.fixture()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from crossaudit import Client
-from tests.e2e.conftest import ROOT, ServerProcess, key, need_docker
+from tests.e2e.conftest import ROOT, ServerProcess, key, need_docker, run_cli
 from tests.e2e.policies import UPLOAD_CODE, uses_upload
 
 pytestmark = pytest.mark.e2e
@@ -128,22 +127,7 @@ test_cases:
 def run(
     *args: str, server: ServerProcess | None = None, api_key: str | None = None, sandbox: str | None = "process"
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
-    if sandbox:
-        env["CROSSAUDIT_SANDBOX"] = sandbox
-    if server is not None:
-        env["CROSSAUDIT_SERVER"] = server.address
-        env["CROSSAUDIT_API_KEY"] = api_key if api_key is not None else key("globex")
-    res = subprocess.run(
-        [sys.executable, "-m", "crossaudit.cli", "policy", "test", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert "Traceback" not in res.stdout + res.stderr, res.stderr
-    return res
+    return run_cli("policy", "test", *args, server=server, api_key=api_key, sandbox=sandbox, timeout=CLI_TIMEOUT_S)
 
 
 def write(path: Path, text: str) -> Path:

@@ -229,14 +229,7 @@ class Engine:
                 task = req.rule_tasks[rule.name]
                 if stopped_by is not None:
                     task.cancel()
-                    results.append(
-                        RuleResult(
-                            rule=rule.name,
-                            status=Status.SKIPPED,
-                            passed=True,
-                            reason=f"not applied: rule {stopped_by!r} stopped processing",
-                        )
-                    )
+                    results.append(_skipped(rule, f"not applied: rule {stopped_by!r} stopped processing"))
                     continue
                 res = await task
                 results.append(res)
@@ -250,16 +243,9 @@ class Engine:
                 await asyncio.gather(*pending, return_exceptions=True)
         for rule in policy.rules:
             if not rule.enabled:
-                results.append(RuleResult(rule=rule.name, status=Status.SKIPPED, passed=True, reason="disabled"))
+                results.append(_skipped(rule, "disabled"))
             elif not applies_at(rule, stage):
-                results.append(
-                    RuleResult(
-                        rule=rule.name,
-                        status=Status.SKIPPED,
-                        passed=True,
-                        reason=f"not applied at the {stage} stage (stage: {rule.stage.value})",
-                    )
-                )
+                results.append(_skipped(rule, f"not applied at the {stage} stage (stage: {rule.stage.value})"))
         return self._decide(req, results, start)
 
     @staticmethod
@@ -283,7 +269,7 @@ class Engine:
             ctx["previous_rule"] = previous
         ok, why = check_all(rule.conditions, ctx)
         if not ok:
-            return RuleResult(rule=rule.name, status=Status.SKIPPED, passed=True, reason=why)
+            return _skipped(rule, why)
         stats = self.feedback(req.policy.name, rule.name) if self.feedback and rule.feedback_config else None
         threshold, why_threshold = rule_threshold(rule, ctx, stats)
 
@@ -615,3 +601,8 @@ def _own_copy(result: EvaluatorResult) -> EvaluatorResult:
             "spans": list(result.spans),
         }
     )
+
+
+def _skipped(rule: Rule, reason: str) -> RuleResult:
+    """A rule that did not apply: it passes, and ``reason`` says why."""
+    return RuleResult(rule=rule.name, status=Status.SKIPPED, passed=True, reason=reason)
