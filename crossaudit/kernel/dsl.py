@@ -552,7 +552,9 @@ class PolicySettings(Strict):
     cache_duration: float | None = Field(default=None, ge=0, description="Seconds a cached result stays valid")
     audit_all_evaluations: bool = Field(default=False, description="Store raw prompt/response in the audit log")
     timezone: str = Field(default="UTC", description="IANA timezone for time.* condition fields")
-    stop_on_block: bool = Field(default=True, description="A failed block rule skips lower-priority rules")
+    stop_on_block: bool = Field(
+        default=True, description="A failed block rule skips lower-priority rules (one that got no verdict does not)"
+    )
 
 
 class TestInput(Strict):

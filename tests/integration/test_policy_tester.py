@@ -160,13 +160,25 @@ def test_llm_without_credentials_is_fail_closed_and_reported() -> None:
     assert ev.status is Status.ERROR and ev.error
 
 
-def test_enterprise_example_fail_closed_llm_stops_lower_rules() -> None:
-    with PolicyTester(ROOT / "policies/guide/08_example_enterprise.yaml", env={}) as tester:
+def test_enterprise_example_fail_closed_llm_leaves_the_other_verdicts_visible(tmp_path: Path) -> None:
+    """The LLM gate has no key: it fails closed (the decision blocks) but the rules after it still
+    judge the content and keep their own status and score (they used to be "skipped"). Offline, and
+    without PERSON (which needs a spaCy NER model), so nothing is downloaded."""
+    src = ROOT / "policies/guide"
+    (tmp_path / "evaluators").mkdir()
+    (tmp_path / "evaluators/compliance_checker.py").write_text((src / "evaluators/compliance_checker.py").read_text())
+    text = (src / "08_example_enterprise.yaml").read_text().replace('["PERSON", ', "[")
+    (tmp_path / "enterprise.yaml").write_text(text)
+    with PolicyTester(tmp_path / "enterprise.yaml", env={"CROSSAUDIT_OFFLINE": "1"}) as tester:
         d = tester.evaluate(
             "q", "The patient diagnosis is in the medical record.", {"content": {"category": "medical"}}
         )
-    assert d.rule("safety_gate").status is Status.ERROR and d.action is Action.BLOCK
-    assert d.rule("compliance_review").status is Status.SKIPPED and "stopped" in d.rule("compliance_review").reason
+    assert d.rule("safety_gate").status is Status.ERROR and d.action is Action.BLOCK and not d.passed
+    assert d.errored_rules == ["safety_gate"]
+    pii = d.rule("pii_protection")
+    assert pii.status is Status.PASS and pii.score == 1.0
+    review = d.rule("compliance_review")
+    assert review.status is Status.FAIL and review.action is Action.REQUIRE_REVIEW and review.score is not None
 
 
 def test_enterprise_compliance_checker_found_by_name_next_to_policy(tmp_path: Path) -> None:

@@ -17,7 +17,10 @@ How a request runs:
    reported as skipped.
 4. Errors are fail-closed: an evaluator with no verdict and no fallback fails its rule with
    the rule's action; ``fallback.evaluator`` is tried first, then ``fallback.on_error``
-   (``allow`` = fail-open). The decision lists every rule that errored.
+   (``allow`` = fail-open). The decision lists every rule that errored. A rule that failed
+   for want of a verdict does not stop the rules after it (step 3): it judged nothing, so the
+   others' verdicts are all the decision knows of the content, and hiding them behind one
+   outage (an LLM key missing, a model not installed) would leave the record blank.
 """
 
 from __future__ import annotations
@@ -98,6 +101,21 @@ def plan(policy: Policy) -> list[Rule]:
 def applies_at(rule: Rule, stage: str) -> bool:
     """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule)."""
     return not stage or rule.stage is Stage.BOTH or rule.stage.value == stage
+
+
+def no_verdict_action(rule: Rule) -> tuple[Action | None, str]:
+    """The action a rule takes when its evaluators give no verdict, and how it was chosen: its
+    own action (fail-closed), ``fallback.on_error``'s, or None when that is ``allow`` (fail-open).
+    One place, so the engine and the checks that predict it (``policy validate``) agree."""
+    on_error = rule.fallback.on_error if rule.fallback else None
+    if on_error is FallbackOnError.ALLOW:
+        return None, "allowed by fallback.on_error"
+    action = Action(on_error.value) if on_error else rule.action
+    how = f"fallback.on_error={on_error.value}" if on_error else "fail-closed"
+    if action is Action.MODIFY:
+        # Nothing to redact with: answering ``modify`` would hand back the original text.
+        return Action.BLOCK, "fail-closed: modify had no verdict to redact with, escalated to block"
+    return action, how
 
 
 @dataclass(frozen=True)
@@ -250,6 +268,11 @@ class Engine:
 
     @staticmethod
     def _stops(policy: Policy, rule: Rule, res: RuleResult) -> bool:
+        """Whether ``res`` stops the rules after it: a failed verdict of ``block`` (or of ``warn``
+        without ``continue_processing``). A rule with no verdict still fails closed, but does
+        not stop the others (module docstring, step 4)."""
+        if res.status in (Status.ERROR, Status.TIMEOUT):
+            return False
         if res.action is Action.BLOCK:
             return policy.settings.stop_on_block
         if res.action is Action.WARN and isinstance(rule.typed_action_config, WarnConfig):
@@ -378,22 +401,17 @@ class Engine:
         timed_out = all(r.status is Status.TIMEOUT for r in errored) and bool(errored)
         status = Status.TIMEOUT if timed_out else Status.ERROR
         reasons = "; ".join(f"{r.evaluator}: {r.error}" for r in errored if r.error)
-        on_error = rule.fallback.on_error if rule.fallback else None
-        if on_error is FallbackOnError.ALLOW:
+        action, how = no_verdict_action(rule)
+        if action is None:
             return RuleResult(
                 rule=rule.name,
                 status=status,
                 passed=True,
                 threshold=threshold,
                 evaluators=evaluated,
-                reason=f"no verdict, allowed by fallback.on_error: {reasons}",
+                reason=f"no verdict, {how}: {reasons}",
                 latency_ms=latency,
             )
-        action = Action(on_error.value) if on_error else rule.action
-        how = f"fallback.on_error={on_error.value}" if on_error else "fail-closed"
-        if action is Action.MODIFY:
-            # Nothing to redact with: answering ``modify`` would hand back the original text.
-            action, how = Action.BLOCK, "fail-closed: modify had no verdict to redact with, escalated to block"
         return RuleResult(
             rule=rule.name,
             status=status,
