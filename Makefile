@@ -12,10 +12,10 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv models export-deps images image browser postgres proto serve run test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv models export-deps images image test-images browser postgres proto serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,24 +72,39 @@ serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker s
 
 run: serve ## Alias of serve
 
-test: $(EXPORT_STAMP) images browser postgres ## Run the whole test suite (layering contract, unit, security, integration with real Docker, e2e)
+# Every image the tests use, built before any test runs (a build never runs inside a test's timeout):
+# tagged by content, so a run where nothing changed only finds them (tests/images.py).
+test-images: images ## Build every image the test suites use (content-tagged: found, not rebuilt, when unchanged)
+	$(PY) -m tests.images
+
+check: $(STAMP) ## Fast tier, no Docker (a few minutes): ruff, layering contract, unit, engine cases, security
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest tests/unit tests/cases tests/security -m "not docker" $(PYTEST_ARGS)
+
+test: $(EXPORT_STAMP) images test-images browser postgres ## The whole truth: ruff, layering contract, every suite (real Docker, PostgreSQL, Chromium)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
 	$(PY) -m pytest tests/unit tests/cases $(PYTEST_ARGS)
 
-test-integration: $(EXPORT_STAMP) images ## Integration tests (real Docker daemon, real model loading)
+test-integration: $(EXPORT_STAMP) images test-images postgres ## Integration tests (real Docker daemon, real model loading)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-test-e2e: $(STAMP) browser ## End-to-end tests against the real gRPC server
+test-e2e: $(STAMP) images browser postgres ## End-to-end tests against the real gRPC server
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-test-security: $(STAMP) images ## Hostile programs and inputs
+test-security: $(STAMP) images test-images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP): $(EXPORT_STAMP)
+$(BENCH_STAMP):
+	@echo "make bench installs, once: the export extra into .venv (torch, transformers, detoxify, onnx: ~3 GB from PyPI),"
+	@echo "  the bench extra (matplotlib, py-spy), Debian's PostgreSQL server (make postgres), the sandbox images,"
+	@echo "  and Guardrails AI from PyPI into .venv-bench/ (the peer measured beside CrossAudit)."
+	@$(MAKE) --no-print-directory $(EXPORT_STAMP)
 	$(PIP) install -q -e '.[dev,models,export,bench]'
 	@touch $@
 

@@ -19,6 +19,7 @@ from crossaudit import Client
 from crossaudit.kernel.errors import CrossAuditError
 from tests.conftest import ROOT, need
 from tests.e2e.policies import KEYWORDS
+from tests.images import built_tag
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,18 +36,11 @@ def _compose(project: str, env: dict[str, str], *args: str, timeout: float = UP_
 
 @pytest.fixture(scope="module")
 def stack(docker_daemon: object) -> Iterator[str]:
-    from crossaudit.kernel.errors import ConfigurationError
-    from crossaudit.service import image as builder
-
     need(shutil.which("docker-compose") is not None, "docker-compose is not installed")
     need(os.geteuid() == 0, "the secrets must belong to the images' users (needs root)")
-    try:
-        base = builder.local_base()
-    except ConfigurationError as e:
-        need(False, str(e))
-        raise
-    builder.build(base, latest=True, say=lambda _m: None)
-    builder.build_postgres(base, latest=True, say=lambda _m: None)
+    # compose.yaml runs the :latest tags, which `make test-images` moves to what it built
+    built_tag("orchestrator")
+    built_tag("postgres")
     secrets = Path(tempfile.mkdtemp(prefix="compose-secrets-"))
     secrets.chmod(0o755)
     password = uuid.uuid4().hex

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import need
+from tests.images import built_tag
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 RUN_TIMEOUT_S = 240
-BUILD_TIMEOUT_S = 1800
 
 # Runs inside the container: start `crossaudit serve --dev` on loopback, wait (bounded) for health,
 # deploy a policy with a custom evaluator, evaluate, print one line per check, stop the server.
@@ -73,15 +73,8 @@ def _docker(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedP
 
 @pytest.fixture(scope="module")
 def image(docker_daemon: object) -> str:
-    from crossaudit.kernel.errors import ConfigurationError
-    from crossaudit.service import image as builder
-
-    try:
-        base = builder.local_base()
-    except ConfigurationError as e:
-        need(False, str(e))
-        raise
-    return builder.build(base, latest=False, say=lambda _m: None)
+    """Built by ``make test-images`` before the suite (minutes on a new machine), never here."""
+    return built_tag("orchestrator")
 
 
 @pytest.fixture
