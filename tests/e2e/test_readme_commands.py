@@ -48,14 +48,14 @@ TENANT = "acme"
 # server (tests/e2e/conftest.py ServerProcess); `serve` itself is covered by test_e2e_serve.py.
 LONG_RUNNING = {
     "make serve": "creates .venv, then serves until stopped",
-    ".venv/bin/crossaudit serve --api-keys keys.yaml --sandbox docker --metrics-port 9464"
+    "crossaudit serve --api-keys keys.yaml --sandbox docker --metrics-port 9464"
     " --data-dir /var/lib/crossaudit": "serves until stopped; needs Docker and a system directory",
     "crossaudit serve --api-keys keys.yaml --console-port 8081": "serves the review console until stopped",
-    ".venv/bin/crossaudit serve --dev &": "a background server on the fixed port 50051",
+    "crossaudit serve --dev &": "a background server on the fixed port 50051",
 }  # fmt: skip
 # Needs an OpenAI-compatible model upstream (tests/e2e/test_proxy.py runs the proxy against a stub).
 NEEDS_A_MODEL = {
-    '.venv/bin/crossaudit proxy --dev --upstream http://127.0.0.1:11434/v1 --environment development --policy'
+    'crossaudit proxy --dev --upstream http://127.0.0.1:11434/v1 --environment development --policy'
     ' "Offline Demo"': "the guard proxy serves until stopped, in front of a model on port 11434",
 }
 # Runs every test suite (this one included) and builds the Docker images and models.
@@ -79,8 +79,8 @@ SHOWS = {
     "crossaudit evaluator list": "textblob>=0.18",
     "crossaudit review resolve": "approved",
     "crossaudit audit get": '"decision_id"',
-    ".venv/bin/crossaudit --version": "crossaudit ",
-    ".venv/bin/crossaudit policy test policies/demo_offline.yaml --input": "thanks_pass",
+    "crossaudit --version": "crossaudit ",
+    "crossaudit policy test policies/demo_offline.yaml --input": "thanks_pass",
 }
 
 
@@ -143,6 +143,7 @@ def workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     shim = bin_dir / "crossaudit"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m crossaudit.cli "$@"\n')
     shim.chmod(0o755)
+    (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')  # what `source .venv/bin/activate` does
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return work, env

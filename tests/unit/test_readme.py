@@ -46,7 +46,9 @@ def test_local_policy_commands_run_as_written(tmp_path: Path) -> None:
         command = line.split("#", 1)[0].strip()
         if not command:
             continue
-        argv = shlex.split(command.replace(".venv/bin/crossaudit", f"{sys.executable} -m crossaudit.cli", 1))
+        argv = shlex.split(command)
+        assert argv[0] == "crossaudit", command
+        argv = [sys.executable, "-m", "crossaudit.cli", *argv[1:]]
         out = None
         if ">" in argv:
             out = tmp_path / argv[argv.index(">") + 1]
@@ -141,3 +143,50 @@ def test_the_rpcs_the_readme_names_exist() -> None:
     assert "client.server_info().weaker_isolation" in README
     fields = {f.name for f in dataclasses.fields(ServerInfo)}
     assert {"version", "tenant", "sandbox_backend", "isolation", "weaker_isolation"} <= fields
+
+
+def test_one_command_form_and_how_to_put_it_on_the_path() -> None:
+    """The README's commands all say ``crossaudit`` (never ``.venv/bin/crossaudit`` beside it), and
+    its opening lines say how that command gets on the PATH after ``make``."""
+    code = "\n".join(blocks(README, "bash") + blocks(README, "python"))
+    assert ".venv/bin/crossaudit" not in code
+    opening = README[: README.index("\n## ")]
+    assert "source .venv/bin/activate" in opening and "make serve" in opening and "make test" in opening
+
+
+def _markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_relative_links_resolve_inside_the_repository() -> None:
+    """Every relative link of the README and docs/ names a file of this repository (the DSL guide
+    is shipped as docs/policy-dsl-guide.md), and each #anchor names a heading of its target."""
+
+    def anchors(path: Path) -> set[str]:
+        heads = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+    broken = []
+    for md in _markdown_files():
+        text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, anchor = target.partition("#")
+            dest = (md.parent / path).resolve() if path else md
+            if ROOT not in dest.parents and dest != ROOT:
+                broken.append(f"{md.relative_to(ROOT)}: {target} leaves the repository")
+            elif not dest.exists():
+                broken.append(f"{md.relative_to(ROOT)}: {target} does not exist")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{md.relative_to(ROOT)}: {target} names no heading")
+    assert not broken, "\n".join(broken)
+
+
+def test_make_help_lists_every_target() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    phony = set(re.search(r"^\.PHONY: (.+)$", makefile, flags=re.M).group(1).split())  # type: ignore[union-attr]
+    shown = subprocess.run(["make", "-s", "-C", str(ROOT), "help"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout
+    listed = {line.split()[0] for line in re.sub(r"\x1b\[[0-9;]*m", "", shown).splitlines() if line.strip()}
+    assert phony - listed == set(), f"make help omits {sorted(phony - listed)}"

@@ -83,11 +83,22 @@ def test_file_then_environment_then_flags(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_config_file_from_the_environment_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = write(tmp_path / "c.toml", "[limits]\nmax_receive_message_bytes = 2048\n[console_limits]\npage_items = 9\n")
+    cfg = write(tmp_path / "c.toml", "[limits]\nmax_request_bytes = 2048\n[console_limits]\npage_items = 9\n")
     monkeypatch.setenv("CROSSAUDIT_CONFIG", str(cfg))
     loaded = load_settings()
     assert loaded.file == cfg
-    assert loaded.config.limits.max_receive_message_bytes == 2048 and loaded.config.console_limits.page_items == 9
+    assert loaded.config.limits.max_request_bytes == 2048 and loaded.config.console_limits.page_items == 9
+
+
+def test_a_renamed_key_says_its_new_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """limits.max_receive_message_bytes became limits.max_request_bytes (one request limit for the
+    server, the SDK, the CLI and the proxy): an old file or variable stops the start, naming it."""
+    old = write(tmp_path / "old.yaml", "limits:\n  max_receive_message_bytes: 2048\n")
+    with pytest.raises(ConfigurationError, match=r"max_receive_message_bytes' \(file .*old.yaml:2:3\): it is now "):
+        load_settings(old)
+    monkeypatch.setenv("CROSSAUDIT_LIMITS__MAX_RECEIVE_MESSAGE_BYTES", "2048")
+    with pytest.raises(ConfigurationError, match=r"it is now 'limits\.max_request_bytes'"):
+        load_settings()
 
 
 def test_every_service_limit_is_reachable_from_the_file_and_the_environment(
@@ -323,7 +334,7 @@ def test_readme_configure_commands_run_as_written(monkeypatch: pytest.MonkeyPatc
         while "=" in argv[0]:
             name, value = argv.pop(0).split("=", 1)
             env[name] = value
-        assert argv[0] == ".venv/bin/crossaudit"
+        assert argv[0] == "crossaudit"
         argv = [sys.executable, "-m", "crossaudit.cli", *argv[1:]]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=root, env=env, timeout=120, check=False)
         assert proc.returncode == 0, f"{command}: {proc.stderr[-1500:]}"
