@@ -171,10 +171,13 @@ def print_text(suites: list[Suite], verbose: bool) -> None:
         out.print(Text(render.printable(f"{head}" + (f" [{s.where}]" if s.where else ""))))
         if s.error is not None:
             out.print(Text(render.printable("  ERROR " + s.error).replace("\n", "\n        ")), soft_wrap=True)
+        shown = []  # rows of the tables printed: their long errors follow once, after the cases
         for c in s.cases:
             out.print(Text("  " + render.printable(c.line())), soft_wrap=True)  # one line per case, for grep
             if (c.status is not CaseStatus.PASS or verbose) and c.decision is not None:
+                shown += c.rows()
                 out.print(Padding(render.rules_table(c.rows()), (0, 0, 0, 4), expand=False))
+        render.print_error_details(render.error_details(shown), out, indent="  ")
         if s.cases:
             out.print(Text(f"  {s.tally().line()}"))
     if len(suites) > 1:

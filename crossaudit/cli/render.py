@@ -1,7 +1,10 @@
 """How the CLI shows a decision: a ``rich`` table of its rules and one decision line.
 
 Shared by ``crossaudit evaluate`` and ``crossaudit policy test`` (which prints the table under a
-case that did not pass), so a rule reads the same in both.
+case that did not pass), so a rule reads the same in both. Each evaluator error is shown once:
+its first line in the table (the reason column leaves it out), and a message with more lines
+(a missing model's how-to-fix and the places tried) in full once under the table, however many
+rules or cases it touched.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from crossaudit.kernel.results import Decision
-from crossaudit.sdk.cases import RuleRow, errored_rules, rule_rows
+from crossaudit.sdk.cases import RuleRow, errored_rules, rule_rows, summary
 
 # Piped output (CI logs, files) has no terminal width: this many columns keep a reason on a line
 # or two instead of wrapping at rich's default of 80.
@@ -24,6 +27,7 @@ PIPE_WIDTH = 160
 # C0 controls but tab and newline, DEL, C1 controls: an evaluator's error or a response may carry
 # terminal escape sequences, which must not reach the reader's terminal as such.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+IN_FULL_BELOW = " (in full below)"  # a table cell whose error has more lines than it shows
 _STATUS_STYLE = {"pass": "green", "fail": "red", "error": "bold red", "timeout": "bold red", "skipped": "dim"}
 
 
@@ -62,9 +66,30 @@ def rules_table(rows: Iterable[RuleRow], *, title: str | None = None) -> Table:
             _num(r.threshold),
             Text(r.action or "-"),
             Text(printable(r.reason) or "-"),
-            Text(printable("\n".join(r.errors)) or "-", style="red" if r.errors else ""),
+            Text(printable("\n".join(map(_cell, r.errors))) or "-", style="red" if r.errors else ""),
         )
     return table
+
+
+def _cell(error: str) -> str:
+    return summary(error) + (IN_FULL_BELOW if "\n" in error else "")
+
+
+def error_details(rows: Iterable[RuleRow]) -> list[str]:
+    """The evaluator errors the table shows cut (several lines), each once, in order."""
+    seen: list[str] = []
+    for r in rows:
+        seen += [e for e in r.errors if "\n" in e and e not in seen]
+    return seen
+
+
+def print_error_details(errors: Iterable[str], out: Console, indent: str = "") -> None:
+    """Each error in full: its first line, then the rest indented under it."""
+    for text in errors:
+        first, _, rest = text.partition("\n")
+        out.print(Text(indent + printable(first)), soft_wrap=True)
+        for line in rest.splitlines():
+            out.print(Text(f"{indent}  {printable(line)}"), soft_wrap=True)
 
 
 def decision_line(decision: Decision) -> str:
@@ -86,7 +111,9 @@ def decision_line(decision: Decision) -> str:
 
 
 def print_decision(decision: Decision, out: Console) -> None:
-    out.print(rules_table(rule_rows(decision)))
+    rows = rule_rows(decision)
+    out.print(rules_table(rows))
     out.print(Text(printable(decision_line(decision))), soft_wrap=True)  # one line, for grep (ids are not split)
     if decision.modified_response is not None:
         out.print(Text("modified response: ") + Text(printable(decision.modified_response)), soft_wrap=True)
+    print_error_details(error_details(rows), out)

@@ -149,7 +149,7 @@ def explain_text(rows: list[RuleRow]) -> str:
         lines.append(f"rule {r.rule}: {r.status}, score {score}, threshold {threshold}, action {r.action or '-'}")
         if r.reason:
             lines.append(f"  reason: {r.reason}")
-        lines += [f"  evaluator error: {e}" for e in r.errors]
+        lines += [f"  evaluator error: {e}".replace("\n", "\n    ") for e in r.errors]
     return "\n".join(lines)
 
 

@@ -50,11 +50,12 @@ class Attempts:
         self.lines.append(f"  {len(self.lines) + 1}. {where}: {outcome}")
 
     def render(self, fixes: list[str]) -> str:
-        """The fixes first: the service caps error messages (``crossaudit/kernel/errcodec.py``), and
-        a cut message must still say what to do."""
+        """What is missing on the first line (tables and one-line reports show only that), then the
+        fixes: the service caps error messages (``crossaudit/kernel/errcodec.py``), and a cut
+        message must still say what to do; then the places tried."""
         body = "\n".join(self.lines)
         fix = "\n".join(f"  - {f}" for f in fixes)
-        return f"{self.subject}: not found. To fix it:\n{fix}\nTried, in order:\n{body}"
+        return f"{self.subject}: not found.\nTo fix it:\n{fix}\nTried, in order:\n{body}"
 
     def error(self, fixes: list[str]) -> ConfigurationError:
         return ConfigurationError(self.render(fixes))

@@ -53,6 +53,13 @@ class RuleRow:
         }
 
 
+def summary(text: str) -> str:
+    """The first line of an error message. CrossAudit's messages say what went wrong on their first
+    line and put the rest (how to fix it, the places tried: a missing model's takes a dozen lines)
+    on the lines after it, so a table or a one-line report shows this and the whole text once."""
+    return text.split("\n", 1)[0].rstrip()
+
+
 def _evaluator_errors(rule: RuleResult) -> tuple[str, ...]:
     return tuple(
         f"{e.evaluator}: {e.error_type or e.status.value}: {e.error or e.status.value}"
@@ -61,8 +68,21 @@ def _evaluator_errors(rule: RuleResult) -> tuple[str, ...]:
     )
 
 
+def _own_reason(rule: RuleResult) -> str:
+    """The rule's reason without the evaluator errors the engine quotes at its end (``no verdict
+    (fail-closed): evaluator: message; ...``): the row's ``errors`` carry them, so a long message
+    is not shown twice. A reason that does not end with them (another wording) is kept whole."""
+    quoted = [f"{e.evaluator}: {e.error}" for e in rule.evaluators if e.status in NO_VERDICT and e.error]
+    for n in range(len(quoted), 0, -1):  # the primaries' errors come first; a failed fallback's after
+        tail = ": " + "; ".join(quoted[:n])
+        if rule.reason.endswith(tail) and len(rule.reason) > len(tail):
+            return rule.reason[: -len(tail)]
+    return rule.reason
+
+
 def rule_rows(decision: Decision) -> list[RuleRow]:
-    """Every rule with its status, score, threshold, action, reason and evaluator errors."""
+    """Every rule with its status, score, threshold, action, reason and evaluator errors (each error
+    once: in ``errors``, not again in the reason)."""
     return [
         RuleRow(
             rule=r.rule,
@@ -70,7 +90,7 @@ def rule_rows(decision: Decision) -> list[RuleRow]:
             score=r.score,
             threshold=r.threshold,
             action=r.action.value if r.action else None,
-            reason=r.reason,
+            reason=_own_reason(r),
             errors=_evaluator_errors(r),
         )
         for r in decision.rules
@@ -94,9 +114,9 @@ def _error_text(decision: Decision, errored: list[str], notes: Mapping[str, str]
             continue
         failing = [e for e in r.evaluators if e.status in NO_VERDICT]
         if not failing:
-            parts.append(f"{r.rule}: {r.reason or r.status.value}")
-        for e in failing:
-            parts.append(f"{r.rule}: {e.evaluator}: {e.error or e.status.value}")
+            parts.append(f"{r.rule}: {summary(r.reason or r.status.value)}")
+        for e in failing:  # one line (the case's line is one line, for grep); the table has the rest
+            parts.append(f"{r.rule}: {e.evaluator}: {summary(e.error or e.status.value)}")
             if e.evaluator in notes and notes[e.evaluator] not in touched:
                 touched.append(notes[e.evaluator])
     text = "; ".join(parts)

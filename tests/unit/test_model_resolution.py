@@ -155,7 +155,7 @@ def test_offline_mode_stops_before_the_download(tmp_path, places, server, settin
         resolve_paths(detox(), places | setting)
     assert server.requests == []
     msg = str(info.value)
-    assert msg.startswith("detoxify checkpoint (variant original): not found. To fix it:\n")
+    assert msg.startswith("detoxify checkpoint (variant original): not found.\nTo fix it:\n")
     lines = [line.strip() for line in msg.split("Tried, in order:\n")[1].splitlines()]
     assert lines[0].startswith("1. the evaluator's `checkpoint`, then CROSSAUDIT_DETOXIFY_CHECKPOINT_ORIGINAL")
     assert lines[1].startswith(f"2. model store {places['CROSSAUDIT_MODEL_STORE']}")
