@@ -3,7 +3,8 @@
 ``PgServer.start()`` runs initdb into a temp dir and starts the server on 127.0.0.1 on a free
 port (its socket in the same dir; fsync off: the tests check behaviour, not durability), as the
 ``postgres`` system user when the tests run as root (PostgreSQL refuses root). ``database()``
-creates a fresh database per test and returns its URL. ``make postgres`` installs the packages.
+creates a fresh database per test and returns its URL; ``pause()``/``resume()`` make an outage
+(use a server of your own for that, not the session's). ``make postgres`` installs the packages.
 """
 
 from __future__ import annotations
@@ -57,10 +58,26 @@ class PgServer:
         assert self.bin is not None
         data = self.dir / "data"
         self._run(str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", USER, "--no-sync", "-E", "UTF8")
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.dir} -F -c max_connections=300 -c full_page_writes=off"
-        self._run(str(self.bin / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(self.dir / "log"), "-w", "start")
-        self.started = True
+        self._pg_ctl_start()
         return self
+
+    def _pg_ctl_start(self) -> None:
+        assert self.bin is not None
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.dir} -F -c max_connections=300 -c full_page_writes=off"
+        data = str(self.dir / "data")
+        self._run(str(self.bin / "pg_ctl"), "-D", data, "-o", options, "-l", str(self.dir / "log"), "-w", "start")
+        self.started = True
+
+    def pause(self) -> None:
+        """Stop the server as an outage would (``-m immediate``: connections cut, no shutdown
+        checkpoint), keeping its cluster and port for :meth:`resume`."""
+        assert self.bin is not None and self.started
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+        self.started = False
+
+    def resume(self) -> None:
+        """Start the paused cluster again on the same port (crash recovery runs first)."""
+        self._pg_ctl_start()
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"

@@ -33,6 +33,11 @@ class ServiceLimits:
     cutoff_margin_s: float = 0.02  # the engine is cancelled this long before the caller's deadline
     cutoff_margin_fraction: float = 0.1  # ... but never more than this share of a short deadline
     shutdown_grace_s: float = 5.0  # in-flight calls get this long on SIGTERM
+    # Health follows the store: it is checked this often (a query on a connection of its own);
+    # NOT_SERVING from the first failed check, SERVING again from the first that succeeds, which
+    # also replaces a PostgreSQL pool left backing off: the recovery lag after the database returns.
+    store_check_interval_s: float = 1.0
+    store_check_timeout_s: float = 2.0  # a check not answered within this counts as failed
     max_list_items: int = 1_000  # list answers are capped at this many items
     max_name_length: int = 200  # policy/evaluator names, environments, labels
     max_code_bytes: int = 256 * 1024  # uploaded evaluator source

@@ -25,7 +25,7 @@ from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.health import HealthServicer
+from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.ratelimits import store_limiters
@@ -219,6 +219,7 @@ class RunningServer:
     warmer: asyncio.Task[int] | None = None
     lock: Any = None
     console: Any = None  # the review console (crossaudit.service.console.ConsoleServer), if served
+    store_health: StoreHealth | None = None  # health follows the store (NOT_SERVING while unreachable)
     _stopped: bool = False
 
     @property
@@ -235,6 +236,8 @@ class RunningServer:
             with contextlib.suppress(BaseException):
                 await self.warmer
         grace = self.config.limits.shutdown_grace_s if grace is None else grace
+        if self.store_health is not None:
+            await self.store_health.stop()
         if self.console is not None:
             await self.console.stop()
         with contextlib.suppress(Exception):
@@ -399,8 +402,16 @@ async def start_server(
 
             running.console = await start_console(config, service.records, auth)
         service.start()  # webhook and decision-log delivery: messages a previous run left are sent now
-        for name in ["", *names]:
+        for name in ["", *names, LIVENESS_SERVICE]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        running.store_health = StoreHealth(
+            health_servicer,
+            store,
+            ["", *names],
+            interval_s=limits.store_check_interval_s,
+            timeout_s=limits.store_check_timeout_s,
+        )
+        running.store_health.start()
     except BaseException:
         await running.stop(0)
         raise

@@ -360,5 +360,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def set_meta(self, key: str, value: str) -> None: ...
 
+    async def check(self, timeout_s: float) -> None:
+        """Raise :class:`StoreUnavailableError` when the database cannot be reached within
+        ``timeout_s``: the server's health follows it (``ServiceLimits.store_check_interval_s``).
+        An embedded store is reachable while its process runs, so the default does nothing."""
+        return None
+
     @abc.abstractmethod
     async def aclose(self) -> None: ...

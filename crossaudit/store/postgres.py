@@ -11,15 +11,25 @@ open from :mod:`crossaudit.store.migrations` under an advisory lock.
 
 Unlike SQLite, opening does not void outbox leases: other replicas may hold them. A crashed
 replica's leases expire after ``DeliveryLimits.lease_s``.
+
+Outages: :meth:`PostgresStore.check` (the server calls it every ``store_check_interval_s``) asks
+the database on a connection of its own, outside the pool. psycopg_pool replaces a dead
+connection by retrying with exponential backoff (1 s, doubling, for up to its
+``reconnect_timeout``), so after an outage of a minute the pool could stay empty for about as
+long again once the database is back. The first check that succeeds after a failed one replaces
+the pool with a fresh one instead, so the store works again within about one check interval.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +41,8 @@ T = TypeVar("T")
 MIGRATION_LOCK = 0x43524F5353  # pg_advisory_xact_lock key of schema migrations ("CROSS")
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 _PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)  # libpq takes it in the query too
+# A replaced pool's worker threads get this long to stop (one may be inside a connection attempt).
+OLD_POOL_CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,32 +109,51 @@ class PostgresStore(SqlStore):
         self.url = url
         self.display_url = mask_url(url)
         self._psycopg = psycopg
+        self._pool_class = ConnectionPool
+        self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=self.limits.pool_size, thread_name_prefix="crossaudit-pg")
-
-        def configure(conn: Any) -> None:
-            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
-            conn.autocommit = False
-
+        # Checks run on a thread of their own, one at a time: a check stuck on an unreachable host
+        # never holds a transaction thread, and checks never pile up behind it.
+        self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossaudit-pg-check")
+        self._check_running: Future[None] | None = None
+        self._probe: Any = None  # the checks' own connection (checker thread only)
+        self._pool_suspect = False  # a check failed: the pool may hold dead connections, or be backing off
+        self._pool_lock = threading.Lock()  # replacing the pool vs. closing the store
         try:
-            self._pool = ConnectionPool(
-                url,
-                min_size=1,
-                max_size=self.limits.pool_size,
-                timeout=self.limits.connect_timeout_s,
-                kwargs={"connect_timeout": max(1, int(self.limits.connect_timeout_s))},
-                configure=configure,
-                open=False,
-                name="crossaudit",
-            )
-            self._pool.open(wait=True, timeout=self.limits.connect_timeout_s)
+            self._pool = self._open_pool()
             self._migrate()
         except Exception as exc:
             self._executor.shutdown(wait=False)
+            self._checker.shutdown(wait=False)
             pool = getattr(self, "_pool", None)
             if pool is not None:
                 pool.close()
             raise StoreUnavailableError(f"cannot open the database {self.display_url}: {self._describe(exc)}") from None
-        self._closed = False
+
+    def _open_pool(self) -> Any:
+        """A connection pool holding one open connection (or an exception)."""
+        isolation = self._psycopg.IsolationLevel.SERIALIZABLE
+
+        def configure(conn: Any) -> None:
+            conn.isolation_level = isolation
+            conn.autocommit = False
+
+        pool = self._pool_class(
+            self.url,
+            min_size=1,
+            max_size=self.limits.pool_size,
+            timeout=self.limits.connect_timeout_s,
+            kwargs={"connect_timeout": max(1, int(self.limits.connect_timeout_s))},
+            configure=configure,
+            open=False,
+            name="crossaudit",
+        )
+        try:
+            pool.open(wait=True, timeout=self.limits.connect_timeout_s)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
 
     def _describe(self, exc: BaseException) -> str:
         return mask_url(f"{type(exc).__name__}: {exc}".strip().splitlines()[0])
@@ -164,14 +195,29 @@ class PostgresStore(SqlStore):
             raise StoreUnavailableError(f"the store is closed: {exc}") from None
 
     def _tx(self, fn: Callable[[Conn], T], contended: bool = False) -> T:
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed
+
+        pool = self._pool
+        try:
+            return self._tx_on(pool, fn, contended)
+        except PoolClosed:
+            if self._closed or self._pool is pool:
+                raise StoreUnavailableError("the store is closed (the server is shutting down)") from None
+        # A check replaced the pool (the database is back) while this call waited on the old one.
+        try:
+            return self._tx_on(self._pool, fn, contended)
+        except PoolClosed:
+            raise StoreUnavailableError("the store is closed (the server is shutting down)") from None
+
+    def _tx_on(self, pool: Any, fn: Callable[[Conn], T], contended: bool) -> T:
+        from psycopg_pool import PoolClosed, PoolTimeout
 
         errors = self._psycopg.errors
         levels = self._psycopg.IsolationLevel
         wait = self.limits.retry_backoff_s
         for attempt in range(self.limits.max_retries + 1):
             try:
-                with self._pool.connection() as conn:
+                with pool.connection() as conn:
                     # A contended read-modify-write locks its row FOR UPDATE: at READ COMMITTED the
                     # callers queue on the lock and each sees the last one's write.
                     conn.isolation_level = levels.READ_COMMITTED if contended else levels.SERIALIZABLE
@@ -182,14 +228,97 @@ class PostgresStore(SqlStore):
                     raise StoreUnavailableError("the database stayed too busy to commit; retry") from None
                 time.sleep(wait)
                 wait *= 2
+            except PoolClosed:
+                raise
             except (self._psycopg.OperationalError, PoolTimeout) as exc:
                 raise StoreUnavailableError(f"database unavailable: {self._describe(exc)}") from None
         raise AssertionError("unreachable")
+
+    async def check(self, timeout_s: float) -> None:
+        """``SELECT 1`` on the checks' own connection (outside the pool, so a busy pool is not an
+        outage), reconnecting at once when it broke; StoreUnavailableError when the database does
+        not answer within ``timeout_s``. The first success after a failure replaces the pool."""
+        if self._closed:
+            raise StoreUnavailableError("the store is closed (the server is shutting down)")
+        running = self._check_running
+        if running is not None and not running.done():
+            raise StoreUnavailableError(f"the previous check of {self.display_url} is still waiting for an answer")
+        try:
+            self._check_running = running = self._checker.submit(self._check, timeout_s)
+        except RuntimeError:  # shut down under us
+            raise StoreUnavailableError("the store is closed (the server is shutting down)") from None
+        try:
+            # Not shielded: on a timeout the asyncio side is cancelled and the thread's outcome is
+            # dropped with its concurrent future (no asyncio future is left holding an exception).
+            await asyncio.wait_for(asyncio.wrap_future(running), timeout_s)
+        except TimeoutError:
+            raise StoreUnavailableError(f"the database did not answer within {timeout_s:g} s") from None
+
+    def _check(self, timeout_s: float) -> None:
+        reused = self._probe is not None
+        try:
+            self._probe_once(timeout_s)
+        except self._psycopg.Error as exc:
+            self._drop_probe()
+            self._pool_suspect = True
+            if not reused:
+                raise StoreUnavailableError(f"database unreachable: {self._describe(exc)}") from None
+            try:  # the old connection may only have been cut (a restart): one fresh attempt
+                self._probe_once(timeout_s)
+            except self._psycopg.Error as again:
+                self._drop_probe()
+                raise StoreUnavailableError(f"database unreachable: {self._describe(again)}") from None
+        if self._pool_suspect:
+            try:
+                self._replace_pool()
+            except Exception as exc:
+                raise StoreUnavailableError(f"database unreachable: {self._describe(exc)}") from None
+
+    def _probe_once(self, timeout_s: float) -> None:
+        if self._probe is None:
+            seconds = min(timeout_s, self.limits.connect_timeout_s)
+            self._probe = self._psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=max(1, math.ceil(seconds)),
+                # unacknowledged data fails the socket after this long (a host that went away)
+                tcp_user_timeout=max(1, int(seconds * 1000)),
+            )
+        self._probe.execute("SELECT 1")
+
+    def _drop_probe(self) -> None:
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            with contextlib.suppress(Exception):  # already broken: nothing more to release
+                probe.close()
+
+    def _replace_pool(self) -> None:
+        """A fresh pool in place of one whose connections died in an outage: the old pool's
+        replacement attempts back off exponentially and would leave the store unusable for a
+        while after the database is back. Calls in flight on the old pool finish on it; it is
+        closed on a thread of its own, so the check (and health) does not wait for that."""
+        new = self._open_pool()
+        with self._pool_lock:
+            if self._closed:
+                old = new
+            else:
+                old, self._pool = self._pool, new
+                self._pool_suspect = False
+        threading.Thread(
+            target=old.close, kwargs={"timeout": OLD_POOL_CLOSE_TIMEOUT_S}, name="crossaudit-pg-old-pool", daemon=True
+        ).start()
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._pool.close)
+
+        def close_pool() -> None:
+            with self._pool_lock:
+                self._pool.close()
+
+        await loop.run_in_executor(self._executor, close_pool)
         self._executor.shutdown(wait=True)
+        self._checker.submit(self._drop_probe)  # after a check still running, on its thread
+        self._checker.shutdown(wait=False)

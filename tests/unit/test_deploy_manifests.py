@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from crossaudit.service.health import LIVENESS_SERVICE
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 VERSIONS = ("1.30", "1.33")  # every manifest must be valid for each (strict: no unknown field)
@@ -63,7 +65,11 @@ def test_probes_are_grpc_on_the_served_port() -> None:
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert set(c[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, probe
         assert c[probe]["grpc"]["port"] == port, probe
+    for probe in ("startupProbe", "readinessProbe"):
         assert c[probe]["grpc"].get("service", "") == "", probe  # the server's overall status
+    # not the overall status, which is NOT_SERVING while PostgreSQL is down: a restart would not
+    # bring the database back, and a replica cannot start without it (a crash loop)
+    assert c["livenessProbe"]["grpc"]["service"] == LIVENESS_SERVICE
 
 
 def test_replicas_store_and_docker_daemon() -> None:
