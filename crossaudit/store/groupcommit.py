@@ -8,16 +8,21 @@ of them (up to ``max_batch``) in one transaction. Each writer still returns only
 rows are committed.
 
 A batch that fails is retried one writer per transaction, so a bad write fails alone and the
-others' outcome is what it would have been without batching.
+others' outcome is what it would have been without batching. A writer whose caller was cancelled
+still goes ahead; if it then fails, its error is logged as one line and consumed, never left on
+a future that nobody awaits (asyncio would log "Future exception was never retrieved" with a
+traceback when collecting it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 W = TypeVar("W")
+log = logging.getLogger("crossaudit.store")
 
 # Decisions written in one transaction at most: bounds a transaction's size and the time the
 # writer holds the (single) SQLite write lock.
@@ -50,7 +55,11 @@ class GroupCommit(Generic[W]):
             # Its own task: a writer whose caller is cancelled must not stop other writers' flush.
             self._flusher = loop.create_task(self._flush(), name="crossaudit-group-commit")
         # shield: a cancelled caller stops waiting, the write itself goes ahead (as a lone write would).
-        await asyncio.shield(done)
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            done.add_done_callback(_abandoned)  # the shield no longer reads its outcome: this does
+            raise
 
     async def _flush(self) -> None:
         batch: list[tuple[W, asyncio.Future[None]]] = []
@@ -80,6 +89,15 @@ class GroupCommit(Generic[W]):
             return
         for _, done in batch:
             _settle(done, None)
+
+
+def _abandoned(done: asyncio.Future[None]) -> None:
+    """The outcome of a write whose caller went away: retrieved here, a failure logged."""
+    if done.cancelled():
+        return
+    exc = done.exception()
+    if exc is not None:
+        log.warning("a write whose caller had gone away failed: %s: %s", type(exc).__name__, exc)
 
 
 def _settle(done: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -106,3 +106,64 @@ async def test_shutting_the_flush_down_releases_every_waiter() -> None:
     gc._flusher.cancel()
     done, pending = await asyncio.wait(waiters, timeout=5)
     assert not pending and all(w.cancelled() for w in done)
+
+
+class _LoopErrors:
+    """What the event loop reports to its exception handler ("Future exception was never
+    retrieved" comes from a future's finalizer, so garbage is collected before reading)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.contexts: list[dict] = []
+        self.loop.set_exception_handler(lambda _loop, ctx: self.contexts.append(ctx))
+
+    def unretrieved(self) -> list[str]:
+        import gc
+
+        gc.collect()
+        self.loop.set_exception_handler(None)
+        return [c.get("message", "") for c in self.contexts if "never retrieved" in c.get("message", "")]
+
+
+async def _flushed(gc_: GroupCommit) -> None:
+    for _ in range(500):  # bounded: the flush goes on after its callers went away
+        if gc_._flusher is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the flush did not finish")
+
+
+async def test_a_failed_batch_whose_callers_went_away_leaves_no_exception_unretrieved() -> None:
+    errors = _LoopErrors()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def run_batch(batch):
+        started.set()
+        await release.wait()
+        raise StoreUnavailableError("refused")
+
+    gc_: GroupCommit[int] = GroupCommit(run_batch)
+    waiters = [asyncio.ensure_future(gc_.commit(i)) for i in range(3)]
+    await asyncio.wait_for(started.wait(), 5)
+    waiters[0].cancel()  # one caller goes away, then the batch (and each retried write) fails
+    release.set()
+    await asyncio.wait(waiters, timeout=5)  # not gather: its results would keep the futures alive
+    assert waiters[0].cancelled()
+    assert [type(w.exception()).__name__ for w in waiters[1:]] == ["StoreUnavailableError"] * 2  # still told
+    await _flushed(gc_)
+    del waiters
+    assert errors.unretrieved() == []
+
+
+async def test_a_failed_write_of_a_cancelled_caller_leaves_no_exception_unretrieved(store) -> None:
+    errors = _LoopErrors()
+    await store.record_decision(audit("dup"), [])
+    calls = [asyncio.ensure_future(store.record_decision(audit(i), [])) for i in ("ok", "dup")]
+    await asyncio.sleep(0)  # both queued; the flush is under way
+    calls[1].cancel()  # its write fails (the id is taken) after it went away
+    await asyncio.wait(calls, timeout=30)
+    assert calls[0].exception() is None and calls[1].cancelled()
+    await _flushed(store._decisions)
+    del calls
+    assert errors.unretrieved() == []
+    assert {d.decision_id for d in await store.list_decisions("t1")} == {"dup", "ok"}
