@@ -128,7 +128,7 @@ def test_pdb_selects_the_deployments_pods() -> None:
 def test_secret_is_a_template_and_mounted_privately() -> None:
     secret = _one_named("Secret", "crossaudit-secrets")
     values = secret["stringData"]
-    assert set(values) == {"api-keys.yaml", "store-url"}
+    assert set(values) == {"api-keys.yaml", "store-url", "postgres-ca.crt"}
     assert all("REPLACE" in v for v in values.values())
     tls = _one_named("Secret", "crossaudit-docker-tls")
     assert all("REPLACE" in v for v in tls["stringData"].values())
@@ -139,3 +139,58 @@ def test_secret_is_a_template_and_mounted_privately() -> None:
     assert keys["emptyDir"]["medium"] == "Memory"  # the 0600 copy the init container makes
     (init,) = pod["initContainers"]
     assert "umask 077" in init["command"][-1]
+
+
+# libpq reads each of these from a file; without the parameter, some default to $HOME/.postgresql/…
+LIBPQ_FILES = ("sslrootcert", "sslcert", "sslkey", "sslcrl", "passfile")
+LIBPQ_FILE_ENV = {"sslrootcert": "PGSSLROOTCERT", "sslcert": "PGSSLCERT", "sslkey": "PGSSLKEY",
+                  "sslcrl": "PGSSLCRL", "passfile": "PGPASSFILE"}
+
+
+def _files_mounted(container: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """Path -> (kind, name, key) of every file a Secret or ConfigMap volume puts in ``container``."""
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    out: dict[str, tuple[str, str, str]] = {}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        sources = [(k, volume[f]) for k, f in (("Secret", "secret"), ("ConfigMap", "configMap")) if f in volume]
+        kind, source = sources[0] if sources else (None, None)
+        if source is None or mount.get("subPath"):
+            continue
+        name = source.get("secretName") or source["name"]
+        (doc,) = [d for _, d in DOCS if d["kind"] == kind and d["metadata"]["name"] == name]
+        keys = {**doc.get("data", {}), **doc.get("stringData", {})}
+        items = source.get("items") or [{"key": k, "path": k} for k in keys]
+        for item in items:
+            assert item["key"] in keys, f"{kind} {name} has no key {item['key']!r} (volume {mount['name']})"
+            out[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = (kind, name, item["key"])
+    return out
+
+
+def test_the_store_url_finds_every_file_it_needs_in_a_mount() -> None:
+    """The template starts as written: sslmode=verify-full needs a CA file, and libpq looks for it
+    in $HOME/.postgresql/root.crt unless sslrootcert names one. Every file the URL (or a PG*
+    variable) names must be one a Secret/ConfigMap volume mounts; none may come from HOME."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    secret = _one_named("Secret", "crossaudit-secrets")
+    params = conninfo_to_dict(secret["stringData"]["store-url"])
+    c = _container()
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    files = {p: params.get(p) or env.get(LIBPQ_FILE_ENV[p]) for p in LIBPQ_FILES}
+    if params.get("sslmode") in ("verify-ca", "verify-full"):
+        assert files["sslrootcert"], (
+            f"sslmode={params['sslmode']} without sslrootcert: libpq reads $HOME/.postgresql/root.crt, "
+            f"which nothing provides (HOME={env.get('HOME')!r}): every replica would exit at start"
+        )
+    mounted = _files_mounted(c)
+    for param, path in files.items():
+        if not path or (param == "sslrootcert" and path == "system"):
+            continue
+        assert path.startswith("/") and "~" not in path, f"{param}={path}: not an absolute path"
+        assert path in mounted, f"{param}={path} is no file a volumeMount provides ({sorted(mounted)})"
+        if "HOME" in env:
+            assert not path.startswith(env["HOME"].rstrip("/") + "/"), f"{param}={path} relies on HOME"
+    if files["sslrootcert"] and files["sslrootcert"] != "system":
+        assert mounted[files["sslrootcert"]] == ("Secret", "crossaudit-secrets", "postgres-ca.crt")
