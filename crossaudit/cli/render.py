@@ -76,11 +76,15 @@ def _cell(error: str) -> str:
 
 
 def error_details(rows: Iterable[RuleRow]) -> list[str]:
-    """The evaluator errors the table shows cut (several lines), each once, in order."""
-    seen: list[str] = []
+    """The evaluator errors the table shows cut (several lines), each once, in order. Once per
+    first line: a later call's text may differ only in its details (a failed download that is
+    not retried says so), and the how-to-fix is worth reading once."""
+    seen: dict[str, str] = {}
     for r in rows:
-        seen += [e for e in r.errors if "\n" in e and e not in seen]
-    return seen
+        for e in r.errors:
+            if "\n" in e:
+                seen.setdefault(summary(e), e)
+    return list(seen.values())
 
 
 def print_error_details(errors: Iterable[str], out: Console, indent: str = "") -> None:

@@ -101,3 +101,11 @@ def test_policy_test_prints_each_long_error_once_per_policy(decision: Decision, 
 def test_summary_is_the_first_line() -> None:
     assert summary("what broke.\nTo fix it:\n  - this") == "what broke."
     assert summary("one line  ") == "one line"
+
+
+def test_details_that_differ_after_the_first_line_are_shown_once(decision: Decision) -> None:
+    rows = rule_rows(decision)
+    (text,) = render.error_details(rows)
+    later = text + " (not retried for 60 s)"  # a later call's remembered failure says more
+    again = [row.__class__(**{**row.as_dict(), "errors": (later,)}) for row in rows if row.errors]
+    assert render.error_details([*rows, *again]) == [text]
