@@ -103,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     s.add_argument(
         "--policies-dir",
         default=None,
-        help="policies/*.yaml deployed to 'development' on first start (default policies; '' = none)",
+        help=f"policies/*.yaml deployed to {DEFAULT_ENVIRONMENT!r} on first start (default policies; '' = none)",
     )
     s.add_argument(
         "--audit-raw-text",

@@ -114,7 +114,7 @@ class PolicyCatalog:
         if version:
             rec = await self.store.get_policy_version(tenant, name, version)
         else:
-            rec = await self.store.get_deployed_policy(tenant, name, inputs.environment(environment))
+            rec = await self._deployed_record(tenant, name, inputs.environment(environment))
         return rec, await self.store.list_deployments(tenant, name)
 
     async def list_policies(self, tenant: str, environment: str = "") -> list[PolicySummaryRecord]:
@@ -130,7 +130,11 @@ class PolicyCatalog:
             raise InvalidInputError("to_version must be positive (or 0 for the previous deployment)")
         if to_version:  # the target must still be a valid policy for this tenant
             await self._load(tenant, await self.store.get_policy_version(tenant, name, to_version))
-        dep, previous = await self.store.rollback_policy(tenant, name, env, to_version or None)
+        try:
+            dep, previous = await self.store.rollback_policy(tenant, name, env, to_version or None)
+        except NotFoundError:
+            await self._where_deployed(tenant, name, env)  # not deployed there: say where it is
+            raise  # deployed there, but no earlier version (or no such version)
         self._deployed[(tenant, name, env)] = (dep.version, time.monotonic())
         log.info("tenant %s rolled %s back to v%d in %s", tenant, name, dep.version, env)
         return dep, previous
@@ -146,10 +150,35 @@ class PolicyCatalog:
             if hit is not None:
                 self._policies.move_to_end((tenant, name, cached[0]))
                 return hit.record, hit.policy
-        rec = await self.store.get_deployed_policy(tenant, name, env)
+        rec = await self._deployed_record(tenant, name, env)
         policy = await self._load(tenant, rec)
         self._deployed[(tenant, name, env)] = (rec.version, time.monotonic())
         return rec, policy
+
+    async def _deployed_record(self, tenant: str, name: str, env: str) -> PolicyVersionRecord:
+        """The version of ``name`` deployed in ``env``; NOT_FOUND names where it is deployed."""
+        try:
+            return await self.store.get_deployed_policy(tenant, name, env)
+        except NotFoundError:
+            await self._where_deployed(tenant, name, env)
+            raise
+
+    async def _where_deployed(self, tenant: str, name: str, env: str) -> None:
+        """Raise NOT_FOUND for ``name`` not deployed in ``env``, listing the environments where
+        it is deployed, so a caller who used the default environment learns which one to name.
+        Only ``tenant``'s deployments are read: another tenant's policy of the same name stays
+        invisible (the answer is the one a policy that exists nowhere gets). Returns when
+        ``name`` *is* deployed in ``env`` (the caller's own error then stands)."""
+        deployed = [d.environment for d in await self.store.list_deployments(tenant, name)]
+        if env in deployed:
+            return
+        message = f"policy {name!r} is not deployed to {env!r}"
+        if not deployed:
+            raise NotFoundError(f"{message} (nor to any other environment; crossaudit policy list shows what is)")
+        raise NotFoundError(
+            f"{message}; it is deployed to: {', '.join(deployed)} (pass --environment {deployed[0]}, "
+            f"or environment={deployed[0]!r} to the Client)"
+        )
 
     async def _resolve_uploads(self, tenant: str, policy: Policy) -> None:
         """Check every custom evaluator that references an upload, and load those uploads.

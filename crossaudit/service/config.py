@@ -12,8 +12,11 @@ from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.store.postgres import PostgresLimits
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
+# The one default environment: what the server assumes when a request names none, what the CLI
+# and the SDK send by default, and where policies/*.yaml are deployed on a data dir's first
+# start. One value, so `crossaudit serve --dev` then `crossaudit evaluate NAME --server` finds
+# the policy (docs/service.md, "Environments").
 DEFAULT_ENVIRONMENT = "production"
-BOOTSTRAP_ENVIRONMENT = "development"  # policies/*.yaml are deployed here on first start
 DEV_TENANT = "default"
 
 

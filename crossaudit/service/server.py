@@ -22,7 +22,7 @@ from crossaudit.kernel.limits import EngineLimits
 from crossaudit.orchestrator.engine.ratelimit import LimiterFactory
 from crossaudit.sandbox.base import Sandbox
 from crossaudit.service.auth import Authenticator, check_private_file
-from crossaudit.service.config import BOOTSTRAP_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
+from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
@@ -393,7 +393,7 @@ async def start_server(
     try:
         if config.metrics_port is not None:
             running.metrics_port = metrics.serve(config.metrics_host, config.metrics_port)
-        problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), BOOTSTRAP_ENVIRONMENT)
+        problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
         for line in problems:
             log.warning("%s", line)
         running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")

@@ -62,11 +62,11 @@ def test_health_answers_without_a_key(server: ServerProcess) -> None:
             assert r.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_policies_dir_is_deployed_to_development_on_first_start(client: Client) -> None:
-    mine = {p.name: p for p in client.list_policies(environment="development")}
-    assert [d.environment for d in mine["bootstrapped"].deployments] == ["development"]
-    d = client.evaluate("bootstrapped", "p", "fine", environment="development", timeout=10)
-    assert d.passed and d.policy_revision == 1
+def test_policies_dir_is_deployed_to_the_default_environment_on_first_start(client: Client) -> None:
+    mine = {p.name: p for p in client.list_policies(environment="production")}
+    assert [d.environment for d in mine["bootstrapped"].deployments] == ["production"]
+    d = client.evaluate("bootstrapped", "p", "fine", timeout=10)  # where a caller looks by default
+    assert d.passed and d.policy_revision == 1 and d.environment == "production"
 
 
 def test_evaluate_answers_the_decision_with_its_id(client: Client) -> None:

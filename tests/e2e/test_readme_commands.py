@@ -55,7 +55,7 @@ LONG_RUNNING = {
 }  # fmt: skip
 # Needs an OpenAI-compatible model upstream (tests/e2e/test_proxy.py runs the proxy against a stub).
 NEEDS_A_MODEL = {
-    'crossaudit proxy --dev --upstream http://127.0.0.1:11434/v1 --environment development --policy'
+    'crossaudit proxy --dev --upstream http://127.0.0.1:11434/v1 --policy'
     ' "Offline Demo"': "the guard proxy serves until stopped, in front of a model on port 11434",
 }
 # Runs every test suite (this one included) and builds the Docker images and models.
