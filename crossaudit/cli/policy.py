@@ -17,7 +17,9 @@ def register(psub: argparse._SubParsersAction) -> None:
     v = psub.add_parser("validate", help="validate policy files (exit 1 if any is invalid)")
     v.add_argument("files", nargs="+", metavar="FILE")
     v.add_argument(
-        "--strict", action="store_true", help="treat warnings (e.g. unset ${ENV}, a model missing here) as errors"
+        "--strict",
+        action="store_true",
+        help="treat warnings (an unset ${ENV}, a rule that reaches no verdict offline) as errors",
     )
     v.add_argument("--json", action="store_true", help="machine-readable report")
     v.set_defaults(func=_cmd_validate)
@@ -28,9 +30,17 @@ def register(psub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_cmd_schema)
 
 
+def _print_indented(prefix: str, text: str) -> None:
+    """``prefix`` + the first line, the rest of a multi-line message indented under it."""
+    first, _, rest = text.partition("\n")
+    print(f"  {prefix}{first}")
+    for line in rest.splitlines():
+        print(f"      {line}")
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from crossaudit.orchestrator.policy import load_policy_file
-    from crossaudit.orchestrator.policy.models import model_warnings
+    from crossaudit.orchestrator.readiness import readiness
 
     failed = 0
     report = []
@@ -45,12 +55,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 for issue in e.issues:
                     print(f"  {issue}")
             continue
-        # A model missing here is a warning: the file may be meant for a server that has it
-        # (PolicyTester, `policy test` and the service's validate/deploy refuse it).
-        warnings = [*policy.warnings, *model_warnings(policy)]
+        # Rules that reach no verdict here (an LLM key unset, a model not here) are warnings: the
+        # file may be meant for a server that has them (the service refuses what it lacks).
+        # Context the rules need is a note: choosing requests is what conditions are for.
+        ready = readiness(policy)
+        warnings = [*policy.warnings, *ready.warnings]
         strict_fail = args.strict and bool(warnings)
         failed += strict_fail
-        report.append({"file": path, "valid": not strict_fail, "warnings": warnings})
+        report.append({"file": path, "valid": not strict_fail, "warnings": warnings, "notes": ready.notes})
         if not args.json:
             mark = "✗" if strict_fail else "✓"
             print(
@@ -58,7 +70,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 f"({len(policy.evaluators)} evaluators, {len(policy.rules)} rules)"
             )
             for w in warnings:
-                print(f"  warning: {w}")
+                _print_indented("warning: ", w)
+            for n in ready.notes:
+                _print_indented("note: ", n)
     if args.json:
         print(json.dumps(report, indent=2))
     return EXIT_FAIL if failed else EXIT_OK

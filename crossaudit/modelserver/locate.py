@@ -37,6 +37,8 @@ from crossaudit.modelserver import onnxfiles, sources
 from crossaudit.modelserver.store import ENV_MODEL_STORE, ModelStore, StoreEntry
 
 CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
+TRIED = "Tried, in order:"  # heads the places-tried part of a not-found message
+OFFLINE_SKIPPED = "skipped, offline mode is on"  # what a step-4 download says when offline mode stopped it
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Attempts:
         message must still say what to do; then the places tried."""
         body = "\n".join(self.lines)
         fix = "\n".join(f"  - {f}" for f in fixes)
-        return f"{self.subject}: not found.\nTo fix it:\n{fix}\nTried, in order:\n{body}"
+        return f"{self.subject}: not found.\nTo fix it:\n{fix}\n{TRIED}\n{body}"
 
     def error(self, fixes: list[str]) -> ConfigurationError:
         return ConfigurationError(self.render(fixes))
@@ -76,6 +78,12 @@ def explicit(
 
 def _store_outcome(store: ModelStore, name: str, variant: str) -> str:
     return f"model store {store.root} (${ENV_MODEL_STORE}), entry {name}/{variant}"
+
+
+def without_places(message: str) -> str:
+    """A not-found message without its places tried: what is missing and how to fix it. For a
+    check that looked without downloading, whose last step would only say it was skipped."""
+    return message.split(f"\n{TRIED}\n", 1)[0]
 
 
 # --- detoxify ---------------------------------------------------------------------------------
@@ -338,7 +346,7 @@ def _download(action: Callable[[], object], environ: Mapping[str, str], key: str
     attempt, for :data:`FAILED_DOWNLOAD_RETRY_S`."""
     offline = sources.offline_setting(environ)
     if offline:
-        return f"skipped, offline mode is on ({offline})"
+        return f"{OFFLINE_SKIPPED} ({offline})"
     now = time.monotonic()
     with _failed_lock:
         seen = _failed.get(key) if key else None

@@ -47,20 +47,27 @@ def run_cli(
     stdin: str | None = None,
     sandbox: str | None = "process",
     timeout: float = 600,
+    env: dict[str, str | None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m crossaudit.cli ARGS`` with no CROSSAUDIT_* variables but those given: the
     sandbox (the process sandbox by default: fast, and these tests are about the CLI), and with
-    ``server`` its address and a key (globex's unless ``api_key``). Never a traceback."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
+    ``server`` its address and a key (globex's unless ``api_key``); then ``env`` (None removes a
+    variable). Never a traceback."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
     if sandbox:
-        env["CROSSAUDIT_SANDBOX"] = sandbox
+        environ["CROSSAUDIT_SANDBOX"] = sandbox
     if server is not None:
-        env["CROSSAUDIT_SERVER"] = server.address
-        env["CROSSAUDIT_API_KEY"] = api_key if api_key is not None else key("globex")
+        environ["CROSSAUDIT_SERVER"] = server.address
+        environ["CROSSAUDIT_API_KEY"] = api_key if api_key is not None else key("globex")
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
     res = subprocess.run(
         [sys.executable, "-m", "crossaudit.cli", *args],
         cwd=ROOT,
-        env=env,
+        env=environ,
         input=stdin,
         capture_output=True,
         text=True,

@@ -158,7 +158,10 @@ def test_cli_validate_warns_and_strict_fails(tmp_path, no_model: dict[str, str])
     cmd = [sys.executable, "-m", "crossaudit.cli", "policy", "validate", str(path)]
     plain = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
     assert plain.returncode == 0, plain.stdout + plain.stderr
-    assert "warning: evaluators[0].config.entities: presidio: entity PERSON needs" in plain.stdout
+    assert (
+        "warning: no verdict here: rule 'pii_protection' (fails closed: block): "
+        "evaluators[0].config.entities (pii_detector): presidio: entity PERSON needs"
+    ) in plain.stdout
     strict = subprocess.run([*cmd, "--strict"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
                             check=False)  # fmt: skip
     assert strict.returncode == 1 and "entity PERSON needs" in strict.stdout

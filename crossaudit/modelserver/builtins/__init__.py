@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from crossaudit.kernel.builtins import BUILTIN_MODELS
@@ -20,6 +21,7 @@ from crossaudit.modelserver.builtins.base import ModelRequiredError, ModelRuntim
 from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
 from crossaudit.modelserver.builtins.langdetect import LangdetectRuntime
 from crossaudit.modelserver.builtins.presidio import PresidioRuntime
+from crossaudit.modelserver.locate import OFFLINE_SKIPPED, without_places
 from crossaudit.modelserver.sources import ENV_OFFLINE, offline_setting
 
 __all__ = [
@@ -27,8 +29,10 @@ __all__ = [
     "RUNTIMES",
     "ModelRequiredError",
     "ModelRuntime",
+    "OfflineProblem",
     "model_path_settings",
     "model_problem",
+    "offline_problem",
     "resolve_paths",
     "runtime_for",
 ]
@@ -103,4 +107,32 @@ def model_problem(cfg: Any, environ: Mapping[str, str] | None = None) -> ModelRe
         return exc if offline_setting(environ) else None
     except ConfigurationError:
         return None
+    return None
+
+
+@dataclass(frozen=True)
+class OfflineProblem:
+    """Why a builtin's calls get no verdict from what is here, without a download."""
+
+    message: str  # what is missing (first line) and how to fix it; the places tried are left out
+    field: str  # the config field that asks for the model ("" when the runtime does not say)
+    downloadable: bool  # a call would fetch it (offline mode off, an official source known)
+
+
+def offline_problem(cfg: Any, environ: Mapping[str, str] | None = None) -> OfflineProblem | None:
+    """Whether ``cfg`` can be served from what is here (explicit paths, the model store, the
+    libraries' places), by the runtime's own resolution run in offline mode: None when it can.
+
+    ``crossaudit policy validate`` asks it to say which rules reach no verdict offline. Unlike
+    :func:`model_problem` (what validate/deploy refuse), a model a call would download counts
+    as missing here, with ``downloadable`` set: offline, or where its source cannot be reached,
+    those calls fail. Any other resolution error (a setting naming no model) fails them too.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        resolve_paths(cfg, {**environ, ENV_OFFLINE: "1"})
+    except ConfigurationError as exc:
+        downloadable = not offline_setting(environ) and OFFLINE_SKIPPED in exc.message
+        field = exc.field if isinstance(exc, ModelRequiredError) else ""
+        return OfflineProblem(without_places(exc.message), field, downloadable)
     return None

@@ -16,7 +16,7 @@ from crossaudit.kernel.dsl import EvaluatorType, Policy
 from crossaudit.kernel.errors import PolicyIssue
 from crossaudit.modelserver.builtins import model_problem
 from crossaudit.orchestrator.policy.validate import IssueAt, PolicyCheck
-from crossaudit.orchestrator.policy.yamlsafe import Path, format_path
+from crossaudit.orchestrator.policy.yamlsafe import Path
 
 
 def model_problems(policy: Policy, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
@@ -39,9 +39,3 @@ def model_check(environ: Mapping[str, str] | None = None) -> PolicyCheck:
         return [issue_at(path, message) for path, message in model_problems(policy, environ)]
 
     return check
-
-
-def model_warnings(policy: Policy, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The same problems as warnings (``crossaudit policy validate``: the document may be meant for
-    a server whose operator has the model; PolicyTester and the service refuse it)."""
-    return [f"{format_path(path)}: {message}" for path, message in model_problems(policy, environ)]
