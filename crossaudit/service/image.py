@@ -14,9 +14,13 @@ needs no network:
 
 The tag is a hash of what went into the image: the Dockerfile, the base image's id, the contents of
 CrossAudit's wheel and the file names (name, version, tags) of every other wheel and package.
-``crossaudit/orchestrator:latest`` is moved to the new build.
+``crossaudit/orchestrator:latest`` is moved to the new build (for compose on this machine). The
+Kubernetes manifests name the content tag itself, so a node with ``imagePullPolicy: IfNotPresent``
+runs a new build when it gets a new tag (a moved ``:latest`` is never pulled again): ``pin``
+writes it into ``deploy/k8s``.
 
     python -m crossaudit.service.image build [--base TAG] [--src DIR]   # prints the tag
+    python -m crossaudit.service.image pin [TAG] [--manifests DIR]      # deploy/k8s runs that build
     python -m crossaudit.service.image context DEST                     # only the build context
     python -m crossaudit.service.image build-postgres                   # deploy/postgres/ for compose
 
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +47,12 @@ from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the ``crossaudit`` package
 DOCKERFILE = PACKAGE_ROOT / "images" / "orchestrator" / "Dockerfile"
 REPO = "crossaudit/orchestrator"
+TAG_HEX_CHARS = 16  # a content tag is this many hex digits of a SHA-256
+CONTENT_TAG = re.compile(rf"[0-9a-f]{{{TAG_HEX_CHARS}}}")
+# Where ``pin`` writes the tag: the kustomization's images entry and every image: line naming REPO.
+KUSTOMIZATION = "kustomization.yaml"
+_NEW_TAG = re.compile(r"^(\s*newTag:\s*)\S+(.*)$", re.MULTILINE)
+_IMAGE_LINE = re.compile(rf"^(\s*(?:-\s+)?image:\s*){re.escape(REPO)}(?::\S+)?(\s*(?:#.*)?)$", re.MULTILINE)
 DEBIAN_PACKAGES = ("libstdc++6",)
 # Installed next to CrossAudit: pip (the sandbox resolves evaluators' dependencies with it) and the
 # time zones zoneinfo reads (the minimal base has no /usr/share/zoneinfo).
@@ -142,7 +154,7 @@ def content_tag(context: Path, own_wheel: Path, debs: list[str], base_id: str) -
             h.update(name.encode() + b"\0" + zf.read(name) + b"\0")
     for name in sorted(p.name for p in (context / "wheels").glob("*.whl") if p != own_wheel) + sorted(debs):
         h.update(name.encode() + b"\0")
-    return f"{REPO}:{h.hexdigest()[:16]}"
+    return f"{REPO}:{h.hexdigest()[:TAG_HEX_CHARS]}"
 
 
 def _image_id(ref: str) -> str | None:
@@ -191,6 +203,50 @@ def build(base: str | None = None, src: Path | None = None, *, say=print, latest
     if latest:
         _run(["docker", "tag", tag, f"{REPO}:latest"], "docker tag", DOCKER_TIMEOUT_S)
     return tag
+
+
+# --- pinning the Kubernetes manifests to a build -------------------------------------------------
+
+
+def latest_content_tag() -> str:
+    """The content tag of the last ``build`` (the one ``crossaudit/orchestrator:latest`` points to)."""
+    try:
+        proc = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RepoTags}}", f"{REPO}:latest"],
+                              capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        raise ConfigurationError("docker did not answer: give the tag to pin (the line `build` printed)") from None
+    if proc.returncode != 0:
+        raise ConfigurationError(f"no {REPO}:latest on this Docker daemon: run `make image` first, or give the tag")
+    tags = [t.split(":", 1)[1] for t in json.loads(proc.stdout or "[]") if t.startswith(f"{REPO}:")]
+    found = sorted(t for t in tags if CONTENT_TAG.fullmatch(t))
+    if len(found) != 1:
+        raise ConfigurationError(f"{REPO}:latest carries {len(found)} content tags ({', '.join(found) or 'none'}): "
+                                 "give the tag to pin")
+    return found[0]
+
+
+def pin_manifests(manifests: Path, tag: str) -> list[Path]:
+    """Write content tag ``tag`` (``<hash>`` or ``crossaudit/orchestrator:<hash>``) into the
+    kustomization's ``newTag`` and every ``image: crossaudit/orchestrator…`` line under
+    ``manifests``; returns the files changed. Comments and layout are kept (a text edit)."""
+    tag = tag.removeprefix(f"{REPO}:")
+    if not CONTENT_TAG.fullmatch(tag):
+        raise ConfigurationError(f"{tag!r} is not a content tag ({TAG_HEX_CHARS} hex digits, as `build` prints)")
+    kustomization = Path(manifests) / KUSTOMIZATION
+    if not kustomization.is_file():
+        raise ConfigurationError(f"no {KUSTOMIZATION} in {manifests}: pass --manifests DIR (the repo's deploy/k8s)")
+    changed = []
+    for path in sorted(Path(manifests).glob("*.yaml")):
+        text = path.read_text()
+        new = _IMAGE_LINE.sub(lambda m: f"{m.group(1)}{REPO}:{tag}{m.group(2)}", text)
+        if path.name == KUSTOMIZATION:
+            new, n = _NEW_TAG.subn(lambda m: f'{m.group(1)}"{tag}"{m.group(2)}', new)
+            if n != 1:
+                raise ConfigurationError(f"{path} must hold exactly one images: newTag line (found {n})")
+        if new != text:
+            path.write_text(new)
+            changed.append(path)
+    return changed
 
 
 # --- PostgreSQL for deploy/compose.yaml ----------------------------------------------------------
@@ -259,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     pg = sub.add_parser("build-postgres", help="build crossaudit/postgres:<hash> (deploy/postgres/) for compose")
     pg.add_argument("--base", default=None)
     pg.add_argument("--src", default=None)
+    pin = sub.add_parser("pin", help="make deploy/k8s run a build: its content tag in the kustomization and the "
+                                     "Deployment (default: the build crossaudit/orchestrator:latest points to)")
+    pin.add_argument("tag", nargs="?", default=None, help="the content tag `build` printed")
+    pin.add_argument("--manifests", default=None, help="Kubernetes manifests (default: deploy/k8s of this checkout)")
     c = sub.add_parser("context", help="only write the build context to a directory")
     c.add_argument("dest")
     c.add_argument("--src", default=None)
@@ -270,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "build":
             print(build(args.base, Path(args.src) if args.src else None, say=say, latest=not args.no_latest))
+        elif args.cmd == "pin":
+            manifests = Path(args.manifests) if args.manifests else source_root() / "deploy" / "k8s"
+            tag = args.tag or latest_content_tag()
+            changed = pin_manifests(manifests, tag)
+            what = ", ".join(p.name for p in changed) if changed else "nothing changed"
+            print(f"{REPO}:{tag.removeprefix(REPO + ':')} pinned in {manifests} ({what})")
         elif args.cmd == "build-postgres":
             print(build_postgres(args.base, Path(args.src) if args.src else None, say=say))
         else:

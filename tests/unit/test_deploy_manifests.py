@@ -1,16 +1,20 @@
 """The Kubernetes manifests of deploy/k8s/ are valid for recent Kubernetes versions (JSON schemas
 shipped inside the ``kubernetes-validate`` package: no cluster, no network), and say what the
 deployment design needs: grpc probes on the served port, a headless Service, a PDB over the
-Deployment's pods, non-root containers, a Secret template without real values."""
+Deployment's pods, non-root containers, a Secret template without real values, every file the
+store URL names mounted, and the image pinned to a content tag (never ``:latest``)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.service import image as builder
 from crossaudit.service.health import LIVENESS_SERVICE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,9 +24,12 @@ VERSIONS = ("1.30", "1.33")  # every manifest must be valid for each (strict: no
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]'")
 
 
-def _documents() -> list[tuple[str, dict[str, Any]]]:
+def _documents(where: Path = K8S) -> list[tuple[str, dict[str, Any]]]:
+    """Every Kubernetes object under ``where`` (the kustomization is kustomize's, not the API's)."""
     docs = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted(where.glob("*.yaml")):
+        if path.name == builder.KUSTOMIZATION:
+            continue
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 docs.append((path.name, doc))
@@ -194,3 +201,63 @@ def test_the_store_url_finds_every_file_it_needs_in_a_mount() -> None:
             assert not path.startswith(env["HOME"].rstrip("/") + "/"), f"{param}={path} relies on HOME"
     if files["sslrootcert"] and files["sslrootcert"] != "system":
         assert mounted[files["sslrootcert"]] == ("Secret", "crossaudit-secrets", "postgres-ca.crt")
+
+
+def _images(docs: list[tuple[str, dict[str, Any]]] = DOCS) -> list[tuple[str, str, str]]:
+    """(container, image, pull policy) of every container and init container."""
+    out = []
+    for _, doc in docs:
+        pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            out.append((c["name"], c["image"], c.get("imagePullPolicy", "")))
+    return out
+
+
+def test_images_are_pinned_to_a_content_tag_never_latest() -> None:
+    """With imagePullPolicy IfNotPresent a node never pulls a moved ``:latest`` again: only a new
+    tag makes it run a new build, so every image names the content tag ``make image`` builds."""
+    for path in K8S.glob("*.yaml"):
+        assert ":latest" not in path.read_text(), f"{path.name} names :latest"
+    images = _images()
+    assert {name for name, _, _ in images} == {"orchestrator", "private-keys"}
+    for name, ref, policy in images:
+        repo, sep, tag = ref.rpartition(":")
+        assert sep and "/" not in tag, f"{name}: {ref} has no tag (that is :latest)"
+        assert repo == builder.REPO, ref
+        assert builder.CONTENT_TAG.fullmatch(tag), f"{name}: {tag!r} is not a content tag as `build` makes"
+        assert policy == "IfNotPresent", name
+
+
+def test_the_kustomization_pins_the_same_tag() -> None:
+    k = yaml.safe_load((K8S / builder.KUSTOMIZATION).read_text())
+    assert (k["apiVersion"], k["kind"]) == ("kustomize.config.k8s.io/v1beta1", "Kustomization")
+    not_applied = {builder.KUSTOMIZATION, "secret.template.yaml"}
+    applied = sorted(p.name for p in K8S.glob("*.yaml") if p.name not in not_applied)
+    assert sorted(k["resources"]) == applied  # the Secret template holds placeholders: created by hand
+    (entry,) = k["images"]
+    assert entry["name"] == builder.REPO and set(entry) == {"name", "newTag"}
+    assert isinstance(entry["newTag"], str) and builder.CONTENT_TAG.fullmatch(entry["newTag"]), entry
+    assert {ref.rpartition(":")[2] for _, ref, _ in _images()} == {entry["newTag"]}
+
+
+def test_pin_writes_a_builds_tag_and_nothing_else(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    before = {p.name: p.read_text() for p in copy.glob("*.yaml")}
+    changed = builder.pin_manifests(copy, f"{builder.REPO}:0123456789abcdef")
+    assert {p.name for p in changed} == {"deployment.yaml", builder.KUSTOMIZATION}
+    assert {ref for _, ref, _ in _images(_documents(copy))} == {f"{builder.REPO}:0123456789abcdef"}
+    assert yaml.safe_load((copy / builder.KUSTOMIZATION).read_text())["images"][0]["newTag"] == "0123456789abcdef"
+    for name, text in before.items():  # comments and layout kept: only lines naming the tag differ
+        after = (copy / name).read_text().splitlines()
+        assert len(after) == len(text.splitlines())
+        assert all(a == b or "0123456789abcdef" in a for a, b in zip(after, text.splitlines(), strict=True))
+    # a numeric-looking tag stays a string in YAML (quoted), and the command line does the same
+    assert builder.main(["pin", "1000000000000000", "--manifests", str(copy)]) == 0
+    assert "1000000000000000 pinned" in capsys.readouterr().out
+    assert yaml.safe_load((copy / builder.KUSTOMIZATION).read_text())["images"][0]["newTag"] == "1000000000000000"
+    for bad in ("latest", "0123", "0123456789ABCDEF", "crossaudit/other:0123456789abcdef"):
+        with pytest.raises(ConfigurationError):
+            builder.pin_manifests(copy, bad)
+    assert builder.main(["pin", "latest", "--manifests", str(copy)]) == 1  # one error line, no traceback
+    assert "is not a content tag" in capsys.readouterr().err
