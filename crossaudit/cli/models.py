@@ -19,6 +19,7 @@ from crossaudit.cli import display
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.modelserver import export, sources
+from crossaudit.modelserver.download import DownloadError
 from crossaudit.modelserver.store import ENV_MODEL_STORE, ModelStore, StoreEntry, format_size, store_root
 
 
@@ -113,16 +114,33 @@ MODEL_COLUMNS = [
 ]
 
 
+def _import_instead(args: argparse.Namespace, name: str, variant: str | None) -> str:
+    """How to add the entry without a download, in the exact form for it (and this --store)."""
+    command = sources.import_command(name, variant, f"--store {args.store}" if args.store else "")
+    return f"add a local copy instead: {command}, copied from a machine that has the model"
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
+    """A failed pull names the import that adds the same entry without a download, and offline
+    mode, which keeps calls from trying the download where the model's source cannot be reached."""
     offline = sources.offline_setting(os.environ)
     if offline:
         raise InvalidInputError(
-            f"offline mode is on ({offline}): unset it to pull, or add a local copy with `crossaudit models import`"
+            f"offline mode is on ({offline}): unset it to pull, or {_import_instead(args, args.name, args.variant)}"
         )
     store = _store(args)
-    entries = sources.pull(
-        store, args.name, args.variant, url=args.url, environ=os.environ, replace=args.force, progress=_err
-    )
+    try:
+        entries = sources.pull(
+            store, args.name, args.variant, url=args.url, environ=os.environ, replace=args.force, progress=_err
+        )
+    except DownloadError as e:
+        name, variant = e.entry or (args.name, args.variant)
+        raise DownloadError(
+            f"{e.message}\nTo fix it:\n  - {_import_instead(args, name, variant)}\n"
+            f"  - where the model's source cannot be reached, set {sources.ENV_OFFLINE}=1 (offline mode): "
+            "calls then use what is here and never try the download, and `crossaudit policy validate` "
+            "names the rules that need a model"
+        ) from None
     for e in entries:
         print(f"{e.name}/{e.variant}: {format_size(e.size)} in {len(e.files)} file(s) at {e.files_dir}")
     return EXIT_OK

@@ -29,7 +29,11 @@ USER_AGENT = "crossaudit-models"
 
 
 class DownloadError(ConfigurationError):
-    """A model file could not be downloaded (or was not what its source publishes)."""
+    """A model file could not be downloaded (or was not what its source publishes). ``entry``:
+    the store entry (name, variant) being pulled, when known, so a caller can say how to add that
+    entry without a download (``crossaudit models import``)."""
+
+    entry: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

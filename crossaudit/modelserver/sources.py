@@ -189,6 +189,34 @@ def default_variant(name: str) -> str:
     return "original" if name == DETOXIFY else "default"
 
 
+def import_command(name: str, variant: str | None = None, options: str = "") -> str:
+    """The ``crossaudit models import`` command that adds entry ``name`` without a download, and
+    what its PATH must be: the one fix where the model's source cannot be reached. ``options``
+    (e.g. ``--store DIR``) are appended to the command."""
+    variant = variant or default_variant(name)
+    flag = f" --variant {variant}" if variant != default_variant(name) or name == DETOXIFY else ""
+    flag += f" {options}" if options else ""
+    if name == DETOXIFY:
+        what = "a checkpoint file, or a directory with the checkpoint and its Hugging Face config/tokenizer in hf/"
+    elif name in HUB_MODELS:
+        what = "a directory with config.json and the tokenizer files"
+    elif SPACY_PACKAGE_RE.fullmatch(name):
+        what = "the pipeline directory, the one with config.cfg"
+    else:
+        what = "the model file or directory"
+    return f"`crossaudit models import {name} PATH{flag}` (PATH: {what})"
+
+
+def _attempt(name: str, variant: str, pull_one: Callable[[], StoreEntry]) -> StoreEntry:
+    """``pull_one()``, its DownloadError naming the entry it was pulling."""
+    try:
+        return pull_one()
+    except DownloadError as exc:
+        if exc.entry is None:
+            exc.entry = (name, variant)
+        raise
+
+
 def pull(
     store: ModelStore,
     name: str,
@@ -213,17 +241,19 @@ def pull(
     entries: list[StoreEntry] = []
     if name == DETOXIFY:
         variant = detoxify_variant(variant)
-        entries.append(_pull_file(store, name, variant, url or detoxify_url(variant, environ), replace, say))
+        ck_url = url or detoxify_url(variant, environ)
+        entries.append(_attempt(name, variant, lambda: _pull_file(store, name, variant, ck_url, replace, say)))
         base = DETOXIFY_RELEASES[variant].base_model
-        entries.append(_pull_hub(store, base, environ, False, say))
+        entries.append(_attempt(base, "default", lambda: _pull_hub(store, base, environ, False, say)))
     elif name in HUB_MODELS:
         if url:
             raise InvalidInputError(f"{name} is several files from the hub: pull it without --url")
-        entries.append(_pull_hub(store, name, environ, replace, say))
+        entries.append(_attempt(name, variant, lambda: _pull_hub(store, name, environ, replace, say)))
     elif SPACY_PACKAGE_RE.fullmatch(name):
-        entries.append(_pull_spacy(store, name, variant, url or spacy_wheel_url(name, environ), replace, say))
+        wheel = url or spacy_wheel_url(name, environ)
+        entries.append(_attempt(name, variant, lambda: _pull_spacy(store, name, variant, wheel, replace, say)))
     elif url:
-        entries.append(_pull_file(store, name, variant, url, replace, say))
+        entries.append(_attempt(name, variant, lambda: _pull_file(store, name, variant, url, replace, say)))
     else:
         raise InvalidInputError(
             f"no official source is known for {name!r}: give --url, or pull one of {', '.join(known_names())}"

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import stat
 import zipfile
 from pathlib import Path
@@ -263,3 +264,48 @@ def test_download_limits_hold(tmp_path: Path) -> None:
     with pytest.raises(DownloadError, match="only http"):
         sources.pull(store, "big", url="file:///etc/passwd", environ={})
     assert store.entries() == []
+
+
+def _closed_port() -> int:
+    """A loopback port with nothing listening (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_pull_from_an_unreachable_source_names_the_import_and_offline_mode(tmp_path: Path, capsys,
+                                                                              monkeypatch) -> None:  # fmt: skip
+    """Issue 19: ``models pull`` where the source cannot be reached said only "ConnectError"."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("CROSSAUDIT_OFFLINE", raising=False)
+    nowhere = f"http://127.0.0.1:{_closed_port()}"
+    root = str(tmp_path / "store")
+    monkeypatch.setenv("CROSSAUDIT_DETOXIFY_URL", nowhere + "/")
+    assert main(["models", "pull", "detoxify", "--variant", "unbiased", "--store", root]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    first, *fixes = err.splitlines()[-4:]
+    assert first.startswith(f"error: downloading {nowhere}/") and "ConnectError" in first
+    assert fixes[0] == "To fix it:"
+    assert fixes[1] == (
+        f"  - add a local copy instead: `crossaudit models import detoxify PATH --variant unbiased --store {root}` "
+        "(PATH: a checkpoint file, or a directory with the checkpoint and its Hugging Face config/tokenizer in hf/), "
+        "copied from a machine that has the model"
+    )
+    assert fixes[2].startswith("  - where the model's source cannot be reached, set CROSSAUDIT_OFFLINE=1 (offline")
+    assert ModelStore(root).get("detoxify", "unbiased") is None
+
+    # the checkpoint arrives, its base model's config does not: the import named is the base model's
+    good = b"a detoxify checkpoint"
+    with file_server() as srv:
+        url = srv.add(f"/toxic_original-{hashlib.sha256(good).hexdigest()[:8]}.ckpt", good)
+        monkeypatch.setenv("CROSSAUDIT_DETOXIFY_URL_ORIGINAL", url)
+        monkeypatch.setenv("CROSSAUDIT_HF_ENDPOINT", nowhere)
+        assert main(["models", "pull", "detoxify", "--store", root]) == 1
+    err = capsys.readouterr().err
+    assert f"`crossaudit models import bert-base-uncased PATH --store {root}` (PATH: a directory with" in err
+    assert "CROSSAUDIT_OFFLINE=1" in err
+
+    monkeypatch.setenv("CROSSAUDIT_OFFLINE", "1")  # refused before any download, with the same import
+    assert main(["models", "pull", "en_core_web_sm", "--store", root]) == 1
+    assert "`crossaudit models import en_core_web_sm PATH --store " in capsys.readouterr().err
