@@ -5,7 +5,8 @@ the server uses; Docker where a daemon answers). With ``--server`` POLICY names 
 policy (or is a policy file whose name is used) and a running server decides.
 
 Exit codes: 0 the decision passed; 1 it did not, or the request could not be evaluated (one
-``error:`` line, no decision); 2 usage. So a script may treat any non-zero as "do not pass".
+``error:`` line, no decision); 2 usage, including an input larger than one request may carry.
+So a script may treat any non-zero as "do not pass".
 """
 
 from __future__ import annotations
@@ -18,15 +19,27 @@ from typing import Any
 
 from crossaudit.cli import connect, render
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
-from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.errors import InvalidInputError, RequestTooLargeError
 from crossaudit.kernel.results import Decision, loads_strict
-from crossaudit.sdk.options import MAX_MESSAGE_BYTES
+from crossaudit.sdk.options import request_limit
+from crossaudit.service.config import REQUEST_LIMIT_ENV, REQUEST_LIMIT_KEY
 
-# The most an input (--prompt/--response/--context, from a file or stdin) may hold: what one
-# request to a server can carry. The engine's own cap on prompt + response
-# (EngineLimits.max_content_bytes) then applies, as a typed error.
-MAX_INPUT_BYTES = MAX_MESSAGE_BYTES
+# The inputs (--prompt/--response/--context, each and together) may hold what one request to a
+# server may carry: limits.max_request_bytes, the SDK's limit here (request_limit: the variable
+# the server reads too, else the same default), so a local run refuses what a server would. The
+# engine's own cap on prompt + response (EngineLimits.max_content_bytes) then applies, typed.
 STDIN = "-"
+
+
+def _too_large(what: str, size: int | None, limit: int, verb: str = "is") -> RequestTooLargeError:
+    held = f"{verb} {size} bytes" if size is not None else f"holds more than {limit} bytes"
+    return RequestTooLargeError(
+        f"{what} {held}, over the {limit} bytes one request may carry "
+        f"({REQUEST_LIMIT_KEY}; set {REQUEST_LIMIT_ENV} to change it, here and on the server)",
+        size=size,
+        limit=limit,
+        setting=REQUEST_LIMIT_KEY,
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,24 +64,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def read_input(value: str, what: str) -> str:
-    """``value`` itself, the text of ``@FILE``, or standard input for ``-`` (at most MAX_INPUT_BYTES)."""
+    """``value`` itself, the text of ``@FILE``, or standard input for ``-``; at most the request
+    limit (RequestTooLargeError beyond; a file or stdin is read no further)."""
+    limit = request_limit()
     if value == STDIN:
-        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        data = sys.stdin.buffer.read(limit + 1)
         source = "standard input"
     elif value.startswith("@"):
         path = Path(value[1:])
         source = str(path)
         try:
             with path.open("rb") as f:
-                data = f.read(MAX_INPUT_BYTES + 1)
+                data = f.read(limit + 1)
         except FileNotFoundError:
             raise InvalidInputError(f"{what}: file {path} not found") from None
         except OSError as e:
             raise InvalidInputError(f"{what}: cannot read {path}: {e.strerror}") from None
     else:
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise _too_large(what, size, limit)
         return value
-    if len(data) > MAX_INPUT_BYTES:
-        raise InvalidInputError(f"{what}: {source} holds more than {MAX_INPUT_BYTES} bytes")
+    if len(data) > limit:
+        raise _too_large(f"{what}: {source}", None, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -122,7 +140,22 @@ def _evaluate_remotely(args: argparse.Namespace, prompt: str, response: str, con
         return c.evaluate(name, prompt, response, context, environment=args.environment, timeout=args.timeout)
 
 
+def check_inputs(prompt: str, response: str, context: dict[str, Any]) -> None:
+    """The inputs together within the request limit (each was checked as it was read)."""
+    limit = request_limit()
+    size = sum(len(t.encode("utf-8", "surrogatepass")) for t in (prompt, response, json.dumps(context)))
+    if size > limit:
+        raise _too_large("--prompt, --response and --context together", size, limit, "are")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    try:
+        return _evaluate(args)
+    except RequestTooLargeError as e:  # here, by the SDK before sending, or by the server: a usage error
+        return connect.usage_error(e.message)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
     spare = connect.reclaim_positional(args)
     if spare is not None:
         if args.policy is not None:
@@ -138,6 +171,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     prompt = read_input(args.prompt, "--prompt")
     response = read_input(args.response, "--response")
     context = parse_context(args.context)
+    check_inputs(prompt, response, context)
     if args.server is None:
         decision = _evaluate_locally(args, prompt, response, context)
     else:

@@ -77,9 +77,14 @@ class Fallback:
         }
     )
     other: type[CrossAuditError] = E.EvaluatorUnavailableError  # UNKNOWN, UNIMPLEMENTED, ...
+    # A peer that never answered (UNAVAILABLE or CANCELLED from the transport, no document):
+    # None means the class of the status above.
+    unreachable: type[CrossAuditError] | None = None
 
 
-SERVICE = Fallback()
+# The CrossAudit server, seen from its clients: no answer at all is a ServerUnavailableError
+# (the SDK rewords it with the address and what to check).
+SERVICE = Fallback(unreachable=E.ServerUnavailableError)
 
 
 # --- text ------------------------------------------------------------------------------
@@ -293,7 +298,7 @@ def _transport_error(code: grpc.StatusCode, message: str, fallback: Fallback) ->
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in message:
         return E.InvalidInputError(f"message too large: {message}")  # the size cap: retrying cannot help
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-        cls = fallback.classes.get(code)
+        cls = fallback.unreachable or fallback.classes.get(code)
         if cls is None:
             return CrossAuditError(f"the call to the {fallback.peer} was cancelled")
         return cls.from_wire(f"{fallback.peer} unavailable: {message}", {})

@@ -13,6 +13,7 @@ raise bare exceptions across a layer boundary. This module stays transport-neutr
     CrossAuditError                       code (gRPC status)       retryable
     ├── InvalidInputError                 invalid_argument
     │   ├── PolicyValidationError         (issues)
+    │   ├── RequestTooLargeError          (size, limit, setting)
     │   ├── DependencyRejectedError
     │   └── EvaluatorCodeError
     ├── NotFoundError                     not_found
@@ -24,6 +25,7 @@ raise bare exceptions across a layer boundary. This module stays transport-neutr
     ├── DeadlineExceededError             deadline_exceeded
     ├── ConfigurationError                failed_precondition
     ├── StoreUnavailableError             unavailable              yes
+    ├── ServerUnavailableError            unavailable              yes      (client side: no answer)
     ├── ReviewAlreadyResolvedError        failed_precondition
     ├── DeliveryPendingError              failed_precondition
     └── EvaluatorError                    internal
@@ -192,6 +194,21 @@ def _issue_from_wire(doc: Any) -> PolicyIssue | None:
     return PolicyIssue(text("message"), text("path"), text("file"), number("line"), number("column"))
 
 
+class RequestTooLargeError(InvalidInputError):
+    """A request is larger than the named limit (``limits.max_request_bytes``) of whoever
+    refuses it: the CLI or SDK before sending, the server, the guard proxy. Retrying cannot
+    help; the message names the setting and its value so the user knows what to raise."""
+
+    wire_fields = ("size", "limit", "setting")
+    size: int | None = None  # bytes of the refused request (None: not measured, e.g. a stream read in part)
+    limit: int | None = None
+    setting: str = ""
+
+    def __init__(self, message: str, *, size: int | None = None, limit: int | None = None, setting: str = "") -> None:
+        super().__init__(message)
+        self.size, self.limit, self.setting = size, limit, setting
+
+
 class DependencyRejectedError(InvalidInputError):
     """A declared dependency string is malformed or not allowed."""
 
@@ -240,6 +257,23 @@ class StoreUnavailableError(CrossAuditError):
 
     code = ErrorCode.UNAVAILABLE
     retryable = True
+
+
+class ServerUnavailableError(CrossAuditError):
+    """A client got no answer from the CrossAudit server: nothing listens at the address, the
+    name does not resolve, TLS does not match, or the connection broke. Raised by the SDK (never
+    sent by a server); the message says what to check. Retryable: a server that is starting or
+    restarting may answer the next call. (Before it existed, the SDK raised
+    ``EvaluatorUnavailableError`` for this; that class now means an evaluator's runner only.)"""
+
+    code = ErrorCode.UNAVAILABLE
+    retryable = True
+    wire_fields = ("address",)
+    address: str = ""  # the server address the client was given
+
+    def __init__(self, message: str, *, address: str = "") -> None:
+        super().__init__(message)
+        self.address = address
 
 
 class ReviewAlreadyResolvedError(CrossAuditError):

@@ -24,7 +24,7 @@ from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.orchestrator.secrets import MAX_SECRET_BYTES, SecretGrant
 from crossaudit.sdk.options import API_KEY_ENV, SERVER_ENV
 from crossaudit.service.auth import check_private_file
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS
+from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServiceLimits
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -41,8 +41,9 @@ DEV_CALLER = "dev"
 class ProxyLimits:
     """Every bound of the proxy (``limits:`` in the file; docs/proxy.md#limits)."""
 
-    # A chat-completions request body; more is HTTP 413 (read no further).
-    max_request_bytes: int = 1024 * 1024
+    # A chat-completions request body; more is HTTP 413 (read no further). The same name and
+    # default as the server's limits.max_request_bytes: one size limit for a request everywhere.
+    max_request_bytes: int = ServiceLimits.max_request_bytes
     # Messages in one request; more is HTTP 400.
     max_messages: int = 512
     # Choices asked for (``n``); each is evaluated at the output stage. More is HTTP 400.

@@ -16,7 +16,9 @@ transport: blocking stubs, or ``grpc.aio`` awaited. Answers are the store's reco
 :class:`crossaudit.kernel.results.Decision`) plus ``decision_id``, ``policy_revision``,
 ``environment`` and ``review_ids``. Every failure is a typed
 :class:`~crossaudit.kernel.errors.CrossAuditError` (an invalid policy is a
-``PolicyValidationError`` with every issue), never a raw ``grpc.RpcError``.
+``PolicyValidationError`` with every issue), never a raw ``grpc.RpcError``: a server that does
+not answer is a ``ServerUnavailableError`` saying what to check, and a request over
+``max_request_bytes`` is a ``RequestTooLargeError`` raised before anything is sent.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
-from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue, PolicyValidationError
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    InvalidInputError,
+    PolicyIssue,
+    PolicyValidationError,
+    ServerUnavailableError,
+)
 from crossaudit.sdk.options import (
     API_KEY_ENV,
     DEFAULT_CALL_TIMEOUT_S,
@@ -42,6 +50,10 @@ from crossaudit.sdk.options import (
     call_metadata,
     channel_target,
     credentials,
+    request_limit,
+    request_too_large,
+    send_options,
+    unreachable,
 )
 from crossaudit.sdk.sources import policy_upload
 from crossaudit.service import convert
@@ -153,18 +165,25 @@ class ClientBase(abc.ABC):
         tls: TlsOption = False,
         *,
         timeout: float = DEFAULT_CALL_TIMEOUT_S,
+        max_request_bytes: int | None = None,
     ) -> None:
         """``tls``: False (plaintext), True (system roots), a CA file path, or
         ``grpc.ChannelCredentials``. ``timeout`` is the default deadline of management calls.
         ``target``: one ``host:port``; several replicas as a list or ``"h1:p1,h2:p2"`` (IP addresses);
         or one DNS name resolving to every replica: calls are spread with gRPC's client-side
         ``round_robin`` (``crossaudit.sdk.options.channel_target``). Without one: ``$CROSSAUDIT_SERVER``,
-        else 127.0.0.1:50051. ``api_key`` defaults to ``$CROSSAUDIT_API_KEY``."""
+        else 127.0.0.1:50051. ``api_key`` defaults to ``$CROSSAUDIT_API_KEY``.
+        ``max_request_bytes``: a larger request raises ``RequestTooLargeError`` before it is sent
+        (default ``$CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES``, else the server's default, 4 MiB);
+        raise it together with the server's ``limits.max_request_bytes``."""
         target = target or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
         if api_key is None:
             api_key = os.environ.get(API_KEY_ENV) or None
         creds = credentials(tls)
-        self.target, self._options = channel_target(target)  # the gRPC target string
+        self.max_request_bytes = request_limit(max_request_bytes)
+        self.target, options = channel_target(target)  # the gRPC target string
+        self._options = [*options, *send_options(self.max_request_bytes)]
+        self.address = target if isinstance(target, str) else ",".join(map(str, target))  # as given, for messages
         self.timeout = timeout
         self._md = call_metadata(api_key)
         self._channel = self._open(self.target, creds)
@@ -179,6 +198,22 @@ class ClientBase(abc.ABC):
     @abc.abstractmethod
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> Any:
         """The channel the stubs use."""
+
+    def _sized(self, request: Any) -> Any:
+        """``request``, when it is within ``max_request_bytes`` (else RequestTooLargeError): the
+        server would refuse it anyway, after it crossed the network."""
+        size = request.ByteSize()
+        if size > self.max_request_bytes:
+            raise request_too_large(size, self.max_request_bytes)
+        return request
+
+    def _error(self, e: grpc.RpcError) -> CrossAuditError:
+        """The typed error of a failed call; a server that never answered is named with its address."""
+        error = from_rpc_error(e)
+        if type(error) is ServerUnavailableError:
+            details = e.details() if callable(getattr(e, "details", None)) else ""
+            return unreachable(self.address, details or "")
+        return error
 
     # policies
     def _validate_policy(self, path_or_text: PathOrText, base_dir: PathOrText | None) -> Unary[list[PolicyIssue]]:
@@ -342,18 +377,32 @@ class Client(ClientBase):
     def _unary(self, call: Unary[T]) -> T:
         if call.method is None:
             return call.decode(None)
+        request = self._sized(call.request)
         try:
-            answer = call.method(call.request, timeout=call.timeout or self.timeout, metadata=self._md)
+            answer = call.method(request, timeout=call.timeout or self.timeout, metadata=self._md)
         except grpc.RpcError as e:
-            raise call.failed(from_rpc_error(e)) from None
+            raise call.failed(self._error(e)) from None
         return call.decode(answer)
 
     def _stream(self, call: Stream[T]) -> Iterator[T]:
+        # grpc reads a request iterator in a thread of its own, where an exception only cancels
+        # the call: the first bad request's typed error is kept and raised instead
+        failed: list[CrossAuditError] = []
+
+        def checked(requests: Iterator[Any]) -> Iterator[Any]:
+            try:
+                for request in requests:
+                    yield self._sized(request)
+            except CrossAuditError as e:
+                failed.append(e)
+                raise
+
+        request = checked(call.request) if isinstance(call.request, Iterator) else self._sized(call.request)
         try:
-            for message in call.method(call.request, timeout=call.timeout, metadata=self._md):
+            for message in call.method(request, timeout=call.timeout, metadata=self._md):
                 yield call.decode(message)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise (failed[0] if failed else self._error(e)) from None
 
     def _last(self, call: Stream[T | None]) -> T | None:
         last = None
@@ -497,21 +546,25 @@ class AsyncClient(ClientBase):
     async def _unary(self, call: Unary[T]) -> T:
         if call.method is None:
             return call.decode(None)
+        request = self._sized(call.request)
         try:
-            answer = await call.method(call.request, timeout=call.timeout or self.timeout, metadata=self._md)
+            answer = await call.method(request, timeout=call.timeout or self.timeout, metadata=self._md)
         except grpc.RpcError as e:
-            raise call.failed(from_rpc_error(e)) from None
+            raise call.failed(self._error(e)) from None
         return call.decode(answer)
 
     async def _stream(self, call: Stream[T]) -> AsyncIterator[T]:
         # grpc.aio reads a request iterator in a task of its own, where a failure only cancels
-        # the call: every request is built first, so a bad item raises here, typed
-        request = iter(list(call.request)) if isinstance(call.request, Iterator) else call.request
+        # the call: every request is built (and its size checked) first, so a bad item raises here, typed
+        if isinstance(call.request, Iterator):
+            request: Any = iter([self._sized(r) for r in call.request])
+        else:
+            request = self._sized(call.request)
         try:
             async for message in call.method(request, timeout=call.timeout, metadata=self._md):
                 yield call.decode(message)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
 
     async def _last(self, call: Stream[T | None]) -> T | None:
         last = None

@@ -1,28 +1,32 @@
-"""How a client connects: default deadlines, message caps, TLS credentials and the API key."""
+"""How a client connects: default deadlines, message caps, TLS credentials and the API key, and
+what a client says when it gets no answer or would send too much."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
 import grpc
 
-from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.errors import InvalidInputError, RequestTooLargeError, ServerUnavailableError
+from crossaudit.service.config import REQUEST_LIMIT_ENV, TRANSPORT_MARGIN_BYTES, ServiceLimits
 
 SERVER_ENV = "CROSSAUDIT_SERVER"  # where a Client with no target connects
 API_KEY_ENV = "CROSSAUDIT_API_KEY"  # the key a Client sends when it is given none
 DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_CALL_TIMEOUT_S = 30.0  # deadline of calls other than evaluate/upload when none is given
 DEFAULT_UPLOAD_TIMEOUT_S = 1_800.0  # an upload may build an image
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-]
+# The largest answer a client accepts: the server's own cap on answers (limits.max_send_message_bytes).
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+# The largest request, unless Client(max_request_bytes=...) or $CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES
+# says otherwise: the server's default, so that what a client sends, the server accepts.
+DEFAULT_MAX_REQUEST_BYTES = ServiceLimits.max_request_bytes
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
 ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1) of an upload
 Target: TypeAlias = str | Sequence[str]  # "host:port", "h1:p1,h2:p2", ["h1:p1", "h2:p2"], "dns:///name:port"
 MAX_ADDRESSES = 64
@@ -57,6 +61,70 @@ def credentials(tls: TlsOption) -> grpc.ChannelCredentials | None:
         return grpc.ssl_channel_credentials(root_certificates=Path(tls).read_bytes())
     except OSError as e:
         raise InvalidInputError(f"cannot read CA certificate {tls}: {e.strerror}") from None
+
+
+def request_limit(value: int | None = None) -> int:
+    """The request limit a client checks: ``value``, else ``$CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES``
+    (the server's variable too, so a shell that raises one raises both), else the default."""
+    if value is None:
+        text = os.environ.get(REQUEST_LIMIT_ENV, "").strip()
+        if not text:
+            return DEFAULT_MAX_REQUEST_BYTES
+        try:
+            value = int(text)
+        except ValueError:
+            raise InvalidInputError(f"{REQUEST_LIMIT_ENV}={text!r}: a whole number of bytes") from None
+        if value < 1:
+            raise InvalidInputError(f"{REQUEST_LIMIT_ENV}={text!r}: a positive number of bytes")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"max_request_bytes={value!r}: a positive whole number of bytes")
+    return value
+
+
+def send_options(limit: int) -> list[tuple[str, object]]:
+    """grpc's own send cap, above the checked limit (the check, not grpc, refuses first)."""
+    return [("grpc.max_send_message_length", limit + TRANSPORT_MARGIN_BYTES)]
+
+
+def request_too_large(size: int, limit: int) -> RequestTooLargeError:
+    """The client's refusal of a ``size``-byte request, before anything is sent."""
+    return RequestTooLargeError(
+        f"the request is {size} bytes, over this client's limit of {limit} bytes "
+        f"(max_request_bytes: Client(max_request_bytes=...) or {REQUEST_LIMIT_ENV}; "
+        "the server must accept it too: its limits.max_request_bytes)",
+        size=size,
+        limit=limit,
+        setting="max_request_bytes",
+    )
+
+
+_GRPC_PREFIX = re.compile(r"^failed to connect to all addresses; last error: [A-Z_]+: \S+: ")
+
+
+def unreachable(address: str, details: str) -> ServerUnavailableError:
+    """A server that did not answer, in words that say what to check. ``details`` is grpc's text
+    (``failed to connect to all addresses; last error: ...: Connection refused``)."""
+    low = details.lower()
+    start = "Start one with `crossaudit serve --dev`, or give its address with --server or CROSSAUDIT_SERVER"
+    if "connection refused" in low:
+        why, hint = "nothing listens there (connection refused)", f"is it running? {start}"
+    elif "resolv" in low or "domain name not found" in low or "dns" in low:
+        why, hint = "the name does not resolve", "check the address given by --server or CROSSAUDIT_SERVER"
+    elif "handshake" in low or "ssl" in low or "tls" in low:
+        why = "the TLS handshake failed"
+        hint = "TLS must be on at both ends or at neither: --tls / --ca-cert (Client(tls=...)) with a --tls-cert server"
+    elif "socket closed" in low or "connection reset" in low:
+        why = "it closed the connection"
+        hint = f"a TLS server (--tls-cert) needs --tls or --ca-cert (Client(tls=...)); else, is it running? {start}"
+    elif "timeout" in low or "timed out" in low:
+        why, hint = "no connection in time", f"is it running and reachable? {start}"
+    else:
+        why = _GRPC_PREFIX.sub("", details.strip()) or "no answer"
+        hint = f"is it running? {start}"
+    return ServerUnavailableError(
+        f"cannot reach the CrossAudit server at {address}: {why}; {hint}", address=address
+    )
 
 
 def call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:

@@ -72,6 +72,19 @@ PUBLIC_METHOD_PREFIXES = (
 )
 
 
+# What a refused caller reads (the CLI prints it as is): what to do, for the CLI, the SDK (both
+# read CROSSAUDIT_API_KEY) and other gRPC clients. The same for every caller, so it says nothing
+# about which keys exist.
+MISSING_KEY = (
+    "missing API key: this server needs one (pass --api-key or set CROSSAUDIT_API_KEY; "
+    "other gRPC clients send metadata 'authorization: Bearer <key>')"
+)
+INVALID_KEY = (
+    "invalid API key: this server has no such key (pass one of its keys with --api-key or "
+    "CROSSAUDIT_API_KEY; the server's --api-keys file lists them)"
+)
+
+
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
@@ -119,11 +132,11 @@ class Authenticator:
         if self.dev:
             return self._dev_principal
         if not key:
-            raise UnauthenticatedError("missing API key: send metadata 'authorization: Bearer <key>'")
+            raise UnauthenticatedError(MISSING_KEY)
         # looked up by SHA-256 digest: timing reveals nothing usable about stored keys
         principal = self._by_digest.get(_digest(key))
         if principal is None:
-            raise UnauthenticatedError("invalid API key")
+            raise UnauthenticatedError(INVALID_KEY)
         return principal
 
     def tenant_for_key(self, key: str | None) -> str:

@@ -20,11 +20,22 @@ DEFAULT_ENVIRONMENT = "production"
 DEV_TENANT = "default"
 
 
+REQUEST_LIMIT_KEY = "limits.max_request_bytes"  # ServiceLimits.max_request_bytes as a setting
+REQUEST_LIMIT_ENV = "CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES"  # ... and its variable (server, SDK, CLI)
+# gRPC's own cap on a received message is set this far above max_request_bytes, so a request a
+# little too large reaches the handler and gets the typed refusal naming the setting rather
+# than grpc's "Received message larger than max" (which names nothing).
+TRANSPORT_MARGIN_BYTES = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ServiceLimits:
     """Caps of the gRPC layer (see docs/service.md)."""
 
-    max_receive_message_bytes: int = 4 * 1024 * 1024  # one request message
+    # The largest request, one setting everywhere: the server refuses a larger message
+    # (INVALID_ARGUMENT naming it), the SDK and the CLI check it before sending (the SDK reads
+    # REQUEST_LIMIT_ENV, else this default), and it is the guard proxy's default body limit.
+    max_request_bytes: int = 4 * 1024 * 1024
     max_send_message_bytes: int = 8 * 1024 * 1024  # one answer message
     max_concurrent_rpcs: int = 1024  # grpc.aio maximum_concurrent_rpcs; more = RESOURCE_EXHAUSTED
     max_inflight_evaluations_per_tenant: int = 256  # concurrent decisions of one tenant (rate limit)

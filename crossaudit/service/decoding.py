@@ -12,6 +12,10 @@ server on grpc's slow dispatch path (measured: -40% unary throughput; docs/perfo
 A ``google.protobuf.Struct`` nested deeper than the protobuf runtime's recursion limit cannot be
 decoded at all; the failure is then explained by a schema-guided scan of the bytes that names
 :attr:`ServiceLimits.max_struct_depth`, the depth the service accepts.
+
+A message over :attr:`ServiceLimits.max_request_bytes` is refused here too, as a
+``RequestTooLargeError`` naming the setting (grpc's own cap sits ``TRANSPORT_MARGIN_BYTES``
+above it, so this is the refusal a caller sees for a request a little too large).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from crossaudit.kernel.errcodec import abort
-from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
+from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, RequestTooLargeError
+from crossaudit.service.config import REQUEST_LIMIT_ENV, REQUEST_LIMIT_KEY
 
 STRUCT_TYPES = frozenset({"google.protobuf.Struct", "google.protobuf.ListValue"})  # one JSON level each
 SCAN_MAX_FIELDS = 100_000  # the depth scan of a bad request gives up (generic message) beyond this
@@ -100,10 +105,25 @@ def struct_depth_exceeds(data: bytes, descriptor: Descriptor, limit: int) -> boo
     return False
 
 
-def _guarded_deserializer(deserialize: Callable[[bytes], Any] | None, max_depth: int) -> Callable[[bytes], Any]:
+def too_large(size: int, limit: int) -> RequestTooLargeError:
+    """The server's refusal of a ``size``-byte request: what the limit is and where it is set."""
+    return RequestTooLargeError(
+        f"the request is {size} bytes, over the server's limit of {limit} bytes "
+        f"({REQUEST_LIMIT_KEY}; {REQUEST_LIMIT_ENV} where the server runs)",
+        size=size,
+        limit=limit,
+        setting=REQUEST_LIMIT_KEY,
+    )
+
+
+def _guarded_deserializer(
+    deserialize: Callable[[bytes], Any] | None, max_depth: int, max_bytes: int | None = None
+) -> Callable[[bytes], Any]:
     descriptor = getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
 
     def parse(data: bytes) -> Any:
+        if max_bytes is not None and len(data) > max_bytes:
+            return Undecodable(too_large(len(data), max_bytes))
         try:
             return deserialize(data) if deserialize is not None else data
         except Exception:  # DecodeError, RecursionError, ...: the caller's bytes, not our bug
@@ -120,12 +140,14 @@ def guard_handler(
     max_depth: int,
     on_reject: Callable[[], None] = lambda: None,
     authorize: Authorize | None = None,
+    max_bytes: int | None = None,
 ) -> grpc.RpcMethodHandler:
     """``handler`` whose calls are authorized first (``authorize``: its error is the answer,
     before any servicer code runs), with a deserializer that never raises and behaviours that
-    answer a bad request INVALID_ARGUMENT (``on_reject`` is called for each, e.g. to count it)."""
+    answer a bad request INVALID_ARGUMENT (``on_reject`` is called for each, e.g. to count it);
+    a request message over ``max_bytes`` is such a bad request."""
     kwargs = {
-        "request_deserializer": _guarded_deserializer(handler.request_deserializer, max_depth),
+        "request_deserializer": _guarded_deserializer(handler.request_deserializer, max_depth, max_bytes),
         "response_serializer": handler.response_serializer,
     }
 
@@ -227,9 +249,11 @@ class DecodingGuard:
         max_depth: int,
         on_reject: Callable[[str], None] = lambda method: None,
         authorize: Callable[[str, grpc.aio.ServicerContext], None] | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         self._server = server
         self._max_depth = max_depth
+        self._max_bytes = max_bytes
         self._on_reject = on_reject
         self._authorize = authorize
         self._wrapped: dict[tuple[str, int], tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
@@ -241,7 +265,9 @@ class DecodingGuard:
             short = method.rsplit("/", 1)[-1]
             check = self._authorize
             authorize = None if check is None else (lambda context: check(method, context))
-            guarded = guard_handler(handler, self._max_depth, lambda: self._on_reject(short), authorize)
+            guarded = guard_handler(
+                handler, self._max_depth, lambda: self._on_reject(short), authorize, self._max_bytes
+            )
             hit = (handler, guarded)
             self._wrapped[(method, id(handler))] = hit
         return hit[1]

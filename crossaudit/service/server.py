@@ -22,7 +22,7 @@ from crossaudit.kernel.limits import EngineLimits
 from crossaudit.orchestrator.engine.ratelimit import LimiterFactory
 from crossaudit.sandbox.base import Sandbox
 from crossaudit.service.auth import Authenticator, check_private_file
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServerConfig
+from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
@@ -345,7 +345,8 @@ async def start_server(
     )
 
     options = [
-        ("grpc.max_receive_message_length", limits.max_receive_message_bytes),
+        # above the named limit: the handler's refusal names it (crossaudit.service.decoding)
+        ("grpc.max_receive_message_length", limits.max_request_bytes + TRANSPORT_MARGIN_BYTES),
         ("grpc.max_send_message_length", limits.max_send_message_bytes),
         ("grpc.so_reuseport", 0),
     ]

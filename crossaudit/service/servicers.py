@@ -380,6 +380,7 @@ def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Aut
         service.limits.max_struct_depth,
         lambda method: rpcs.labels(method, "INVALID_ARGUMENT").inc(),
         authorize=auth.authorize,
+        max_bytes=service.limits.max_request_bytes,
     )
     info_grpc.add_InfoServiceServicer_to_server(InfoServicer(service, auth), server)
     pol_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(service, auth), server)

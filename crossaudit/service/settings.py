@@ -40,6 +40,8 @@ CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file is refused unread
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
 LEGACY_ENV: Mapping[str, tuple[str, ...]] = {"CROSSAUDIT_STORE": ("store_url",)}
+# Keys that were renamed: the old one stops the start with the new name, rather than a guess.
+RENAMED: Mapping[str, str] = {"limits.max_receive_message_bytes": "limits.max_request_bytes"}
 # CROSSAUDIT_* variables that are not server settings: the client's, secrets passed by reference,
 # build tools', the CLI's. A variable outside both lists is reported as a probable typo.
 OTHER_ENV: Mapping[str, str] = {
@@ -468,6 +470,8 @@ def _describe(e: Mapping[str, Any], origins: _Origins) -> str:
     key = ".".join(loc)
     origin = origins.of(loc)
     if e["type"] == "extra_forbidden":
+        if key in RENAMED:
+            return f"unknown key {key!r} ({origin}): it is now {RENAMED[key]!r}"
         options = _nested_fields(loc[:-1])
         match = difflib.get_close_matches(loc[-1], options, n=1, cutoff=0.6)
         hint = f"; did you mean {'.'.join((*loc[:-1], match[0]))!r}?" if match else ""

@@ -134,6 +134,25 @@ def test_usage_and_input_errors_are_one_line(context_policy: Path) -> None:
     assert res.returncode == 1 and "not found" in res.stderr and "--server" in res.stderr
 
 
+def test_an_input_over_the_request_limit_is_a_usage_error(context_policy: Path, tmp_path: Path) -> None:
+    """One request limit (limits.max_request_bytes, 4 MiB): checked here before anything runs,
+    exit 2 like any usage error, one line naming the setting - locally and with --server."""
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * (4 * 1024 * 1024 + 1))
+    for extra in ((), ("--server", "127.0.0.1:9")):  # nothing listens there: nothing is sent
+        res = run("evaluate", str(context_policy), "--response", f"@{big}", *extra)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.startswith(f"error: --response: {big} holds more than 4194304 bytes") and res.stdout == ""
+        assert "(limits.max_request_bytes; set CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES" in res.stderr
+        assert res.stderr.count("\n") == 1
+    res = run("evaluate", str(context_policy), "--prompt", "-", stdin="y" * (4 * 1024 * 1024 + 1))
+    assert res.returncode == 2 and "standard input holds more than 4194304 bytes" in res.stderr
+    half = tmp_path / "half.txt"
+    half.write_bytes(b"z" * (2 * 1024 * 1024 + 1))
+    res = run("evaluate", str(context_policy), "--prompt", f"@{half}", "--response", f"@{half}")
+    assert res.returncode == 2 and "--prompt, --response and --context together are 4194308 bytes" in res.stderr  # {}
+
+
 def test_a_deployed_policy_evaluated_by_the_server(server: ServerProcess, tmp_path: Path) -> None:
     with Client(server.address, api_key=key("globex")) as c:
         c.deploy_policy(KEYWORDS)
@@ -166,6 +185,7 @@ def test_another_tenants_policy_cannot_be_evaluated(server: ServerProcess) -> No
     assert res.stderr == none.stderr.replace("nobody-has-this", "acme-private")
     assert res.stderr.startswith("error: policy 'acme-private' is not deployed") and res.stderr.count("\n") == 1
     res = run("evaluate", "--server", "acme-private", "-r", "bad", server=server, api_key="wrong-key-0123456789")
-    assert res.returncode == 1 and res.stderr == "error: invalid API key\n"
+    assert res.returncode == 1 and res.stderr.startswith("error: invalid API key: ") and res.stderr.count("\n") == 1
+    assert "--api-key" in res.stderr and "CROSSAUDIT_API_KEY" in res.stderr  # what to do about it
     own = run("evaluate", "--server", "acme-private", "-r", "fine", server=server, api_key=key("acme"))
     assert own.returncode == 0 and "policy: acme-private" in own.stdout

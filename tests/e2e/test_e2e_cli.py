@@ -84,8 +84,19 @@ def test_evaluator_and_review_commands(server: ServerProcess, tmp_path: Path) ->
 
 
 def test_wrong_key_and_unreachable_server_are_one_line(server: ServerProcess) -> None:
+    """Each says what to do: which flag or variable gives the key, how to start a server."""
     res = cli(server, "policy", "list", api_key="wrong-key-0123456789")
-    assert res.returncode == 1 and res.stderr == "error: invalid API key\n"
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("error: invalid API key: this server has no such key (pass one of its keys with ")
+    assert "--api-key or CROSSAUDIT_API_KEY" in res.stderr
+    res = cli(server, "policy", "list", api_key="")  # none at all
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("error: missing API key: ")
+    assert "pass --api-key or set CROSSAUDIT_API_KEY" in res.stderr
     res = cli(server, "policy", "list", "--server", "127.0.0.1:1", "--timeout", "3")
-    assert res.returncode == 1 and res.stderr.startswith("error: server unavailable") and res.stderr.count("\n") == 1
+    assert res.returncode == 1 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("error: cannot reach the CrossAudit server at 127.0.0.1:1: nothing listens there")
+    assert "Start one with `crossaudit serve --dev`, or give its address with --server or CROSSAUDIT_SERVER" in (
+        res.stderr
+    )
     assert cli(server, "policy", "list", "--bogus-flag").returncode == 2

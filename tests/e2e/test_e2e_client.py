@@ -15,6 +15,7 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
     NotFoundError,
     PolicyValidationError,
+    RequestTooLargeError,
     ReviewAlreadyResolvedError,
 )
 from crossaudit.kernel.results import Action
@@ -213,11 +214,30 @@ def test_unknown_policy_and_bad_environment(client: Client) -> None:
         client.evaluate("keywords", "", "", environment="Bad Env", timeout=10)
 
 
-def test_oversized_requests_are_refused_not_retried(client: Client) -> None:
-    with pytest.raises(InvalidInputError, match="exceed"):  # the engine's content cap (1 MiB)
+def test_oversized_requests_are_refused_not_retried(client: Client, server: ServerProcess) -> None:
+    """Every refusal names its setting: the engine's content cap, then the one request limit
+    (limits.max_request_bytes, 4 MiB) - in the client before sending, and in the server for a
+    client configured higher."""
+    with pytest.raises(InvalidInputError, match=r"over the 1048576 bytes .*\(engine_limits.max_content_bytes\)"):
         client.evaluate("keywords", "", "x" * (2 * 1024 * 1024), timeout=10)
-    with pytest.raises(InvalidInputError, match="too large"):  # the transport's message cap (4 MiB)
+    with pytest.raises(RequestTooLargeError) as mine:  # checked here: nothing is sent
         client.evaluate("keywords", "", "x" * (5 * 1024 * 1024), timeout=10)
+    assert "over this client's limit of 4194304 bytes" in mine.value.message
+    assert "CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES" in mine.value.message and not mine.value.retryable
+    with Client(server.address, api_key=key("acme"), max_request_bytes=64 * 1024 * 1024) as roomy:
+        with pytest.raises(RequestTooLargeError) as theirs:  # within grpc's margin: the server's own refusal
+            roomy.evaluate("keywords", "", "x" * (4 * 1024 * 1024 + 512 * 1024), timeout=10)
+        err = theirs.value
+        assert err.setting == "limits.max_request_bytes" and err.limit == 4 * 1024 * 1024
+        assert err.message.startswith("the request is ") and "over the server's limit of 4194304 bytes" in err.message
+        assert "(limits.max_request_bytes; CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES where the server runs)" in err.message
+        with pytest.raises(InvalidInputError, match="too large"):  # far beyond: grpc's cap (limit + 1 MiB)
+            roomy.evaluate("keywords", "", "x" * (6 * 1024 * 1024), timeout=10)
+        items = [{"prompt": "", "response": "fine"}, {"prompt": "", "response": "x" * (4 * 1024 * 1024 + 1024)}]
+        with pytest.raises(RequestTooLargeError, match=r"limits\.max_request_bytes"):  # a stream item too
+            list(roomy.evaluate_many("keywords", items, timeout=30))
+    with pytest.raises(RequestTooLargeError, match="this client's limit"):  # the blocking stream checks each item
+        list(client.evaluate_many("keywords", items, timeout=30))
 
 
 def test_metrics_endpoint_counts_decisions(client: Client, server: ServerProcess) -> None:

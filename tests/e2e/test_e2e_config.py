@@ -25,13 +25,13 @@ from tests.openai_stub import OpenAIStub
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 60.0
-RECEIVE_LIMIT = 64 * 1024  # from the environment, over the file's 1 MiB
+REQUEST_LIMIT = 64 * 1024  # from the environment, over the file's 1 MiB
 PROMPT_TOKENS, COMPLETION_TOKENS = 1_200, 300
 PRICE_PROMPT, PRICE_COMPLETION = 2.0, 10.0  # USD per million tokens, from the file
 
 CONFIG = f"""
 limits:
-  max_receive_message_bytes: 1048576     # overridden by CROSSAUDIT_LIMITS__MAX_RECEIVE_MESSAGE_BYTES
+  max_request_bytes: 1048576             # overridden by CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES
   max_inflight_evaluations_per_tenant: 8
 metrics_limits:
   max_tenant_labels: 1                   # acme is seen first; globex is counted as "other"
@@ -78,7 +78,7 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
         root,
         keys_text=KEYS,
         extra=("--config", str(root / "crossaudit.yaml"), "--log-format", "json", "--log-level", "DEBUG"),
-        env={"CROSSAUDIT_LIMITS__MAX_RECEIVE_MESSAGE_BYTES": str(RECEIVE_LIMIT)},
+        env={"CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES": str(REQUEST_LIMIT)},
     )
     srv.start()
     try:
@@ -122,19 +122,22 @@ def test_limit_from_the_environment_beats_the_file_on_the_real_path(
 ) -> None:
     with Client(configured.address, api_key=key("acme")) as c:
         c.deploy_policy(judge_policy(stub.url), environment="production")
-    assert raw_evaluate(configured.address, "acme", "p" * (RECEIVE_LIMIT // 2)) is None
-    err = raw_evaluate(configured.address, "acme", "p" * (RECEIVE_LIMIT + 1024))  # under the file's 1 MiB
-    assert err is not None and err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, err
+    assert raw_evaluate(configured.address, "acme", "p" * (REQUEST_LIMIT // 2)) is None
+    err = raw_evaluate(configured.address, "acme", "p" * (REQUEST_LIMIT + 1024))  # under the file's 1 MiB
+    # any gRPC client reads the setting and its value, typed (not grpc's "larger than max")
+    assert err is not None and err.code() is grpc.StatusCode.INVALID_ARGUMENT, err
+    assert f"over the server's limit of {REQUEST_LIMIT} bytes (limits.max_request_bytes;" in (err.details() or "")
+    assert ("crossaudit-error-type", "RequestTooLargeError") in tuple(err.trailing_metadata() or ())
     # What the operator would see for it: the value and its source.
     config = str(configured.data_dir / "crossaudit.yaml")
     show = subprocess.run(
         [sys.executable, "-m", "crossaudit.cli", "config", "show", "--json", "--config", config],
         capture_output=True, text=True, cwd=ROOT, timeout=TIMEOUT_S, check=True,
-        env={"PATH": "/usr/bin:/bin", "CROSSAUDIT_LIMITS__MAX_RECEIVE_MESSAGE_BYTES": str(RECEIVE_LIMIT)},
+        env={"PATH": "/usr/bin:/bin", "CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES": str(REQUEST_LIMIT)},
     )  # fmt: skip
     shown = json.loads(show.stdout)["settings"]
-    assert shown["limits.max_receive_message_bytes"] == {
-        "value": RECEIVE_LIMIT, "source": "env", "origin": "CROSSAUDIT_LIMITS__MAX_RECEIVE_MESSAGE_BYTES",
+    assert shown["limits.max_request_bytes"] == {
+        "value": REQUEST_LIMIT, "source": "env", "origin": "CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES",
     }  # fmt: skip
     assert shown["limits.max_inflight_evaluations_per_tenant"]["source"] == "file"
 

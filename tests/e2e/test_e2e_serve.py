@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from crossaudit.kernel.errors import EvaluatorUnavailableError
+from crossaudit.kernel.errors import ServerUnavailableError
 from tests.conftest import need
 from tests.e2e.conftest import ROOT, ServerProcess, key, write_keys
 from tests.e2e.policies import KEYWORDS, busy
@@ -124,8 +124,11 @@ def test_tls_end_to_end(tmp_path: Path) -> None:
         with Client(srv.address, api_key=key("acme"), tls=cert) as c:
             c.deploy_policy(KEYWORDS)
             assert c.evaluate("keywords", "p", "fine", timeout=10).passed
-        with Client(srv.address, api_key=key("acme"), timeout=3) as plain, pytest.raises(EvaluatorUnavailableError):
+        plain = Client(srv.address, api_key=key("acme"), timeout=3)
+        with plain, pytest.raises(ServerUnavailableError) as info:
             plain.list_policies()
+        assert info.value.message.startswith(f"cannot reach the CrossAudit server at {srv.address}: it closed the")
+        assert "needs --tls or --ca-cert" in info.value.message  # a plaintext client, a TLS server
     finally:
         assert srv.stop() == 0
 

@@ -24,7 +24,7 @@ from crossaudit.cli.testreport import (
     run_ok,
 )
 from crossaudit.kernel.dsl import TestCase
-from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.errors import InvalidInputError, RequestTooLargeError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.sdk.cases import CaseStatus, Tally, errored_rules, judge_case, rule_rows
 
@@ -304,11 +304,16 @@ def test_inputs_come_from_text_files_or_stdin_within_a_bound(tmp_path: Path, mon
     (tmp_path / "bin").write_bytes(b"\xff\xfe")
     with pytest.raises(InvalidInputError, match="not UTF-8"):
         evaluate.read_input(f"@{tmp_path / 'bin'}", "--prompt")
-    monkeypatch.setattr(evaluate, "MAX_INPUT_BYTES", 4)
-    with pytest.raises(InvalidInputError, match="more than 4 bytes"):
+    # the request limit, the server's variable (limits.max_request_bytes): each input, and together
+    monkeypatch.setenv("CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES", "4")
+    with pytest.raises(RequestTooLargeError, match=r"more than 4 bytes, .*\(limits.max_request_bytes; set CROSSAUDIT"):
         evaluate.read_input(f"@{f}", "--response")
+    with pytest.raises(RequestTooLargeError, match="--prompt is 5 bytes, over the 4 bytes"):
+        evaluate.read_input("plain", "--prompt")  # inline text too
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"abc")))
     assert evaluate.read_input("-", "--prompt") == "abc"
+    with pytest.raises(RequestTooLargeError, match="together are 6 bytes"):
+        evaluate.check_inputs("abc", "d", {})  # + "{}"
 
 
 def test_context_must_be_a_json_object(tmp_path: Path) -> None:

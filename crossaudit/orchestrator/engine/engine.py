@@ -227,8 +227,12 @@ class Engine:
             budget = min(budget, timeout)
         if budget <= 0:
             raise DeadlineExceededError("no time left to evaluate the policy")
-        if len(prompt.encode()) + len(response.encode()) > self.limits.max_content_bytes:
-            raise InvalidInputError(f"prompt + response exceed {self.limits.max_content_bytes} bytes")
+        size = len(prompt.encode()) + len(response.encode())
+        if size > self.limits.max_content_bytes:
+            raise InvalidInputError(
+                f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
+                "takes (engine_limits.max_content_bytes)"
+            )
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=self.now())
         req = _Request(
             policy=policy,
