@@ -3,7 +3,8 @@
 Settings come from ``--config FILE`` (callers, upstream, limits), then these flags. CrossAudit is
 reached at ``--server`` (default ``$CROSSAUDIT_SERVER``) with each caller's CrossAudit key (default
 ``$CROSSAUDIT_API_KEY``); the upstream key is read from the variable ``--upstream-api-key-env``
-names, never from the command line.
+names, never from the command line. It starts only once CrossAudit answers and accepts every
+caller's key (docs/proxy.md#failures); otherwise one ``error:`` line, exit 1.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve an OpenAI-compatible /v1/chat/completions that applies a policy before and after the model",
         description="The guard proxy: each chat completion is evaluated by a running CrossAudit server "
         "(the policy's input rules) before it goes upstream, and the answer (output rules) before it "
-        "comes back. Settings: --config FILE, then these flags (docs/proxy.md).",
+        "comes back. It starts only once CrossAudit answers and accepts the callers' keys. "
+        "Settings: --config FILE, then these flags (docs/proxy.md).",
     )
     p.add_argument("--config", default=None, metavar="FILE", help="the proxy's YAML configuration (callers, limits)")
     p.add_argument("--upstream", default=None, metavar="URL", help="base URL of the OpenAI-compatible API (…/v1)")

@@ -141,7 +141,11 @@ class ProxyApp:
         limit = self.limits.max_request_bytes
         declared = request.headers.get("content-length", "")
         too_large = ProxyError(
-            413, f"the request body is over {limit} bytes", "invalid_request_error", "request_too_large"
+            413,
+            f"the request body is over {limit} bytes, the guard proxy's limit (limits.max_request_bytes "
+            "in its configuration file)",
+            "invalid_request_error",
+            "request_too_large",
         )
         buf = bytearray()
         over = declared.isdigit() and int(declared) > limit

@@ -60,6 +60,9 @@ class ProxyLimits:
     # Seconds CrossAudit has for each evaluation (the Evaluate call's deadline). More is
     # "CrossAudit unavailable": HTTP 503, or a pass with fail_open.
     evaluation_timeout_s: float = 30.0
+    # Seconds the start check waits for CrossAudit to answer (a server started at the same time
+    # is given this long to come up); then the proxy does not start.
+    start_check_timeout_s: float = 10.0
     # Evaluations one call runs at once (input_messages: all evaluates each message; n choices
     # each answer): the rest wait, so one call cannot use up the tenant's in-flight evaluations.
     max_evaluations_per_call: int = 4

@@ -7,6 +7,12 @@ in headers. What a decision does: ``block`` stops the call (an error or a refusa
 configured); a ``modified_response`` (a ``modify`` rule's redaction) replaces the text; every
 other action (flag, require_review, warn, custom, continue, allow) lets the text through
 unchanged. CrossAudit not answering fails closed (503) unless ``fail_open`` is set.
+
+A guard failure is answered 503 ``guard_unavailable`` with ``x-should-retry: false`` and a
+message saying why: the openai SDKs retry a 503 unless that header says not to, and a retry of a
+missing server or a refused key fails the same way, so the caller would only see a slow, flaky
+model. :meth:`Guard.check_connection` runs at start, so a proxy with an unreachable CrossAudit or
+a wrong key does not start at all.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crossaudit.kernel.errors import CrossAuditError, ErrorCode
+from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, ErrorCode, ServerUnavailableError
 from crossaudit.kernel.results import Action
+from crossaudit.orchestrator.secrets import SecretGrant
 from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
 from crossaudit.sdk.client import AsyncClient
+from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER
 from crossaudit.service.models import RemoteDecision
 
 log = logging.getLogger("crossaudit.proxy")
@@ -32,6 +40,17 @@ MAX_CLIENTS = 64  # CrossAudit connections kept (one per distinct key); the olde
 # only): a misconfiguration (unknown policy, refused key) always fails closed, and so does
 # RESOURCE_EXHAUSTED (the tenant's in-flight cap), which callers can cause at will by calling a lot.
 UNAVAILABLE_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.DEADLINE_EXCEEDED, ErrorCode.INTERNAL})
+# openai-python and openai-node retry 408, 409, 429 and 5xx unless this header says otherwise
+# (openai._base_client._should_retry); the guard's failures do not mend within a retry's backoff.
+NO_RETRY = {"x-should-retry": "false"}
+CHECK_RETRY_S = 0.25  # the start check asks an unreachable CrossAudit again this often
+
+
+def guard_unavailable(why: str) -> ProxyError:
+    """The answer to a call the guard could not evaluate: 503, not to be retried, saying why."""
+    return ProxyError(
+        503, f"the guard could not evaluate the request: {why}", "server_error", "guard_unavailable", headers=NO_RETRY
+    )
 
 
 @dataclass(frozen=True)
@@ -58,7 +77,10 @@ class Guard:
             key = read_secret(caller.crossaudit_key, f"the CrossAudit key of caller {caller.name!r}")
         except CrossAuditError as e:
             log.error("%s", e.message)
-            raise ProxyError(503, "the guard is not available", "server_error", "guard_unavailable") from None
+            raise guard_unavailable(
+                "the proxy has no CrossAudit key for this caller (its variable or file is unset; the proxy's log "
+                "says which)"
+            ) from None
         client = self._clients.get(key)
         if client is None:
             client = AsyncClient(
@@ -75,6 +97,58 @@ class Guard:
         else:
             self._clients.move_to_end(key)
         return client
+
+    @property
+    def server(self) -> str:
+        return self.config.server or DEFAULT_SERVER
+
+    async def check_connection(self) -> None:
+        """At start: every CrossAudit key the callers use is read and accepted by the server
+        (``GetServerInfo``, which every role may call), else ConfigurationError saying what to fix.
+        An unreachable server is asked again until ``start_check_timeout_s``; it stops the start
+        unless every caller is ``fail_open`` (then a warning: they are served without the guard)."""
+        limit = self.config.limits.start_check_timeout_s
+        deadline = asyncio.get_running_loop().time() + limit
+        checked: set[SecretGrant | None] = set()
+        for caller in self.config.callers_list():
+            if caller.crossaudit_key in checked:
+                continue
+            checked.add(caller.crossaudit_key)
+            whose = f"the CrossAudit key of caller {caller.name!r}"
+            source = caller.crossaudit_key.describe() if caller.crossaudit_key else f"${API_KEY_ENV}"
+            try:
+                self._client(caller)  # reads the key
+            except ProxyError:
+                raise ConfigurationError(
+                    f"{whose} ({source}) is unset, unreadable or empty: the proxy reads it for every call"
+                ) from None
+            try:
+                info = await self._server_info(caller, deadline)
+            except ServerUnavailableError as e:
+                waited = f"(waited {limit:g}s: limits.start_check_timeout_s)"
+                if all(c.fail_open for c in self.config.callers_list()):
+                    log.warning("%s %s; every caller is fail_open: serving without the guard", e.message, waited)
+                    return
+                raise ConfigurationError(f"the guard proxy needs CrossAudit: {e.message} {waited}") from None
+            except CrossAuditError as e:
+                refused = f"CrossAudit at {self.server} refused {whose} ({source}): {e.message}"
+                raise ConfigurationError(refused) from None
+            log.info("CrossAudit at %s accepts %s (tenant %s)", self.server, whose, info.tenant)
+
+    async def _server_info(self, caller: Caller, deadline: float) -> Any:
+        """``GetServerInfo`` with the caller's key, asked again while the server is unreachable
+        (it may be starting) until ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                    return await self._client(caller).server_info()
+            except TimeoutError:
+                raise ServerUnavailableError(f"CrossAudit at {self.server} did not answer") from None
+            except ServerUnavailableError:
+                if loop.time() + CHECK_RETRY_S >= deadline:
+                    raise
+            await asyncio.sleep(CHECK_RETRY_S)
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), OrderedDict()
@@ -121,9 +195,7 @@ class Guard:
                 )
                 return Verdict("", "fail-open", False, None, {})
             log.warning("CrossAudit did not decide (%s: %s); failing closed", code.value, e.message)
-            raise ProxyError(
-                503, "the guard could not evaluate the request; try again later", "server_error", "guard_unavailable"
-            )
+            raise guard_unavailable(self._why(e, code))
         if code is ErrorCode.RESOURCE_EXHAUSTED:
             raise ProxyError(
                 503,
@@ -148,7 +220,26 @@ class Guard:
             )
         # The proxy's own CrossAudit key refused, or the server's precondition: the operator's to fix.
         log.error("CrossAudit refused the evaluation (%s: %s)", code.value, e.message)
-        raise ProxyError(503, "the guard is not available", "server_error", "guard_unavailable")
+        raise guard_unavailable(self._why(e, code))
+
+    def _why(self, e: CrossAuditError, code: ErrorCode) -> str:
+        """Why the guard could not decide, for the caller: the cause and whose it is to fix, but
+        nothing of CrossAudit's own texts (addresses, store errors), which the proxy's log has."""
+        if isinstance(e, ServerUnavailableError):
+            return (
+                "the proxy cannot reach CrossAudit (its operator must start it or correct crossaudit.server); "
+                "a retry will fail the same way until then"
+            )
+        if code is ErrorCode.DEADLINE_EXCEEDED:
+            within = self.config.limits.evaluation_timeout_s
+            return f"CrossAudit did not decide within {within:g}s (limits.evaluation_timeout_s)"
+        if code is ErrorCode.UNAUTHENTICATED:
+            return "CrossAudit refused the proxy's key for this caller (its operator must correct crossaudit_api_key)"
+        if code is ErrorCode.PERMISSION_DENIED:
+            return "the proxy's CrossAudit key for this caller may not evaluate (it needs role service or admin)"
+        if code is ErrorCode.INTERNAL:
+            return "CrossAudit failed while deciding (its server log says why)"
+        return f"CrossAudit could not decide ({code.value}; its server log says why)"
 
 
 def verdict_of(decision: RemoteDecision) -> Verdict:

@@ -1,5 +1,7 @@
-"""Serve the guard proxy on uvicorn: bind, print the start line once requests are accepted, run
-until SIGINT/SIGTERM, then let open requests finish and exit 0 (a stop asked for is not a failure)."""
+"""Serve the guard proxy on uvicorn: check CrossAudit (reachable, every caller's key accepted; a
+proxy that would answer every call with an error does not start), bind, print the start line once
+requests are accepted, run until SIGINT/SIGTERM, then let open requests finish and exit 0 (a stop
+asked for is not a failure)."""
 
 from __future__ import annotations
 
@@ -93,6 +95,11 @@ async def serve(config: ProxyConfig) -> None:
                     loop.remove_signal_handler(sig)
 
     app = ProxyApp(config)
+    try:
+        await app.guard.check_connection()
+    except BaseException:
+        await app.guard.aclose()
+        raise
     sock = bind_tcp(config.host, config.port, what="proxy")
     tls = bool(config.tls_cert and config.tls_key)
     uv = Server(

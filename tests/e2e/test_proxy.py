@@ -416,7 +416,9 @@ def test_oversized_body_is_413(proxy: ProxyProcess, stub: UpstreamStub) -> None:
     with pytest.raises(openai.APIStatusError) as info:
         ask(oa(proxy.url), "x" * 100_000)
     assert info.value.status_code == 413
-    assert error_of(info.value)["code"] == "request_too_large"
+    err = error_of(info.value)
+    assert err["code"] == "request_too_large"
+    assert "over 65536 bytes" in err["message"] and "limits.max_request_bytes" in err["message"]  # the setting
     assert stub.requests == []
 
 
@@ -492,19 +494,43 @@ def test_upstream_down_is_502_and_every_message_may_be_checked(deployed: ServerP
         p.stop()
 
 
-def test_crossaudit_down_fails_closed_unless_fail_open(upstream: UpstreamStub, tmp_path: Path) -> None:
+def counting(url: str, api_key: str, calls: list[str]) -> openai.OpenAI:
+    """The openai SDK with its default retries, each HTTP request it sends counted in ``calls``."""
+    hooks = {"request": [lambda request: calls.append(str(request.url))]}
+    return openai.OpenAI(base_url=url, api_key=api_key, timeout=60, http_client=httpx.Client(event_hooks=hooks))
+
+
+def test_crossaudit_going_away_fails_closed_without_retries_unless_fail_open(
+    upstream: UpstreamStub, tmp_path: Path
+) -> None:
+    """CrossAudit stops while the proxy runs: a fail-closed caller gets one 503 that the openai SDK
+    does not retry (x-should-retry: false) and that says why; a fail_open caller passes."""
     upstream.reset()
-    callers = {
-        "closed": {"keys": [CLOSED_KEY], "policies": ["proxy-guard"], "default_policy": "proxy-guard"},
-        "open": {"keys": [OPEN_KEY], "policies": ["proxy-guard"], "default_policy": "proxy-guard", "fail_open": True},
-    }
-    config = proxy_config(f"127.0.0.1:{closed_port()}", upstream.url, callers, limits={"evaluation_timeout_s": 3})
-    p = ProxyProcess(tmp_path / "nocrossaudit", config, PROXY_ENV).start()
+    srv = ServerProcess(tmp_path / "server")
+    srv.start()
     try:
+        with Client(srv.address, api_key=key("acme")) as c:
+            c.deploy_policy(GUARD, environment="production")
+        callers = {
+            "closed": {"keys": [CLOSED_KEY], "policies": ["proxy-guard"], "default_policy": "proxy-guard"},
+            "open": {
+                "keys": [OPEN_KEY], "policies": ["proxy-guard"], "default_policy": "proxy-guard", "fail_open": True,
+            },
+        }  # fmt: skip
+        config = proxy_config(srv.address, upstream.url, callers, limits={"evaluation_timeout_s": 3})
+        p = ProxyProcess(tmp_path / "proxy", config, PROXY_ENV).start()  # CrossAudit answers: it starts
+    finally:
+        srv.stop()
+    try:
+        calls: list[str] = []
         with pytest.raises(openai.InternalServerError) as info:
-            ask(oa(p.url, CLOSED_KEY), "hello")
-        assert info.value.status_code == 503
-        assert error_of(info.value)["code"] == "guard_unavailable"
+            ask(counting(p.url, CLOSED_KEY, calls), "hello")  # max_retries: the SDK's default (2)
+        assert len(calls) == 1  # not retried
+        assert info.value.status_code == 503 and info.value.response.headers["x-should-retry"] == "false"
+        err = error_of(info.value)
+        assert err["code"] == "guard_unavailable"
+        assert "cannot reach CrossAudit" in err["message"] and "crossaudit.server" in err["message"]
+        assert srv.address not in err["message"]  # the operator's address stays in the operator's log
         assert upstream.requests == []
         raw, completion = ask(oa(p.url, OPEN_KEY), "hello")
         assert completion.choices[0].message.content == "You said: hello"
@@ -513,7 +539,70 @@ def test_crossaudit_down_fails_closed_unless_fail_open(upstream: UpstreamStub, t
         assert "x-crossaudit-input-decision-id" not in raw.headers
     finally:
         p.stop()
-    assert "fail_open lets the input stage of caller open through" in p.log.read_text()
+    log = p.log.read_text()
+    assert "fail_open lets the input stage of caller open through" in log
+    assert f"cannot reach the CrossAudit server at {srv.address}" in log
+
+
+def run_proxy(config: dict[str, Any], workdir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``crossaudit proxy`` that is expected not to start: it must exit by itself."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    cmd = [sys.executable, "-m", "crossaudit.cli", "proxy", "--config", str(path), "--port", "0"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")} | env
+    return subprocess.run(cmd, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+
+
+def refusal(res: subprocess.CompletedProcess[str]) -> str:
+    """The one ``error:`` line of a proxy that did not start (exit 1, nothing served)."""
+    assert res.returncode == 1, res.stderr
+    assert "crossaudit proxy on" not in res.stdout and "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    return errors[0]
+
+
+def test_the_proxy_does_not_start_without_crossaudit_or_with_a_wrong_key(
+    deployed: ServerProcess, upstream: UpstreamStub, tmp_path: Path
+) -> None:
+    app = {"app": {"keys": [APP_KEY], "policies": ["proxy-guard"], "default_policy": "proxy-guard"}}
+    nowhere = f"127.0.0.1:{closed_port()}"
+    down = proxy_config(nowhere, upstream.url, app, limits={"start_check_timeout_s": 1})
+    line = refusal(run_proxy(down, tmp_path / "down", PROXY_ENV))
+    assert f"cannot reach the CrossAudit server at {nowhere}" in line and "crossaudit serve --dev" in line
+    assert "limits.start_check_timeout_s" in line
+    wrong = proxy_config(deployed.address, upstream.url, app)
+    line = refusal(run_proxy(wrong, tmp_path / "wrong", {**PROXY_ENV, "PROXY_TEST_ACME_KEY": "not-a-key-0123456789"}))
+    assert f"CrossAudit at {deployed.address} refused the CrossAudit key of caller 'app'" in line
+    assert "environment variable PROXY_TEST_ACME_KEY" in line and "invalid API key" in line
+    assert "not-a-key" not in line
+    unset = run_proxy(wrong, tmp_path / "unset", {"PROXY_TEST_UPSTREAM_KEY": UPSTREAM_KEY})
+    assert "environment variable PROXY_TEST_ACME_KEY) is unset" in refusal(unset)
+    # --dev with no key for a server that needs one
+    cmd = [
+        sys.executable, "-m", "crossaudit.cli", "proxy", "--dev", "--upstream", upstream.url,
+        "--server", deployed.address, "--port", "0",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
+    dev = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+    line = refusal(dev)
+    assert "$CROSSAUDIT_API_KEY" in line and "missing API key" in line
+
+
+def test_every_caller_fail_open_starts_without_crossaudit(upstream: UpstreamStub, tmp_path: Path) -> None:
+    """fail_open means availability first: such a proxy starts (with a warning) and passes calls."""
+    upstream.reset()
+    callers = {"open": {"keys": [OPEN_KEY], "policies": ["p"], "default_policy": "p", "fail_open": True}}
+    config = proxy_config(f"127.0.0.1:{closed_port()}", upstream.url, callers, limits={"start_check_timeout_s": 1})
+    p = ProxyProcess(tmp_path / "open", config, PROXY_ENV).start()
+    try:
+        raw, _ = ask(oa(p.url, OPEN_KEY), "hello")
+        assert raw.headers["x-crossaudit-input-action"] == "fail-open"
+    finally:
+        p.stop()
+    assert "every caller is fail_open: serving without the guard" in p.log.read_text()
 
 
 def test_stage_over_grpc(deployed: ServerProcess) -> None:

@@ -18,6 +18,7 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
     NotFoundError,
     RateLimitedError,
+    ServerUnavailableError,
     StoreUnavailableError,
     UnauthenticatedError,
 )
@@ -227,6 +228,7 @@ def test_a_completion_as_a_stream_and_a_refusal() -> None:
         (RateLimitedError("too many in flight"), True, 503, "guard_overloaded"),  # a caller can cause it: closed
         (NotFoundError("no such policy"), True, 404, "policy_not_found"),
         (UnauthenticatedError("bad key"), True, 503, "guard_unavailable"),  # the operator's mistake: closed
+        (ServerUnavailableError("cannot reach 127.0.0.1:1"), False, 503, "guard_unavailable"),
         (InvalidInputError("too long"), False, 400, "guard_rejected"),
     ],
 )
@@ -245,3 +247,9 @@ def test_what_crossaudit_errors_become(
     with pytest.raises(ProxyError) as info:
         guard._failed(error, config.dev_caller, "p", "input")
     assert (info.value.status, info.value.code) == (status, code)
+    # the guard's failures are not retried by the openai SDKs (they honour x-should-retry) and say
+    # why; an overloaded tenant is a rate limit, which a later retry may pass
+    unavailable = code == "guard_unavailable"
+    assert (info.value.headers.get("x-should-retry") == "false") is unavailable
+    if unavailable:
+        assert info.value.message.startswith("the guard could not evaluate the request: ")
