@@ -21,7 +21,7 @@ from crossaudit.cli import display
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
+from crossaudit.service.config import CONSOLE_OFF, DEFAULT_ENVIRONMENT, DEV_CONSOLE_PORT
 
 API_KEYS_FILE_ENV = "CROSSAUDIT_API_KEYS_FILE"
 DEFAULT_PORT = 50051
@@ -89,9 +89,11 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     s.add_argument("--metrics-host", default=None, help="metrics listen address (default 127.0.0.1)")
     s.add_argument(
         "--console-port",
-        type=int,
+        type=_console_port,
         default=None,
-        help="serve the review console (web UI) on this port (default: off; 0 = any; docs/review-console.md)",
+        metavar="PORT|off",
+        help=f"serve the review console (web UI) on this port (0 = any; 'off' = none; default: off, with --dev "
+        f"{DEV_CONSOLE_PORT}, or any free port with --port 0; docs/review-console.md)",
     )
     s.add_argument(
         "--console-host",
@@ -231,6 +233,16 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _console_port(text: str) -> int | str:
+    """``--console-port``: a port number or ``off`` (the setting's own values)."""
+    if text.strip().lower() == CONSOLE_OFF:
+        return CONSOLE_OFF
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a port number, 0 for any free port, or {CONSOLE_OFF}") from None
 
 
 def _client(args: argparse.Namespace) -> Any:

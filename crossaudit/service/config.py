@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from crossaudit.kernel.limits import DependencyLimits, EngineLimits, PoolLimits, SandboxLimits
 from crossaudit.modelserver.pool import ModelServerLimits
@@ -18,6 +19,10 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
 # the policy (docs/service.md, "Environments").
 DEFAULT_ENVIRONMENT = "production"
 DEV_TENANT = "default"
+# --dev serves the review console here unless console_port says otherwise (with --port 0, on an
+# ephemeral port too, so parallel dev servers never collide).
+DEV_CONSOLE_PORT = 8081
+CONSOLE_OFF = "off"  # console_port: never serve the console, not even with --dev
 
 
 REQUEST_LIMIT_KEY = "limits.max_request_bytes"  # ServiceLimits.max_request_bytes as a setting
@@ -125,7 +130,9 @@ class ServerConfig:
     decision_log_url: str | None = None  # push every decision to this HTTP endpoint, in batches (docs/decision-log.md)
     decision_log_dir: Path | None = None  # ... and/or append it to JSONL files in this directory
     limits: ServiceLimits = field(default_factory=ServiceLimits)
-    console_port: int | None = None  # the review console's HTTP port (None = off, 0 = ephemeral)
+    # The review console's HTTP port: 0 = ephemeral, "off" = never; None (unset) = off, except
+    # with --dev: DEV_CONSOLE_PORT. ``console_listen_port`` is the port in effect.
+    console_port: int | Literal["off"] | None = None
     console_host: str = "127.0.0.1"  # beyond loopback only with TLS (--tls-cert/--tls-key)
     console_limits: ConsoleLimits = field(default_factory=ConsoleLimits)
     engine_limits: EngineLimits = field(default_factory=EngineLimits)
@@ -145,3 +152,20 @@ class ServerConfig:
     @property
     def database_path(self) -> Path:
         return self.data_dir / "crossaudit.db"
+
+    @property
+    def console_default_port(self) -> bool:
+        """True when the console port comes from --dev's default rather than from the operator."""
+        return self.console_port is None and self.dev
+
+    @property
+    def console_listen_port(self) -> int | None:
+        """The console's port in effect (None: no console). A new user's ``serve --dev`` gets the
+        console without knowing the flag; an operator's server serves it only when asked."""
+        if self.console_port == CONSOLE_OFF:
+            return None
+        if isinstance(self.console_port, int):
+            return self.console_port
+        if self.console_default_port:
+            return DEV_CONSOLE_PORT if self.port else 0
+        return None

@@ -394,14 +394,15 @@ async def start_server(
     try:
         if config.metrics_port is not None:
             running.metrics_port = metrics.serve(config.metrics_host, config.metrics_port)
+        if config.console_listen_port is not None:
+            # before the first start's deploys (which may build images): a busy port fails at once
+            from crossaudit.service.console import start_console
+
+            running.console = await start_console(config, service.records, auth)
         problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
         for line in problems:
             log.warning("%s", line)
         running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")
-        if config.console_port is not None:
-            from crossaudit.service.console import start_console
-
-            running.console = await start_console(config, service.records, auth)
         service.start()  # webhook and decision-log delivery: messages a previous run left are sent now
         for name in ["", *names, LIVENESS_SERVICE]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

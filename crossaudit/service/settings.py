@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
-from crossaudit.service.config import ServerConfig
+from crossaudit.service.config import CONSOLE_OFF, ServerConfig
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES
 from crossaudit.store.postgres import mask_url
 from crossaudit.store.sqlite import SYNCHRONOUS_MODES
@@ -324,6 +324,17 @@ class _SettingsBase(BaseSettings):
         """Entries given are added to the built-in table (or replace an entry of it)."""
         if isinstance(value, Mapping):
             return {**_plain(DEFAULT_LLM_PRICES), **value}
+        return value
+
+    @field_validator("console_port", mode="before", check_fields=False)
+    @classmethod
+    def _console_off(cls, value: Any) -> Any:
+        """``off`` however it arrives: YAML 1.1 (``--set console_port=off``) reads it as false,
+        which must not become port 0 (bool is an int); ``true`` is no port at all."""
+        if value is False or (isinstance(value, str) and value.strip().lower() == CONSOLE_OFF):
+            return CONSOLE_OFF
+        if value is True:
+            raise ValueError(f"give a port number, 0 for any free port, or {CONSOLE_OFF}")
         return value
 
     @classmethod

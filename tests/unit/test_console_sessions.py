@@ -86,3 +86,32 @@ def test_the_console_leaves_loopback_only_with_tls(tmp_path) -> None:
     )
     with pytest.raises(ConfigurationError, match="invalid --console-port"):
         check_console_config(ServerConfig(console_port=70000))
+
+
+def test_dev_serves_the_console_by_default_and_off_turns_it_off(monkeypatch) -> None:
+    """``serve --dev`` (``make serve``) gets the console without knowing the flag: on 8081 next to
+    a fixed gRPC port, on an ephemeral one with ``--port 0``; ``off`` however it is written
+    (``--set`` reads YAML 1.1, where off is false: never port 0); other servers only when asked."""
+    import pytest
+
+    from crossaudit.cli.main import build_parser
+    from crossaudit.cli.server import settings_flags
+    from crossaudit.kernel.errors import ConfigurationError
+    from crossaudit.service.config import DEV_CONSOLE_PORT, ServerConfig
+    from crossaudit.service.settings import load_settings
+
+    def port(*argv: str) -> int | None:
+        args = build_parser().parse_args(["serve", *argv])
+        return load_settings(None, settings_flags(args)).config.console_listen_port
+
+    assert DEV_CONSOLE_PORT == 8081 and ServerConfig(dev=True).console_listen_port == 8081
+    assert port("--dev") == 8081 and port("--dev", "--port", "0") == 0 and port() is None
+    assert port("--dev", "--console-port", "9000") == 9000 and port("--console-port", "0") == 0
+    for off in (("--console-port", "off"), ("--console-port", "OFF"), ("--set", "console_port=off")):
+        assert port("--dev", *off) is None, off
+    monkeypatch.setenv("CROSSAUDIT_CONSOLE_PORT", "off")
+    assert port("--dev") is None
+    with pytest.raises(ConfigurationError, match="a port number, 0 for any free port, or off"):
+        port("--set", "console_port=true")
+    with pytest.raises(SystemExit):
+        port("--console-port", "eighty")

@@ -1,4 +1,5 @@
-"""The review console: a small web UI for reviewers, served by ``crossaudit serve --console-port``.
+"""The review console: a small web UI for reviewers, served by ``crossaudit serve --console-port``
+(and by ``crossaudit serve --dev`` unless ``--console-port off``).
 
 Starlette + Jinja2 on uvicorn, in the same asyncio loop as the grpc.aio server (started by
 :func:`start_console`, stopped with the server). No JavaScript, no external assets: one static
@@ -19,7 +20,7 @@ from typing import Any
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.kernel.listen import bind_tcp
 from crossaudit.service.auth import Authenticator
-from crossaudit.service.config import LOOPBACK_HOSTS, ServerConfig
+from crossaudit.service.config import CONSOLE_OFF, LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.records import Records
 
 log = logging.getLogger("crossaudit.console")
@@ -30,10 +31,11 @@ KEEP_ALIVE_S = 5
 
 def check_console_config(config: ServerConfig) -> None:
     """The console takes API keys in a form: beyond loopback only over TLS."""
-    if config.console_port is None:
+    port = config.console_listen_port
+    if port is None:
         return
-    if not 0 <= config.console_port <= 65535:
-        raise ConfigurationError(f"invalid --console-port {config.console_port}")
+    if not 0 <= port <= 65535:
+        raise ConfigurationError(f"invalid --console-port {port}")
     if config.console_host not in LOOPBACK_HOSTS and not (config.tls_cert and config.tls_key):
         raise ConfigurationError(
             f"the console signs in with API keys: serve it on {config.console_host!r} only with "
@@ -72,9 +74,11 @@ async def start_console(config: ServerConfig, records: Records, auth: Authentica
     from crossaudit.service.console.app import ConsoleApp
 
     check_console_config(config)
-    assert config.console_port is not None
+    port = config.console_listen_port
+    assert port is not None
     tls = bool(config.tls_cert and config.tls_key)
-    app = ConsoleApp(records, auth, config.console_limits, tls=tls)
+    loopback = config.console_host in LOOPBACK_HOSTS
+    app = ConsoleApp(records, auth, config.console_limits, tls=tls, loopback_only=loopback)
 
     class Server(uvicorn.Server):
         """uvicorn without its signal handlers: ``crossaudit serve`` owns SIGINT/SIGTERM."""
@@ -86,7 +90,16 @@ async def start_console(config: ServerConfig, records: Records, auth: Authentica
         def install_signal_handlers(self) -> None:  # uvicorn < 0.29
             pass
 
-    sock = bind_tcp(config.console_host, config.console_port, what="console")
+    try:
+        sock = bind_tcp(config.console_host, port, what="review console")
+    except ConfigurationError as e:
+        if not config.console_default_port:
+            raise
+        # --dev chose the port: say how to choose another (one line, as every start-up refusal)
+        raise ConfigurationError(
+            f"{e.message}; --dev serves the review console on port {port} by default: choose another "
+            f"with --console-port PORT (0 = any free port), or turn it off with --console-port {CONSOLE_OFF}"
+        ) from None
     uv_config = uvicorn.Config(
         app.asgi,
         lifespan="off",

@@ -105,6 +105,39 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+# Host names a browser may use for a console listening on loopback (``Host`` without the port).
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class LoopbackHostOnly:
+    """A console on loopback answers only requests addressed to a loopback name.
+
+    DNS rebinding: a web page from ``evil.example`` whose name later resolves to 127.0.0.1 is,
+    to the browser, same-origin with the console, so Origin checks and SameSite cookies do not
+    stop it; its ``Host`` header still says ``evil.example``. This matters most under ``--dev``,
+    where any key signs in."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            try:
+                name = urlsplit("//" + host).hostname if host else None
+            except ValueError:  # "[" and the like
+                name = None
+            if name not in LOOPBACK_NAMES:
+                response = Response(
+                    "refused: this console answers only at 127.0.0.1, localhost or [::1]\n",
+                    status_code=403,
+                    media_type="text/plain",
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 _LOCAL_PATH = re.compile(r"/[A-Za-z0-9/_.~%?=&+-]*")
 
 
@@ -167,7 +200,9 @@ class QueueRow:
 
 
 class ConsoleApp:
-    def __init__(self, records: Records, auth: Authenticator, limits: ConsoleLimits, *, tls: bool) -> None:
+    def __init__(
+        self, records: Records, auth: Authenticator, limits: ConsoleLimits, *, tls: bool, loopback_only: bool = False
+    ) -> None:
         self.records = records
         self.auth = auth
         self.limits = limits
@@ -198,7 +233,7 @@ class ConsoleApp:
                 Route("/audit", self.page(self.audit, LIST_DECISIONS), methods=["GET"]),
             ],
         )
-        self.asgi: ASGIApp = SecurityHeaders(self.app)
+        self.asgi: ASGIApp = SecurityHeaders(LoopbackHostOnly(self.app) if loopback_only else self.app)
 
     # --- plumbing -------------------------------------------------------------------------
 
