@@ -30,14 +30,17 @@ letters, digits, ``_ . @ + -``, unique within the tenant) is required for a revi
 who a resolution records; ``reviewer_roles`` is a reviewer's only. Every problem is a
 ConfigurationError naming the tenant and the item's position, never the key.
 
-``--dev`` runs without keys: every call is the admin of the ``default`` tenant (loopback only).
+``--dev`` runs without keys: every call is the admin of the ``default`` tenant (loopback only),
+named after the OS user running the server (:func:`dev_user`).
 Keys are kept as SHA-256 digests; health checking and reflection need no key.
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,6 +73,21 @@ PUBLIC_METHOD_PREFIXES = (
     "/grpc.reflection.v1alpha.ServerReflection/",
     "/grpc.reflection.v1.ServerReflection/",
 )
+
+
+def dev_user() -> str:
+    """Who acts on a ``--dev`` server: the OS user running it, marked ``(dev)`` (``alice (dev)``).
+
+    A keyless server on loopback is one person's, so a review resolved through the console,
+    ``crossaudit review resolve`` or ``Client.resolve_review`` records them rather than nobody
+    ("approved by unknown"); the mark tells such a name from a keys file's principals."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        user = f"uid {os.getuid()}"
+    # printable only: it is shown in pages and logs (the store's max_name_length caps its length)
+    user = "".join(ch for ch in user if ch.isprintable()).strip() or f"uid {os.getuid()}"
+    return f"{user} (dev)"
 
 
 # What a refused caller reads (the CLI prints it as is): what to do, for the CLI, the SDK (both
@@ -117,7 +135,7 @@ class Authenticator:
                     raise ConfigurationError(f"a key of tenant {tenant!r} names a principal of another tenant")
                 self._by_digest[_digest(key)] = principal
         self.tenants = sorted({DEV_TENANT} if dev else set((tenants or {}).keys()))
-        self._dev_principal = Principal(DEV_TENANT, Role.ADMIN)
+        self._dev_principal = Principal(DEV_TENANT, Role.ADMIN, name=dev_user() if dev else "")
 
     @classmethod
     def dev_mode(cls) -> Authenticator:

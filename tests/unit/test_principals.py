@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,11 @@ def test_plain_keys_are_admins_and_mappings_carry_roles(tmp_path: Path) -> None:
     assert load_tenants_file(write(tmp_path, KEYS)).keys["acme"] == [ADMIN, APP, ALICE, BOB]
 
 
-def test_dev_mode_is_the_admin_of_default() -> None:
-    assert Authenticator.dev_mode().principal_for_key(None) == Principal("default", Role.ADMIN)
+def test_dev_mode_is_the_admin_of_default_named_after_the_local_user() -> None:
+    """A --dev resolution records who ran the server, not "unknown" (issue 19)."""
+    dev = Authenticator.dev_mode().principal_for_key(None)
+    assert dev == Principal("default", Role.ADMIN, name=f"{getpass.getuser()} (dev)")
+    assert dev.reviewer_identity("") == dev.reviewer_identity("someone-else") == dev.name
 
 
 @pytest.mark.parametrize(
