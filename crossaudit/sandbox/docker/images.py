@@ -22,6 +22,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -37,6 +38,8 @@ from crossaudit.kernel.limits import DependencyLimits
 from crossaudit.sandbox.base import ProgressCallback
 from crossaudit.sandbox.deps import Wheelhouse, default_cache_dir, file_lock
 from crossaudit.sandbox.streaming import run_streaming
+
+_DOCKER_STEP = re.compile(r"^Step (\d+)/(\d+) :")  # the classic builder's step lines
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the installed ``crossaudit`` package: images are package data
 RUNNER_DIR = PACKAGE_ROOT / "images" / "runner"
@@ -130,9 +133,14 @@ class ImageManager:
     def _image_id(self, ref: str) -> str:
         return str(self.client.images.get(ref).id)
 
-    def _build(self, context: Path, tag: str, progress: ProgressCallback, frac: float, **kw: Any) -> None:
-        """``docker build`` streaming each output line as progress; never pulls."""
+    def _build(
+        self, context: Path, tag: str, progress: ProgressCallback, frac: float, span: float = 0.0, **kw: Any
+    ) -> None:
+        """``docker build`` streaming each output line as progress; never pulls. Each Dockerfile
+        step (``Step 2/3 : ...``) moves the fraction from ``frac`` towards ``frac + span``, so a
+        client that shows one line per step (or throttles lines of an unmoved fraction) sees it."""
         deadline = time.monotonic() + self.dep_limits.build_timeout_s
+        start = frac
         error = None
         for n, chunk in enumerate(
             self.client.api.build(
@@ -143,6 +151,9 @@ class ImageManager:
             if "error" in chunk:
                 error = str(chunk.get("error", "")).strip()
             line = str(chunk.get("stream", "")).strip()
+            step = _DOCKER_STEP.match(line)
+            if step:
+                frac = max(frac, start + span * (int(step.group(1)) - 1) / max(1, int(step.group(2))))
             if line and n < 10_000:
                 progress(line[:200], frac)
             if time.monotonic() > deadline:
@@ -254,7 +265,7 @@ class ImageManager:
                             (ctx / "agent").mkdir()
                             for f in self._agent_files():
                                 shutil.copy(f, ctx / "agent" / f.name)
-                            self._build(ctx, tag, say, 0.35, buildargs={"BASE": base},
+                            self._build(ctx, tag, say, 0.35, 0.05, buildargs={"BASE": base},
                                         labels={IMAGE_LABEL: "runner"})
             self._runner = tag
             say(f"runner image {tag} ready", 0.4)
@@ -312,7 +323,7 @@ class ImageManager:
                 (context / ".dockerignore").write_text(".crossaudit.json\n")
                 say(f"building dependency image {tag}", 0.5)
                 self._build(
-                    context, tag, say, 0.6, nocache=force,
+                    context, tag, say, 0.6, 0.3, nocache=force,
                     labels={
                         IMAGE_LABEL: "deps",
                         PRELOAD_LABEL: json.dumps(site.preload),
