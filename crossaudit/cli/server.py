@@ -13,11 +13,10 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli import display
+from crossaudit.cli import display, progress
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
@@ -362,8 +361,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_policy_deploy(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise InvalidInputError(f"policy file {args.file} not found")
-    with _client(args) as c:
-        r = c.deploy_policy(Path(args.file), environment=args.environment)
+    with progress.build_progress(quiet=args.json) as update, _client(args) as c:
+        kwargs = {"timeout": args.timeout} if args.timeout else {}
+        r = c.deploy_policy(Path(args.file), environment=args.environment, progress=update, **kwargs)
     if args.json:
         _print_json(r)
     else:
@@ -423,36 +423,11 @@ def cmd_policy_rollback(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress_bar() -> tuple[Callable[[str, float], None], Callable[[], None]]:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = progress.add_task("uploading", total=1.0)
-    progress.start()
-
-    def update(message: str, fraction: float) -> None:
-        progress.update(task, description=message[:60], completed=max(0.0, min(1.0, fraction)))
-
-    return update, progress.stop
-
-
 def cmd_evaluator_upload(args: argparse.Namespace) -> int:
     code = _read_text(args.file, "evaluator file")
-    update, stop = _progress_bar() if not args.json and sys.stderr.isatty() else (None, lambda: None)
-    try:
-        with _client(args) as c:
-            kwargs = {"timeout": args.timeout} if args.timeout else {}
-            info = c.upload_evaluator(args.name, code, args.dependency, update, description=args.description, **kwargs)
-    finally:
-        stop()
+    with progress.build_progress(quiet=args.json) as update, _client(args) as c:
+        kwargs = {"timeout": args.timeout} if args.timeout else {}
+        info = c.upload_evaluator(args.name, code, args.dependency, update, description=args.description, **kwargs)
     if args.json:
         _print_json(info)
     else:

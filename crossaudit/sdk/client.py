@@ -123,6 +123,7 @@ class Stream(Generic[T]):
     request: Any
     decode: Callable[[Any], T]
     timeout: float | None = None
+    failed: Callable[[CrossAuditError], CrossAuditError] = _unchanged  # the error the caller sees
 
 
 def _state(state: ReviewState | str | None) -> Any:  # a review_pb2.ReviewState value
@@ -229,15 +230,38 @@ class ClientBase(abc.ABC):
         return Unary(self._policies.ValidatePolicy, req, decode)
 
     def _deploy_policy(
-        self, path_or_text: PathOrText, environment: str, base_dir: PathOrText | None
-    ) -> Unary[DeployResult]:
+        self,
+        path_or_text: PathOrText,
+        environment: str,
+        base_dir: PathOrText | None,
+        timeout: float,
+        progress: ProgressCallback | None = None,
+    ) -> Unary[DeployResult] | Stream[DeployResult | None]:
+        """Without ``progress`` one unary call; with it DeployPolicyStream, whose progress events go
+        to ``progress`` (decoded as None) and whose last event is the answer."""
         text, filename, inlined = policy_upload(path_or_text, base_dir)
 
         def failed(e: CrossAuditError) -> CrossAuditError:  # lines of the author's file, not of the inlined text
             return inlined.relocate(e, filename) if isinstance(e, PolicyValidationError) else e
 
         req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
-        return Unary(self._policies.DeployPolicy, req, convert.deploy_result_from_pb, failed=failed)
+        if progress is None:
+            return Unary(self._policies.DeployPolicy, req, convert.deploy_result_from_pb, timeout, failed)
+
+        def decode(event: pol_pb.DeployPolicyEvent) -> DeployResult | None:
+            if event.HasField("result"):
+                return convert.deploy_result_from_pb(event.result)
+            if event.HasField("progress"):
+                progress(event.progress.message, event.progress.fraction)
+            return None
+
+        return Stream(self._policies.DeployPolicyStream, req, decode, timeout, failed)
+
+    @staticmethod
+    def _deployed(result: DeployResult | None) -> DeployResult:
+        if result is None:
+            raise CrossAuditError("the server ended the deploy without an answer")
+        return result
 
     def _get_policy(self, name: str, environment: str, version: int) -> Unary[PolicyInfo]:
         req = pol_pb.GetPolicyRequest(name=name, environment=environment, version=version)
@@ -402,7 +426,7 @@ class Client(ClientBase):
             for message in call.method(request, timeout=call.timeout, metadata=self._md):
                 yield call.decode(message)
         except grpc.RpcError as e:
-            raise (failed[0] if failed else self._error(e)) from None
+            raise (failed[0] if failed else call.failed(self._error(e))) from None
 
     def _last(self, call: Stream[T | None]) -> T | None:
         last = None
@@ -416,11 +440,24 @@ class Client(ClientBase):
         return self._unary(self._validate_policy(path_or_text, base_dir))
 
     def deploy_policy(
-        self, path_or_text: PathOrText, environment: str = DEFAULT_ENVIRONMENT, *, base_dir: PathOrText | None = None
+        self,
+        path_or_text: PathOrText,
+        environment: str = DEFAULT_ENVIRONMENT,
+        *,
+        base_dir: PathOrText | None = None,
+        progress: ProgressCallback | None = None,
+        timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
     ) -> DeployResult:
         """Deploy a policy file (or text). ``code_file`` and ``evaluators/<name>.py`` are read here,
-        next to the policy file (or in ``base_dir`` for text), and sent inline as ``config.code``."""
-        return self._unary(self._deploy_policy(path_or_text, environment, base_dir))
+        next to the policy file (or in ``base_dir`` for text), and sent inline as ``config.code``.
+
+        The server prepares the policy's custom evaluators before it answers, building their
+        dependency images the first time (minutes), hence the upload's deadline; ``progress(message,
+        fraction)`` hears each step (``"<evaluator>: <step>"``) as ``upload_evaluator``'s does."""
+        call = self._deploy_policy(path_or_text, environment, base_dir, timeout, progress)
+        if isinstance(call, Unary):
+            return self._unary(call)
+        return self._deployed(self._last(call))
 
     def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
         return self._unary(self._get_policy(name, environment, version))
@@ -564,7 +601,7 @@ class AsyncClient(ClientBase):
             async for message in call.method(request, timeout=call.timeout, metadata=self._md):
                 yield call.decode(message)
         except grpc.RpcError as e:
-            raise self._error(e) from None
+            raise call.failed(self._error(e)) from None
 
     async def _last(self, call: Stream[T | None]) -> T | None:
         last = None
@@ -579,9 +616,19 @@ class AsyncClient(ClientBase):
         return await self._unary(self._validate_policy(path_or_text, base_dir))
 
     async def deploy_policy(
-        self, path_or_text: PathOrText, environment: str = DEFAULT_ENVIRONMENT, *, base_dir: PathOrText | None = None
+        self,
+        path_or_text: PathOrText,
+        environment: str = DEFAULT_ENVIRONMENT,
+        *,
+        base_dir: PathOrText | None = None,
+        progress: ProgressCallback | None = None,
+        timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
     ) -> DeployResult:
-        return await self._unary(self._deploy_policy(path_or_text, environment, base_dir))
+        """As :meth:`Client.deploy_policy`; ``progress`` is called on the event loop's thread."""
+        call = self._deploy_policy(path_or_text, environment, base_dir, timeout, progress)
+        if isinstance(call, Unary):
+            return await self._unary(call)
+        return self._deployed(await self._last(call))
 
     async def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
         return await self._unary(self._get_policy(name, environment, version))

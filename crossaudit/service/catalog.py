@@ -26,7 +26,7 @@ from crossaudit.kernel.errors import (
 from crossaudit.orchestrator.policy import Policy, load_policy
 from crossaudit.orchestrator.policy.models import model_check
 from crossaudit.orchestrator.runtime import Runtime
-from crossaudit.sandbox.base import Sandbox
+from crossaudit.sandbox.base import ProgressCallback, Sandbox
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
@@ -50,6 +50,11 @@ def _custom_specs(policy: Policy) -> list[tuple[int, Any]]:
 def _inline_code(spec: Any) -> bool:
     cfg = spec.config or {}
     return bool(cfg.get("code") or cfg.get("code_file"))
+
+
+def _scoped(progress: ProgressCallback, name: str, index: int, count: int) -> ProgressCallback:
+    """One evaluator's progress as part of a deploy's: its name first, its fraction a share of all."""
+    return lambda message, fraction: progress(f"{name}: {message}", (index + fraction) / count)
 
 
 class PolicyCatalog:
@@ -88,12 +93,20 @@ class PolicyCatalog:
         return await self.parse(tenant, content, filename or "<policy>", models=True)
 
     async def deploy_policy(
-        self, tenant: str, content: str, *, environment: str = "", filename: str = ""
+        self,
+        tenant: str,
+        content: str,
+        *,
+        environment: str = "",
+        filename: str = "",
+        progress: ProgressCallback | None = None,
     ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
+        """``progress(message, fraction)`` hears the preparation of the custom evaluators (their
+        images may be built first: minutes, the longest part of a deploy)."""
         env = inputs.environment(environment)
         policy = await self.parse(tenant, content, filename or "<policy>", models=True)
         await self._resolve_uploads(tenant, policy)
-        await self._prepare(tenant, policy, strict=True)
+        await self._prepare(tenant, policy, strict=True, progress=progress)
         version, deployment, created = await self.store.deploy_policy(
             tenant,
             name=policy.name,
@@ -216,17 +229,22 @@ class PolicyCatalog:
         if issues:
             raise PolicyValidationError(issues)
 
-    async def _prepare(self, tenant: str, policy: Policy, *, strict: bool) -> None:
+    async def _prepare(
+        self, tenant: str, policy: Policy, *, strict: bool, progress: ProgressCallback | None = None
+    ) -> None:
         """Make every custom evaluator of ``policy`` runnable (images built, pools warm): the
-        sandbox never builds at call time. ``strict``: raise (deploy); else log (load)."""
+        sandbox never builds at call time. ``strict``: raise (deploy); else log (load).
+        ``progress`` hears each evaluator's steps as ``<name>: <step>``, the fraction over all."""
         if self.sandbox is None:
             return
         runtime = Runtime(self.sandbox, resolver=self.tenants.uploads(tenant), tenant=tenant)
-        for _, spec in _custom_specs(policy):
+        specs = _custom_specs(policy)
+        for n, (_, spec) in enumerate(specs):
+            say = None if progress is None else _scoped(progress, spec.name, n, len(specs))
             try:
                 bundle = runtime.bundle_for(spec, policy)
                 async with asyncio.timeout(self.limits.upload_timeout_s):
-                    await self.sandbox.prepare(bundle)
+                    await self.sandbox.prepare(bundle, say)
             except TimeoutError:
                 if strict:
                     raise DeadlineExceededError(

@@ -7,7 +7,8 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -117,6 +118,21 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
             tenant, request.content, environment=request.environment, filename=request.filename
         )
         return convert.deploy_result_to_pb(DeployResult(version, deployment, created))
+
+    @streaming
+    async def DeployPolicyStream(
+        self, tenant: str, request: pol_pb.DeployPolicyRequest, context: Any
+    ) -> AsyncIterator[pol_pb.DeployPolicyEvent]:
+        def deploy(progress: Callable[[str, float], None]) -> Awaitable[Any]:
+            return self.svc.deploy_policy(
+                tenant, request.content, environment=request.environment, filename=request.filename, progress=progress
+            )
+
+        async for item in _with_progress(deploy):
+            if isinstance(item, _Done):
+                yield pol_pb.DeployPolicyEvent(result=convert.deploy_result_to_pb(DeployResult(*item.value)))
+            else:
+                yield pol_pb.DeployPolicyEvent(progress=pol_pb.DeployProgress(message=item[0], fraction=item[1]))
 
     @unary
     async def GetPolicy(self, tenant: str, request: pol_pb.GetPolicyRequest, context: Any):
@@ -239,20 +255,60 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
         return ev_pb.SubmitFeedbackResponse(feedback_id=rec.id)
 
 
+@dataclass(frozen=True)
+class _Done:
+    value: Any  # what the work returned: the last item of :func:`_with_progress`
+
+
+async def _with_progress(work: Callable[[Callable[[str, float], None]], Awaitable[Any]]) -> AsyncIterator[Any]:
+    """Run ``work(progress)`` and yield its progress as ``(message, fraction)`` while it runs (at
+    most ~20 a second unless the fraction moves, either way: image builds report every output
+    line, and a new phase may start below the last one's fraction), then
+    ``_Done(result)``. Progress may come from build threads; what is queued when the work ends
+    is still sent, so the last step (``evaluator ready``) is not lost."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+    last = [0.0, -1.0]  # time, fraction of the last forwarded event (throttle)
+
+    def progress(message: str, fraction: float) -> None:  # may run in a build thread
+        loop.call_soon_threadsafe(events.put_nowait, (str(message)[:500], float(fraction)))
+
+    def due(fraction: float) -> bool:
+        now = time.monotonic()
+        if now - last[0] < 0.05 and abs(fraction - last[1]) < 0.01 and fraction < 1.0:
+            return False
+        last[:] = [now, fraction]
+        return True
+
+    task = asyncio.create_task(work(progress))
+    try:
+        while not task.done():
+            getter = asyncio.create_task(events.get())
+            finished, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in finished:
+                getter.cancel()
+                break
+            message, fraction = getter.result()
+            if due(fraction):
+                yield message, max(0.0, min(1.0, fraction))
+        result = await task
+    finally:
+        task.cancel()
+    await asyncio.sleep(0)  # callbacks the work scheduled just before it ended
+    while not events.empty():
+        message, fraction = events.get_nowait()
+        if due(fraction):
+            yield message, max(0.0, min(1.0, fraction))
+    yield _Done(result)
+
+
 class EvaluatorServicer(_Base, evr_grpc.EvaluatorServiceServicer):
     @streaming
     async def UploadEvaluator(
         self, tenant: str, request: evr_pb.UploadEvaluatorRequest, context: Any
     ) -> AsyncIterator[evr_pb.UploadEvaluatorEvent]:
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
-        last = [0.0, -1.0]  # time, fraction of the last forwarded event (throttle)
-
-        def progress(message: str, fraction: float) -> None:  # may run in a build thread
-            loop.call_soon_threadsafe(events.put_nowait, (str(message)[:500], float(fraction)))
-
-        upload = asyncio.create_task(
-            self.svc.upload_evaluator(
+        def upload(progress: Callable[[str, float], None]) -> Awaitable[Any]:
+            return self.svc.upload_evaluator(
                 tenant,
                 name=request.name,
                 code=request.code,
@@ -261,26 +317,13 @@ class EvaluatorServicer(_Base, evr_grpc.EvaluatorServiceServicer):
                 description=request.description,
                 progress=progress,
             )
-        )
-        try:
-            while not upload.done():
-                getter = asyncio.create_task(events.get())
-                finished, _ = await asyncio.wait({getter, upload}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in finished:
-                    getter.cancel()
-                    break
-                message, fraction = getter.result()
-                now = time.monotonic()
-                if now - last[0] < 0.05 and fraction - last[1] < 0.01 and fraction < 1.0:
-                    continue  # at most ~20 events/s unless the fraction moved
-                last[:] = [now, fraction]
-                yield evr_pb.UploadEvaluatorEvent(
-                    progress=evr_pb.UploadProgress(message=message, fraction=max(0.0, min(1.0, fraction)))
-                )
-            rec, created = await upload
-        finally:
-            upload.cancel()
-        yield convert.uploaded_to_pb(rec, created)
+
+        async for item in _with_progress(upload):
+            if isinstance(item, _Done):
+                rec, created = item.value
+                yield convert.uploaded_to_pb(rec, created)
+            else:
+                yield evr_pb.UploadEvaluatorEvent(progress=evr_pb.UploadProgress(message=item[0], fraction=item[1]))
 
     @unary
     async def GetEvaluator(self, tenant: str, request: evr_pb.GetEvaluatorRequest, context: Any):

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63rossaudit/v1/policy.proto\x12\rcrossaudit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"X\n\x0bPolicyIssue\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\x05\x12\x0e\n\x06\x63olumn\x18\x05 \x01(\x05\"\x9d\x01\n\rPolicyVersion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x18\n\x10\x64\x65\x63lared_version\x18\x03 \x01(\t\x12\x0e\n\x06\x64igest\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\nDeployment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12/\n\x0b\x64\x65ployed_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\":\n\x15ValidatePolicyRequest\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\"\xa8\x01\n\x16ValidatePolicyResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12*\n\x06issues\x18\x02 \x03(\x0b\x32\x1a.crossaudit.v1.PolicyIssue\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10\x64\x65\x63lared_version\x18\x04 \x01(\t\x12\x12\n\nrule_count\x18\x05 \x01(\x05\x12\x17\n\x0f\x65valuator_count\x18\x06 \x01(\x05\"M\n\x13\x44\x65ployPolicyRequest\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\"\x85\x01\n\x14\x44\x65ployPolicyResponse\x12-\n\x07version\x18\x01 \x01(\x0b\x32\x1c.crossaudit.v1.PolicyVersion\x12-\n\ndeployment\x18\x02 \x01(\x0b\x32\x19.crossaudit.v1.Deployment\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\"F\n\x10GetPolicyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\"\x83\x01\n\x11GetPolicyResponse\x12-\n\x07version\x18\x01 \x01(\x0b\x32\x1c.crossaudit.v1.PolicyVersion\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12.\n\x0b\x64\x65ployments\x18\x03 \x03(\x0b\x32\x19.crossaudit.v1.Deployment\"*\n\x13ListPoliciesRequest\x12\x13\n\x0b\x65nvironment\x18\x01 \x01(\t\"e\n\rPolicySummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0elatest_version\x18\x02 \x01(\x05\x12.\n\x0b\x64\x65ployments\x18\x03 \x03(\x0b\x32\x19.crossaudit.v1.Deployment\"F\n\x14ListPoliciesResponse\x12.\n\x08policies\x18\x01 \x03(\x0b\x32\x1c.crossaudit.v1.PolicySummary\"N\n\x15RollbackPolicyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x12\n\nto_version\x18\x03 \x01(\x05\"a\n\x16RollbackPolicyResponse\x12-\n\ndeployment\x18\x01 \x01(\x0b\x32\x19.crossaudit.v1.Deployment\x12\x18\n\x10previous_version\x18\x02 \x01(\x05\x32\xcf\x03\n\rPolicyService\x12]\n\x0eValidatePolicy\x12$.crossaudit.v1.ValidatePolicyRequest\x1a%.crossaudit.v1.ValidatePolicyResponse\x12W\n\x0c\x44\x65ployPolicy\x12\".crossaudit.v1.DeployPolicyRequest\x1a#.crossaudit.v1.DeployPolicyResponse\x12N\n\tGetPolicy\x12\x1f.crossaudit.v1.GetPolicyRequest\x1a .crossaudit.v1.GetPolicyResponse\x12W\n\x0cListPolicies\x12\".crossaudit.v1.ListPoliciesRequest\x1a#.crossaudit.v1.ListPoliciesResponse\x12]\n\x0eRollbackPolicy\x12$.crossaudit.v1.RollbackPolicyRequest\x1a%.crossaudit.v1.RollbackPolicyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63rossaudit/v1/policy.proto\x12\rcrossaudit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"X\n\x0bPolicyIssue\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\x05\x12\x0e\n\x06\x63olumn\x18\x05 \x01(\x05\"\x9d\x01\n\rPolicyVersion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x05\x12\x18\n\x10\x64\x65\x63lared_version\x18\x03 \x01(\t\x12\x0e\n\x06\x64igest\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\nDeployment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12/\n\x0b\x64\x65ployed_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\":\n\x15ValidatePolicyRequest\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x10\n\x08\x66ilename\x18\x02 \x01(\t\"\xa8\x01\n\x16ValidatePolicyResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12*\n\x06issues\x18\x02 \x03(\x0b\x32\x1a.crossaudit.v1.PolicyIssue\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10\x64\x65\x63lared_version\x18\x04 \x01(\t\x12\x12\n\nrule_count\x18\x05 \x01(\x05\x12\x17\n\x0f\x65valuator_count\x18\x06 \x01(\x05\"M\n\x13\x44\x65ployPolicyRequest\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\"\x85\x01\n\x14\x44\x65ployPolicyResponse\x12-\n\x07version\x18\x01 \x01(\x0b\x32\x1c.crossaudit.v1.PolicyVersion\x12-\n\ndeployment\x18\x02 \x01(\x0b\x32\x19.crossaudit.v1.Deployment\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\"3\n\x0e\x44\x65ployProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08\x66raction\x18\x02 \x01(\x02\"\x86\x01\n\x11\x44\x65ployPolicyEvent\x12\x31\n\x08progress\x18\x01 \x01(\x0b\x32\x1d.crossaudit.v1.DeployProgressH\x00\x12\x35\n\x06result\x18\x02 \x01(\x0b\x32#.crossaudit.v1.DeployPolicyResponseH\x00\x42\x07\n\x05\x65vent\"F\n\x10GetPolicyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\"\x83\x01\n\x11GetPolicyResponse\x12-\n\x07version\x18\x01 \x01(\x0b\x32\x1c.crossaudit.v1.PolicyVersion\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12.\n\x0b\x64\x65ployments\x18\x03 \x03(\x0b\x32\x19.crossaudit.v1.Deployment\"*\n\x13ListPoliciesRequest\x12\x13\n\x0b\x65nvironment\x18\x01 \x01(\t\"e\n\rPolicySummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0elatest_version\x18\x02 \x01(\x05\x12.\n\x0b\x64\x65ployments\x18\x03 \x03(\x0b\x32\x19.crossaudit.v1.Deployment\"F\n\x14ListPoliciesResponse\x12.\n\x08policies\x18\x01 \x03(\x0b\x32\x1c.crossaudit.v1.PolicySummary\"N\n\x15RollbackPolicyRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x12\n\nto_version\x18\x03 \x01(\x05\"a\n\x16RollbackPolicyResponse\x12-\n\ndeployment\x18\x01 \x01(\x0b\x32\x19.crossaudit.v1.Deployment\x12\x18\n\x10previous_version\x18\x02 \x01(\x05\x32\xad\x04\n\rPolicyService\x12]\n\x0eValidatePolicy\x12$.crossaudit.v1.ValidatePolicyRequest\x1a%.crossaudit.v1.ValidatePolicyResponse\x12W\n\x0c\x44\x65ployPolicy\x12\".crossaudit.v1.DeployPolicyRequest\x1a#.crossaudit.v1.DeployPolicyResponse\x12\\\n\x12\x44\x65ployPolicyStream\x12\".crossaudit.v1.DeployPolicyRequest\x1a .crossaudit.v1.DeployPolicyEvent0\x01\x12N\n\tGetPolicy\x12\x1f.crossaudit.v1.GetPolicyRequest\x1a .crossaudit.v1.GetPolicyResponse\x12W\n\x0cListPolicies\x12\".crossaudit.v1.ListPoliciesRequest\x1a#.crossaudit.v1.ListPoliciesResponse\x12]\n\x0eRollbackPolicy\x12$.crossaudit.v1.RollbackPolicyRequest\x1a%.crossaudit.v1.RollbackPolicyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,20 +46,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEPLOYPOLICYREQUEST']._serialized_end=751
   _globals['_DEPLOYPOLICYRESPONSE']._serialized_start=754
   _globals['_DEPLOYPOLICYRESPONSE']._serialized_end=887
-  _globals['_GETPOLICYREQUEST']._serialized_start=889
-  _globals['_GETPOLICYREQUEST']._serialized_end=959
-  _globals['_GETPOLICYRESPONSE']._serialized_start=962
-  _globals['_GETPOLICYRESPONSE']._serialized_end=1093
-  _globals['_LISTPOLICIESREQUEST']._serialized_start=1095
-  _globals['_LISTPOLICIESREQUEST']._serialized_end=1137
-  _globals['_POLICYSUMMARY']._serialized_start=1139
-  _globals['_POLICYSUMMARY']._serialized_end=1240
-  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1242
-  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1312
-  _globals['_ROLLBACKPOLICYREQUEST']._serialized_start=1314
-  _globals['_ROLLBACKPOLICYREQUEST']._serialized_end=1392
-  _globals['_ROLLBACKPOLICYRESPONSE']._serialized_start=1394
-  _globals['_ROLLBACKPOLICYRESPONSE']._serialized_end=1491
-  _globals['_POLICYSERVICE']._serialized_start=1494
-  _globals['_POLICYSERVICE']._serialized_end=1957
+  _globals['_DEPLOYPROGRESS']._serialized_start=889
+  _globals['_DEPLOYPROGRESS']._serialized_end=940
+  _globals['_DEPLOYPOLICYEVENT']._serialized_start=943
+  _globals['_DEPLOYPOLICYEVENT']._serialized_end=1077
+  _globals['_GETPOLICYREQUEST']._serialized_start=1079
+  _globals['_GETPOLICYREQUEST']._serialized_end=1149
+  _globals['_GETPOLICYRESPONSE']._serialized_start=1152
+  _globals['_GETPOLICYRESPONSE']._serialized_end=1283
+  _globals['_LISTPOLICIESREQUEST']._serialized_start=1285
+  _globals['_LISTPOLICIESREQUEST']._serialized_end=1327
+  _globals['_POLICYSUMMARY']._serialized_start=1329
+  _globals['_POLICYSUMMARY']._serialized_end=1430
+  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1432
+  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1502
+  _globals['_ROLLBACKPOLICYREQUEST']._serialized_start=1504
+  _globals['_ROLLBACKPOLICYREQUEST']._serialized_end=1582
+  _globals['_ROLLBACKPOLICYRESPONSE']._serialized_start=1584
+  _globals['_ROLLBACKPOLICYRESPONSE']._serialized_end=1681
+  _globals['_POLICYSERVICE']._serialized_start=1684
+  _globals['_POLICYSERVICE']._serialized_end=2241
 # @@protoc_insertion_point(module_scope)

@@ -95,6 +95,22 @@ class DeployPolicyResponse(_message.Message):
     created: bool
     def __init__(self, version: _Optional[_Union[PolicyVersion, _Mapping]] = ..., deployment: _Optional[_Union[Deployment, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
+class DeployProgress(_message.Message):
+    __slots__ = ("message", "fraction")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    fraction: float
+    def __init__(self, message: _Optional[str] = ..., fraction: _Optional[float] = ...) -> None: ...
+
+class DeployPolicyEvent(_message.Message):
+    __slots__ = ("progress", "result")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    progress: DeployProgress
+    result: DeployPolicyResponse
+    def __init__(self, progress: _Optional[_Union[DeployProgress, _Mapping]] = ..., result: _Optional[_Union[DeployPolicyResponse, _Mapping]] = ...) -> None: ...
+
 class GetPolicyRequest(_message.Message):
     __slots__ = ("name", "environment", "version")
     NAME_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class PolicyServiceStub:
                 request_serializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyRequest.SerializeToString,
                 response_deserializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyResponse.FromString,
                 _registered_method=True)
+        self.DeployPolicyStream = channel.unary_stream(
+                '/crossaudit.v1.PolicyService/DeployPolicyStream',
+                request_serializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyEvent.FromString,
+                _registered_method=True)
         self.GetPolicy = channel.unary_unary(
                 '/crossaudit.v1.PolicyService/GetPolicy',
                 request_serializer=crossaudit_dot_v1_dot_policy__pb2.GetPolicyRequest.SerializeToString,
@@ -81,6 +86,15 @@ class PolicyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeployPolicyStream(self, request, context):
+        """DeployPolicy with progress: while the policy's custom evaluators are prepared (their
+        dependency images built, which may take minutes) the server streams progress events, then
+        the answer as the last event. Same request, same errors.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetPolicy(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -112,6 +126,11 @@ def add_PolicyServiceServicer_to_server(servicer, server):
                     servicer.DeployPolicy,
                     request_deserializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyRequest.FromString,
                     response_serializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyResponse.SerializeToString,
+            ),
+            'DeployPolicyStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.DeployPolicyStream,
+                    request_deserializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_policy__pb2.DeployPolicyEvent.SerializeToString,
             ),
             'GetPolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPolicy,
@@ -183,6 +202,33 @@ class PolicyService:
             '/crossaudit.v1.PolicyService/DeployPolicy',
             crossaudit_dot_v1_dot_policy__pb2.DeployPolicyRequest.SerializeToString,
             crossaudit_dot_v1_dot_policy__pb2.DeployPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeployPolicyStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/crossaudit.v1.PolicyService/DeployPolicyStream',
+            crossaudit_dot_v1_dot_policy__pb2.DeployPolicyRequest.SerializeToString,
+            crossaudit_dot_v1_dot_policy__pb2.DeployPolicyEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -74,6 +74,8 @@ def test_a_service_key_evaluates_but_cannot_deploy_resolve_or_read_the_audit_log
     assert "moderated" in {p.name for p in svc.list_policies()}
     with pytest.raises(PermissionDeniedError, match=r"role 'service' may not call PolicyService\.DeployPolicy"):
         svc.deploy_policy(MODERATED.replace("1.0", "2.0"), environment="production")
+    with pytest.raises(PermissionDeniedError, match=r"PolicyService\.DeployPolicyStream"):  # the one with progress
+        svc.deploy_policy(MODERATED.replace("1.0", "2.0"), environment="production", progress=lambda m, f: None)
     with pytest.raises(PermissionDeniedError, match="RollbackPolicy"):
         svc.rollback("moderated", environment="production")
     with pytest.raises(PermissionDeniedError, match=r"ReviewService\.ResolveReview"):

@@ -1,0 +1,74 @@
+"""Image-build progress of ``evaluator upload`` and ``policy deploy``: a progress bar on a
+terminal, one line per build step elsewhere (CI logs, pipes), on stderr so stdout stays the answer.
+
+A build takes from seconds to minutes (wheels resolved with pip, an image built, a warm sandbox
+started); piped, a bar draws nothing, so without these lines the command was silent for all of it.
+The server sends every output line of the build (pip's, docker's) as progress; a *step* is a new
+phase (its fraction moved: resolving wheels, building the image, starting the sandbox) or a
+Dockerfile step (``Step 2/3 : ...``), so a log gets a line per step, not pip's chatter.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import TextIO
+
+from crossaudit.cli.render import printable
+
+ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1), the SDK's progress
+MESSAGE_CHARS = 160  # a step line's message is cut here (a pip or docker line can be long)
+_DOCKER_STEP = re.compile(r"^Step \d+/\d+ :")
+
+
+class StepLines:
+    """A progress callback writing ``[  4.2s  60%] message`` once per step to ``out``."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.out = out
+        self.clock = clock
+        self.start = clock()
+        self.fraction: float | None = None
+
+    def __call__(self, message: str, fraction: float) -> None:
+        message = " ".join(str(message).split())
+        if not message or (fraction == self.fraction and not _DOCKER_STEP.match(message)):
+            return
+        self.fraction = fraction
+        pct = max(0.0, min(1.0, fraction))
+        line = f"[{self.clock() - self.start:6.1f}s {pct:4.0%}] {printable(message[:MESSAGE_CHARS])}"
+        print(line, file=self.out, flush=True)
+
+
+@contextmanager
+def build_progress(quiet: bool = False):  # -> Iterator[ProgressCallback | None]
+    """The progress callback for a command that may build images: a bar when stderr is a
+    terminal (and not ``quiet``, e.g. ``--json``), else step lines; the bar is removed after."""
+    if not sys.stderr.isatty():
+        yield StepLines(sys.stderr)
+        return
+    if quiet:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("uploading", total=1.0)
+    bar.start()
+    try:
+        yield lambda message, fraction: bar.update(
+            task, description=printable(str(message))[:60], completed=max(0.0, min(1.0, fraction))
+        )
+    finally:
+        bar.stop()
