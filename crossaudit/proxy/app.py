@@ -275,9 +275,12 @@ class ProxyApp:
         if status != 200:
             return self._upstream_failure(status, body, upstream_headers, headers)
         completion, chunks = self._read_answer(body, upstream_headers, stream)
-        try:
-            answers = chunks.texts() if chunks is not None else chat.completion_texts(completion or {})
-            outside = chunks.outside() if chunks is not None else chat.completion_outside(completion or {})
+        try:  # choice indices checked first: exactly 0..k-1, k <= n, so each choice is evaluated once
+            if chunks is not None:
+                answers, outside = chunks.texts(asked=n), chunks.outside(asked=n)
+            else:
+                answers = chat.completion_texts(completion or {}, asked=n)
+                outside = chat.completion_outside(completion or {}, asked=n)
         except ValueError as e:
             raise self._bad_upstream(f"the upstream's answer is not a chat completion: {e}") from None
 

@@ -8,7 +8,10 @@ model's ``reasoning_content``, names) is evaluated too (:func:`outside_text`): t
 it, or the caller does. A streamed answer is held
 whole (bounded) before anything is sent, so what reaches the caller is always the evaluated
 answer: unchanged chunks are replayed byte for byte, a changed choice gets its new text in the
-place of its first content delta.
+place of its first content delta. Choices are matched by their ``index`` only once the indices
+are known to be exactly the integers 0..n-1, each once (per chunk in a stream): an answer that
+repeats one, or writes one that is not an integer, is refused rather than read one way by the
+guard and another by the caller.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import copy
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +32,7 @@ SSE_DONE = b"data: [DONE]\n\n"
 REFUSAL_FINISH_REASON = "content_filter"  # what OpenAI answers when a filter withheld content
 # Keys whose strings are identifiers, not text anyone reads: left out of outside_text.
 NOT_TEXT_KEYS = frozenset({"id", "type", "index", "tool_call_id"})
+MAX_INDICES_SHOWN = 10  # of an answer's choice indices, quoted in the error that refuses them
 
 
 class ProxyError(Exception):
@@ -171,40 +175,82 @@ def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
 # --- answers --------------------------------------------------------------------------------
 
 
-def completion_outside(completion: Mapping[str, Any]) -> dict[int, str]:
-    """Choice index -> the text its message carries outside its content (choices without any left out)."""
-    out: dict[int, str] = {}
-    for pos, choice in enumerate(completion.get("choices") or []):
-        if isinstance(choice, dict):
-            text = outside_text(outside_parts(choice.get("message")))
-            if text is not None:
-                out[_index(choice, pos)] = text
-    return out
-
-
-def completion_texts(completion: Mapping[str, Any]) -> dict[int, str]:
-    """Choice index -> the text of its message (choices without text content are left out)."""
+def completion_choices(completion: Mapping[str, Any], *, asked: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Each choice of a JSON answer with its index, by position, once the indices are checked
+    to be exactly the integers 0..n-1, each once (at most ``asked`` of them): read by index
+    without that check, a repeated or non-integer index let one choice pass unevaluated."""
     choices = completion.get("choices")
     if not isinstance(choices, list):
         raise ValueError("the answer has no 'choices' list")
-    out: dict[int, str] = {}
+    out: list[tuple[int, dict[str, Any]]] = []
+    where: dict[int, int] = {}
     for pos, choice in enumerate(choices):
-        if not isinstance(choice, dict):
-            raise ValueError("a choice is not an object")
+        idx = _index(choice, f"choices[{pos}]")
+        if idx in where:
+            raise ValueError(f"choice index {idx} appears twice (choices[{where[idx]}] and choices[{pos}])")
+        where[idx] = pos
+        out.append((idx, choice))
+    _check_indices(where.keys(), asked)
+    return out
+
+
+def completion_outside(completion: Mapping[str, Any], *, asked: int | None = None) -> dict[int, str]:
+    """Choice index -> the text its message carries outside its content (choices without any left out)."""
+    out: dict[int, str] = {}
+    for idx, choice in completion_choices(completion, asked=asked):
+        text = outside_text(outside_parts(choice.get("message")))
+        if text is not None:
+            out[idx] = text
+    return out
+
+
+def completion_texts(completion: Mapping[str, Any], *, asked: int | None = None) -> dict[int, str]:
+    """Choice index -> the text of its message (choices without text content are left out)."""
+    out: dict[int, str] = {}
+    for idx, choice in completion_choices(completion, asked=asked):
         message = choice.get("message")
         if not isinstance(message, dict):
             raise ValueError("a choice has no message")
         content = message.get("content")
         if isinstance(content, str):
-            out[_index(choice, pos)] = content
+            out[idx] = content
         elif content is not None:
             raise ValueError("a choice's content is not text")
     return out
 
 
-def _index(choice: Mapping[str, Any], default: int) -> int:
-    idx = choice.get("index", default)
-    return idx if isinstance(idx, int) and not isinstance(idx, bool) else default
+_JSON_KINDS = {
+    bool: "a boolean",
+    float: "a number with a fraction part",
+    str: "a string",
+    list: "a list",
+    dict: "an object",
+}
+
+
+def _index(choice: Any, where: str) -> int:
+    """A choice's ``index``, which must be a JSON integer: clients read 0.0 or "0" as choice 0
+    (or not), Python reads true as 1; the guard must group text exactly as the caller will."""
+    if not isinstance(choice, dict):
+        raise ValueError(f"{where} is not an object")
+    if "index" not in choice:
+        raise ValueError(f"{where} has no index")
+    idx = choice["index"]
+    if isinstance(idx, bool) or not isinstance(idx, int):
+        kind = "null" if idx is None else _JSON_KINDS.get(type(idx), "not a number")
+        raise ValueError(f"{where}'s index is {kind}, not an integer")  # never the upstream's value itself
+    return idx
+
+
+def _check_indices(seen: Iterable[int], asked: int | None) -> None:
+    """The set of indices an answer used must be 0..n-1, with n at most the choices asked for."""
+    indices = sorted(seen)
+    if asked is not None and len(indices) > asked:
+        raise ValueError(f"{len(indices)} choices, but the request asked for {asked}")
+    if indices != list(range(len(indices))):
+        more = ", ..." if len(indices) > MAX_INDICES_SHOWN else ""
+        shown = ", ".join(str(i) for i in indices[:MAX_INDICES_SHOWN]) + more
+        raise ValueError(f"the choices' indices are {shown}, not 0..{len(indices) - 1} each once")
 
 
 @dataclass(frozen=True)
@@ -217,8 +263,8 @@ class Change:
 
 def rewrite_completion(completion: dict[str, Any], changes: Mapping[int, Change]) -> dict[str, Any]:
     out = copy.deepcopy(completion)
-    for pos, choice in enumerate(out.get("choices", [])):
-        change = changes.get(_index(choice, pos))
+    for idx, choice in completion_choices(out):
+        change = changes.get(idx)
         if change is None:
             continue
         if choice.get("logprobs") is not None:  # the original answer's tokens, beside its text
@@ -262,29 +308,47 @@ class Chunks:
     raw: list[str] = field(default_factory=list)
     parsed: list[dict[str, Any]] = field(default_factory=list)
 
-    def outside(self) -> dict[int, str]:
+    def choices(self, *, asked: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """Each chunk's choices with their indices, in order, once the whole stream is checked: in
+        every chunk each choice has an integer index, none twice, and the stream's indices are
+        0..n-1 (at most ``asked``). Choices may interleave; one index is one choice throughout."""
+        seen: set[int] = set()
+        checked: list[tuple[int, dict[str, Any]]] = []
+        for k, chunk in enumerate(self.parsed):
+            choices = chunk.get("choices")
+            if choices is None:
+                continue
+            if not isinstance(choices, list):
+                raise ValueError(f"event {k}'s choices are not a list")
+            here: set[int] = set()
+            for pos, choice in enumerate(choices):
+                idx = _index(choice, f"event {k}'s choices[{pos}]")
+                if idx in here:
+                    raise ValueError(f"event {k} carries choice index {idx} twice")
+                here.add(idx)
+                checked.append((idx, choice))
+            seen |= here
+        _check_indices(seen, asked)
+        return checked
+
+    def outside(self, *, asked: int | None = None) -> dict[int, str]:
         """Choice index -> the text its deltas carry outside the content (each field put together)."""
         parts: dict[int, dict[str, list[str]]] = {}
-        for chunk in self.parsed:
-            for pos, choice in enumerate(chunk.get("choices") or []):
-                if isinstance(choice, dict):
-                    outside_parts(choice.get("delta"), parts.setdefault(_index(choice, pos), {}))
+        for idx, choice in self.choices(asked=asked):
+            outside_parts(choice.get("delta"), parts.setdefault(idx, {}))
         texts = {i: outside_text(p) for i, p in parts.items()}
         return {i: t for i, t in texts.items() if t is not None}
 
-    def texts(self) -> dict[int, str]:
+    def texts(self, *, asked: int | None = None) -> dict[int, str]:
         """Choice index -> its content, put together from the deltas."""
         out: dict[int, list[str]] = {}
-        for chunk in self.parsed:
-            for pos, choice in enumerate(chunk.get("choices") or []):
-                if not isinstance(choice, dict):
-                    raise ValueError("a chunk's choice is not an object")
-                delta = choice.get("delta")
-                content = delta.get("content") if isinstance(delta, dict) else None
-                if isinstance(content, str):
-                    out.setdefault(_index(choice, pos), []).append(content)
-                elif content is not None:
-                    raise ValueError("a delta's content is not text")
+        for idx, choice in self.choices(asked=asked):
+            delta = choice.get("delta")
+            content = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(content, str):
+                out.setdefault(idx, []).append(content)
+            elif content is not None:
+                raise ValueError("a delta's content is not text")
         return {i: "".join(parts) for i, parts in out.items()}
 
     def replay(self, changes: Mapping[int, Change]) -> list[bytes]:
@@ -292,17 +356,17 @@ class Chunks:
         delta carries its whole new text, later ones none, and no chunk of it its original tokens
         (``logprobs``); a refused choice keeps nothing but its role and the refusal, in its first
         delta, and finishes with ``content_filter``."""
+        self.choices()  # indices checked before any choice is looked up by one
         out: list[bytes] = []
         placed: set[int] = set()
         for raw, chunk in zip(self.raw, self.parsed, strict=True):
             choices = chunk.get("choices") or []
-            touched = [(pos, c) for pos, c in enumerate(choices) if _index(c, pos) in changes]
-            if not touched:
+            if not any(c["index"] in changes for c in choices):
                 out.append(f"data: {raw}\n\n".encode())
                 continue
             chunk = copy.deepcopy(chunk)
-            for pos, choice in enumerate(chunk["choices"]):
-                idx = _index(choice, pos)
+            for choice in chunk["choices"]:
+                idx = choice["index"]
                 change = changes.get(idx)
                 if change is None:
                     continue
@@ -364,8 +428,7 @@ def completion_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> 
         "model": completion.get("model") or "",
     }
     out: list[bytes] = []
-    for pos, choice in enumerate(completion.get("choices") or []):
-        idx = _index(choice, pos)
+    for idx, choice in completion_choices(completion):
         message = choice.get("message") or {}
         delta: dict[str, Any] = {"role": message.get("role") or "assistant", "content": message.get("content") or ""}
         if message.get("tool_calls"):

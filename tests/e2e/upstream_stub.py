@@ -21,6 +21,7 @@ class UpstreamStub:
         self.status = 200  # another status: answered with an OpenAI-style error body
         self.extra: dict[str, Any] = {}  # more fields of the answer's message (tool_calls, reasoning_content, ...)
         self.escape_slashes = False  # errors written as some JSON encoders do: "/" as "\/"
+        self.raw: tuple[str, bytes] | None = None  # (content type, body): a 200 answered exactly so, hostile or not
         self.lock = threading.Lock()
         owner = self
 
@@ -59,6 +60,14 @@ class UpstreamStub:
                     seen = self.headers.get("authorization", "")
                     error = {"message": f"stub failure for {seen}", "type": "stub", "code": "stub"}
                     self._json(owner.status, {"error": error})
+                    return
+                if owner.raw is not None:
+                    kind, data = owner.raw
+                    self.send_response(200)
+                    self.send_header("content-type", kind)
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 text = owner.reply
                 if text is None:
@@ -139,6 +148,7 @@ class UpstreamStub:
         self.status = status
         self.extra = dict(extra or {})
         self.escape_slashes = False
+        self.raw = None
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -223,6 +223,104 @@ def test_answer_text_outside_content_passes_when_clean(proxy: ProxyProcess, stub
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == args
 
 
+# -- the output stage: choices the guard must not lose track of -------------------------------------
+
+MISSING = object()  # a choice without an "index"
+
+
+def answer_choice(index: Any, text: str) -> dict[str, Any]:
+    c: dict[str, Any] = {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if index is not MISSING:
+        c["index"] = index
+    return c
+
+
+def completion_of(*choices: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": list(choices)}
+    ).encode()
+
+
+def stream_of(*chunks: list[dict[str, Any]]) -> bytes:
+    base = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    events = [b"data: " + json.dumps({**base, "choices": c}).encode() + b"\n\n" for c in chunks]
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+LEAK = f"Here it is: {SECRET}"  # the output rule blocks it whenever it is evaluated
+HIDDEN_CHOICES = {  # the guard read choice texts by "index": the first choice below was never evaluated
+    "repeated_index": [answer_choice(0, LEAK), answer_choice(0, "fine")],
+    "string_index": [answer_choice(1, LEAK), answer_choice("1", "fine")],
+    "missing_index": [answer_choice(1, LEAK), answer_choice(MISSING, "fine")],
+    "bool_index": [answer_choice(1, LEAK), answer_choice(True, "fine")],
+    "float_index": [answer_choice(1, LEAK), answer_choice(1.0, "fine")],
+}
+
+
+@pytest.mark.parametrize("key", [APP_KEY, REFUSER_KEY], ids=["on_block_error", "on_block_refusal"])
+@pytest.mark.parametrize("case", sorted(HIDDEN_CHOICES))
+def test_an_answer_whose_choice_indices_collide_is_refused(
+    proxy: ProxyProcess, stub: UpstreamStub, case: str, key: str
+) -> None:
+    """An upstream (or whoever answers in its name) that repeats a choice's index, or writes one
+    that is not an integer, had one choice returned to the caller unevaluated (HTTP 200)."""
+    stub.raw = ("application/json", completion_of(*HIDDEN_CHOICES[case]))
+    r = post(proxy, chat(user("tell me"), n=2), key=key)
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["code"] == "upstream_invalid_response" and r.json()["error"]["type"] == "server_error"
+    assert SECRET not in r.text
+
+
+HIDDEN_STREAMS = {
+    # 0.0 is choice 0 to every JSON client (0.0 == 0), but was choice 1 to the guard (a
+    # non-integer index fell back to the position): the secret, split over "choices" the guard
+    # judged apart, reaches the caller whole in choice 0
+    "float_index": [
+        [{"index": 0, "delta": {"role": "assistant", "content": "TOP-"}}],
+        [{"index": 1, "delta": {"role": "assistant", "content": "ok"}}, {"index": 0.0, "delta": {"content": "SECRET"}}],
+        [{"index": 0, "delta": {}, "finish_reason": "stop"}, {"index": 1, "delta": {}, "finish_reason": "stop"}],
+    ],
+    "string_index": [
+        [{"index": 0, "delta": {"role": "assistant", "content": "TOP-"}}],
+        [{"index": 1, "delta": {"role": "assistant", "content": "ok"}}, {"index": "0", "delta": {"content": "SECRET"}}],
+    ],
+    "repeated_in_a_chunk": [
+        [{"index": 0, "delta": {"content": "TOP-"}}, {"index": 0, "delta": {"content": "SECRET"}}],
+    ],
+    "missing_index": [
+        [{"index": 1, "delta": {"content": "TOP-SECRET"}}, {"delta": {"content": "ok"}}],
+    ],
+}
+
+
+@pytest.mark.parametrize("key", [APP_KEY, REFUSER_KEY], ids=["on_block_error", "on_block_refusal"])
+@pytest.mark.parametrize("case", sorted(HIDDEN_STREAMS))
+def test_a_stream_whose_choice_indices_are_not_integers_once_per_chunk_is_refused(
+    proxy: ProxyProcess, stub: UpstreamStub, case: str, key: str
+) -> None:
+    stub.raw = ("text/event-stream", stream_of(*HIDDEN_STREAMS[case]))
+    r = post(proxy, chat(user("tell me"), n=2, stream=True), key=key)
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["code"] == "upstream_invalid_response"
+    assert "SECRET" not in r.text
+
+
+def test_interleaved_stream_choices_are_each_evaluated_whole(proxy: ProxyProcess, stub: UpstreamStub) -> None:
+    """A stream may interleave its choices; each is put together by its index and evaluated."""
+    stub.raw = (
+        "text/event-stream",
+        stream_of(
+            [{"index": 1, "delta": {"role": "assistant", "content": "TOP-"}}],
+            [{"index": 0, "delta": {"role": "assistant", "content": "fine"}}],
+            [{"index": 1, "delta": {"content": "SECRET"}}, {"index": 0, "delta": {"content": "!"}}],
+        ),
+    )
+    r = post(proxy, chat(user("tell me"), n=2, stream=True))
+    assert r.status_code == 403 and r.json()["error"]["code"] == "SECRET_LEAK", r.text
+    r = post(proxy, chat(user("tell me"), n=2, stream=True), key=REFUSER_KEY)
+    assert r.status_code == 200 and "SECRET" not in r.text and REFUSAL in r.text and "fine" in r.text, r.text
+
+
 # -- policies and headers -------------------------------------------------------------------------
 
 

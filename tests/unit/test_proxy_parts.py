@@ -219,6 +219,72 @@ def test_a_completion_as_a_stream_and_a_refusal() -> None:
     assert chat.completion_texts(rewritten) == {0: "no", 1: "yes"} and chat.completion_texts(completion)[1] == "no"
 
 
+def answer(*indices: Any) -> dict[str, Any]:
+    choices = [{"message": {"role": "assistant", "content": f"text {k}"}} for k in range(len(indices))]
+    for choice, idx in zip(choices, indices, strict=True):
+        if idx is not None:
+            choice["index"] = idx
+    return {"choices": choices}
+
+
+@pytest.mark.parametrize(
+    ("indices", "asked", "problem"),
+    [
+        ((0, 0), 2, r"choice index 0 appears twice \(choices\[0\] and choices\[1\]\)"),
+        ((1, "1"), 2, r"choices\[1\]'s index is a string, not an integer"),
+        ((1, 1.0), 2, "a number with a fraction part"),
+        ((1, True), 2, "a boolean"),
+        ((1, None), 2, r"choices\[1\] has no index"),
+        ((0, 2), 2, r"indices are 0, 2, not 0..1 each once"),
+        ((1,), 2, r"indices are 1, not 0..0"),
+        ((0, 1), 1, "2 choices, but the request asked for 1"),
+    ],
+)
+def test_answer_choice_indices_are_exactly_0_to_n_minus_1(indices: tuple[Any, ...], asked: int, problem: str) -> None:
+    """Read by index, a repeated or non-integer index let one choice go unevaluated; the JSON
+    answer's choices are taken by position once their indices are exactly 0..n-1."""
+    with pytest.raises(ValueError, match=problem):
+        chat.completion_texts(answer(*indices), asked=asked)
+    with pytest.raises(ValueError, match=problem):
+        chat.completion_outside(answer(*indices), asked=asked)
+    assert chat.completion_texts(answer(1, 0), asked=2) == {1: "text 0", 0: "text 1"}  # any order, once each
+
+
+@pytest.mark.parametrize(
+    ("chunks", "problem"),
+    [
+        ([[(0, "a"), (0, "b")]], "event 0 carries choice index 0 twice"),
+        ([[(0, "a")], [(1, "b"), (0.0, "c")]], r"event 1's choices\[1\]'s index is a number with a fraction part"),
+        ([[(0, "a")], [("0", "b")]], "a string"),
+        ([[(None, "a")]], "has no index"),
+        ([[(1, "a")], [(2, "b")]], "indices are 1, 2, not 0..1"),
+        ([[(0, "a")], [(1, "b")], [(2, "c")]], "3 choices, but the request asked for 2"),
+    ],
+)
+def test_stream_choice_indices_are_integers_once_per_chunk(chunks: list[list[tuple[Any, str]]], problem: str) -> None:
+    def event(choices: list[tuple[Any, str]]) -> dict[str, Any]:
+        out = []
+        for idx, text in choices:
+            choice: dict[str, Any] = {"delta": {"content": text}}
+            if idx is not None:
+                choice["index"] = idx
+            out.append(choice)
+        return {"choices": out}
+
+    parsed = chat.parse_stream(sse(*(event(c) for c in chunks)))
+    for read in (parsed.texts, parsed.outside):
+        with pytest.raises(ValueError, match=problem):
+            read(asked=2)
+
+
+def test_stream_choices_may_interleave() -> None:
+    body = sse(delta(1, "TOP-"), delta(0, "fi"), delta(1, "SECRET"), delta(0, "ne"), delta(1, finish="stop"))
+    chunks = chat.parse_stream(body)
+    assert chunks.texts(asked=2) == {1: "TOP-SECRET", 0: "fine"}
+    refused = chat.parse_stream(b"".join(chunks.replay({1: Change("no", refused=True)})))
+    assert refused.texts() == {1: "no", 0: "fine"}
+
+
 @pytest.mark.parametrize(
     ("error", "fail_open", "status", "code"),
     [
