@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli import connect, render
+from crossaudit.cli import connect, progress, render
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
+from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.kernel.errors import InvalidInputError, RequestTooLargeError
 from crossaudit.kernel.results import Decision, loads_strict
 from crossaudit.sdk.options import request_limit
@@ -116,7 +117,9 @@ def _evaluate_locally(args: argparse.Namespace, prompt: str, response: str, cont
 
     if not Path(args.policy).is_file():
         raise InvalidInputError(f"policy file {args.policy} not found (to use a deployed policy, add --server)")
-    with PolicyTester(args.policy, sandbox=connect.local_sandbox(args), timeout=args.timeout) as tester:
+    with progress.build_progress(quiet=args.json, hold_s=SLOW_PREPARE_S, label="preparing") as update:
+        tester = PolicyTester(args.policy, sandbox=connect.local_sandbox(args), timeout=args.timeout, progress=update)
+    with tester:
         for note in tester.local_differences.values():
             _warn(f"local results may differ from the server's: {note}")
         for name, why in tester.preparation_errors.items():

@@ -29,8 +29,9 @@ from typing import Any
 from rich.padding import Padding
 from rich.text import Text
 
-from crossaudit.cli import connect, render
+from crossaudit.cli import connect, progress, render
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
+from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, overall, run_ok
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError, PolicyValidationError
 from crossaudit.sdk.cases import CaseStatus, judge_case
@@ -87,7 +88,8 @@ def run_local(pf: PolicyFile, extra: list[Any], args: argparse.Namespace) -> Sui
     if _load(pf, extra, suite) is None:
         return suite
     try:
-        tester = PolicyTester(pf.path, sandbox=connect.local_sandbox(args), timeout=args.timeout)
+        with progress.build_progress(quiet=args.json, hold_s=SLOW_PREPARE_S, label="preparing") as update:
+            tester = PolicyTester(pf.path, sandbox=connect.local_sandbox(args), timeout=args.timeout, progress=update)
     except PolicyValidationError as e:  # e.g. a builtin's model is missing here
         suite.error = "\n".join(str(i) for i in e.issues) or str(e)
         return suite

@@ -1,5 +1,6 @@
-"""Image-build progress of ``evaluator upload`` and ``policy deploy``: a progress bar on a
-terminal, one line per build step elsewhere (CI logs, pipes), on stderr so stdout stays the answer.
+"""Image-build progress of ``evaluator upload`` and ``policy deploy`` (and of a local ``evaluate`` or
+``policy test`` whose preparation is slow): a progress bar on a terminal, one line per build step
+elsewhere (CI logs, pipes), on stderr so stdout stays the answer.
 
 A build takes from seconds to minutes (wheels resolved with pip, an image built, a warm sandbox
 started); piped, a bar draws nothing, so without these lines the command was silent for all of it.
@@ -21,16 +22,24 @@ from crossaudit.cli.render import printable
 
 ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1), the SDK's progress
 MESSAGE_CHARS = 160  # a step line's message is cut here (a pip or docker line can be long)
+# evaluate / policy test: a local preparation shorter than this (images already built) prints nothing
+SLOW_PREPARE_S = 2.0
 _DOCKER_STEP = re.compile(r"^Step \d+/\d+ :")
 
 
 class StepLines:
-    """A progress callback writing ``[  4.2s  60%] message`` once per step to ``out``."""
+    """A progress callback writing ``[  4.2s  60%] message`` once per step to ``out``.
 
-    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+    ``hold_s``: steps are held back until that many seconds have passed, then written with the
+    ones that follow; a preparation that finishes sooner (images already built) writes nothing.
+    For commands whose output is something else (``evaluate``, ``policy test``)."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic, hold_s: float = 0.0) -> None:
         self.out = out
         self.clock = clock
         self.start = clock()
+        self.hold_s = hold_s
+        self.held: list[str] = []
         self.fraction: float | None = None
 
     def __call__(self, message: str, fraction: float) -> None:
@@ -39,16 +48,20 @@ class StepLines:
             return
         self.fraction = fraction
         pct = max(0.0, min(1.0, fraction))
-        line = f"[{self.clock() - self.start:6.1f}s {pct:4.0%}] {printable(message[:MESSAGE_CHARS])}"
-        print(line, file=self.out, flush=True)
+        elapsed = self.clock() - self.start
+        self.held.append(f"[{elapsed:6.1f}s {pct:4.0%}] {printable(message[:MESSAGE_CHARS])}")
+        if elapsed >= self.hold_s:
+            print("\n".join(self.held), file=self.out, flush=True)
+            self.held.clear()
 
 
 @contextmanager
-def build_progress(quiet: bool = False):  # -> Iterator[ProgressCallback | None]
+def build_progress(quiet: bool = False, hold_s: float = 0.0, label: str = "uploading"):  # -> Iterator[...]
     """The progress callback for a command that may build images: a bar when stderr is a
-    terminal (and not ``quiet``, e.g. ``--json``), else step lines; the bar is removed after."""
+    terminal (and not ``quiet``, e.g. ``--json``), else step lines (``hold_s``: see StepLines);
+    the bar is removed after."""
     if not sys.stderr.isatty():
-        yield StepLines(sys.stderr)
+        yield StepLines(sys.stderr, hold_s=hold_s)
         return
     if quiet:
         yield None
@@ -64,7 +77,7 @@ def build_progress(quiet: bool = False):  # -> Iterator[ProgressCallback | None]
         console=Console(stderr=True),
         transient=True,
     )
-    task = bar.add_task("uploading", total=1.0)
+    task = bar.add_task(label, total=1.0)
     bar.start()
     try:
         yield lambda message, fraction: bar.update(

@@ -43,7 +43,7 @@ from crossaudit.orchestrator.policy import load_policy, load_policy_file
 from crossaudit.orchestrator.policy.models import model_check, model_problems
 from crossaudit.orchestrator.policy.yamlsafe import format_path
 from crossaudit.orchestrator.runtime import Runtime, make_sandbox
-from crossaudit.sandbox.base import Sandbox
+from crossaudit.sandbox.base import ProgressCallback, Sandbox
 from crossaudit.sdk.cases import CaseResult, judge_case
 
 __all__ = ["SANDBOX_ENV", "CaseResult", "PolicyTester", "load_cases_file"]
@@ -66,9 +66,12 @@ class PolicyTester:
         timeout: float | None = None,
         prepare: bool = True,
         model_servers: str | None = None,
+        progress: ProgressCallback | None = None,
     ) -> None:
         """``model_servers``: subprocess | docker (builtin model servers as hardened containers);
-        default $CROSSAUDIT_MODEL_SERVERS, else subprocess."""
+        default $CROSSAUDIT_MODEL_SERVERS, else subprocess. ``progress(message, fraction)`` hears
+        the preparation of the custom evaluators here (with the docker sandbox their dependency
+        images are built first: minutes the first time), as ``"<evaluator>: <step>"``."""
         # Builtins whose models are not available here (resolved from ``env``, as their calls
         # will be) refuse the policy now, located, rather than failing their rules at each call.
         checks = (model_check(env),)
@@ -101,15 +104,16 @@ class PolicyTester:
         self._closed = False
         # Why local results may differ from the server's, per evaluator (see _local_differences).
         self.local_differences: dict[str, str] = self._local_differences()
-        self.preparation_errors: dict[str, str] = self.prepare() if prepare else {}
+        self.preparation_errors: dict[str, str] = self.prepare(progress) if prepare else {}
 
-    def prepare(self) -> dict[str, str]:
+    def prepare(self, progress: ProgressCallback | None = None) -> dict[str, str]:
         """Build images and warm sandboxes for the custom evaluators the rules use, now.
 
         The Docker backend never builds at call time, so this runs at construction. Returns
         the evaluators that could not be prepared (they fail their rules, closed, when run).
+        ``progress`` is called from the tester's own thread.
         """
-        return self._run(self._prepare())
+        return self._run(self._prepare(progress))
 
     @property
     def _used(self) -> set[str]:
@@ -119,13 +123,13 @@ class PolicyTester:
             r.fallback.evaluator for r in rules if r.fallback and r.fallback.evaluator
         }
 
-    async def _prepare(self) -> dict[str, str]:
+    async def _prepare(self, progress: ProgressCallback | None = None) -> dict[str, str]:
         errors: dict[str, str] = {}
-        for spec in self.policy.evaluators:
-            if spec.name not in self._used or spec.kind is not EvaluatorType.CUSTOM:
-                continue
+        custom = [s for s in self.policy.evaluators if s.name in self._used and s.kind is EvaluatorType.CUSTOM]
+        for n, spec in enumerate(custom):
+            say = None if progress is None else _scoped(progress, spec.name, n, len(custom))
             try:
-                await self.runtime.sandbox.prepare(self.runtime.bundle_for(spec, self.policy))
+                await self.runtime.sandbox.prepare(self.runtime.bundle_for(spec, self.policy), say)
             except CrossAuditError as e:
                 errors[spec.name] = e.message
         return errors
@@ -217,6 +221,11 @@ class PolicyTester:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _scoped(progress: ProgressCallback, name: str, index: int, count: int) -> ProgressCallback:
+    """One evaluator's progress as part of the whole preparation's."""
+    return lambda message, fraction: progress(f"{name}: {message}", (index + fraction) / count)
 
 
 def load_cases_file(path: str | os.PathLike[str]) -> list[TestCase]:

@@ -58,3 +58,46 @@ def test_a_step_line_is_one_short_line_and_never_drives_the_terminal() -> None:
     steps("", 0.7)  # nothing to say: no line
     (line,) = out.getvalue().splitlines()
     assert "\x1b" not in line and "\\x1b" in line and len(line) < 200
+
+
+def test_held_steps_appear_only_when_the_preparation_is_slow() -> None:
+    fast, slow = io.StringIO(), io.StringIO()
+    now = [0.0]
+    quick = StepLines(fast, clock=lambda: now[0], hold_s=2.0)
+    quick("checking sandbox images", 0.0)
+    now[0] = 0.3
+    quick("evaluator ready", 1.0)
+    assert fast.getvalue() == ""  # images already built: evaluate's output stays the table alone
+    now[0] = 0.0
+    building = StepLines(slow, clock=lambda: now[0], hold_s=2.0)
+    building("checking sandbox images", 0.0)
+    now[0] = 5.0
+    building("building dependency image crossaudit/deps:0123", 0.5)  # the held step comes first
+    now[0] = 9.0
+    building("evaluator ready", 1.0)
+    assert slow.getvalue().splitlines() == [
+        "[   0.0s   0%] checking sandbox images",
+        "[   5.0s  50%] building dependency image crossaudit/deps:0123",
+        "[   9.0s 100%] evaluator ready",
+    ]
+
+
+def test_policy_tester_reports_the_preparation_of_each_custom_evaluator() -> None:
+    from crossaudit import PolicyTester
+
+    text = """\
+name: p
+description: two custom evaluators the tester prepares at construction
+version: "1"
+evaluators:
+  - {name: a, type: custom, config: {code: "def evaluate(p, r, c): return {'score': 1.0}"}}
+  - {name: b, type: custom, config: {code: "def evaluate(p, r, c): return {'score': 1.0}"}}
+rules:
+  - {name: ra, evaluator: a}
+  - {name: rb, evaluator: b}
+"""
+    heard: list[tuple[str, float]] = []
+    with PolicyTester(text, sandbox="process", progress=lambda m, f: heard.append((m, f))) as tester:
+        assert tester.evaluate("p", "r").passed
+    assert [m.split(": ", 1)[0] for m, _ in heard] == ["a"] * (len(heard) // 2) + ["b"] * (len(heard) // 2)
+    assert heard[-1] == ("b: ready", 1.0) and ("a: ready", 0.5) in heard  # each evaluator's share of the whole
