@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crossaudit.kernel.builtins import BUILTIN_MODELS
-from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
+from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, InvalidInputError
 from crossaudit.modelserver.builtins.base import ModelRequiredError, ModelRuntime
 from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
 from crossaudit.modelserver.builtins.langdetect import LangdetectRuntime
@@ -131,7 +131,7 @@ def offline_problem(cfg: Any, environ: Mapping[str, str] | None = None) -> Offli
     environ = os.environ if environ is None else environ
     try:
         resolve_paths(cfg, {**environ, ENV_OFFLINE: "1"})
-    except ConfigurationError as exc:
+    except CrossAuditError as exc:  # what fails resolution here fails the calls too
         downloadable = not offline_setting(environ) and OFFLINE_SKIPPED in exc.message
         field = exc.field if isinstance(exc, ModelRequiredError) else ""
         return OfflineProblem(without_places(exc.message), field, downloadable)
