@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crossaudit.kernel.dsl import Condition, EvaluatorType, Operator, Policy, Rule
-from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.errors import CrossAuditError
 from crossaudit.modelserver.builtins import offline_problem
 from crossaudit.orchestrator.engine.conditions import NEGATIVE
 from crossaudit.orchestrator.engine.context import MISSING, build_context, lookup
@@ -69,7 +69,7 @@ def unready_evaluators(policy: Policy, environ: Mapping[str, str] | None = None)
         if spec.kind is EvaluatorType.LLM:
             try:
                 LLMEvaluator(spec.name, spec.typed_config, environ=environ).settings()
-            except ConfigurationError as e:
+            except CrossAuditError as e:  # as its calls would fail (a key, an endpoint)
                 out[spec.name] = Unready(spec.name, where, e.message, downloadable=False)
         elif spec.kind is EvaluatorType.BUILTIN:
             problem = offline_problem(spec.typed_config, environ)
