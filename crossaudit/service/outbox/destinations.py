@@ -12,9 +12,14 @@ In the API-keys file, next to the tenant's keys::
 
 - ``allow``: origins (scheme, host, port); a webhook URL must match one exactly (the port
   defaults by scheme). No entry, no webhooks.
-- Every address the host resolves to must be public (globally routable), or inside
-  ``allow_networks``: loopback, private, link-local (cloud metadata), shared, multicast and
-  reserved ranges are refused otherwise. The request then goes to the address that was checked
+- Every address the host resolves to must be an ordinary global unicast address, or inside
+  ``allow_networks`` (:func:`address_refusal`). The table is the IANA IPv4 and IPv6
+  Special-Purpose Address Registries (:data:`SPECIAL_PURPOSE`), plus the deprecated forms
+  they no longer list: an IPv6 address that carries an IPv4 one (IPv4-mapped, -compatible,
+  SIIT, NAT64, 6to4, Teredo) is judged by the IPv4 it carries as well, since on an IPv6-only
+  network with NAT64 ``64:ff9b::10.0.0.1`` *is* 10.0.0.1. Python's ``ipaddress.is_global`` is
+  only a backstop: on 3.11 it calls ``::10.0.0.1``, ``64:ff9b::10.0.0.1``, ``fec0::1`` and
+  ``192.0.0.8`` global. The request then goes to the address that was checked
   (the connection is pinned to it: a DNS answer that changes between check and connect
   cannot redirect it), with the original host as Host header and TLS server name.
 - Redirects are never followed, and the server's proxy settings are not used.
@@ -28,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -92,13 +97,168 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def refused_address(ip: IPAddress) -> bool:
-    """Not globally routable: loopback, private, link-local, shared (CGNAT), multicast, reserved..."""
+@dataclass(frozen=True)
+class Special:
+    """One special-purpose block: its registry name and RFC, and the registry's "Globally
+    Reachable" value (None where the registry says N/A). ``carries_ipv4``: the block embeds an
+    IPv4 address that decides where a packet really goes."""
+
+    network: IPNetwork
+    name: str
+    rfc: str
+    globally_reachable: bool | None
+    carries_ipv4: bool = False
+
+
+def _special(block: str, name: str, rfc: str, reachable: bool | None, carries_ipv4: bool = False) -> Special:
+    return Special(ipaddress.ip_network(block), name, rfc, reachable, carries_ipv4)
+
+
+# The IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890, RFC 8190), as of their
+# 2025 revisions, then what they do not list: multicast (its own registries) and the deprecated
+# IPv6 forms. A webhook receiver is an ordinary global unicast host, so every entry is refused,
+# the globally reachable ones too (anycast PCP/TURN/DNS-SD servers, AMT relays, AS112 sinks and
+# ORCHID/DET identifiers are infrastructure, served by the nearest, often the local, instance),
+# except the blocks that carry an IPv4 address and are not "False" in the registry (NAT64's
+# 64:ff9b::/96, 6to4, Teredo): those are judged by the IPv4 they carry. An operator who needs
+# one of them lists its network under allow_networks.
+SPECIAL_PURPOSE: tuple[Special, ...] = (
+    # IANA IPv4 Special-Purpose Address Registry
+    _special("0.0.0.0/8", '"This network"', "RFC 791, Section 3.2", False),
+    _special("0.0.0.0/32", '"This host on this network"', "RFC 1122, Section 3.2.1.3", False),
+    _special("10.0.0.0/8", "Private-Use", "RFC 1918", False),
+    _special("100.64.0.0/10", "Shared Address Space", "RFC 6598", False),
+    _special("127.0.0.0/8", "Loopback", "RFC 1122, Section 3.2.1.3", False),
+    _special("169.254.0.0/16", "Link Local", "RFC 3927", False),
+    _special("172.16.0.0/12", "Private-Use", "RFC 1918", False),
+    _special("192.0.0.0/24", "IETF Protocol Assignments", "RFC 6890, Section 2.1", False),
+    _special("192.0.0.0/29", "IPv4 Service Continuity Prefix", "RFC 7335", False),
+    _special("192.0.0.8/32", "IPv4 dummy address", "RFC 7600", False),
+    _special("192.0.0.9/32", "Port Control Protocol Anycast", "RFC 7723", True),
+    _special("192.0.0.10/32", "Traversal Using Relays around NAT Anycast", "RFC 8155", True),
+    _special("192.0.0.170/32", "NAT64/DNS64 Discovery", "RFC 8880, RFC 7050 Section 2.2", False),
+    _special("192.0.0.171/32", "NAT64/DNS64 Discovery", "RFC 8880, RFC 7050 Section 2.2", False),
+    _special("192.0.2.0/24", "Documentation (TEST-NET-1)", "RFC 5737", False),
+    _special("192.31.196.0/24", "AS112-v4", "RFC 7535", True),
+    _special("192.52.193.0/24", "AMT", "RFC 7450", True),
+    _special("192.88.99.0/24", "Deprecated (6to4 Relay Anycast)", "RFC 7526", None),
+    _special("192.88.99.2/32", "6a44-relay anycast address", "RFC 6751", False),
+    _special("192.168.0.0/16", "Private-Use", "RFC 1918", False),
+    _special("192.175.48.0/24", "Direct Delegation AS112 Service", "RFC 7534", True),
+    _special("198.18.0.0/15", "Benchmarking", "RFC 2544", False),
+    _special("198.51.100.0/24", "Documentation (TEST-NET-2)", "RFC 5737", False),
+    _special("203.0.113.0/24", "Documentation (TEST-NET-3)", "RFC 5737", False),
+    _special("240.0.0.0/4", "Reserved", "RFC 1112, Section 4", False),
+    _special("255.255.255.255/32", "Limited Broadcast", "RFC 8190, RFC 919 Section 7", False),
+    # IANA IPv6 Special-Purpose Address Registry
+    _special("::1/128", "Loopback Address", "RFC 4291", False),
+    _special("::/128", "Unspecified Address", "RFC 4291", False),
+    _special("::ffff:0:0/96", "IPv4-mapped Address", "RFC 4291", False, carries_ipv4=True),
+    _special("64:ff9b::/96", "IPv4-IPv6 Translat.", "RFC 6052", True, carries_ipv4=True),
+    _special("64:ff9b:1::/48", "IPv4-IPv6 Translat.", "RFC 8215", False),  # local-use NAT64
+    _special("100::/64", "Discard-Only Address Block", "RFC 6666", False),
+    _special("100:0:0:1::/64", "Dummy IPv6 Prefix", "RFC 9780", False),
+    _special("2001::/23", "IETF Protocol Assignments", "RFC 2928", False),
+    _special("2001::/32", "TEREDO", "RFC 4380, RFC 8190", None, carries_ipv4=True),
+    _special("2001:1::1/128", "Port Control Protocol Anycast", "RFC 7723", True),
+    _special("2001:1::2/128", "Traversal Using Relays around NAT Anycast", "RFC 8155", True),
+    _special("2001:1::3/128", "DNS-SD Service Registration Protocol Anycast", "RFC 9665", True),
+    _special("2001:2::/48", "Benchmarking", "RFC 5180", False),
+    _special("2001:3::/32", "AMT", "RFC 7450", True),
+    _special("2001:4:112::/48", "AS112-v6", "RFC 7535", True),
+    _special("2001:10::/28", "Deprecated (previously ORCHID)", "RFC 4843", None),
+    _special("2001:20::/28", "ORCHIDv2", "RFC 7343", True),
+    _special("2001:30::/28", "Drone Remote ID Protocol Entity Tags (DETs) Prefix", "RFC 9374", True),
+    _special("2001:db8::/32", "Documentation", "RFC 3849", False),
+    _special("2002::/16", "6to4", "RFC 3056", None, carries_ipv4=True),
+    _special("2620:4f:8000::/48", "Direct Delegation AS112 Service", "RFC 7534", True),
+    _special("3fff::/20", "Documentation", "RFC 9637", False),
+    _special("5f00::/16", "Segment Routing (SRv6) SIDs", "RFC 9602", False),
+    _special("fc00::/7", "Unique-Local", "RFC 4193, RFC 8190", False),
+    _special("fe80::/10", "Link-Local Unicast", "RFC 4291", False),
+    # not in those registries: multicast, and deprecated IPv6 forms
+    _special("224.0.0.0/4", "Multicast", "RFC 5771", False),
+    _special("ff00::/8", "Multicast", "RFC 4291", False),
+    _special("::/96", "IPv4-compatible Address (deprecated)", "RFC 4291, Section 2.5.5.1", False, carries_ipv4=True),
+    _special("::ffff:0:0:0/96", "IPv4-translated Address (SIIT, deprecated)", "RFC 2765", False, carries_ipv4=True),
+    _special("fec0::/10", "Site-Local (deprecated)", "RFC 3879", False),
+)
+GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")  # all IANA allocates IPv6 unicast from (RFC 4291)
+_BY_LENGTH = sorted(SPECIAL_PURPOSE, key=lambda s: s.network.prefixlen, reverse=True)  # longest match first
+_LOW_32_FORMS = (  # IPv6 forms whose last 32 bits are the IPv4 address
+    (ipaddress.ip_network("::ffff:0:0/96"), "IPv4-mapped"),
+    (ipaddress.ip_network("::/96"), "IPv4-compatible"),
+    (ipaddress.ip_network("::ffff:0:0:0/96"), "IPv4-translated (SIIT)"),
+    (ipaddress.ip_network("64:ff9b::/96"), "NAT64"),
+)
+
+
+def special_block(ip: IPAddress) -> Special | None:
+    """The most specific table entry holding ``ip`` (the registries' nested entries override
+    their parents: 192.0.0.9 is not 192.0.0.0/24's)."""
+    return next((s for s in _BY_LENGTH if s.network.version == ip.version and ip in s.network), None)
+
+
+def carried_ipv4(ip: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address carries, with the form's name: the low 32 bits of
+    IPv4-mapped, -compatible (not ``::``/``::1``), SIIT and NAT64 (64:ff9b::/96, RFC 6052)
+    addresses, 6to4's bits 16-47, Teredo's server and (de-obfuscated) client. Local-use NAT64
+    (64:ff9b:1::/48) places the IPv4 by a prefix length only its network knows: refused whole."""
+    out: list[tuple[str, ipaddress.IPv4Address]] = []
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    for block, form in _LOW_32_FORMS:
+        if ip in block and int(ip) > 1:
+            out.append((form, low))
+    if ip.sixtofour is not None:
+        out.append(("6to4", ip.sixtofour))
+    if ip.teredo is not None:
+        server, client = ip.teredo
+        out += [("Teredo server", server), ("Teredo client", client)]
+    return out
+
+
+def address_refusal(ip: IPAddress, allow_networks: Sequence[IPNetwork] = ()) -> str | None:
+    """Why a webhook may not go to ``ip``, naming the registry entry and its RFC; None when it
+    may. An address inside ``allow_networks`` may; so may an IPv6 address of a block that is
+    judged by the IPv4 it carries (NAT64 64:ff9b::/96, 6to4, Teredo) when that IPv4 may."""
+    if any(ip.version == net.version and ip in net for net in allow_networks):
+        return None
     if isinstance(ip, ipaddress.IPv6Address):
-        mapped = ip.ipv4_mapped or ip.sixtofour
-        if mapped is not None:
-            return refused_address(mapped)
-    return not ip.is_global or ip.is_multicast
+        for form, v4 in carried_ipv4(ip):
+            why = address_refusal(v4, allow_networks)
+            if why is not None:
+                return f"it carries IPv4 {v4} ({form}), {why}"
+    special = special_block(ip)
+    if special is not None:
+        if special.carries_ipv4 and special.globally_reachable is not False:
+            return None  # judged above by the address it carries
+        where = f"{special.name} ({special.network}, {special.rfc})"
+        if special.globally_reachable:
+            return f"{where}: protocol infrastructure, not a webhook receiver"
+        return f"{where}: not globally reachable"
+    if isinstance(ip, ipaddress.IPv6Address) and ip not in GLOBAL_UNICAST:
+        return f"outside {GLOBAL_UNICAST}, the IPv6 global unicast space (RFC 4291): reserved"
+    if not ip.is_global:  # a backstop: Python's own table, should a registry entry be missing here
+        return "not global (Python's ipaddress)"
+    return None
+
+
+def refused_address(ip: IPAddress) -> bool:
+    """Not an ordinary globally reachable unicast address (:func:`address_refusal`)."""
+    return address_refusal(ip) is not None
+
+
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """The host's addresses from the system resolver (OSError when it has none)."""
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise OSError(f"cannot resolve {host}: {exc.strerror or exc}") from None
+    return [str(info[4][0]) for info in infos]
 
 
 @dataclass(frozen=True)
@@ -128,11 +288,13 @@ class WebhookGrant:
                 f"webhook_url's origin {origin} is not in this tenant's webhook allowlist (allowed: {listed}); "
                 f"the operator grants origins in the API-keys file under tenants.<tenant>.{WEBHOOKS_KEY}.allow"
             )
-        if _is_ip(origin.host) and not self._address_allowed(ipaddress.ip_address(origin.host)):
-            return (
-                f"webhook_url names {origin.host}, a loopback/private/link-local address: the operator must "
-                f"list its network under tenants.<tenant>.{WEBHOOKS_KEY}.allow_networks"
-            )
+        if _is_ip(origin.host):
+            why = self._address_refusal(ipaddress.ip_address(origin.host))
+            if why is not None:
+                return (
+                    f"webhook_url names {origin.host}, which is refused ({why}): the operator must "
+                    f"list its network under tenants.<tenant>.{WEBHOOKS_KEY}.allow_networks"
+                )
         if self.signing_secret is None:
             return (
                 "this tenant has no webhook signing secret: the operator grants one in the API-keys file "
@@ -140,13 +302,12 @@ class WebhookGrant:
             )
         return None
 
-    def _address_allowed(self, ip: IPAddress) -> bool:
-        if self.development or not refused_address(ip):
-            return True
-        return any(ip in net for net in self.allow_networks)
+    def _address_refusal(self, ip: IPAddress) -> str | None:
+        return None if self.development else address_refusal(ip, self.allow_networks)
 
-    async def pin(self, url: str) -> tuple[Origin, str]:
-        """(origin, the address to connect to): every resolved address checked, the first used."""
+    async def pin(self, url: str, resolve: Resolver = system_resolve) -> tuple[Origin, str]:
+        """(origin, the address to connect to): every resolved address checked, the first used.
+        ``resolve`` is the system resolver; tests give a local one, so no name leaves the machine."""
         problem = self.url_problem(url)
         if problem:
             raise DestinationRefused(problem)
@@ -154,19 +315,24 @@ class WebhookGrant:
         if _is_ip(origin.host):
             addresses = [origin.host]
         else:
-            loop = asyncio.get_running_loop()
-            try:
-                infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
-            except OSError as exc:
-                raise OSError(f"cannot resolve {origin.host}: {exc.strerror or exc}") from None
-            addresses = list(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
+            addresses = list(dict.fromkeys(str(a).split("%")[0] for a in await resolve(origin.host, origin.port)))
         if not addresses:
             raise OSError(f"{origin.host} has no address")
-        refused = [a for a in addresses if not self._address_allowed(ipaddress.ip_address(a))]
+        refused: list[tuple[str, str]] = []
+        for a in addresses:
+            try:
+                why = self._address_refusal(ipaddress.ip_address(a))
+            except ValueError:
+                why = "not an IP address"
+            if why is not None:
+                refused.append((a, why))
         if refused:
+            first, why = refused[0]
+            others = f" (and {len(refused) - 1} more refused)" if len(refused) > 1 else ""
             raise DestinationRefused(
-                f"{origin.host} resolves to {', '.join(refused)}: loopback, private and link-local addresses are "
-                f"refused unless the operator lists their network under {WEBHOOKS_KEY}.allow_networks"
+                f"{origin.host} resolves to {first}, which is refused ({why}){others}: only globally reachable "
+                f"unicast addresses are called, unless the operator lists their network under "
+                f"{WEBHOOKS_KEY}.allow_networks"
             )
         return origin, addresses[0]
 

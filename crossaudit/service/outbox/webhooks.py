@@ -21,7 +21,7 @@ from crossaudit.orchestrator.policy import envvars
 from crossaudit.orchestrator.secrets import SecretSource, SecretUse
 from crossaudit.service.outbox import signing
 from crossaudit.service.outbox.attempts import Attempt
-from crossaudit.service.outbox.destinations import DestinationRefused, WebhookGrant
+from crossaudit.service.outbox.destinations import DestinationRefused, Resolver, WebhookGrant, system_resolve
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.store.base import OutboxRecord
 
@@ -64,10 +64,13 @@ class WebhookSender:
         grant_for: Callable[[str], WebhookGrant],
         secrets_for: Callable[[str], SecretSource],
         limits: DeliveryLimits,
+        *,
+        resolve: Resolver = system_resolve,
     ) -> None:
         self.grant_for = grant_for
         self.secrets_for = secrets_for
         self.limits = limits
+        self.resolve = resolve  # names to addresses, each then checked (tests resolve locally)
         self.client = httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,  # the server's HTTP(S)_PROXY must not carry tenants' calls
@@ -91,7 +94,7 @@ class WebhookSender:
         except ConfigurationError as exc:
             return Attempt(False, error=exc.message, permanent=True)
         try:
-            origin, address = await grant.pin(str(p["url"]))
+            origin, address = await grant.pin(str(p["url"]), self.resolve)
         except DestinationRefused as exc:
             return Attempt(False, error=str(exc), permanent=True)
         except OSError as exc:  # DNS failure: may be transient
