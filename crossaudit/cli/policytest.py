@@ -136,8 +136,8 @@ def run_remote(pf: PolicyFile, extra: list[Any], args: argparse.Namespace, clien
         return suite
     try:
         warning = _deployed_differs(client, pf, policy.name, args.environment)
-    except NotFoundError:
-        suite.error = f"policy {policy.name!r} is not deployed in {args.environment!r} on {address}"
+    except NotFoundError as exc:  # the server's text names the environments the policy is in
+        suite.error = f"{exc.message} (server {address})"
         return suite
     if warning:
         suite.warnings.append(warning)

@@ -295,8 +295,11 @@ def test_another_tenants_deployment_is_not_reachable(server: ServerProcess, tmp_
     res = run(str(policy), "--server", "--json", server=server, api_key=key("globex"))
     (suite,) = json.loads(res.stdout)["suites"]
     assert res.returncode == 1 and suite["cases"] == []
-    assert suite["error"] == f"policy 'acme-wrong' is not deployed in 'production' on {server.address}"
+    # the same answer as a policy that exists nowhere: another tenant's deployments are never named
+    assert suite["error"] == (f"policy 'acme-wrong' is not deployed to 'production' (nor to any other environment; "
+                              f"crossaudit policy list shows what is) (server {server.address})")
     mine = run(str(policy), "--server", server=server, api_key=key("acme"))
     assert mine.returncode == 1 and "FAIL  wrongly_expected" in mine.stdout  # acme reaches its own
     res = run(str(policy), "--server", "127.0.0.1:1", "--timeout", "3", server=server)
-    assert res.returncode == 1 and res.stderr.startswith("error: server unavailable")
+    assert res.returncode == 1 and res.stderr.startswith("error: cannot reach the CrossAudit server at 127.0.0.1:1")
+    assert "crossaudit serve --dev" in res.stderr  # says what to do
