@@ -13,60 +13,12 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.kernel.listen import bind_tcp
+from crossaudit.kernel.listen import bind_tcp, head_deadline_protocol
 from crossaudit.proxy.app import ProxyApp
 from crossaudit.proxy.config import ProxyConfig
 from crossaudit.sdk.options import DEFAULT_SERVER
 
 STOP_TIMEOUT_S = 10  # open requests get this long when the proxy stops
-
-
-def head_deadline_protocol(header_timeout_s: float) -> type:
-    """uvicorn's h11 protocol, closing a connection whose request head (request line and
-    headers) has not arrived within ``header_timeout_s`` of its start or of the previous answer.
-
-    Why: uvicorn counts open connections against ``limit_concurrency`` and times out only idle
-    keep-alive connections; a connection that sends nothing, or a header a byte at a time, is
-    never closed, so ``max_concurrent_requests`` such connections would answer every other
-    caller 503 for as long as they stay open."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class HeadDeadlineH11(H11Protocol):
-        _head_timer: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def handle_events(self) -> None:
-            cycle = self.cycle
-            super().handle_events()
-            if self.cycle is not cycle:  # a whole request head arrived: its request is under way
-                self._disarm()
-
-        def on_response_complete(self) -> None:
-            self._arm()  # before: the next (pipelined) request may start in there
-            super().on_response_complete()
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._head_timer = self.loop.call_later(header_timeout_s, self._head_late)
-
-        def _disarm(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_late(self) -> None:
-            self._head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return HeadDeadlineH11
 
 
 def _shown(url: str) -> str:

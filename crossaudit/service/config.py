@@ -82,11 +82,26 @@ class ConsoleLimits:
 
     session_idle_s: float = 15 * 60  # a session unused this long is signed out
     session_max_age_s: float = 8 * 3600  # ... and any session this long after sign-in
-    max_sessions: int = 10_000  # sessions held in memory; the least recently used goes first beyond
+    # Sessions held in memory, all tenants together. When full, a new sign-in is refused (HTTP
+    # 503) rather than signing out someone else: one tenant's sign-ins never end another's.
+    max_sessions: int = 10_000
+    max_sessions_per_key: int = 20  # of one API key: beyond, that key's least recently used is signed out
+    max_sessions_per_tenant: int = 1_000  # of one tenant's keys: beyond, that tenant's least recently used
     signin_failures_per_minute: int = 10  # failed sign-ins per client address; more = HTTP 429
+    signins_per_minute_per_key: int = 10  # successful sign-ins of one API key; more = HTTP 429
+    signins_per_minute_per_client: int = 30  # successful sign-ins from one client address; more = HTTP 429
     max_form_bytes: int = 64 * 1024  # one POSTed form
     page_items: int = 200  # rows on a queue or audit-log page
-    max_concurrent_requests: int = 64  # uvicorn limit_concurrency: more = HTTP 503
+    max_concurrent_requests: int = 64  # requests in flight (not open connections); more = HTTP 503
+    # Open connections, and of one client address (an IPv6 client: its /64). A new connection
+    # beyond either closes the oldest one still waiting for its request (beyond all: of the
+    # client holding the most), else it is closed itself: idle sockets never lock others out.
+    max_connections: int = 512
+    max_connections_per_client: int = 16
+    # Seconds a client has to send a request's head (request line and headers), from the
+    # connection's start or the previous answer; then the connection is closed.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0  # seconds a POSTed form has to arrive once its head did; more = HTTP 408
 
 
 @dataclass(frozen=True)

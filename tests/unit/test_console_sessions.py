@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from crossaudit.service.config import ConsoleLimits
 from crossaudit.service.console.app import ConsoleApp, parse_time
-from crossaudit.service.console.sessions import Sessions, tokens_match
+from crossaudit.service.console.sessions import Sessions, SessionsFull, key_id, tokens_match
 from crossaudit.service.principals import Principal, Role
 
 ALICE = Principal("acme", Role.REVIEWER, "alice", frozenset({"content_moderator"}))
+ALICE_KEY = key_id("acme-alice-key-0123456789")
 
 
 class Clock:
@@ -21,13 +24,13 @@ class Clock:
 def test_sessions_expire_when_idle_and_when_old() -> None:
     clock = Clock()
     sessions = Sessions(ConsoleLimits(session_idle_s=60, session_max_age_s=300), clock=clock)
-    sid, session = sessions.create(ALICE)
+    sid, session = sessions.create(ALICE, ALICE_KEY)
     assert sessions.get(sid) is session and session.principal == ALICE
     clock.now += 59
     assert sessions.get(sid) is session  # use keeps it alive
     clock.now += 61
     assert sessions.get(sid) is None and len(sessions) == 0  # idle too long: gone
-    sid, _ = sessions.create(ALICE)
+    sid, _ = sessions.create(ALICE, ALICE_KEY)
     for _ in range(6):
         clock.now += 55
         alive = sessions.get(sid)
@@ -35,15 +38,65 @@ def test_sessions_expire_when_idle_and_when_old() -> None:
     assert sessions.get("") is None and sessions.get("unknown") is None
 
 
-def test_ids_are_fresh_the_table_is_bounded_and_sign_out_forgets() -> None:
-    sessions = Sessions(ConsoleLimits(max_sessions=2))
-    a, sa = sessions.create(ALICE)
-    b, _ = sessions.create(ALICE)
+def test_ids_are_fresh_a_key_beyond_its_share_signs_out_its_own_oldest_and_sign_out_forgets() -> None:
+    sessions = Sessions(ConsoleLimits(max_sessions_per_key=2))
+    a, sa = sessions.create(ALICE, ALICE_KEY)
+    b, _ = sessions.create(ALICE, ALICE_KEY)
     assert a != b and len(a) >= 40 and sa.csrf not in (a, b)
-    c, _ = sessions.create(ALICE)
-    assert sessions.get(a) is None and sessions.get(b) and sessions.get(c)  # the least recently used went
+    c, _ = sessions.create(ALICE, ALICE_KEY)
+    assert sessions.get(a) is None and sessions.get(b) and sessions.get(c)  # the key's least recently used went
     sessions.drop(c)
-    assert sessions.get(c) is None
+    assert sessions.get(c) is None and sessions.count(key=ALICE_KEY) == 1
+
+
+def test_a_tenant_beyond_its_share_signs_out_its_own_and_a_full_table_refuses_instead_of_evicting() -> None:
+    """10,001 sign-ins of one key once signed every other tenant out (one LRU table for all)."""
+    sessions = Sessions(ConsoleLimits())
+    carol = Principal("globex", Role.REVIEWER, "carol")
+    theirs, _ = sessions.create(carol, key_id("globex-carol-key-0123456789"))
+    for _ in range(10_001):
+        sessions.create(ALICE, ALICE_KEY)
+    assert sessions.get(theirs) is not None
+    assert sessions.count(key=ALICE_KEY) == ConsoleLimits().max_sessions_per_key
+
+    small = Sessions(ConsoleLimits(max_sessions=5, max_sessions_per_key=10, max_sessions_per_tenant=3))
+    keys = [key_id(f"acme-key-{i}-0123456789") for i in range(4)]
+    acme = [small.create(ALICE, keys[i])[0] for i in range(4)]  # 4 keys, one tenant of 3 at most
+    assert small.get(acme[0]) is None and all(small.get(s) for s in acme[1:])
+    assert small.count(tenant="acme") == 3
+    bob = Principal("initech", Role.REVIEWER, "bob")
+    other = [small.create(bob, key_id(f"initech-{i}-0123456789"))[0] for i in range(2)]
+    with pytest.raises(SessionsFull, match=r"console_limits\.max_sessions"):
+        small.create(carol, key_id("globex-carol-key-0123456789"))
+    assert all(small.get(s) for s in (*acme[1:], *other))  # nobody was signed out for it
+    small.drop(other[0])
+    assert small.create(carol, key_id("globex-carol-key-0123456789"))
+
+
+def test_idle_sessions_make_room_in_a_full_table() -> None:
+    clock = Clock()
+    sessions = Sessions(ConsoleLimits(max_sessions=2, session_idle_s=60), clock=clock)
+    bob = Principal("initech", Role.REVIEWER, "bob")
+    sessions.create(ALICE, ALICE_KEY)
+    sessions.create(bob, key_id("initech-0123456789"))
+    clock.now += 61
+    assert sessions.create(Principal("globex", Role.REVIEWER, "carol"), key_id("globex-0123456789"))
+    assert len(sessions) == 1
+
+
+def test_successful_sign_ins_are_limited_per_key_and_per_address() -> None:
+    clock = Clock()
+    sessions = Sessions(ConsoleLimits(signins_per_minute_per_key=2, signins_per_minute_per_client=3), clock=clock)
+    for _ in range(2):
+        assert sessions.signins_throttled(client="10.0.0.1", key=ALICE_KEY) is None
+        sessions.signed_in(client="10.0.0.1", key=ALICE_KEY)
+    assert "signins_per_minute_per_key" in (sessions.signins_throttled(client="10.0.0.2", key=ALICE_KEY) or "")
+    other = key_id("another-key-0123456789")
+    assert sessions.signins_throttled(client="10.0.0.1", key=other) is None
+    sessions.signed_in(client="10.0.0.1", key=other)
+    assert "signins_per_minute_per_client" in (sessions.signins_throttled(client="10.0.0.1") or "")
+    clock.now += 61
+    assert sessions.signins_throttled(client="10.0.0.1", key=ALICE_KEY) is None
 
 
 def test_sign_in_failures_are_throttled_per_address_for_a_minute() -> None:
@@ -115,3 +168,12 @@ def test_dev_serves_the_console_by_default_and_off_turns_it_off(monkeypatch) -> 
         port("--set", "console_port=true")
     with pytest.raises(SystemExit):
         port("--console-port", "eighty")
+
+
+def test_clients_are_counted_by_ipv4_address_and_ipv6_64() -> None:
+    from crossaudit.kernel.listen import client_key
+
+    assert client_key("10.0.0.1") == "10.0.0.1" and client_key("::ffff:10.0.0.1") == "10.0.0.1"
+    assert client_key("2001:db8:1:2::1") == client_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1")
+    assert client_key(None) == "?" and client_key("not-an-address") == "not-an-address"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.kernel.listen import bind_tcp
+from crossaudit.kernel.listen import bind_tcp, head_deadline_protocol
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import CONSOLE_OFF, LOOPBACK_HOSTS, ServerConfig
 from crossaudit.service.records import Records
@@ -100,16 +100,24 @@ async def start_console(config: ServerConfig, records: Records, auth: Authentica
             f"{e.message}; --dev serves the review console on port {port} by default: choose another "
             f"with --console-port PORT (0 = any free port), or turn it off with --console-port {CONSOLE_OFF}"
         ) from None
+    limits = config.console_limits
     uv_config = uvicorn.Config(
         app.asgi,
         lifespan="off",
-        http="h11",
         ws="none",
         log_level="warning",
         access_log=False,
         server_header=False,
         proxy_headers=False,
-        limit_concurrency=config.console_limits.max_concurrent_requests,
+        # the guard below counts requests in flight and bounds connections per client and in
+        # all; uvicorn's limit_concurrency would count idle sockets against requests (503s)
+        http=head_deadline_protocol(
+            limits.header_timeout_s,
+            max_connections=limits.max_connections,
+            max_connections_per_client=limits.max_connections_per_client,
+            max_requests=limits.max_concurrent_requests,
+        ),
+        limit_concurrency=None,
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=int(STOP_TIMEOUT_S),
         ssl_certfile=str(Path(config.tls_cert)) if tls and config.tls_cert else None,

@@ -16,6 +16,7 @@ DENY, Referrer-Policy no-referrer and ``Cache-Control: no-store``. Templates aut
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import re
@@ -41,10 +42,11 @@ from crossaudit.kernel.errors import (
     ReviewAlreadyResolvedError,
     UnauthenticatedError,
 )
+from crossaudit.kernel.listen import client_key
 from crossaudit.orchestrator import reviews
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import ConsoleLimits
-from crossaudit.service.console.sessions import Session, Sessions, new_token, tokens_match
+from crossaudit.service.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
     GET_DECISION,
@@ -271,11 +273,15 @@ class ConsoleApp:
             raise Refused(415, "forms are sent as application/x-www-form-urlencoded")
         size = 0
         chunks = []
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.limits.max_form_bytes:
-                raise Refused(413, f"the form is larger than {self.limits.max_form_bytes} bytes")
-            chunks.append(chunk)
+        try:  # a form trickled in forever would hold one of max_concurrent_requests for good
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self.limits.max_form_bytes:
+                        raise Refused(413, f"the form is larger than {self.limits.max_form_bytes} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise Refused(408, f"the form did not arrive within {self.limits.body_timeout_s:g}s") from None
         try:
             fields = parse_qs(b"".join(chunks).decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
         except (UnicodeDecodeError, ValueError):
@@ -359,7 +365,7 @@ class ConsoleApp:
         return self._signin_page(next_path=self._next(request.query_params.get("next")))
 
     async def signin(self, request: Request) -> Response:
-        client = request.client.host if request.client else "?"
+        client = client_key(request.client.host if request.client else None)
         try:
             if not self._same_origin(request):
                 raise Refused(403, "refused: this form was sent from another site")
@@ -368,8 +374,12 @@ class ConsoleApp:
                 raise Refused(403, "refused: the sign-in form expired; try again")
             if self.sessions.throttled(client):
                 raise Refused(429, "too many failed sign-ins; wait a minute")
+            too_many = self.sessions.signins_throttled(client=client)
+            if too_many:
+                raise Refused(429, too_many)
+            api_key = (form.get("api_key") or "").strip()
             try:
-                principal = self.auth.principal_for_key((form.get("api_key") or "").strip() or None)
+                principal = self.auth.principal_for_key(api_key or None)
             except UnauthenticatedError:
                 self.sessions.failed(client)
                 raise Refused(401, "that API key is not valid") from None
@@ -377,10 +387,23 @@ class ConsoleApp:
                 raise Refused(
                     403, f"a {principal.role.value} key cannot sign in to the console (it is an application's)"
                 )
+            key = key_id(api_key)
+            too_many = self.sessions.signins_throttled(client=client, key=key)
+            if too_many:
+                raise Refused(429, too_many)
+            self.sessions.drop(request.cookies.get(self.session_cookie))
+            try:
+                session_id, _ = self.sessions.create(principal, key)
+            except SessionsFull as full:
+                log.warning("console: sign-in of %s refused: %s", principal.describe(), full)
+                raise Refused(
+                    503,
+                    "the console is full (as many sessions as it may hold are signed in); try again "
+                    "later (operators: console_limits.max_sessions)",
+                ) from None
+            self.sessions.signed_in(client=client, key=key)
         except Refused as r:
             return self._signin_page(r.status, r.message)
-        self.sessions.drop(request.cookies.get(self.session_cookie))
-        session_id, _ = self.sessions.create(principal)
         log.info("console: %s of tenant %s signed in", principal.describe(), principal.tenant)
         response = RedirectResponse(self._next(form.get("next")), status_code=303)
         self._set_cookie(response, self.session_cookie, session_id)
