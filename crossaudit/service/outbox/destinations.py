@@ -365,12 +365,10 @@ def parse_webhooks(value: Any, where: str, parse_secret: Callable[[Any, str], Se
     secret = None
     if value.get("signing_secret") is not None:
         secret = parse_secret(value["signing_secret"], f"{where}: {WEBHOOKS_KEY}")
-        if secret.env is not None:  # a file is read at each attempt; an env var can be checked now
-            current = secret.read()
-            if current is not None and len(signing.secret_key(current)) < signing.MIN_SECRET_BYTES:
-                raise ConfigurationError(
-                    f"{where}: {WEBHOOKS_KEY}.signing_secret is shorter than {signing.MIN_SECRET_BYTES} bytes"
-                )
+        current = secret.read()  # a file is read again at each attempt; one missing now is checked then
+        problem = signing.secret_problem(current) if current is not None else None
+        if problem is not None:
+            raise ConfigurationError(f"{where}: {WEBHOOKS_KEY}.signing_secret ({secret.describe()}) {problem}")
     return WebhookGrant(tuple(origins), tuple(networks), secret)
 
 

@@ -20,6 +20,8 @@ import hashlib
 import hmac
 import time
 
+from crossaudit.kernel.errors import ConfigurationError
+
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"
 SIGNATURE_HEADER = "webhook-signature"
@@ -33,12 +35,26 @@ class SignatureError(ValueError):
 
 
 def secret_key(secret: str) -> bytes:
+    """The HMAC key of a signing secret; ConfigurationError (never quoting it) when a ``whsec_``
+    secret is not base64: it is the operator's setting, not a failure of one delivery."""
     if secret.startswith("whsec_"):
         try:
             return base64.b64decode(secret[len("whsec_") :], validate=True)
         except (binascii.Error, ValueError):
-            raise ValueError("a whsec_ signing secret must be base64 after the prefix") from None
+            raise ConfigurationError("a whsec_ signing secret must be base64 after the prefix") from None
     return secret.encode("utf-8")
+
+
+def secret_problem(secret: str) -> str | None:
+    """Why ``secret`` cannot sign, in words that never quote it; None when it can. Checked when
+    the keys file is loaded and again at each attempt (a file secret may be rotated)."""
+    try:
+        key = secret_key(secret)
+    except ConfigurationError:
+        return "is not base64 after its whsec_ prefix (the Standard Webhooks form: whsec_ then base64)"
+    if len(key) < MIN_SECRET_BYTES:
+        return f"is shorter than {MIN_SECRET_BYTES} bytes"
+    return None
 
 
 def sign(secret: str, delivery_id: str, timestamp: int, body: bytes) -> str:

@@ -11,6 +11,7 @@ its grant and pinned (:mod:`.destinations`), and the Standard Webhooks headers a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,6 +42,27 @@ RESERVED_HEADERS = frozenset(
         signing.SIGNATURE_HEADER,
     }
 )
+
+
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
+MAX_NAME_SHOWN = 64  # of a refused header's name, quoted in the delivery's error
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why the HTTP library would refuse this header (RFC 9110 field syntax; httpx sends ASCII
+    only), in words that never quote the value: a ``${NAME}`` may have put a secret in it. Such a
+    request fails the same way at every attempt, so it is dead at once, not retried."""
+    if not HEADER_NAME.match(name):
+        return "is not an HTTP token (letters, digits and !#$%&'*+.^_`|~-)"
+    if "\r" in value or "\n" in value:
+        return "holds a line break"
+    if any(c != "\t" and (c < " " or c == "\x7f") for c in value):
+        return "holds a control character"
+    if not value.isascii():
+        return "holds a character outside ASCII"
+    if value != value.strip(" \t"):
+        return "starts or ends with whitespace"
+    return None
 
 
 def webhook_payload(request: Mapping[str, Any], body: Any, limits: DeliveryLimits) -> dict[str, Any]:
@@ -88,11 +110,30 @@ class WebhookSender:
         secret = grant.secret()
         if not secret:
             return Attempt(False, error="no webhook signing secret is granted to this tenant", permanent=True)
+        unusable = signing.secret_problem(secret)
+        if unusable is not None:  # a file secret rotated into one that cannot sign: the operator's to fix
+            return Attempt(
+                False,
+                error=f"this tenant's webhook signing secret {unusable}: the operator must fix "
+                "webhooks.signing_secret in the API-keys file",
+                permanent=True,
+            )
         use = SecretUse()
         try:
             extra = envvars.expand(dict(p.get("headers") or {}), self.secrets_for(msg.tenant), use, where="headers")
         except ConfigurationError as exc:
             return Attempt(False, error=exc.message, permanent=True)
+        headers = {k: v for k, v in extra.items() if k.lower() not in RESERVED_HEADERS}
+        for name, value in headers.items():
+            problem = header_problem(name, value)
+            if problem is not None:
+                shown = name[:MAX_NAME_SHOWN] if HEADER_NAME.match(name) else repr(name[:MAX_NAME_SHOWN])
+                return Attempt(
+                    False,
+                    error=f"header {shown} {problem}, which no HTTP request can carry: fix the policy's "
+                    "action_config.headers (or the secret a ${NAME} in it expands to)",
+                    permanent=True,
+                )
         try:
             origin, address = await grant.pin(str(p["url"]), self.resolve)
         except DestinationRefused as exc:
@@ -104,7 +145,6 @@ class WebhookSender:
         url = httpx.URL(str(p["url"]))
         host_header = url.netloc.decode("ascii").rpartition("@")[2]  # host[:port] as written, never credentials
         pinned = url.copy_with(host=address)
-        headers = {k: v for k, v in extra.items() if k.lower() not in RESERVED_HEADERS}
         headers.update(signing.headers(secret, msg.id, body))
         headers["host"] = host_header
         if method != "GET":
@@ -117,10 +157,12 @@ class WebhookSender:
             response = await self.client.send(request, stream=True)
         except httpx.TimeoutException:
             return Attempt(False, error=f"no answer within {self.limits.request_timeout_s:g}s")
+        except httpx.LocalProtocolError:  # our request, refused before it left: the same at every attempt
+            return Attempt(False, error="the HTTP library refused to send this request", permanent=True)
         except (httpx.HTTPError, OSError) as exc:
             return Attempt(False, error=use.mask(f"{type(exc).__name__}: {exc}") or "connection failed")
-        except ValueError as exc:  # a header value httpx refuses (control characters)
-            return Attempt(False, error=use.mask(f"invalid request: {exc}"), permanent=True)
+        except ValueError:  # a value httpx cannot encode; its message would quote it
+            return Attempt(False, error="the HTTP library could not encode this request", permanent=True)
         try:
             detail = await _read_some(response, self.limits.max_response_bytes)
         finally:
