@@ -30,6 +30,7 @@ from crossaudit.kernel.builtins import LangdetectConfig as LangdetectConfig
 from crossaudit.kernel.builtins import PresidioConfig as PresidioConfig
 from crossaudit.kernel.dslbase import CommonEvaluatorConfig as CommonEvaluatorConfig
 from crossaudit.kernel.dslbase import Strict as Strict
+from crossaudit.kernel.names import canonical_name
 from crossaudit.kernel.results import Action
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$"
@@ -599,6 +600,13 @@ class Policy(Strict):
     @classmethod
     def _version_str(cls, v: Any) -> Any:
         return str(v) if isinstance(v, int | float) else v
+
+    @field_validator("name")
+    @classmethod
+    def _canonical_name(cls, v: str) -> str:
+        """NFC, nothing invisible: the name is stored and compared as written here, once
+        (crossaudit.kernel.names), so two spellings of one name are one policy."""
+        return canonical_name(v)
 
     @property
     def source_path(self) -> str | None:

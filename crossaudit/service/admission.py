@@ -85,7 +85,7 @@ class Admission:
         budget = self.budget(time_remaining)
         if budget <= 0:
             raise DeadlineExceededError("the deadline leaves no time to evaluate")
-        inputs.required(policy, "policy", self.limits.max_name_length)
+        policy = inputs.policy_name(policy, self.limits.max_name_length)  # NFC: either spelling finds it
         env = inputs.environment(environment)
         inflight = self._inflight.get(tenant, 0)
         if inflight >= self.limits.max_inflight_evaluations_per_tenant:

@@ -77,9 +77,6 @@ class PolicyCatalog:
         # may deploy or roll back, so an entry is trusted for ``deployment_recheck_s`` only.
         self._deployed: dict[tuple[str, str, str], tuple[int, float]] = {}
 
-    def _name(self, value: str, what: str) -> str:
-        return inputs.required(value, what, self.limits.max_name_length)
-
     async def parse(self, tenant: str, text: str, filename: str, *, models: bool = False) -> Policy:
         """Parse and validate for ``tenant``: ``${NAME}`` only as granted to it, and the
         service's rules (no file references, allowlisted LLM hosts), each issue located.
@@ -123,7 +120,7 @@ class PolicyCatalog:
     async def get_policy(
         self, tenant: str, name: str, *, environment: str = "", version: int = 0
     ) -> tuple[PolicyVersionRecord, list[DeploymentRecord]]:
-        self._name(name, "policy name")
+        name = inputs.policy_name(name, self.limits.max_name_length)
         if version:
             rec = await self.store.get_policy_version(tenant, name, version)
         else:
@@ -137,7 +134,7 @@ class PolicyCatalog:
     async def rollback_policy(
         self, tenant: str, name: str, *, environment: str = "", to_version: int = 0
     ) -> tuple[DeploymentRecord, int]:
-        self._name(name, "policy name")
+        name = inputs.policy_name(name, self.limits.max_name_length)
         env = inputs.environment(environment)
         if to_version < 0:
             raise InvalidInputError("to_version must be positive (or 0 for the previous deployment)")

@@ -7,6 +7,7 @@ import re
 
 from crossaudit.kernel.dsl import NAME_PATTERN
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.names import canonical_name
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 NAME = re.compile(NAME_PATTERN)  # evaluator names: the DSL's rule
@@ -23,10 +24,20 @@ def required(value: str, what: str, max_length: int) -> str:
     return value
 
 
+def policy_name(value: str, max_length: int) -> str:
+    """A policy name a caller looks up, in the canonical form policies are stored under (NFC,
+    nothing invisible: crossaudit.kernel.names), so either spelling of a name finds it."""
+    required(value, "policy name", max_length)
+    try:
+        return canonical_name(value)
+    except ValueError as e:
+        raise InvalidInputError(f"policy name {value!r}: {e}") from None
+
+
 def environment(value: str) -> str:
     """The environment named, or the default one when none is."""
     env = value or DEFAULT_ENVIRONMENT
-    if not ENVIRONMENT.match(env):
+    if not ENVIRONMENT.fullmatch(env):
         raise InvalidInputError(
             f"invalid environment {env!r}: lowercase letters, digits, '_' and '-', starting with a letter"
         )

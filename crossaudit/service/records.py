@@ -140,6 +140,7 @@ class Records:
     async def list_decisions(
         self, tenant: str, *, policy: str = "", limit: int = 0, since: float | None = None, until: float | None = None
     ) -> list[AuditRecord]:
+        policy = inputs.policy_name(policy, self.limits.max_name_length) if policy else ""
         return await self.store.list_decisions(
             tenant, policy=policy or None, limit=self._cap(limit), since=since, until=until
         )
@@ -148,7 +149,7 @@ class Records:
         self, tenant: str, decision_id: str, *, rule: str = "", label: str, comment: str = ""
     ) -> FeedbackRecord:
         self._name(decision_id, "decision_id")
-        if not inputs.LABEL.match(label or ""):
+        if not inputs.LABEL.fullmatch(label or ""):
             raise InvalidInputError("label must be 1-64 characters: letters, digits, '_', '.', ':' or '-'")
         if len(comment.encode()) > self.limits.max_feedback_comment_bytes:
             raise InvalidInputError(f"comment is longer than {self.limits.max_feedback_comment_bytes} bytes")
@@ -182,6 +183,7 @@ class Records:
         ``reviewer_role``, or one of its ``reviewer_roles``): filtered among the first
         ``max_list_items`` items of the tenant's queue, then capped at ``limit``."""
         self._check_principal(tenant, principal, LIST_REVIEWS)
+        policy = inputs.policy_name(policy, self.limits.max_name_length) if policy else ""
         cap = self._cap(limit)
         await self.store.auto_approve_due(tenant, time.time())
         if principal is None or principal.role is Role.ADMIN:  # an admin sees everything

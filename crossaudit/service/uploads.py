@@ -40,7 +40,7 @@ class Uploads:
 
     def check_upload(self, name: str, code: str, language: str, dependencies: list[str]) -> tuple[str, ...]:
         """Validate an upload without running anything; returns the dependencies to store."""
-        if not inputs.NAME.match(name or ""):
+        if not inputs.NAME.fullmatch(name or ""):  # match() let "name\n" through
             raise InvalidInputError(
                 f"invalid evaluator name {name!r}: letters, digits, '_' and '-', starting with a letter or '_'"
             )

@@ -322,3 +322,23 @@ def test_absurd_durations_are_validation_errors_not_date_overflows(field: str) -
     )
     with pytest.raises(PolicyValidationError, match="longer than the maximum of 3650d"):
         load_policy(text, "p.yaml")
+
+
+def test_policy_names_are_nfc_and_hold_nothing_invisible() -> None:
+    """Two spellings of one name are one name (stored in NFC); a bidi control, a zero-width or
+    no-break space is a located error naming the character (crossaudit.kernel.names)."""
+    body = 'description: "d"\nversion: "1.0"\n' + EVAL + "rules:\n  - {name: r, evaluator: safety_check}\n"
+    nfd = load_policy('name: "Cafe\\u0301"\n' + body, "p.yaml")
+    assert nfd.name == "Caf\u00e9" == load_policy('name: "Caf\\u00e9"\n' + body, "p.yaml").name
+    for escaped, char in [
+        ("pay\\u202eroll", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("\\u2066a\\u2069", "U+2066 LEFT-TO-RIGHT ISOLATE"),
+        ("a\\u200fb", "U+200F RIGHT-TO-LEFT MARK"),
+        ("a\\u2060b", "U+2060 WORD JOINER"),
+        ("a\\u00adb", "U+00AD SOFT HYPHEN"),
+        ("a\\u2007b", "U+2007 FIGURE SPACE"),
+    ]:
+        [msg] = issues_of(f'name: "{escaped}"\n' + body)
+        assert msg.startswith("p.yaml:1:7: name: character ") and char in msg, msg
+    [msg] = issues_of('name: " padded"\n' + body)
+    assert "whitespace" in msg

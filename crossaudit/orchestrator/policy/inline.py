@@ -146,7 +146,7 @@ def inline_local_code(
             files.append(ref)
         else:
             name = raw.get("name")
-            if not isinstance(name, str) or not _NAME.match(name):
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
                 continue
             local = base / LOCAL_EVALUATOR_DIR / f"{name}.py"
             if not local.is_file():
