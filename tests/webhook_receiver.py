@@ -104,3 +104,70 @@ def receiving(port: int = 0) -> Iterator[Receiver]:
         yield r
     finally:
         r.close()
+
+
+class HangingReceiver:
+    """A loopback port that accepts connections and never answers: every attempt to it lasts
+    until the sender's own deadline. Holds at most ``max_held`` connections (older ones
+    are closed beyond, so a runaway sender cannot exhaust the test's file descriptors)."""
+
+    def __init__(self, max_held: int = 256) -> None:
+        import socket
+
+        self.max_held = max_held
+        self.accepted = 0
+        self.held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self._sock.settimeout(0.2)
+        self.port = int(self._sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.accepted += 1
+                self.held.append(conn)
+                if len(self.held) > self.max_held:
+                    self.held.pop(0).close()
+
+    def open_connections(self) -> int:
+        """Connections the sender still holds open (what they sent is read and dropped)."""
+        with self._lock:
+            alive = []
+            for c in self.held:
+                c.setblocking(False)
+                closed = False
+                try:
+                    for _ in range(64):  # bounded: drain what arrived, until EOF or nothing more
+                        if c.recv(65536) == b"":
+                            closed = True
+                            break
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed = True
+                if closed:
+                    c.close()
+                else:
+                    alive.append(c)
+            self.held = alive
+            return len(alive)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+        with self._lock:
+            for c in self.held:
+                c.close()
+            self.held = []

@@ -22,6 +22,7 @@ raise bare exceptions across a layer boundary. This module stays transport-neutr
     ├── PermissionDeniedError             permission_denied
     ├── RateLimitedError                  resource_exhausted       yes
     │   └── PoolExhaustedError
+    ├── QuotaExceededError                resource_exhausted                (setting)
     ├── DeadlineExceededError             deadline_exceeded
     ├── ConfigurationError                failed_precondition
     ├── StoreUnavailableError             unavailable              yes
@@ -238,6 +239,20 @@ class RateLimitedError(CrossAuditError):
 
     code = ErrorCode.RESOURCE_EXHAUSTED
     retryable = True
+
+
+class QuotaExceededError(CrossAuditError):
+    """A tenant reached a named quota or cap (``setting``: its settings key, also in the
+    message). Not retryable as such: the same request fails until the tenant's own backlog
+    shrinks or the operator raises the setting, so a retry loop must not hammer it."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+    wire_fields = ("setting",)
+    setting: str = ""
+
+    def __init__(self, message: str, *, setting: str = "") -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class DeadlineExceededError(CrossAuditError):

@@ -147,9 +147,11 @@ class Admission:
                 now=time.time(),
             )
             messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
-            await self.store.record_decision(audit, reviews, messages)
+            # a webhook over its tenant's pending quota is not written; the decision always is
+            quotas = self.deliveries.quotas if self.deliveries else None
+            refused = await self.store.record_decision(audit, reviews, messages, max_pending=quotas)
             if self.deliveries is not None:
-                self.deliveries.recorded(messages)
+                self.deliveries.recorded(messages, refused)
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
             if log.isEnabledFor(logging.DEBUG):
                 verdict = "passed" if decision.passed else "failed"

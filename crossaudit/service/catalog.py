@@ -22,7 +22,9 @@ from crossaudit.kernel.errors import (
     NotFoundError,
     PolicyIssue,
     PolicyValidationError,
+    QuotaExceededError,
 )
+from crossaudit.kernel.results import Action
 from crossaudit.orchestrator.policy import Policy, load_policy
 from crossaudit.orchestrator.policy.models import model_check
 from crossaudit.orchestrator.runtime import Runtime
@@ -31,6 +33,7 @@ from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.hosted import hosted_checks
+from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord, Store
 
@@ -66,12 +69,14 @@ class PolicyCatalog:
         sandbox: Sandbox | None,
         limits: ServiceLimits,
         grants: TenantGrants,
+        max_webhook_rules: int = DeliveryLimits.max_webhook_rules_per_policy,
     ) -> None:
         self.store = store
         self.tenants = tenants
         self.sandbox = sandbox
         self.limits = limits
         self.grants = grants
+        self.max_webhook_rules = max_webhook_rules  # DeliveryLimits.max_webhook_rules_per_policy
         self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
         # (tenant, name, env) -> (deployed version, monotonic time it was read): another replica
         # may deploy or roll back, so an entry is trusted for ``deployment_recheck_s`` only.
@@ -102,6 +107,7 @@ class PolicyCatalog:
         images may be built first: minutes, the longest part of a deploy)."""
         env = inputs.environment(environment)
         policy = await self.parse(tenant, content, filename or "<policy>", models=True)
+        self._check_webhook_rules(policy)
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=True, progress=progress)
         version, deployment, created = await self.store.deploy_policy(
@@ -116,6 +122,17 @@ class PolicyCatalog:
         self._cache(tenant, version, policy)
         log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
         return version, deployment, created
+
+    def _check_webhook_rules(self, policy: Policy) -> None:
+        """Each failed ``custom`` rule writes one outbox row per decision: their number per policy
+        is a named cap, so one decision cannot write an unbounded number of webhooks."""
+        rules = [r.name for r in policy.rules if r.action is Action.CUSTOM]
+        if len(rules) > self.max_webhook_rules:
+            raise QuotaExceededError(
+                f"policy {policy.name!r} has {len(rules)} rules whose action sends a webhook (custom); at most "
+                f"{self.max_webhook_rules} (delivery_limits.max_webhook_rules_per_policy)",
+                setting="delivery_limits.max_webhook_rules_per_policy",
+            )
 
     async def get_policy(
         self, tenant: str, name: str, *, environment: str = "", version: int = 0

@@ -51,7 +51,15 @@ class CrossAuditService:
         self.grants = grants if grants is not None else TenantGrants()
         self.tenants = Tenants(store, engines)
         self.metrics.watch_caches(self.tenants.cache_stats)
-        self.catalog = PolicyCatalog(store, self.tenants, sandbox=sandbox, limits=self.limits, grants=self.grants)
+        delivery_limits = (delivery or DeliveryConfig()).limits
+        self.catalog = PolicyCatalog(
+            store,
+            self.tenants,
+            sandbox=sandbox,
+            limits=self.limits,
+            grants=self.grants,
+            max_webhook_rules=delivery_limits.max_webhook_rules_per_policy,
+        )
         self.uploads = Uploads(
             store,
             sandbox=sandbox,

@@ -12,7 +12,7 @@ import abc
 import enum
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,10 +236,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def record_decision(
-        self, audit: AuditRecord, reviews: list[ReviewRecord], outbox: Sequence[OutboxRecord] = ()
-    ) -> None:
+        self,
+        audit: AuditRecord,
+        reviews: list[ReviewRecord],
+        outbox: Sequence[OutboxRecord] = (),
+        *,
+        max_pending: Mapping[str, int] | None = None,
+    ) -> list[OutboxRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
-        sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent."""
+        sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
+
+        ``max_pending`` (kind -> n): a message of that kind is written only while its tenant has
+        fewer than n pending; the audit record and everything else are written all the same (an
+        answered decision is never lost to a quota). Returns the messages not written."""
 
     @abc.abstractmethod
     async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord: ...
@@ -306,9 +315,21 @@ class Store(abc.ABC):
     # --- outbox (every tenant's: the delivery workers are the operator's) -----------------
 
     @abc.abstractmethod
-    async def claim_outbox(self, kinds: Sequence[str], now: float, *, limit: int, lease_s: float) -> list[OutboxRecord]:
-        """Lease up to ``limit`` pending messages of ``kinds`` that are due (oldest first) and not
-        leased by another worker; each returned record carries its new ``lease_until``."""
+    async def claim_outbox(
+        self,
+        kinds: Sequence[str],
+        now: float,
+        *,
+        limit: int,
+        lease_s: float,
+        per_tenant: int | None = None,
+        held: Mapping[str, int] | None = None,
+    ) -> list[OutboxRecord]:
+        """Lease up to ``limit`` pending messages of ``kinds`` that are due and not leased by
+        another worker; each returned record carries its new ``lease_until``. Oldest first; with
+        ``per_tenant``, at most ``per_tenant - held[tenant]`` of each tenant (none of a tenant at
+        its share: nothing is leased that could not be attempted at once), taken round-robin
+        across tenants (each one's oldest first, tenants in the order of their oldest)."""
 
     @abc.abstractmethod
     async def settle_outbox(
@@ -334,10 +355,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def redeliver_outbox(
-        self, tenant: str, message_id: str, now: float, *, kind: str | None = None
+        self, tenant: str, message_id: str, now: float, *, kind: str | None = None, max_pending: int | None = None
     ) -> OutboxRecord:
         """Put a dead or delivered message (of ``kind``, when given) back to pending, due now, with
-        a fresh attempt budget. A message that is still pending is FAILED_PRECONDITION."""
+        a fresh attempt budget. A message that is still pending is FAILED_PRECONDITION; one whose
+        tenant already has ``max_pending`` pending of its kind is QuotaExceededError."""
 
     @abc.abstractmethod
     async def outbox_counts(self) -> dict[tuple[str, str], int]:

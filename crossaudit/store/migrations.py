@@ -77,6 +77,10 @@ CREATE INDEX IF NOT EXISTS outbox_tenant ON outbox (tenant, created_at);
     """
 CREATE TABLE IF NOT EXISTS rate_buckets (key TEXT PRIMARY KEY, tokens REAL NOT NULL, updated REAL NOT NULL);
 """,
+    # 4: the outbox by tenant: fair claims (one seek per tenant) and pending counts per tenant
+    """
+CREATE INDEX IF NOT EXISTS outbox_tenant_due ON outbox (kind, state, tenant, next_attempt_at);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -142,5 +146,9 @@ CREATE INDEX outbox_tenant ON outbox (tenant, created_at);
     # 2: rate_limit buckets shared by every replica (SQLite's step 3)
     """
 CREATE TABLE rate_buckets (key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL);
+""",
+    # 3: the outbox by tenant (SQLite's step 4)
+    """
+CREATE INDEX outbox_tenant_due ON outbox (kind, state, tenant, next_attempt_at);
 """,
 )

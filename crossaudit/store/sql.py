@@ -19,10 +19,10 @@ import json
 import time
 import typing
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError
+from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
 from crossaudit.orchestrator.engine.ratelimit import take
 from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
@@ -132,6 +132,70 @@ def _resolve(c: Conn, tenant: str, review_id: str, how: Resolution, now: float) 
         "UPDATE reviews SET state=?, resolved_at=?, reviewer=?, note=? WHERE tenant=? AND id=?",
         (how.state.value, now, how.reviewer, how.note, tenant, review_id),
     )
+
+
+@dataclasses.dataclass
+class _DecisionWrite:
+    """One decision's rows for the group commit; ``refused`` is filled by the transaction."""
+
+    records: tuple[Any, ...]  # the audit record and its reviews
+    outbox: tuple[OutboxRecord, ...]
+    max_pending: dict[str, int]
+    refused: list[OutboxRecord] = dataclasses.field(default_factory=list)
+
+
+# The tenants with pending messages of a kind, one index seek each (a loose index scan on
+# outbox_tenant_due): never a walk over a tenant's whole backlog.
+_PENDING_TENANTS = """
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM outbox WHERE kind=? AND state=?
+    UNION ALL
+    SELECT (SELECT MIN(tenant) FROM outbox WHERE kind=? AND state=? AND tenant>t.tenant) FROM t
+    WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL
+"""
+
+
+def _round_robin(
+    c: Conn, kinds: Sequence[str], now: float, limit: int, per_tenant: int, held: Mapping[str, int]
+) -> list[Any]:
+    """Due, unleased rows: at most ``per_tenant - held`` of a tenant, in turns (every tenant's
+    oldest, then every tenant's second oldest, ...), tenants in the order of their oldest. A
+    tenant at its share is not read at all: however long its backlog, it costs nothing here."""
+    mine: dict[str, list[Any]] = {}
+    pending = OutboxState.PENDING.value
+    for kind in kinds:
+        for (tenant,) in c.execute(_PENDING_TENANTS, (kind, pending, kind, pending)).fetchall():
+            room = per_tenant - held.get(tenant, 0) - len(mine.get(tenant, ()))
+            if room <= 0:
+                continue
+            rows = c.execute(
+                # by next_attempt_at alone: the index's order, so LIMIT stops early even when a
+                # whole backlog shares one due time (a tie-break would sort all of it)
+                "SELECT * FROM outbox WHERE kind=? AND state=? AND tenant=? AND next_attempt_at<=? AND lease_until<=? "
+                "ORDER BY next_attempt_at LIMIT ?",
+                (kind, pending, tenant, now, now, room),
+            ).fetchall()
+            if rows:
+                mine.setdefault(tenant, []).extend(rows)
+    queues = sorted(
+        (sorted(rows, key=lambda r: (r["next_attempt_at"], r["created_at"], r["id"])) for rows in mine.values()),
+        key=lambda q: (q[0]["next_attempt_at"], q[0]["created_at"]),
+    )
+    out: list[Any] = []
+    for turn in range(per_tenant):
+        for q in queues:
+            if turn < len(q) and len(out) < limit:
+                out.append(q[turn])
+    return out
+
+
+def _pending_count(c: Conn, tenant: str, kind: str) -> int:
+    row = c.execute(
+        "SELECT COUNT(*) FROM outbox WHERE tenant=? AND kind=? AND state=?", (tenant, kind, OutboxState.PENDING.value)
+    ).fetchone()
+    return int(row[0])
 
 
 class SqlStore(Store):
@@ -395,23 +459,43 @@ class SqlStore(Store):
     # --- audit, reviews, feedback -------------------------------------------------------
 
     async def record_decision(
-        self, audit: AuditRecord, reviews: list[ReviewRecord], outbox: Sequence[OutboxRecord] = ()
-    ) -> None:
+        self,
+        audit: AuditRecord,
+        reviews: list[ReviewRecord],
+        outbox: Sequence[OutboxRecord] = (),
+        *,
+        max_pending: Mapping[str, int] | None = None,
+    ) -> list[OutboxRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox):
             if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
                 raise InvalidInputError("a review or message must belong to the decision it is recorded with")
         if self._decisions is None:
             self._decisions = GroupCommit(self._record_decisions)
-        await self._decisions.commit((audit, *reviews, *outbox))
+        write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}))
+        await self._decisions.commit(write)
+        return write.refused
 
-    _decisions: GroupCommit[tuple[Any, ...]] | None = None
+    _decisions: GroupCommit[_DecisionWrite] | None = None
 
-    async def _record_decisions(self, batch: Sequence[tuple[Any, ...]]) -> None:
+    async def _record_decisions(self, batch: Sequence[_DecisionWrite]) -> None:
         def tx(c: Conn) -> None:
-            for records in batch:
-                for rec in records:
+            pending: dict[tuple[str, str], int] = {}  # (tenant, kind) -> pending, as this batch goes
+            for write in batch:
+                write.refused.clear()  # a transaction re-run (a retried batch, a lone re-write) starts over
+                for rec in write.records:
                     _insert(c, rec)
+                for msg in write.outbox:
+                    cap = write.max_pending.get(msg.kind)
+                    if cap is not None and msg.state is OutboxState.PENDING:
+                        key = (msg.tenant, msg.kind)
+                        if key not in pending:
+                            pending[key] = _pending_count(c, msg.tenant, msg.kind)
+                        if pending[key] >= cap:
+                            write.refused.append(msg)
+                            continue
+                        pending[key] += 1
+                    _insert(c, msg)
 
         await self._run(tx)
 
@@ -583,18 +667,32 @@ class SqlStore(Store):
 
     # --- outbox -------------------------------------------------------------------------
 
-    async def claim_outbox(self, kinds: Sequence[str], now: float, *, limit: int, lease_s: float) -> list[OutboxRecord]:
+    async def claim_outbox(
+        self,
+        kinds: Sequence[str],
+        now: float,
+        *,
+        limit: int,
+        lease_s: float,
+        per_tenant: int | None = None,
+        held: Mapping[str, int] | None = None,
+    ) -> list[OutboxRecord]:
         kinds = list(kinds)
         if not kinds or limit <= 0:
             return []
+        held = held or {}
 
         def tx(c: Conn) -> list[OutboxRecord]:
             # BEGIN IMMEDIATE holds the write lock: two workers on one file never lease the same row.
-            rows = c.execute(
-                f"SELECT * FROM outbox WHERE state=? AND kind IN ({', '.join('?' * len(kinds))}) "
-                "AND next_attempt_at<=? AND lease_until<=? ORDER BY next_attempt_at, created_at LIMIT ?",
-                (OutboxState.PENDING.value, *kinds, now, now, int(limit)),
-            ).fetchall()
+            if per_tenant is None:
+                rows = c.execute(
+                    f"SELECT * FROM outbox WHERE state=? AND kind IN ({', '.join('?' * len(kinds))}) "
+                    "AND next_attempt_at<=? AND lease_until<=? ORDER BY next_attempt_at, created_at LIMIT ?",
+                    (OutboxState.PENDING.value, *kinds, now, now, int(limit)),
+                ).fetchall()
+            else:
+                rows = _round_robin(c, kinds, now, int(limit), per_tenant, held)
+            lease = now + lease_s
             lease = now + lease_s
             c.executemany("UPDATE outbox SET lease_until=? WHERE id=?", [(lease, r["id"]) for r in rows])
             return [_record(OutboxRecord, r, lease_until=lease) for r in rows]
@@ -650,7 +748,7 @@ class SqlStore(Store):
         return await self._run(tx)
 
     async def redeliver_outbox(
-        self, tenant: str, message_id: str, now: float, *, kind: str | None = None
+        self, tenant: str, message_id: str, now: float, *, kind: str | None = None, max_pending: int | None = None
     ) -> OutboxRecord:
         def tx(c: Conn) -> OutboxRecord:
             row = c.execute("SELECT * FROM outbox WHERE tenant=? AND id=?", (tenant, message_id)).fetchone()
@@ -658,6 +756,13 @@ class SqlStore(Store):
                 raise NotFoundError(f"delivery {message_id!r} not found")
             if row["state"] == OutboxState.PENDING.value:
                 raise DeliveryPendingError(f"delivery {message_id!r} is still pending (next attempt scheduled)")
+            if max_pending is not None:
+                pending = _pending_count(c, tenant, row["kind"])
+                if pending >= max_pending:
+                    raise QuotaExceededError(
+                        f"delivery {message_id!r} cannot be queued again: {pending} {row['kind']} messages of "
+                        f"this tenant are pending, at most {max_pending}"
+                    )
             c.execute(
                 "UPDATE outbox SET state=?, attempts=0, next_attempt_at=?, lease_until=0, delivered_at=NULL WHERE id=?",
                 (OutboxState.PENDING.value, now, message_id),

@@ -49,6 +49,9 @@ EXAMPLES: dict[type[CrossAuditError], Any] = {
         "the request is 9 bytes, over 4", size=9, limit=4, setting="limits.max_request_bytes"
     ),
     E.ServerUnavailableError: lambda: E.ServerUnavailableError("cannot reach 127.0.0.1:9", address="127.0.0.1:9"),
+    E.QuotaExceededError: lambda: E.QuotaExceededError(
+        "10000 webhooks pending, at most 10000", setting="delivery_limits.max_pending_per_tenant"
+    ),
 }
 SERVICE = "crossaudit.test.Raiser"
 

@@ -23,3 +23,11 @@ class DeliveryLimits:
     decision_log_batch: int = 500  # decision-log entries per HTTP request / file write
     counts_interval_s: float = 15.0  # refresh of the outbox-size gauges
     max_error_chars: int = 300  # last_error kept on a message
+    # Pending webhooks of one tenant (waiting or being attempted). A decision whose webhook would
+    # go beyond is still answered and recorded in the audit log; that webhook is not written, and
+    # is counted (crossaudit_outbox_refused_total) and logged; redelivery beyond is refused
+    # (RESOURCE_EXHAUSTED). Bounds the outbox a tenant's hanging receiver can grow.
+    max_pending_per_tenant: int = 10_000
+    # Rules of one policy whose action sends a webhook (``custom``): a deploy beyond is refused
+    # (RESOURCE_EXHAUSTED). Bounds the rows one decision writes.
+    max_webhook_rules_per_policy: int = 16

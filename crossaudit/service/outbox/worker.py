@@ -1,10 +1,17 @@
 """The delivery worker: leases due outbox rows, hands them to their sender, records each attempt.
 
 One asyncio task per server. It polls every ``poll_interval_s`` and is woken at once when a
-decision writes messages. Webhooks are sent one request per message, at most ``max_inflight``
-at a time and ``max_inflight_per_tenant`` per tenant (a tenant whose receiver hangs holds only
-its own slots); a decision-log sink gets whole batches. Each attempt is bounded in time, and
-its outcome is written fenced on the lease (a worker that lost its lease writes nothing).
+decision writes messages or an attempt ends. Webhooks are sent one request per message, at most
+``max_inflight`` at a time and ``max_inflight_per_tenant`` per tenant (a tenant whose receiver
+hangs holds only its own slots); a decision-log sink gets whole batches. Each attempt is bounded
+in time, and its outcome is written fenced on the lease (a worker that lost its lease writes
+nothing).
+
+A claim leases only rows the worker can attempt at once: none of a tenant already at its share,
+taken round-robin across the others (``Store.claim_outbox(per_tenant=, held=)``). It once leased
+rows of a tenant at its share, handed them back and woke again at once: with a backlog to a
+hanging receiver, 80-97% of a core for hours with no caller. Now nothing is handed back, and the
+worker wakes only for a new decision, a finished attempt or its poll.
 
 Across processes sharing one database, leases make each message go to one worker at a time:
 a crashed worker's lease expires after ``lease_s`` and the message is tried again (at least once).
@@ -58,6 +65,13 @@ class DeliveryMetrics:
         )
         self.messages = Gauge(
             "crossaudit_outbox_messages", "Outbox messages by kind and state", ["kind", "state"], **kw
+        )
+        self.refused = Counter(
+            "crossaudit_outbox_refused_total",
+            "Messages not written because their tenant had delivery_limits.max_pending_per_tenant pending "
+            "(their decisions were answered and recorded)",
+            ["kind"],
+            **kw,
         )
 
 
@@ -113,10 +127,17 @@ class OutboxWorker:
         free = self.limits.max_inflight - len(self._inflight)
         if self.webhooks is not None and free > 0:
             batch = await self.store.claim_outbox(
-                [WEBHOOK_KIND], now, limit=min(free, self.limits.claim_batch), lease_s=self.limits.lease_s
+                [WEBHOOK_KIND],
+                now,
+                limit=min(free, self.limits.claim_batch),
+                lease_s=self.limits.lease_s,
+                per_tenant=self.limits.max_inflight_per_tenant,
+                held=dict(self._per_tenant),
             )
             leased += len(batch)
             for msg in batch:
+                # counted from the lease on (not when its task starts), so the next claim sees it
+                self._per_tenant[msg.tenant] = self._per_tenant.get(msg.tenant, 0) + 1
                 self._spawn(self._deliver_one(msg))
         for kind, sink in self.sinks.items():
             if kind in self._sink_busy:
@@ -136,13 +157,13 @@ class OutboxWorker:
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()  # before the claim: a wake during it is not lost
             try:
                 await self.run_once()
             except StoreUnavailableError as exc:
                 log.warning("outbox: store unavailable (%s); retrying", exc)
             except Exception:  # never let one bad row stop delivery for everyone
                 log.exception("outbox: unexpected error; retrying")
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.limits.poll_interval_s)
 
@@ -168,21 +189,8 @@ class OutboxWorker:
             self.metrics.latency.labels(kind).observe(time.monotonic() - t0)
 
     async def _deliver_one(self, msg: OutboxRecord) -> None:
+        """One attempt of a message leased within its tenant's share (counted by run_once)."""
         assert self.webhooks is not None
-        held = self._per_tenant.get(msg.tenant, 0)
-        if held >= self.limits.max_inflight_per_tenant:
-            # Over this tenant's share: hand the lease back, due again shortly, without an attempt.
-            await self.store.settle_outbox(
-                msg,
-                state=OutboxState.PENDING,
-                next_attempt_at=time.time() + self.limits.poll_interval_s,
-                last_error=msg.last_error,
-                last_status=msg.last_status,
-                now=time.time(),
-                count_attempt=False,
-            )
-            return
-        self._per_tenant[msg.tenant] = held + 1
         try:
             attempt = await self._attempt(WEBHOOK_KIND, self.webhooks.send(msg))
         finally:
