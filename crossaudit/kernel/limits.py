@@ -86,3 +86,6 @@ class EngineLimits:
     evaluator_instances: int = 1_000  # built evaluators kept (per policy version × name), LRU
     default_cache_duration_s: float = 300.0
     max_content_bytes: int = 1024 * 1024  # prompt + response of one request
+    # Bytes of one LLM provider's HTTP answer, counted while they stream in (a hostile endpoint
+    # could otherwise make the orchestrator hold gigabytes before any other cap applies).
+    max_llm_response_bytes: int = 4 * 1024 * 1024

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from crossaudit.kernel.dsl import CustomConfig, EvaluatorSpec, EvaluatorType, Policy
 from crossaudit.kernel.errors import ConfigurationError, EvaluatorCodeError, NotFoundError
-from crossaudit.kernel.limits import DependencyLimits, PoolLimits, SandboxLimits
+from crossaudit.kernel.limits import DependencyLimits, EngineLimits, PoolLimits, SandboxLimits
 from crossaudit.orchestrator.evaluators.base import Evaluator
 from crossaudit.orchestrator.evaluators.custom import CustomEvaluator
 from crossaudit.orchestrator.policy.inline import LOCAL_EVALUATOR_DIR
@@ -72,10 +72,12 @@ class Runtime:
         llm_hosts: HostAllowlist | None = None,
         local_files: bool = False,
         llm_usage: UsageSink | None = None,
+        llm_response_bytes: int | None = None,
     ) -> None:
         """``env``: the process environment for operator settings (model paths) and, without
         ``secrets``, the secret source too. ``llm_hosts``: None = any LLM endpoint.
-        ``llm_usage``: told the tokens of each LLM call (the service's metrics)."""
+        ``llm_usage``: told the tokens of each LLM call (the service's metrics).
+        ``llm_response_bytes``: each LLM answer's byte cap (None: the EngineLimits default)."""
         self.sandbox = sandbox
         self.tenant = tenant
         self.resolver = resolver
@@ -85,6 +87,7 @@ class Runtime:
         self.llm_hosts = llm_hosts
         self.local_files = local_files
         self.llm_usage = llm_usage
+        self.llm_response_bytes = llm_response_bytes or EngineLimits.max_llm_response_bytes
 
     def build(self, spec: EvaluatorSpec, policy: Policy) -> Evaluator:
         kind = spec.kind
@@ -101,7 +104,12 @@ class Runtime:
         # ${NAME} is expanded by each evaluator at call time, so a missing secret fails only the
         # rules that need it (naming it), and a rotated one applies to the next call.
         return LLMEvaluator(
-            spec.name, spec.typed_config, secrets=self.secrets, hosts=self.llm_hosts, usage=self.llm_usage
+            spec.name,
+            spec.typed_config,
+            secrets=self.secrets,
+            hosts=self.llm_hosts,
+            usage=self.llm_usage,
+            max_response_bytes=self.llm_response_bytes,
         )
 
     def bundle_for(self, spec: EvaluatorSpec, policy: Policy) -> CodeBundle:

@@ -70,6 +70,7 @@ def runtime_engines(
             secrets=grants.source(tenant),
             llm_hosts=grants.hosts(tenant),
             llm_usage=llm_usage(tenant) if llm_usage is not None else None,
+            llm_response_bytes=limits.max_llm_response_bytes if limits is not None else None,
         )
         if limiters is None:
             return Engine(runtime, limits=limits, feedback=feedback, scope=tenant)

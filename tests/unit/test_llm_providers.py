@@ -503,3 +503,127 @@ async def test_tokens_of_an_unusable_answer_are_still_counted(fake: FakeProvider
     with pytest.raises(ProviderError, match="neither JSON nor a number"):
         await _run(LLMEvaluator("judge", config, usage=broken_sink))
     assert seen == [("openai", "gpt-x", 11, 7)]
+
+
+class EndlessProvider:
+    """A hostile endpoint on 127.0.0.1: answers 200 and streams a JSON-looking body without end
+    (chunked, no length), ``declared`` a huge Content-Length instead, or ``gzip`` a compressed
+    body; it stops at ``max_bytes`` or when the client hangs up, and records what it sent."""
+
+    def __init__(self, mode: str = "endless", max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.sent = 0
+        self.headers: list[dict[str, str]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                owner.headers.append({k.lower(): v for k, v in self.headers.items()})
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                if mode == "gzip":
+                    import gzip
+
+                    data = gzip.compress(b'{"id": "' + b"a" * 1_000_000 + b'"}')
+                    self.send_header("content-encoding", "gzip")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if mode == "declared":
+                    self.send_header("content-length", str(10 * 1024**3))
+                else:
+                    self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                chunk = b'{"pad": "' + b"x" * (64 * 1024)
+                deadline = time.monotonic() + 20
+                try:
+                    while owner.sent < max_bytes and time.monotonic() < deadline:
+                        if mode == "declared":
+                            self.wfile.write(chunk)
+                        else:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        owner.sent += len(chunk)
+                except OSError:
+                    return  # the client hung up: what we want
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "openai_compatible", "anthropic", "google"])
+async def test_an_endless_answer_is_cut_at_the_byte_cap(provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile endpoint streaming 256 MiB is cut after the cap (1 MiB here) with a typed,
+    non-retryable error naming the setting; the orchestrator's memory stays near the cap."""
+    import tracemalloc
+
+    import anthropic  # noqa: F401 - imported before tracing: count the call, not the SDK's import
+    import openai  # noqa: F401
+    from google import genai  # noqa: F401
+
+    from crossaudit.orchestrator.evaluators.llm import ResponseTooLargeError
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = EndlessProvider()
+    cap = 1024 * 1024
+    base = server.url + ("/v1" if provider.startswith("openai") else "")
+    ev = LLMEvaluator(
+        "big", {"provider": provider, "model": "m", "api_key": "k", "base_url": base}, max_response_bytes=cap
+    )
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ResponseTooLargeError) as err:
+            await _run(ev, timeout=15)
+        elapsed = time.monotonic() - t0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        server.close()
+    assert err.value.retryable is False
+    assert "engine_limits.max_llm_response_bytes" in str(err.value)
+    assert elapsed < 10
+    assert peak < 16 * cap, f"peak {peak} bytes while reading a capped answer"
+    assert server.sent < 64 * cap  # the client hung up long before the end
+    assert server.headers[0].get("accept-encoding") == "identity"
+
+
+async def test_a_declared_huge_length_is_refused_before_the_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crossaudit.orchestrator.evaluators.llm import ResponseTooLargeError
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = EndlessProvider("declared")
+    ev = LLMEvaluator("big", {"provider": "openai", "model": "m", "api_key": "k", "base_url": server.url + "/v1"})
+    try:
+        with pytest.raises(ResponseTooLargeError):
+            await _run(ev, timeout=15)
+    finally:
+        server.close()
+
+
+async def test_a_compressed_answer_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cap counts bytes on the wire, so a gzip body (here 1 MB from 1 KB) must not inflate past it."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = EndlessProvider("gzip")
+    ev = LLMEvaluator(
+        "gz",
+        {"provider": "anthropic", "model": "m", "api_key": "k", "base_url": server.url},
+        max_response_bytes=64 * 1024,
+    )
+    try:
+        with pytest.raises(ProviderError, match="content-encoding 'gzip'") as err:
+            await _run(ev, timeout=15)
+    finally:
+        server.close()
+    assert err.value.retryable is False

@@ -27,9 +27,11 @@ import inspect
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
+import httpx
 from pydantic import BaseModel, ValidationError
 
 from crossaudit.kernel.dsl import LLMConfig
@@ -40,6 +42,7 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
     ProviderError,
 )
+from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Verdict, score_key
 from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
 from crossaudit.orchestrator.policy import envvars
@@ -72,6 +75,7 @@ MAX_REASONING_CHARS = 4_000
 SCORE_TOLERANCE = 0.05  # scores within this of [0, 1] are clamped; further out is garbage
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_RETIRED_CLIENTS = 4  # SDK clients replaced after a secret rotated, closed when more pile up
+RESPONSE_BYTES_SETTING = "engine_limits.max_llm_response_bytes"
 
 # (provider, model, prompt tokens, completion tokens) of each answered call. The service passes
 # one per tenant (its metrics); the orchestrator knows nothing of what is done with it.
@@ -269,6 +273,84 @@ def _status_error(provider: str, status: int, message: str) -> ProviderError:
     return ProviderError(f"{provider} answered HTTP {status}{hint}: {message[:300]}", retryable=retryable)
 
 
+class ResponseTooLargeError(ProviderError):
+    """A provider's answer went over ``engine_limits.max_llm_response_bytes``: not retryable,
+    the same endpoint would send the same body again."""
+
+    def __init__(self, provider: str, limit: int) -> None:
+        super().__init__(
+            f"{provider} answered more than {limit} bytes ({RESPONSE_BYTES_SETTING}): the answer was not read",
+            retryable=False,
+        )
+
+
+class _CappedBody:
+    """An httpx response stream that stops at ``limit`` bytes while they arrive, so no SDK ever
+    holds more of a body than that (it replaces the stream before the SDK reads a byte). Mixed
+    into the ``AsyncByteStream`` of the response's own library (openai 3 ships ``httpx2``)."""
+
+    def __init__(self, inner: Any, limit: int, provider: str) -> None:
+        self._inner, self._limit, self._provider = inner, limit, provider
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise ResponseTooLargeError(self._provider, self._limit)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+_CAPPED_CLASSES: dict[type, type] = {}
+
+
+def _capped_stream_class(response: Any) -> type:
+    """_CappedBody as a subclass of the ``AsyncByteStream`` of ``response``'s httpx flavour."""
+    library = sys.modules[type(response).__module__.partition(".")[0]]
+    base = library.AsyncByteStream
+    if base not in _CAPPED_CLASSES:
+        _CAPPED_CLASSES[base] = type("CappedBody", (_CappedBody, base), {})
+    return _CAPPED_CLASSES[base]
+
+
+def _capped_client_args(limit: int, provider: str) -> dict[str, Any]:
+    """httpx client arguments that bound every answer's bytes as they stream in. Bodies are
+    asked for uncompressed and a compressed one is refused: the cap counts bytes on the wire,
+    and a small gzip body could inflate past it after the count."""
+
+    async def on_response(response: Any) -> None:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            await response.aclose()
+            raise ProviderError(
+                f"{provider} answered with content-encoding {encoding[:40]!r} although identity was asked for",
+                retryable=False,
+            )
+        length = response.headers.get("content-length", "")
+        if length.strip().isdigit() and int(length) > limit:
+            await response.aclose()
+            raise ResponseTooLargeError(provider, limit)
+        response.stream = _capped_stream_class(response)(response.stream, limit, provider)
+
+    return {"headers": {"accept-encoding": "identity"}, "event_hooks": {"response": [on_response]}}
+
+
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first ``kind`` in an exception's cause/context chain (the SDKs wrap what httpx
+    raised, e.g. as APIConnectionError); bounded against cycles."""
+    seen: BaseException | None = exc
+    for _ in range(16):
+        if seen is None:
+            return None
+        if isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class LLMEvaluator(Evaluator):
     """Asks an LLM to score (prompt, response). Safe for concurrent calls in one event loop."""
 
@@ -283,11 +365,14 @@ class LLMEvaluator(Evaluator):
         secrets: SecretSource | None = None,
         hosts: HostAllowlist | None = None,
         usage: UsageSink | None = None,
+        max_response_bytes: int = EngineLimits.max_llm_response_bytes,
     ) -> None:
         """``secrets`` (default: ``environ``, else the process environment) provides every
         credential and endpoint; ``hosts`` (None = unrestricted) allowlists explicit endpoints;
-        ``usage`` is told the tokens of every answered call, even one whose answer is unusable."""
+        ``usage`` is told the tokens of every answered call, even one whose answer is unusable;
+        ``max_response_bytes`` bounds each HTTP answer while it streams in."""
         super().__init__(name)
+        self.max_response_bytes = max_response_bytes
         self.config = parse_llm_config(config)
         self._secrets = secrets if secrets is not None else as_secret_source(environ)
         self._hosts = hosts
@@ -365,6 +450,7 @@ class LLMEvaluator(Evaluator):
         endpoint, and httpx keeps ``x-api-key``/``api-key`` headers across a redirect to another host."""
         cfg = self.config
         key, base_url, organization, version = settings
+        capped = _capped_client_args(self.max_response_bytes, cfg.provider)
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 
@@ -374,7 +460,7 @@ class LLMEvaluator(Evaluator):
                 organization=organization,
                 max_retries=0,
                 timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
+                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
             )
         if cfg.provider == "azure":
             import openai
@@ -385,7 +471,7 @@ class LLMEvaluator(Evaluator):
                 api_version=version,
                 max_retries=0,
                 timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
+                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
             )
         if cfg.provider == "anthropic":
             import anthropic
@@ -395,17 +481,18 @@ class LLMEvaluator(Evaluator):
                 base_url=base_url,
                 max_retries=0,
                 timeout=timeout,
-                http_client=anthropic.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout),
+                http_client=anthropic.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
             )
         if cfg.provider == "google":
             from google import genai
             from google.genai import types
 
             no_redirects = {"follow_redirects": False}
+            # Our own httpx client: the cap applies, and genai never switches to aiohttp for it.
             opts = types.HttpOptions(
                 timeout=int(timeout * 1000),
                 client_args=no_redirects,
-                async_client_args=no_redirects,
+                httpx_async_client=httpx.AsyncClient(follow_redirects=False, timeout=timeout, **capped),
                 **({"base_url": base_url} if base_url else {}),
             )
             return genai.Client(api_key=key, http_options=opts)
@@ -524,6 +611,9 @@ class LLMEvaluator(Evaluator):
     def _typed(self, exc: Exception) -> Exception:
         """Map an SDK exception to the one error hierarchy (duck-typed across the three SDKs)."""
         provider = self.config.provider
+        too_large = _cause(exc, ProviderError)  # raised by our capped body, wrapped by the SDK
+        if too_large is not None:
+            return too_large  # type: ignore[return-value]
         name = type(exc).__name__
         if "Timeout" in name:
             return EvaluatorTimeoutError(f"{provider} request timed out: {exc}")
