@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossaudit.kernel.errors import DeadlineExceededError, RateLimitedError
+from crossaudit.kernel.errors import DeadlineExceededError, QuotaExceededError, RateLimitedError
 from crossaudit.kernel.results import Decision
 from crossaudit.orchestrator.policy import Policy
 from crossaudit.service import inputs
@@ -19,9 +19,11 @@ from crossaudit.service.config import ServiceLimits
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
-from crossaudit.service.records import audit_record, review_records
+from crossaudit.service.records import audit_record, fit_audit, review_records
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import PolicyVersionRecord, Store
+from crossaudit.store.base import AUDIT_DAY_S, PolicyVersionRecord, Store
+
+AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"
 
 log = logging.getLogger("crossaudit.service.admission")
 
@@ -33,6 +35,16 @@ class EvaluationOutcome:
     environment: str
     review_ids: list[str] = field(default_factory=list)
     answer: Any = None  # what ``evaluate(encode=...)`` made of it before the audit write
+
+
+@dataclass
+class _AuditUsage:
+    """A tenant's audit bytes on ``day`` as this replica knows them: the store's sum as of
+    ``checked`` (monotonic) plus what this replica wrote since."""
+
+    day: int
+    bytes: int
+    checked: float
 
 
 class Admission:
@@ -55,6 +67,7 @@ class Admission:
         self.audit_raw_text = audit_raw_text
         self.deliveries = deliveries
         self._inflight: dict[str, int] = {}
+        self._audit_usage: dict[str, _AuditUsage] = {}
 
     def budget(self, time_remaining: float | None) -> float:
         """Seconds the decision may take: the caller's remaining deadline minus what answering
@@ -87,6 +100,7 @@ class Admission:
             raise DeadlineExceededError("the deadline leaves no time to evaluate")
         policy = inputs.policy_name(policy, self.limits.max_name_length)  # NFC: either spelling finds it
         env = inputs.environment(environment)
+        await self._check_audit_quota(tenant, t0)
         inflight = self._inflight.get(tenant, 0)
         if inflight >= self.limits.max_inflight_evaluations_per_tenant:
             raise RateLimitedError(
@@ -146,10 +160,14 @@ class Admission:
                 request_id=request_id,
                 now=time.time(),
             )
+            audit, size = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
             messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
             # a webhook over its tenant's pending quota is not written; the decision always is
             quotas = self.deliveries.quotas if self.deliveries else None
-            refused = await self.store.record_decision(audit, reviews, messages, max_pending=quotas)
+            refused = await self.store.record_decision(audit, reviews, messages, max_pending=quotas, audit_bytes=size)
+            usage = self._audit_usage.get(tenant)
+            if usage is not None and usage.day == int(audit.created_at // AUDIT_DAY_S):
+                usage.bytes += size
             if self.deliveries is not None:
                 self.deliveries.recorded(messages, refused)
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
@@ -161,6 +179,27 @@ class Admission:
             end_scope(scope)
             self._inflight[tenant] -= 1
             self.metrics.inflight.dec()
+
+    async def _check_audit_quota(self, tenant: str, now: float) -> None:
+        """QuotaExceededError once ``tenant``'s audit bytes today reach the daily quota, before
+        anything is evaluated. No store round trip per call: the store's sum is read once per
+        tenant per ``audit_usage_recheck_s`` (the first caller reads, the others go on with the
+        count they have), and this replica's own writes are added as they commit."""
+        day = int(time.time() // AUDIT_DAY_S)
+        usage = self._audit_usage.get(tenant)
+        if usage is None or usage.day != day:
+            usage = self._audit_usage[tenant] = _AuditUsage(day, 0, now)
+            usage.bytes = await self.store.audit_bytes(tenant, day)
+        elif now - usage.checked >= self.limits.audit_usage_recheck_s:
+            usage.checked = now
+            usage.bytes = await self.store.audit_bytes(tenant, day)
+        quota = self.limits.max_audit_bytes_per_tenant_per_day
+        if usage.bytes >= quota:
+            raise QuotaExceededError(
+                f"this tenant's audit log reached its quota for today ({usage.bytes} of {quota} bytes, "
+                f"{AUDIT_DAY_KEY}); evaluations resume at 00:00 UTC",
+                setting=AUDIT_DAY_KEY,
+            )
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

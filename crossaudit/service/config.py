@@ -74,6 +74,18 @@ class ServiceLimits:
     # Struct/list nesting of a request's Struct (Evaluate context); deeper is INVALID_ARGUMENT.
     # The protobuf runtime cannot decode much deeper anyway (its recursion limit: ~33 levels).
     max_struct_depth: int = 32
+    # Audit quotas (docs/threat-model.md, "Noisy neighbours"). One decision's audit record: a
+    # larger one is stored cut down (violations, then raw texts, reasons, evaluators, rules), its
+    # ``truncated`` field naming this setting and what went; the verdict is always kept.
+    max_audit_bytes_per_decision: int = 256 * 1024
+    # A tenant's audit bytes per UTC day, every replica together: once reached, its evaluations
+    # are refused (RESOURCE_EXHAUSTED naming this setting) before anything is evaluated, so no
+    # answered decision goes unaudited. Concurrent calls admitted just before may overshoot by
+    # at most max_inflight_evaluations_per_tenant x max_audit_bytes_per_decision per replica.
+    max_audit_bytes_per_tenant_per_day: int = 1024 * 1024 * 1024
+    # How long a replica trusts its count of a tenant's audit bytes today before reading the
+    # store's again (one read per tenant per interval; its own writes are counted at once).
+    audit_usage_recheck_s: float = 1.0
 
 
 @dataclass(frozen=True)

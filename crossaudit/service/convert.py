@@ -538,6 +538,7 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
         modified_response_sha256=a.modified_response_sha256 or "",
         created_at=timestamp(a.created_at),
         request_id=a.request_id,
+        truncated=a.truncated,
     )
     if a.prompt is not None:
         msg.prompt = a.prompt
@@ -568,6 +569,7 @@ def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:
         prompt=_opt(m, "prompt"),
         response=_opt(m, "response"),
         modified_response_sha256=m.modified_response_sha256 or None,
+        truncated=m.truncated,
     )
 
 

@@ -6,9 +6,10 @@ is sent); :class:`Records` reads them back and takes people's feedback and resol
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
@@ -25,6 +26,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    audit_size,
     sha256_json,
     sha256_text,
 )
@@ -115,6 +117,65 @@ def audit_record(
         response=response if raw else None,
         modified_response_sha256=sha256_text(d.modified_response) if d.modified_response is not None else None,
     )
+
+
+AUDIT_DECISION_KEY = "limits.max_audit_bytes_per_decision"
+REASON_CHARS = 256  # a rule's reason kept by a cut-down record
+
+
+def _rules(rec: AuditRecord, rule: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    return [rule(r) for r in rec.rules]
+
+
+def _no_violations(r: dict[str, Any]) -> dict[str, Any]:
+    evs = [
+        {**e, "violations": len(e["violations"])} if isinstance(e.get("violations"), list) else e
+        for e in r.get("evaluators", [])
+    ]
+    return {**r, "evaluators": evs}
+
+
+def _short_reason(r: dict[str, Any]) -> dict[str, Any]:
+    reason = r.get("reason")
+    return {**r, "reason": reason[:REASON_CHARS]} if isinstance(reason, str) else r
+
+
+def _evaluator_count(r: dict[str, Any]) -> dict[str, Any]:
+    evs = r.get("evaluators")
+    return {**r, "evaluators": len(evs)} if isinstance(evs, list) else r
+
+
+def _verdict_only(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: r.get(k) for k in ("rule", "status", "passed", "action")}
+
+
+# What a record over the per-decision cap loses, in order, until it fits: the bulk first, the
+# verdict never (passed, action and errored rules stay whole, so the record agrees with the answer).
+_CUTS: tuple[tuple[str, Callable[[AuditRecord], AuditRecord]], ...] = (
+    ("violations", lambda a: dataclasses.replace(a, rules=_rules(a, _no_violations))),
+    ("prompt and response text", lambda a: dataclasses.replace(a, prompt=None, response=None)),
+    ("rule reasons", lambda a: dataclasses.replace(a, rules=_rules(a, _short_reason))),
+    ("evaluator results", lambda a: dataclasses.replace(a, rules=_rules(a, _evaluator_count))),
+    ("rule details", lambda a: dataclasses.replace(a, rules=_rules(a, _verdict_only))),
+    ("rules", lambda a: dataclasses.replace(a, rules=[])),
+)
+
+
+def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int]:
+    """``rec`` and its size when it fits ``cap`` bytes; otherwise the record cut down by
+    :data:`_CUTS` until it does (or nothing more can go), with ``truncated`` saying which
+    setting cut what from how large. An answered decision's record is never dropped."""
+    size = audit_size(rec)
+    if size <= cap:
+        return rec, size
+    before, cut = size, []
+    for name, step in _CUTS:
+        rec = step(rec)
+        cut.append(name)
+        if audit_size(rec) <= cap:
+            break
+    rec = dataclasses.replace(rec, truncated=f"{AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)")
+    return rec, audit_size(rec)
 
 
 class Records:

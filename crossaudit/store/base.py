@@ -91,6 +91,9 @@ class AuditRecord:
     prompt: str | None = None
     response: str | None = None
     modified_response_sha256: str | None = None
+    # What was cut to keep the record within limits.max_audit_bytes_per_decision ("" = nothing):
+    # the setting, its value, the parts removed and the size before.
+    truncated: str = ""
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,21 @@ class OutboxRecord:
     last_status: int = 0
     created_at: float = 0.0
     delivered_at: float | None = None
+
+
+AUDIT_DAY_S = 86_400  # audit quotas count per UTC day: day = int(created_at // AUDIT_DAY_S)
+AUDIT_ROW_BYTES = 512  # an audit row's fixed part (ids, hashes, names, numbers), counted for every record
+
+
+def audit_size(rec: AuditRecord) -> int:
+    """The bytes an audit record costs its tenant's quota: its JSON and text columns as stored,
+    plus the fixed part. One measure for the per-decision cap and the per-day quota."""
+    size = AUDIT_ROW_BYTES + len(json.dumps(rec.rules, default=str)) + len(json.dumps(rec.errored_rules))
+    if rec.prompt is not None:
+        size += len(rec.prompt.encode("utf-8", "surrogatepass"))
+    if rec.response is not None:
+        size += len(rec.response.encode("utf-8", "surrogatepass"))
+    return size + len(rec.truncated)
 
 
 def sha256_text(text: str) -> str:
@@ -242,13 +260,20 @@ class Store(abc.ABC):
         outbox: Sequence[OutboxRecord] = (),
         *,
         max_pending: Mapping[str, int] | None = None,
+        audit_bytes: int | None = None,
     ) -> list[OutboxRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
         sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
+        The record's size (``audit_bytes``, else :func:`audit_size`) is added to its tenant's
+        audit bytes of the record's UTC day in the same transaction (:meth:`audit_bytes`).
 
         ``max_pending`` (kind -> n): a message of that kind is written only while its tenant has
         fewer than n pending; the audit record and everything else are written all the same (an
         answered decision is never lost to a quota). Returns the messages not written."""
+
+    @abc.abstractmethod
+    async def audit_bytes(self, tenant: str, day: int) -> int:
+        """Audit bytes ``tenant`` recorded on UTC day ``day`` (every writer sharing the store)."""
 
     @abc.abstractmethod
     async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord: ...

@@ -81,6 +81,15 @@ CREATE TABLE IF NOT EXISTS rate_buckets (key TEXT PRIMARY KEY, tokens REAL NOT N
     """
 CREATE INDEX IF NOT EXISTS outbox_tenant_due ON outbox (kind, state, tenant, next_attempt_at);
 """,
+    # 5: audit quotas: what a decision over limits.max_audit_bytes_per_decision lost, and each
+    # tenant's audit bytes per UTC day (one row per writer, so replicas never update one hot row)
+    """
+ALTER TABLE decisions ADD COLUMN truncated TEXT NOT NULL DEFAULT '';
+CREATE TABLE IF NOT EXISTS audit_usage (
+    tenant TEXT NOT NULL, day INTEGER NOT NULL, writer TEXT NOT NULL, bytes INTEGER NOT NULL,
+    PRIMARY KEY (tenant, day, writer)
+);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -150,5 +159,13 @@ CREATE TABLE rate_buckets (key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NUL
     # 3: the outbox by tenant (SQLite's step 4)
     """
 CREATE INDEX outbox_tenant_due ON outbox (kind, state, tenant, next_attempt_at);
+""",
+    # 4: audit quotas (SQLite's step 5)
+    """
+ALTER TABLE decisions ADD COLUMN truncated TEXT NOT NULL DEFAULT '';
+CREATE TABLE audit_usage (
+    tenant TEXT NOT NULL, day INTEGER NOT NULL, writer TEXT NOT NULL, bytes BIGINT NOT NULL,
+    PRIMARY KEY (tenant, day, writer)
+);
 """,
 )

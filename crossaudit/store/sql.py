@@ -26,6 +26,7 @@ from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, No
 from crossaudit.orchestrator.engine.ratelimit import take
 from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
+    AUDIT_DAY_S,
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
@@ -38,6 +39,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    audit_size,
     sha256_text,
 )
 from crossaudit.store.groupcommit import GroupCommit
@@ -141,6 +143,7 @@ class _DecisionWrite:
     records: tuple[Any, ...]  # the audit record and its reviews
     outbox: tuple[OutboxRecord, ...]
     max_pending: dict[str, int]
+    audit_bytes: int = 0
     refused: list[OutboxRecord] = dataclasses.field(default_factory=list)
 
 
@@ -465,6 +468,7 @@ class SqlStore(Store):
         outbox: Sequence[OutboxRecord] = (),
         *,
         max_pending: Mapping[str, int] | None = None,
+        audit_bytes: int | None = None,
     ) -> list[OutboxRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox):
@@ -472,19 +476,29 @@ class SqlStore(Store):
                 raise InvalidInputError("a review or message must belong to the decision it is recorded with")
         if self._decisions is None:
             self._decisions = GroupCommit(self._record_decisions)
-        write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}))
+        size = audit_size(audit) if audit_bytes is None else audit_bytes
+        write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}), size)
         await self._decisions.commit(write)
         return write.refused
 
     _decisions: GroupCommit[_DecisionWrite] | None = None
+    # This writer's own row of audit_usage per tenant and day: replicas never update one row.
+    _usage_writer: str = ""
 
     async def _record_decisions(self, batch: Sequence[_DecisionWrite]) -> None:
+        if not self._usage_writer:
+            self._usage_writer = uuid.uuid4().hex
+
         def tx(c: Conn) -> None:
             pending: dict[tuple[str, str], int] = {}  # (tenant, kind) -> pending, as this batch goes
+            usage: dict[tuple[str, int], int] = {}  # (tenant, day) -> audit bytes of this batch
             for write in batch:
                 write.refused.clear()  # a transaction re-run (a retried batch, a lone re-write) starts over
                 for rec in write.records:
                     _insert(c, rec)
+                audit = write.records[0]
+                key = (audit.tenant, int(audit.created_at // AUDIT_DAY_S))
+                usage[key] = usage.get(key, 0) + write.audit_bytes
                 for msg in write.outbox:
                     cap = write.max_pending.get(msg.kind)
                     if cap is not None and msg.state is OutboxState.PENDING:
@@ -496,8 +510,20 @@ class SqlStore(Store):
                             continue
                         pending[key] += 1
                     _insert(c, msg)
+            c.executemany(
+                "INSERT INTO audit_usage (tenant, day, writer, bytes) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (tenant, day, writer) DO UPDATE SET bytes=audit_usage.bytes+excluded.bytes",
+                [(tenant, day, self._usage_writer, n) for (tenant, day), n in usage.items()],
+            )
 
         await self._run(tx)
+
+    async def audit_bytes(self, tenant: str, day: int) -> int:
+        def tx(c: Conn) -> int:
+            row = c.execute("SELECT SUM(bytes) FROM audit_usage WHERE tenant=? AND day=?", (tenant, day)).fetchone()
+            return int(row[0] or 0)
+
+        return await self._run(tx)
 
     async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord:
         def tx(c: Conn) -> AuditRecord:
