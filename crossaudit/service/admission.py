@@ -111,6 +111,7 @@ class Admission:
         self.metrics.inflight.inc()
         decision_id = str(uuid.uuid4())
         scope = decision_scope(decision_id, tenant, policy, request_id)  # log lines name the decision
+        stopping: asyncio.Future[Any] | None = None  # cancelled work still stopping holds the slot
         try:
 
             async def decide() -> tuple[PolicyVersionRecord, Policy, Decision]:
@@ -136,11 +137,13 @@ class Admission:
                 done, _ = await asyncio.wait({task}, timeout=max(0.0, hard - (time.monotonic() - t0)))
             except asyncio.CancelledError:  # the caller went away: stop the evaluators too
                 task.cancel()
+                stopping = task
                 raise
             if not done:
                 # Cancel, but do not wait for the sandbox's cleanup: the answer must make the deadline.
                 task.cancel()
                 task.add_done_callback(_consume)
+                stopping = task
                 raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
             rec, pol, decision = task.result()
             decision.decision_id = decision_id
@@ -177,8 +180,14 @@ class Admission:
             return outcome
         finally:
             end_scope(scope)
-            self._inflight[tenant] -= 1
-            self.metrics.inflight.dec()
+            if stopping is None:
+                self._release(tenant)
+            else:  # exact under cancellation: the slot is freed when the work has really stopped
+                stopping.add_done_callback(lambda _: self._release(tenant))
+
+    def _release(self, tenant: str) -> None:
+        self._inflight[tenant] -= 1
+        self.metrics.inflight.dec()
 
     async def _check_audit_quota(self, tenant: str, now: float) -> None:
         """QuotaExceededError once ``tenant``'s audit bytes today reach the daily quota, before

@@ -333,3 +333,59 @@ async def test_a_deploy_by_another_replica_applies_within_the_recheck_bound(tmp_
     finally:
         await store_a.aclose()
         await store_b.aclose()
+
+
+class SlowToStopEngine(ScriptedEngine):
+    """An engine whose cancelled work takes ``cleanup`` seconds to really stop, as a sandbox
+    kill does; it counts the work running at once (cleanup included)."""
+
+    def __init__(self, *, delay: float, cleanup: float) -> None:
+        super().__init__(delay=delay)
+        self.cleanup = cleanup
+        self.running = 0
+        self.peak = 0
+
+    async def evaluate(self, policy: Policy, *args: Any, **kw: Any) -> Decision:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            return await super().evaluate(policy, *args, **kw)
+        except asyncio.CancelledError:
+            await asyncio.sleep(self.cleanup)  # stopping the work is not instant
+            raise
+        finally:
+            self.running -= 1
+
+
+async def test_the_inflight_cap_holds_while_cancelled_work_stops(store: SQLiteStore) -> None:
+    """Exploit: a tenant sending very short deadlines (and hanging up) got its slots back while its
+    cancelled work was still stopping, so more than the cap ran at once. A slot is now freed only
+    when the work has stopped; the calls over the cap are refused (RESOURCE_EXHAUSTED)."""
+    cap = 4
+    engine = SlowToStopEngine(delay=5.0, cleanup=0.3)
+    svc = service(store, engine, limits=ServiceLimits(max_inflight_evaluations_per_tenant=cap))
+    await svc.deploy_policy("t1", POLICY)
+    outcomes: dict[str, int] = {}
+
+    async def call(hang_up: bool) -> None:
+        try:
+            if hang_up:  # the client goes away before its deadline
+                await asyncio.wait_for(svc.evaluate("t1", policy="p", prompt="", response=""), timeout=0.03)
+            else:
+                await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.05)
+        except (DeadlineExceededError, RateLimitedError, TimeoutError) as exc:
+            outcomes[type(exc).__name__] = outcomes.get(type(exc).__name__, 0) + 1
+
+    deadline = time.monotonic() + 1.5
+    for i in range(60):  # bounded: 60 waves of 8 calls, at most 1.5 s
+        if time.monotonic() > deadline:
+            break
+        await asyncio.gather(*(call(hang_up=(i + j) % 2 == 0) for j in range(8)))
+        assert engine.peak <= cap, f"{engine.peak} evaluations ran at once, over the cap of {cap}"
+    for _ in range(100):  # the last cancelled work stops within its cleanup time
+        if engine.running == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert engine.peak == cap
+    assert outcomes.get("RateLimitedError", 0) > 0
+    assert svc.admission._inflight["t1"] == 0  # every slot came back once its work stopped
