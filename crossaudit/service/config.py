@@ -60,6 +60,10 @@ class ServiceLimits:
     max_list_items: int = 1_000  # list answers are capped at this many items
     max_name_length: int = 200  # policy/evaluator names, environments, labels
     max_code_bytes: int = 256 * 1024  # uploaded evaluator source
+    # Uploaded evaluators a tenant keeps (every stored version counts: each holds its code) and
+    # their code together; an upload beyond is RESOURCE_EXHAUSTED naming the setting.
+    max_evaluators_per_tenant: int = 1_000
+    max_evaluator_code_bytes_per_tenant: int = 64 * 1024 * 1024
     max_dependencies: int = 20
     max_feedback_comment_bytes: int = 4_096
     max_api_keys_file_bytes: int = 1024 * 1024

@@ -92,6 +92,8 @@ class Uploads:
             dependencies=deps,
             digest=bundle.digest,
             description=description[: self.limits.max_feedback_comment_bytes],
+            max_versions=self.limits.max_evaluators_per_tenant,
+            max_code_bytes=self.limits.max_evaluator_code_bytes_per_tenant,
         )
         self.metrics.uploads.labels(str(created).lower()).inc()
         log.info("tenant %s uploaded evaluator %s v%d (%s)", tenant, name, rec.version, rec.id)

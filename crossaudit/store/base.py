@@ -24,6 +24,10 @@ from crossaudit.kernel.errors import StoreUnavailableError as StoreUnavailableEr
 from crossaudit.orchestrator.reviews import ReviewKind as ReviewKind
 from crossaudit.orchestrator.reviews import ReviewState as ReviewState
 
+# The service settings the store's evaluator quotas stand for (named in their refusals).
+EVALUATORS_QUOTA = "limits.max_evaluators_per_tenant"
+EVALUATOR_CODE_QUOTA = "limits.max_evaluator_code_bytes_per_tenant"
+
 
 @dataclass(frozen=True)
 class PolicyVersionRecord:
@@ -235,9 +239,14 @@ class Store(abc.ABC):
         dependencies: tuple[str, ...],
         digest: str,
         description: str = "",
+        max_versions: int | None = None,
+        max_code_bytes: int | None = None,
     ) -> tuple[EvaluatorRecord, bool]:
         """Store an uploaded evaluator. Identical content under the same name returns the
-        existing record (created=False); new content becomes the next version with a new id."""
+        existing record (created=False); new content becomes the next version with a new id.
+        Quotas, checked in the same transaction: a new version beyond ``max_versions`` stored
+        versions of the tenant, or taking its stored code past ``max_code_bytes`` (UTF-8), is
+        QuotaExceededError naming :data:`EVALUATORS_QUOTA` or :data:`EVALUATOR_CODE_QUOTA`."""
 
     @abc.abstractmethod
     async def get_evaluator(self, tenant: str, evaluator_id: str) -> EvaluatorRecord: ...

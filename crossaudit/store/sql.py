@@ -27,6 +27,8 @@ from crossaudit.orchestrator.engine.ratelimit import take
 from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
     AUDIT_DAY_S,
+    EVALUATOR_CODE_QUOTA,
+    EVALUATORS_QUOTA,
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
@@ -391,6 +393,8 @@ class SqlStore(Store):
         dependencies: tuple[str, ...],
         digest: str,
         description: str = "",
+        max_versions: int | None = None,
+        max_code_bytes: int | None = None,
     ) -> tuple[EvaluatorRecord, bool]:
         now = time.time()
 
@@ -401,6 +405,23 @@ class SqlStore(Store):
             ).fetchone()
             if row is not None:
                 return _record(EvaluatorRecord, row), False
+            if max_versions is not None or max_code_bytes is not None:
+                count, stored = c.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(octet_length(code)), 0) FROM evaluators WHERE tenant=?", (tenant,)
+                ).fetchone()
+                if max_versions is not None and count >= max_versions:
+                    raise QuotaExceededError(
+                        f"this tenant already stores {count} uploaded evaluator versions, at most {max_versions} "
+                        f"({EVALUATORS_QUOTA})",
+                        setting=EVALUATORS_QUOTA,
+                    )
+                size = len(code.encode())
+                if max_code_bytes is not None and int(stored) + size > max_code_bytes:
+                    raise QuotaExceededError(
+                        f"this upload ({size} bytes) would take this tenant's stored evaluator code to "
+                        f"{int(stored) + size} bytes, over {max_code_bytes} ({EVALUATOR_CODE_QUOTA})",
+                        setting=EVALUATOR_CODE_QUOTA,
+                    )
             (latest,) = c.execute(
                 "SELECT COALESCE(MAX(version), 0) FROM evaluators WHERE tenant=? AND name=?", (tenant, name)
             ).fetchone()

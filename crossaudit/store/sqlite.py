@@ -53,6 +53,8 @@ class SQLiteStore(SqlStore):
         # one clear error instead of hanging.
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
+        # PostgreSQL's octet_length (SQLite has it only from 3.43): the evaluator code quota counts bytes.
+        conn.create_function("octet_length", 1, _octet_length, deterministic=True)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={sync}")
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
@@ -116,3 +118,9 @@ def _private_files(db: Path) -> None:
         side = db.with_name(db.name + suffix)
         with contextlib.suppress(FileNotFoundError):
             side.chmod(PRIVATE_FILE_MODE)
+
+
+def _octet_length(value: object) -> int | None:
+    if value is None:
+        return None
+    return len(value.encode() if isinstance(value, str) else bytes(value))  # type: ignore[arg-type]
