@@ -16,6 +16,7 @@ from crossaudit.orchestrator.policy import Policy
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
+from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
@@ -58,6 +59,7 @@ class Admission:
         metrics: ServiceMetrics,
         audit_raw_text: bool,
         deliveries: Deliveries | None = None,
+        shares: Mapping[str, float] | None = None,
     ) -> None:
         self.store = store
         self.tenants = tenants
@@ -68,6 +70,7 @@ class Admission:
         self.deliveries = deliveries
         self._inflight: dict[str, int] = {}
         self._audit_usage: dict[str, _AuditUsage] = {}
+        self.slots = FairSlots(limits.max_concurrent_evaluations, shares)
 
     def budget(self, time_remaining: float | None) -> float:
         """Seconds the decision may take: the caller's remaining deadline minus what answering
@@ -132,7 +135,11 @@ class Admission:
             else:
                 cutoff = min(self.limits.cutoff_margin_s, self.limits.cutoff_margin_fraction * time_remaining)
                 hard = time_remaining - cutoff
+            # A fair turn at one of the server's evaluation slots, within the same hard stop; the
+            # slot is held until the work has really stopped (a cancelled sandbox's cleanup too).
+            await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
             task = asyncio.ensure_future(decide())
+            task.add_done_callback(lambda _: self.slots.release(tenant))
             try:
                 done, _ = await asyncio.wait({task}, timeout=max(0.0, hard - (time.monotonic() - t0)))
             except asyncio.CancelledError:  # the caller went away: stop the evaluators too
@@ -167,7 +174,14 @@ class Admission:
             messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
             # a webhook over its tenant's pending quota is not written; the decision always is
             quotas = self.deliveries.quotas if self.deliveries else None
-            refused = await self.store.record_decision(audit, reviews, messages, max_pending=quotas, audit_bytes=size)
+            refused = await self.store.record_decision(
+                audit,
+                reviews,
+                messages,
+                max_pending=quotas,
+                audit_bytes=size,
+                max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
+            )
             usage = self._audit_usage.get(tenant)
             if usage is not None and usage.day == int(audit.created_at // AUDIT_DAY_S):
                 usage.bytes += size

@@ -54,7 +54,7 @@ from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, Unauth
 from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
 from crossaudit.service.errors import abort
-from crossaudit.service.grants import LLM_HOSTS_KEY, TenantGrants, parse_hosts, parse_tenant_entry
+from crossaudit.service.grants import LLM_HOSTS_KEY, TenantGrants, parse_hosts, parse_share, parse_tenant_entry
 from crossaudit.service.principals import (
     PRINCIPAL_NAME,
     Principal,
@@ -239,12 +239,14 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
     secrets: dict[str, Any] = {}
     tenant_hosts: dict[str, tuple[str, ...]] = {}
     webhooks: dict[str, Any] = {}
+    shares: dict[str, float] = {}
     for tenant, entry in doc["tenants"].items():
         if not isinstance(tenant, str) or not TENANT_NAME.match(tenant):
             raise ConfigurationError(f"API keys file {p}: invalid tenant name {tenant!r}")
         keys, secrets[tenant], tenant_hosts[tenant], webhooks[tenant] = parse_tenant_entry(
             entry, f"API keys file {p}: tenant {tenant!r}", p.parent
         )
+        shares[tenant] = parse_share(entry, f"API keys file {p}: tenant {tenant!r}")
         if isinstance(keys, str):
             keys = [keys]
         if not isinstance(keys, list) or not keys:
@@ -276,6 +278,7 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
         llm_hosts=parse_hosts(doc.get(LLM_HOSTS_KEY), f"API keys file {p}"),
         tenant_llm_hosts=tenant_hosts,
         webhooks=webhooks,
+        shares=shares,
     )
     return TenantsFile(out, grants, principals)
 

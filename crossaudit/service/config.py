@@ -44,6 +44,10 @@ class ServiceLimits:
     max_send_message_bytes: int = 8 * 1024 * 1024  # one answer message
     max_concurrent_rpcs: int = 1024  # grpc.aio maximum_concurrent_rpcs; more = RESOURCE_EXHAUSTED
     max_inflight_evaluations_per_tenant: int = 256  # concurrent decisions of one tenant (rate limit)
+    # Decisions evaluated at once, all tenants together; beyond, calls wait (within their
+    # deadline) and each freed slot goes to the waiting tenant holding the least for its share
+    # (weighted fair queueing, crossaudit.service.fairness; shares in the API-keys file).
+    max_concurrent_evaluations: int = 64
     max_stream_inflight: int = 16  # items of one EvaluateStream evaluated concurrently
     max_stream_items: int = 1_000_000  # items one EvaluateStream may carry
     default_deadline_s: float = 30.0  # decision budget when the caller sets no deadline
@@ -64,6 +68,9 @@ class ServiceLimits:
     # their code together; an upload beyond is RESOURCE_EXHAUSTED naming the setting.
     max_evaluators_per_tenant: int = 1_000
     max_evaluator_code_bytes_per_tenant: int = 64 * 1024 * 1024
+    # Open review items of one tenant: a decision whose reviews would pass it is still answered
+    # and audited, its reviews not opened (the audit's rules say so: review_not_opened).
+    max_open_reviews_per_tenant: int = 10_000
     max_dependencies: int = 20
     max_feedback_comment_bytes: int = 4_096
     max_api_keys_file_bytes: int = 1024 * 1024

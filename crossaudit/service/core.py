@@ -78,6 +78,7 @@ class CrossAuditService:
             metrics=self.metrics,
             audit_raw_text=audit_raw_text,
             deliveries=self.deliveries,
+            shares=self.grants.shares,
         )
 
         # The API the servicers call; each method belongs to one component.

@@ -11,6 +11,7 @@ Both live in the API-keys file, next to each tenant's keys::
           HOOK_TOKEN: {file: /run/secrets/acme_hook}       # read at each call (rotation applies at once)
         llm_base_url_hosts: ["vllm.acme.internal:8000"]   # this tenant only
         webhooks: {allow: ["https://hooks.acme.example"], signing_secret: {env: ACME_HOOK_SIGNING}}
+        share: 2                                           # its weight in fair admission (default 1)
       globex: [globex-key-at-least-16-chars]               # the short form: keys only
 
 A tenant's ``${NAME}`` (and an LLM provider's standard variable such as ``OPENAI_API_KEY``)
@@ -42,7 +43,9 @@ from crossaudit.orchestrator.secrets import (
 from crossaudit.service.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
 
 LLM_HOSTS_KEY = "llm_base_url_hosts"
-TENANT_ENTRY_KEYS = frozenset({"keys", "secrets", LLM_HOSTS_KEY, WEBHOOKS_KEY})
+SHARE_KEY = "share"
+MAX_SHARE = 1_000.0  # a tenant's share is a weight in (0, MAX_SHARE]: see crossaudit.service.fairness
+TENANT_ENTRY_KEYS = frozenset({"keys", "secrets", LLM_HOSTS_KEY, WEBHOOKS_KEY, SHARE_KEY})
 MAX_SECRETS_PER_TENANT = 256  # secrets one tenant may be granted
 MAX_LLM_HOSTS = 1_000  # host patterns in one list
 
@@ -55,6 +58,7 @@ class TenantGrants:
     development: bool = False  # --dev: the local environment; any endpoint unless hosts are listed
     max_secret_bytes: int = MAX_SECRET_BYTES
     webhooks: Mapping[str, WebhookGrant] = field(default_factory=dict)  # where each tenant's webhooks may go
+    shares: Mapping[str, float] = field(default_factory=dict)  # weights in fair admission; unlisted = 1
 
     @classmethod
     def dev(cls) -> TenantGrants:
@@ -133,6 +137,14 @@ def parse_secrets(value: Any, where: str, base_dir: Path) -> dict[str, SecretGra
                 raise ConfigurationError(f"{where}: secret {name}: file must be a path")
             out[name] = SecretGrant(name, file=(base_dir / Path(path).expanduser()).resolve())
     return out
+
+
+def parse_share(entry: Any, where: str) -> float:
+    """A tenant's ``share:`` (its weight when the server's evaluation slots are contended), 1 when unset."""
+    value = entry.get(SHARE_KEY, 1.0) if isinstance(entry, dict) else 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_SHARE:
+        raise ConfigurationError(f"{where}: share must be a number above 0 and at most {MAX_SHARE:g}")
+    return float(value)
 
 
 def parse_tenant_entry(
