@@ -27,6 +27,7 @@ from crossaudit.orchestrator.reviews import ReviewState as ReviewState
 # The service settings the store's evaluator quotas stand for (named in their refusals).
 EVALUATORS_QUOTA = "limits.max_evaluators_per_tenant"
 EVALUATOR_CODE_QUOTA = "limits.max_evaluator_code_bytes_per_tenant"
+OPEN_REVIEWS_QUOTA = "limits.max_open_reviews_per_tenant"
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,7 @@ class Store(abc.ABC):
         *,
         max_pending: Mapping[str, int] | None = None,
         audit_bytes: int | None = None,
+        max_open_reviews: int | None = None,
     ) -> list[OutboxRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
         sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
@@ -278,7 +280,11 @@ class Store(abc.ABC):
 
         ``max_pending`` (kind -> n): a message of that kind is written only while its tenant has
         fewer than n pending; the audit record and everything else are written all the same (an
-        answered decision is never lost to a quota). Returns the messages not written."""
+        answered decision is never lost to a quota). Returns the messages not written.
+
+        ``max_open_reviews``: when the decision's reviews would take its tenant's open reviews
+        past it, none of them is opened; the audit record is written all the same, each of its
+        rules that asked for a review saying ``review_not_opened`` (:data:`OPEN_REVIEWS_QUOTA`)."""
 
     @abc.abstractmethod
     async def audit_bytes(self, tenant: str, day: int) -> int:

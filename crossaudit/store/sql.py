@@ -29,6 +29,7 @@ from crossaudit.store.base import (
     AUDIT_DAY_S,
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
+    OPEN_REVIEWS_QUOTA,
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
@@ -147,6 +148,7 @@ class _DecisionWrite:
     max_pending: dict[str, int]
     audit_bytes: int = 0
     refused: list[OutboxRecord] = dataclasses.field(default_factory=list)
+    max_open_reviews: int | None = None
 
 
 # The tenants with pending messages of a kind, one index seek each (a loose index scan on
@@ -194,6 +196,21 @@ def _round_robin(
             if turn < len(q) and len(out) < limit:
                 out.append(q[turn])
     return out
+
+
+def _open_reviews(c: Conn, tenant: str) -> int:
+    row = c.execute(
+        "SELECT COUNT(*) FROM reviews WHERE tenant=? AND state=?", (tenant, ReviewState.OPEN.value)
+    ).fetchone()
+    return int(row[0])
+
+
+def _reviews_not_opened(audit: AuditRecord, reviews: Sequence[ReviewRecord], cap: int, held: int) -> AuditRecord:
+    """``audit`` with each rule that asked for one of ``reviews`` saying why it was not opened."""
+    why = f"{OPEN_REVIEWS_QUOTA}={cap}: the tenant had {held} open reviews"
+    asked = {r.rule for r in reviews}
+    rules = [{**r, "review_not_opened": why} if r.get("rule") in asked else r for r in audit.rules]
+    return dataclasses.replace(audit, rules=rules)
 
 
 def _pending_count(c: Conn, tenant: str, kind: str) -> int:
@@ -490,6 +507,7 @@ class SqlStore(Store):
         *,
         max_pending: Mapping[str, int] | None = None,
         audit_bytes: int | None = None,
+        max_open_reviews: int | None = None,
     ) -> list[OutboxRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox):
@@ -499,6 +517,7 @@ class SqlStore(Store):
             self._decisions = GroupCommit(self._record_decisions)
         size = audit_size(audit) if audit_bytes is None else audit_bytes
         write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}), size)
+        write.max_open_reviews = max_open_reviews
         await self._decisions.commit(write)
         return write.refused
 
@@ -513,11 +532,19 @@ class SqlStore(Store):
         def tx(c: Conn) -> None:
             pending: dict[tuple[str, str], int] = {}  # (tenant, kind) -> pending, as this batch goes
             usage: dict[tuple[str, int], int] = {}  # (tenant, day) -> audit bytes of this batch
+            opened: dict[str, int] = {}  # tenant -> open reviews, as this batch goes
             for write in batch:
                 write.refused.clear()  # a transaction re-run (a retried batch, a lone re-write) starts over
-                for rec in write.records:
+                audit, reviews = write.records[0], write.records[1:]
+                cap = write.max_open_reviews
+                if reviews and cap is not None:
+                    if audit.tenant not in opened:
+                        opened[audit.tenant] = _open_reviews(c, audit.tenant)
+                    if opened[audit.tenant] + len(reviews) > cap:  # the decision is kept, its reviews are not
+                        audit, reviews = _reviews_not_opened(audit, reviews, cap, opened[audit.tenant]), ()
+                    opened[audit.tenant] += len(reviews)
+                for rec in (audit, *reviews):
                     _insert(c, rec)
-                audit = write.records[0]
                 key = (audit.tenant, int(audit.created_at // AUDIT_DAY_S))
                 usage[key] = usage.get(key, 0) + write.audit_bytes
                 for msg in write.outbox:

@@ -1,19 +1,31 @@
-"""Upload quotas per tenant: nothing bounded how many evaluators a tenant stores or how much code
+"""Quotas per tenant. Uploads: nothing bounded how many evaluators a tenant stores or how much code
 they hold (every upload of changed code is a new stored version). Now a new version beyond
 ``limits.max_evaluators_per_tenant``, or taking the tenant's stored code past
 ``limits.max_evaluator_code_bytes_per_tenant``, is RESOURCE_EXHAUSTED naming the setting;
-re-uploading identical code stays free, and other tenants are untouched. The store's part runs
+re-uploading identical code stays free, and other tenants are untouched. Open reviews: a
+decision whose reviews would pass ``limits.max_open_reviews_per_tenant`` is answered and
+audited, its reviews not opened and its audit saying so. The store's part runs
 on both backends; the rest through a real server, on both backends."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from crossaudit import Client
 from crossaudit.kernel.errors import QuotaExceededError
-from crossaudit.store.base import EVALUATOR_CODE_QUOTA, EVALUATORS_QUOTA, Store, sha256_text
+from crossaudit.store import AuditRecord, ReviewRecord, ReviewState
+from crossaudit.store.base import (
+    EVALUATOR_CODE_QUOTA,
+    EVALUATORS_QUOTA,
+    OPEN_REVIEWS_QUOTA,
+    ReviewKind,
+    Store,
+    sha256_text,
+)
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
 
 pytestmark = pytest.mark.security
@@ -92,6 +104,110 @@ def test_uploads_beyond_a_tenants_quotas_are_refused_through_a_real_server(
                 globex.upload_evaluator("huge", code(1, pad=10_000), timeout=60)  # ~20 KB of code
             assert err.value.setting == "limits.max_evaluator_code_bytes_per_tenant"
             globex.upload_evaluator("small", code(1), timeout=60)  # another tenant is served
+        assert "Traceback" not in srv.log.read_text()
+    finally:
+        srv.stop()
+
+
+# --- open reviews -------------------------------------------------------------------------
+
+REVIEW_POLICY = """
+name: reviewed
+description: every answer goes to a reviewer
+version: "1.0"
+evaluators:
+  - name: doubt
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 0.0}
+rules:
+  - name: check
+    evaluator: doubt
+    threshold: 0.5
+    action: require_review
+"""
+
+
+def decision(tenant: str) -> tuple[AuditRecord, list[ReviewRecord]]:
+    now = time.time()
+    did = str(uuid.uuid4())
+    audit = AuditRecord(
+        decision_id=did,
+        tenant=tenant,
+        policy="p",
+        policy_revision=1,
+        policy_version="1",
+        policy_digest="x",
+        environment="production",
+        passed=False,
+        action="require_review",
+        rules=[{"rule": "check", "passed": False, "action": "require_review"}, {"rule": "other", "passed": True}],
+        errored_rules=[],
+        latency_ms=1.0,
+        prompt_sha256="",
+        response_sha256="",
+        context_sha256="",
+        created_at=now,
+    )
+    review = ReviewRecord(
+        id=str(uuid.uuid4()),
+        tenant=tenant,
+        decision_id=did,
+        policy="p",
+        policy_revision=1,
+        environment="production",
+        rule="check",
+        kind=ReviewKind.REQUIRE_REVIEW,
+        state=ReviewState.OPEN,
+        created_at=now,
+    )
+    return audit, [review]
+
+
+async def test_the_store_opens_no_review_past_a_tenants_quota_and_keeps_the_decision(any_store: Store) -> None:
+    written = []
+    for _ in range(5):
+        audit, reviews = decision("acme")
+        await any_store.record_decision(audit, reviews, max_open_reviews=3)
+        written.append(audit.decision_id)
+    other, reviews = decision("globex")
+    await any_store.record_decision(other, reviews, max_open_reviews=3)
+    assert len(await any_store.list_reviews("acme")) == 3
+    assert len(await any_store.list_reviews("globex")) == 1  # per tenant
+    for i, did in enumerate(written):  # every decision is audited
+        rec = await any_store.get_decision("acme", did)
+        note = rec.rules[0].get("review_not_opened")
+        if i < 3:
+            assert note is None
+        else:
+            assert note == f"{OPEN_REVIEWS_QUOTA}=3: the tenant had 3 open reviews"
+        assert "review_not_opened" not in rec.rules[1]  # only the rule that asked for one
+
+
+@pytest.mark.e2e
+def test_decisions_past_the_open_review_quota_are_answered_and_audited_through_a_real_server(
+    tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    srv = ServerProcess(tmp_path, env=store_env, extra=("--set", "limits.max_open_reviews_per_tenant=3"))
+    srv.start()
+    try:
+        with (
+            Client(srv.address, api_key=TENANT_KEYS["acme"]) as acme,
+            Client(srv.address, api_key=TENANT_KEYS["globex"]) as globex,
+        ):
+            acme.deploy_policy(REVIEW_POLICY, environment="production")
+            globex.deploy_policy(REVIEW_POLICY, environment="production")
+            answers = [acme.evaluate("reviewed", "p", "r", timeout=60) for _ in range(6)]  # bounded: 6 calls
+            assert [a.action.value for a in answers] == ["require_review"] * 6  # every one answered
+            assert len(acme.list_reviews()) == 3
+            audited = [acme.get_decision(a.decision_id) for a in answers]  # and audited
+            notes = [r.rules[0].get("review_not_opened") for r in audited]
+            assert notes[:3] == [None] * 3
+            assert all(n and n.startswith("limits.max_open_reviews_per_tenant=3") for n in notes[3:])
+            globex.evaluate("reviewed", "p", "r", timeout=60)
+            assert len(globex.list_reviews()) == 1  # another tenant's reviews still open
         assert "Traceback" not in srv.log.read_text()
     finally:
         srv.stop()
