@@ -627,3 +627,15 @@ async def test_a_compressed_answer_is_refused(monkeypatch: pytest.MonkeyPatch) -
     finally:
         server.close()
     assert err.value.retryable is False
+
+
+async def test_the_google_http_client_we_give_is_closed_with_the_evaluator(fake: FakeProviders) -> None:
+    """genai leaves a client it was given open; ours (which carries the byte cap) is closed by aclose."""
+    from crossaudit.orchestrator.evaluators.llm import OWNED_HTTP
+
+    ev = LLMEvaluator("g", {"provider": "google", "model": "m", "api_key": "k", "base_url": fake.url})
+    await ev.evaluate(INP, timeout=5)
+    http = getattr(ev._client, OWNED_HTTP)
+    assert not http.is_closed
+    await ev.aclose()
+    assert http.is_closed

@@ -76,6 +76,7 @@ SCORE_TOLERANCE = 0.05  # scores within this of [0, 1] are clamped; further out 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_RETIRED_CLIENTS = 4  # SDK clients replaced after a secret rotated, closed when more pile up
 RESPONSE_BYTES_SETTING = "engine_limits.max_llm_response_bytes"
+OWNED_HTTP = "_crossaudit_http"  # the httpx client we made for an SDK client that will not close it
 
 # (provider, model, prompt tokens, completion tokens) of each answered call. The service passes
 # one per tenant (its metrics); the orchestrator knows nothing of what is done with it.
@@ -489,13 +490,17 @@ class LLMEvaluator(Evaluator):
 
             no_redirects = {"follow_redirects": False}
             # Our own httpx client: the cap applies, and genai never switches to aiohttp for it.
+            # genai does not close a client it was given: _close_client does (OWNED_HTTP).
+            http = httpx.AsyncClient(follow_redirects=False, timeout=timeout, **capped)
             opts = types.HttpOptions(
                 timeout=int(timeout * 1000),
                 client_args=no_redirects,
-                httpx_async_client=httpx.AsyncClient(follow_redirects=False, timeout=timeout, **capped),
+                httpx_async_client=http,
                 **({"base_url": base_url} if base_url else {}),
             )
-            return genai.Client(api_key=key, http_options=opts)
+            client = genai.Client(api_key=key, http_options=opts)
+            setattr(client, OWNED_HTTP, http)
+            return client
         raise ConfigurationError(f"unknown llm provider {cfg.provider!r}")  # unreachable: validated
 
     def client(self, timeout: float = 60.0, use: SecretUse | None = None) -> Any:
@@ -647,3 +652,7 @@ async def _close_client(client: Any) -> None:
             await client.close()
     except Exception:
         pass
+    owned = getattr(client, OWNED_HTTP, None)
+    if owned is not None:
+        with contextlib.suppress(Exception):
+            await owned.aclose()
