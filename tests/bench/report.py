@@ -49,6 +49,14 @@ TARGETS = (
     Target("ratio.grpc_vs_inprocess.c16", "ratio", 0.75, False, "gRPC vs in-process throughput, 16 clients: >= 0.75x"),
     Target("docker.warm.c1", "p50_ms", 1.5, True, "Docker warm call, cleanup included: p50 <= 1.5 ms"),
     Target("docker.warm.c4", "throughput", 600, False, "Docker warm calls at 4 concurrent: >= 600 calls/s"),
+    Target(
+        "ratio.neighbours.cpu",
+        "ratio",
+        2.0,
+        True,
+        "another tenant's p50, one tenant at 120 CPU-burning calls: <= 2x idle",
+    ),
+    Target("ratio.neighbours.audit", "ratio", 2.0, True, "another tenant's p50, one tenant flooding audit: <= 2x idle"),
 )
 
 SCENARIOS: dict[str, Scenario] = {}
