@@ -639,3 +639,30 @@ async def test_the_google_http_client_we_give_is_closed_with_the_evaluator(fake:
     assert not http.is_closed
     await ev.aclose()
     assert http.is_closed
+
+
+def test_the_servers_engine_limit_reaches_each_llm_evaluator() -> None:
+    """engine_limits.max_llm_response_bytes, as `crossaudit serve` builds engines, bounds every LLM call."""
+    from crossaudit.kernel.limits import EngineLimits
+    from crossaudit.service.server import runtime_engines
+
+    policy = load_policy(
+        """
+name: p
+description: one llm rule
+version: "1.0"
+evaluators:
+  - name: judge
+    type: llm
+    config: {provider: openai, model: m, api_key: k}
+rules:
+  - name: r
+    evaluator: judge
+    threshold: 0.5
+    action: flag
+"""
+    )
+    make = runtime_engines(None, limits=EngineLimits(max_llm_response_bytes=12345))  # type: ignore[arg-type]
+    engine = make("t", None, None)  # type: ignore[arg-type]
+    ev = engine.factory.build(policy.evaluators[0], policy)
+    assert isinstance(ev, LLMEvaluator) and ev.max_response_bytes == 12345
