@@ -46,6 +46,9 @@ class SandboxLimits:
     )  # docker: a warm container (parent + one call's child); = memory+swap
     frame_bytes: int = 4 * 1024 * 1024  # docker/process: longest agent protocol line accepted from the sandbox
     code_bytes: int = 256 * 1024  # largest evaluator source accepted (upload, inline policy code, agent load)
+    # process backend: the agent and every call's process run at this niceness (0-19; 0 = the
+    # server's own), so tenant code never outranks the orchestrator, which answers every tenant
+    nice: int = 10
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ ZERO_ALLOWED = frozenset(
         "EngineLimits.max_retries",
         "EngineLimits.retry_backoff_s",
         "PoolLimits.min_size",
+        "SandboxLimits.nice",
         "PostgresLimits.max_retries",
         "PostgresLimits.retry_backoff_s",
         "ModelServerLimits.max_restarts",

@@ -8,12 +8,16 @@ latency. The unit tests drive :class:`FairSlots` directly: weights, deadlines, c
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
 
 from crossaudit import AsyncClient
 from crossaudit.kernel.errors import ConfigurationError, DeadlineExceededError
+from crossaudit.kernel.limits import SandboxLimits
+from crossaudit.sandbox.base import CodeBundle
+from crossaudit.sandbox.process.backend import ProcessSandbox
 from crossaudit.service.auth import load_tenants_file
 from crossaudit.service.fairness import FairSlots
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
@@ -137,3 +141,20 @@ def test_shares_are_read_from_the_keys_file(tmp_path: Path) -> None:
     )
     keys.chmod(0o600)
     assert dict(load_tenants_file(keys).grants.shares) == {"acme": 2.5, "globex": 1.0}
+
+
+async def test_process_sandbox_code_runs_below_the_orchestrator() -> None:
+    """Tenant code in the process sandbox runs at sandbox_limits.nice, and reads so itself
+    (``os.nice(0)`` in unrestricted code): whatever a tenant burns, the orchestrator, which
+    answers every tenant, is scheduled first."""
+    box = ProcessSandbox(SandboxLimits(nice=7), restricted=False)
+    try:
+        code = (
+            "import os\n"
+            "def evaluate(prompt, response, context):\n"
+            "    return {'score': 1.0, 'details': {'nice': os.nice(0)}}\n"
+        )
+        verdict, _ = await box.run(CodeBundle(code), "p", "r", {}, timeout=10.0)
+        assert verdict.details["nice"] == 7 + os.nice(0)
+    finally:
+        await box.aclose()

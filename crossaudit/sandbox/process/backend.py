@@ -365,6 +365,7 @@ class ProcessSandbox(Sandbox):
             except BaseException:
                 await asyncio.to_thread(shutil.rmtree, workdir, True)
                 raise
+            _lower_priority(proc.pid, self.limits.nice)
             agent = _Agent(
                 proc, workdir, AgentChannel.for_limits(self.limits),
                 settle_timeout_s=self.limits.cleanup_s + SETTLE_SLACK_S, registry=self._agents,
@@ -396,3 +397,13 @@ class ProcessSandbox(Sandbox):
             if isinstance(exc, OSError):
                 raise SandboxCrashedError(f"could not start the sandbox agent: {exc}") from None
             raise
+
+
+def _lower_priority(pid: int, nice: int) -> None:
+    """Run the agent (and so every call's process it forks) at ``nice``: tenant code shares the
+    cores among itself below the orchestrator. Before the agent loads any code, so whatever it
+    forks inherits it; a process that is already gone is no error (its start fails on its own)."""
+    if nice <= 0:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.setpriority(os.PRIO_PROCESS, pid, min(nice, 19))
