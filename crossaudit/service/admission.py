@@ -170,7 +170,7 @@ class Admission:
                 request_id=request_id,
                 now=time.time(),
             )
-            audit, size = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
+            audit, size, rules_json = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
             messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
             # a webhook over its tenant's pending quota is not written; the decision always is
             quotas = self.deliveries.quotas if self.deliveries else None
@@ -180,6 +180,7 @@ class Admission:
                 messages,
                 max_pending=quotas,
                 audit_bytes=size,
+                rules_json=rules_json,
                 max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
             )
             usage = self._audit_usage.get(tenant)

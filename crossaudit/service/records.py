@@ -26,6 +26,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    audit_rules_json,
     audit_size,
     sha256_json,
     sha256_text,
@@ -161,13 +162,15 @@ _CUTS: tuple[tuple[str, Callable[[AuditRecord], AuditRecord]], ...] = (
 )
 
 
-def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int]:
-    """``rec`` and its size when it fits ``cap`` bytes; otherwise the record cut down by
-    :data:`_CUTS` until it does (or nothing more can go), with ``truncated`` saying which
-    setting cut what from how large. An answered decision's record is never dropped."""
-    size = audit_size(rec)
+def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int, str]:
+    """``rec``, its size and its rules encoded, when it fits ``cap`` bytes; otherwise the record
+    cut down by :data:`_CUTS` until it does (or nothing more can go), with ``truncated`` saying
+    which setting cut what from how large. An answered decision's record is never dropped. The
+    rules are encoded once, here, and written as they are (``Store.record_decision(rules_json=)``)."""
+    rules_json = audit_rules_json(rec)
+    size = audit_size(rec, rules_json)
     if size <= cap:
-        return rec, size
+        return rec, size, rules_json
     before, cut = size, []
     for name, step in _CUTS:
         rec = step(rec)
@@ -175,7 +178,8 @@ def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int]:
         if audit_size(rec) <= cap:
             break
     rec = dataclasses.replace(rec, truncated=f"{AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)")
-    return rec, audit_size(rec)
+    rules_json = audit_rules_json(rec)
+    return rec, audit_size(rec, rules_json), rules_json
 
 
 class Records:

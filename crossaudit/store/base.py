@@ -165,10 +165,18 @@ AUDIT_DAY_S = 86_400  # audit quotas count per UTC day: day = int(created_at // 
 AUDIT_ROW_BYTES = 512  # an audit row's fixed part (ids, hashes, names, numbers), counted for every record
 
 
-def audit_size(rec: AuditRecord) -> int:
+def audit_rules_json(rec: AuditRecord) -> str:
+    """``rec.rules`` as the store writes them (encoded once per decision: see ``record_decision``)."""
+    return json.dumps(rec.rules, default=str)
+
+
+def audit_size(rec: AuditRecord, rules_json: str | None = None) -> int:
     """The bytes an audit record costs its tenant's quota: its JSON and text columns as stored,
-    plus the fixed part. One measure for the per-decision cap and the per-day quota."""
-    size = AUDIT_ROW_BYTES + len(json.dumps(rec.rules, default=str)) + len(json.dumps(rec.errored_rules))
+    plus the fixed part. One measure for the per-decision cap and the per-day quota.
+    ``rules_json``: :func:`audit_rules_json` of ``rec`` when the caller already has it."""
+    if rules_json is None:
+        rules_json = audit_rules_json(rec)
+    size = AUDIT_ROW_BYTES + len(rules_json) + len(json.dumps(rec.errored_rules))
     if rec.prompt is not None:
         size += len(rec.prompt.encode("utf-8", "surrogatepass"))
     if rec.response is not None:
@@ -272,11 +280,14 @@ class Store(abc.ABC):
         max_pending: Mapping[str, int] | None = None,
         audit_bytes: int | None = None,
         max_open_reviews: int | None = None,
+        rules_json: str | None = None,
     ) -> list[OutboxRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
         sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
         The record's size (``audit_bytes``, else :func:`audit_size`) is added to its tenant's
         audit bytes of the record's UTC day in the same transaction (:meth:`audit_bytes`).
+        ``rules_json``: the record's rules already encoded (:func:`audit_rules_json`), written as
+        they are, so a decision's rules are encoded once on the hot path.
 
         ``max_pending`` (kind -> n): a message of that kind is written only while its tenant has
         fewer than n pending; the audit record and everything else are written all the same (an

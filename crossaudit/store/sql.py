@@ -42,6 +42,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    audit_rules_json,
     audit_size,
     sha256_text,
 )
@@ -123,12 +124,13 @@ def _record(cls: type[T], row: Row, **values: Any) -> T:
     return cls(**{name: values[name] if name in values else dec(row[name]) for name, (dec, _) in COLUMNS[cls]})
 
 
-def _insert(c: Conn, rec: Any, on_conflict: str = "") -> None:
+def _insert(c: Conn, rec: Any, on_conflict: str = "", encoded: Mapping[str, Any] | None = None) -> None:
+    """``encoded``: column values the caller already encoded, written as they are."""
     cols = COLUMNS[type(rec)]
     c.execute(
         f"INSERT INTO {TABLES[type(rec)]} ({', '.join(name for name, _ in cols)}) "
         f"VALUES ({', '.join('?' * len(cols))}) {on_conflict}",
-        [enc(getattr(rec, name)) for name, (_, enc) in cols],
+        [encoded[name] if encoded and name in encoded else enc(getattr(rec, name)) for name, (_, enc) in cols],
     )
 
 
@@ -147,6 +149,7 @@ class _DecisionWrite:
     outbox: tuple[OutboxRecord, ...]
     max_pending: dict[str, int]
     audit_bytes: int = 0
+    rules_json: str | None = None  # the audit record's rules, already encoded
     refused: list[OutboxRecord] = dataclasses.field(default_factory=list)
     max_open_reviews: int | None = None
 
@@ -508,6 +511,7 @@ class SqlStore(Store):
         max_pending: Mapping[str, int] | None = None,
         audit_bytes: int | None = None,
         max_open_reviews: int | None = None,
+        rules_json: str | None = None,
     ) -> list[OutboxRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox):
@@ -515,8 +519,10 @@ class SqlStore(Store):
                 raise InvalidInputError("a review or message must belong to the decision it is recorded with")
         if self._decisions is None:
             self._decisions = GroupCommit(self._record_decisions)
-        size = audit_size(audit) if audit_bytes is None else audit_bytes
-        write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}), size)
+        if rules_json is None:
+            rules_json = audit_rules_json(audit)
+        size = audit_size(audit, rules_json) if audit_bytes is None else audit_bytes
+        write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}), size, rules_json)
         write.max_open_reviews = max_open_reviews
         await self._decisions.commit(write)
         return write.refused
@@ -543,7 +549,9 @@ class SqlStore(Store):
                     if opened[audit.tenant] + len(reviews) > cap:  # the decision is kept, its reviews are not
                         audit, reviews = _reviews_not_opened(audit, reviews, cap, opened[audit.tenant]), ()
                     opened[audit.tenant] += len(reviews)
-                for rec in (audit, *reviews):
+                # the rules as encoded by the caller, unless the review quota rewrote the record
+                _insert(c, audit, encoded={"rules": write.rules_json} if audit is write.records[0] else None)
+                for rec in reviews:
                     _insert(c, rec)
                 key = (audit.tenant, int(audit.created_at // AUDIT_DAY_S))
                 usage[key] = usage.get(key, 0) + write.audit_bytes
