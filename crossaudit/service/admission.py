@@ -25,6 +25,7 @@ from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AUDIT_DAY_S, PolicyVersionRecord, Store
 
 AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"
+REFUSED_LOG_INTERVAL_S = 60.0  # a tenant at its audit quota is logged at most this often
 
 log = logging.getLogger("crossaudit.service.admission")
 
@@ -70,6 +71,7 @@ class Admission:
         self.deliveries = deliveries
         self._inflight: dict[str, int] = {}
         self._audit_usage: dict[str, _AuditUsage] = {}
+        self._quota_logged: dict[str, float] = {}  # tenant -> when its audit quota refusal was last logged
         self.slots = FairSlots(limits.max_concurrent_evaluations, shares)
 
     def budget(self, time_remaining: float | None) -> float:
@@ -219,6 +221,12 @@ class Admission:
             usage.bytes = await self.store.audit_bytes(tenant, day)
         quota = self.limits.max_audit_bytes_per_tenant_per_day
         if usage.bytes >= quota:
+            if now - self._quota_logged.get(tenant, -REFUSED_LOG_INTERVAL_S) >= REFUSED_LOG_INTERVAL_S:
+                self._quota_logged[tenant] = now  # one key per tenant that has keys: bounded
+                log.warning(
+                    "tenant %s: evaluations refused, its audit bytes today (%d) are at %s (%d)",
+                    tenant, usage.bytes, AUDIT_DAY_KEY, quota,
+                )  # fmt: skip
             raise QuotaExceededError(
                 f"this tenant's audit log reached its quota for today ({usage.bytes} of {quota} bytes, "
                 f"{AUDIT_DAY_KEY}); evaluations resume at 00:00 UTC",

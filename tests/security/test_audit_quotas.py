@@ -172,6 +172,9 @@ def test_a_tenant_at_its_daily_audit_quota_is_refused_before_evaluating_and_othe
             assert recorded == set(answered)  # every answered decision audited, nothing refused decided
             assert sum(audit_size(r) for r in acme.list_decisions(policy="small")) < quota + 2_000
             assert globex.evaluate("small", "p", "r", timeout=30).passed  # another tenant is served
-        assert "Traceback" not in srv.log.read_text()
+        log = srv.log.read_text()
+        assert "Traceback" not in log
+        assert log.count("tenant acme: evaluations refused") == 1  # once a minute, not per call
+        assert f"limits.max_audit_bytes_per_tenant_per_day ({quota})" in log
     finally:
         srv.stop()
