@@ -15,6 +15,7 @@ The sync API runs an event loop on a private thread, so it also works inside asy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -132,6 +133,13 @@ class PolicyTester:
                 await self.runtime.sandbox.prepare(self.runtime.bundle_for(spec, self.policy), say)
             except CrossAuditError as e:
                 errors[spec.name] = e.message
+        # Builtins: start their model servers and load the models now, as a deploy does, not inside
+        # the first rule's timeout (Presidio's analyzer alone has taken longer than the 15 s default
+        # on a busy machine). One that cannot load fails its rules when run, with its own error.
+        for spec in self.policy.evaluators:
+            if spec.name in self._used and spec.kind is EvaluatorType.BUILTIN:
+                with contextlib.suppress(Exception):
+                    await self.runtime.build(spec, self.policy).prepare()  # type: ignore[attr-defined]
         return errors
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
