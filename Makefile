@@ -82,10 +82,21 @@ check: $(STAMP) ## Fast tier, no Docker (a few minutes): ruff, layering contract
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest tests/unit tests/cases tests/security -m "not docker" $(PYTEST_ARGS)
 
-test: $(EXPORT_STAMP) images test-images browser postgres ## The whole truth: ruff, layering contract, every suite (real Docker, PostgreSQL, Chromium)
+# The whole truth, on every core (pytest-xdist; a test file stays on one worker, so its module's
+# server starts once). The test images build in the background while the unit tests and engine cases
+# run (those need none); the suites that use Docker start once the images are there.
+XDIST ?= -n auto --maxprocesses 4 --dist loadfile
+IMAGES_LOG := .crossaudit/test-images.log
+test: $(EXPORT_STAMP) images browser postgres ## The whole truth: ruff, layering contract, every suite (real Docker, PostgreSQL, Chromium)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest tests/unit tests/cases tests/security tests/integration tests/e2e $(PYTEST_ARGS)
+	@mkdir -p $(dir $(IMAGES_LOG)); echo "building the test images in the background (log: $(IMAGES_LOG))"
+	@$(PY) -m tests.images > $(IMAGES_LOG) 2>&1 & images=$$!; \
+	$(PY) -m pytest $(XDIST) tests/unit tests/cases $(PYTEST_ARGS); fast=$$?; \
+	wait $$images; built=$$?; cat $(IMAGES_LOG); \
+	if [ $$built -ne 0 ]; then echo "error: the test images were not built (above)"; exit 1; fi; \
+	if [ $$fast -ne 0 ]; then exit $$fast; fi; \
+	$(PY) -m pytest $(XDIST) tests/security tests/integration tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
 	$(PY) -m pytest tests/unit tests/cases $(PYTEST_ARGS)
