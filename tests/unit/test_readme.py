@@ -190,3 +190,14 @@ def test_make_help_lists_every_target() -> None:
                            check=True).stdout
     listed = {line.split()[0] for line in re.sub(r"\x1b\[[0-9;]*m", "", shown).splitlines() if line.strip()}
     assert phony - listed == set(), f"make help omits {sorted(phony - listed)}"
+
+
+def test_make_bench_says_what_it_installs_before_installing_it() -> None:
+    """``make bench`` installs torch (~3 GB), PostgreSQL and a peer: it says so before the first install
+    (a dry run: nothing is installed here)."""
+    dry = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "bench"], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    first_install = next(i for i, line in enumerate(dry) if "pip" in line and " install " in line)
+    said = " ".join(line for line in dry[:first_install] if line.startswith("echo"))
+    for thing in ("torch", "PostgreSQL", "Guardrails AI", ".venv-bench"):
+        assert thing in said, f"make bench does not say it installs {thing} before installing"
