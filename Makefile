@@ -95,8 +95,9 @@ test: $(EXPORT_STAMP) images browser postgres ## The whole truth: ruff, layering
 	$(PY) -m pytest $(XDIST) tests/unit tests/cases $(PYTEST_ARGS); fast=$$?; \
 	wait $$images; built=$$?; cat $(IMAGES_LOG); \
 	if [ $$built -ne 0 ]; then echo "error: the test images were not built (above)"; exit 1; fi; \
-	if [ $$fast -ne 0 ]; then exit $$fast; fi; \
-	$(PY) -m pytest $(XDIST) tests/security tests/integration tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) tests/security tests/integration tests/e2e $(PYTEST_ARGS); rest=$$?; \
+	if [ $$fast -ne 0 ]; then echo "error: the unit tests or engine cases failed (the first pytest run above)"; exit $$fast; fi; \
+	exit $$rest
 
 test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
 	$(PY) -m pytest tests/unit tests/cases $(PYTEST_ARGS)
