@@ -33,6 +33,7 @@ raise bare exceptions across a layer boundary. This module stays transport-neutr
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
         ├── ProviderError                 unavailable              per instance
+        │   └── ResponseTooLargeError     (over engine_limits.max_llm_response_bytes)   no
         └── SandboxError                  failed_precondition
             ├── SandboxCodeError
             ├── SandboxCrashedError
@@ -330,6 +331,13 @@ class ProviderError(EvaluatorError):
     """An LLM provider answered with an error or an unusable completion."""
 
     code = ErrorCode.UNAVAILABLE
+
+
+class ResponseTooLargeError(ProviderError):
+    """A provider's answer went over ``engine_limits.max_llm_response_bytes``: not retryable, the
+    same endpoint would send the same body again."""
+
+    retryable = False
 
 
 class SandboxError(EvaluatorError):

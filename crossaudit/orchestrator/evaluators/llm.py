@@ -41,6 +41,7 @@ from crossaudit.kernel.errors import (
     EvaluatorUnavailableError,
     InvalidInputError,
     ProviderError,
+    ResponseTooLargeError,
 )
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Verdict, score_key
@@ -274,15 +275,10 @@ def _status_error(provider: str, status: int, message: str) -> ProviderError:
     return ProviderError(f"{provider} answered HTTP {status}{hint}: {message[:300]}", retryable=retryable)
 
 
-class ResponseTooLargeError(ProviderError):
-    """A provider's answer went over ``engine_limits.max_llm_response_bytes``: not retryable,
-    the same endpoint would send the same body again."""
-
-    def __init__(self, provider: str, limit: int) -> None:
-        super().__init__(
-            f"{provider} answered more than {limit} bytes ({RESPONSE_BYTES_SETTING}): the answer was not read",
-            retryable=False,
-        )
+def _too_large(provider: str, limit: int) -> ResponseTooLargeError:
+    return ResponseTooLargeError(
+        f"{provider} answered more than {limit} bytes ({RESPONSE_BYTES_SETTING}): the answer was not read"
+    )
 
 
 class _CappedBody:
@@ -298,7 +294,7 @@ class _CappedBody:
         async for chunk in self._inner:
             seen += len(chunk)
             if seen > self._limit:
-                raise ResponseTooLargeError(self._provider, self._limit)
+                raise _too_large(self._provider, self._limit)
             yield chunk
 
     async def aclose(self) -> None:
@@ -333,7 +329,7 @@ def _capped_client_args(limit: int, provider: str) -> dict[str, Any]:
         length = response.headers.get("content-length", "")
         if length.strip().isdigit() and int(length) > limit:
             await response.aclose()
-            raise ResponseTooLargeError(provider, limit)
+            raise _too_large(provider, limit)
         response.stream = _capped_stream_class(response)(response.stream, limit, provider)
 
     return {"headers": {"accept-encoding": "identity"}, "event_hooks": {"response": [on_response]}}
