@@ -88,3 +88,12 @@ async def any_store(request: pytest.FixtureRequest, tmp_path: Path):
         s = PostgresStore(request.getfixturevalue("postgres_url"))
     yield s
     await s.aclose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server_store_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment that points a real server (``tests/e2e/conftest.py`` ServerProcess) at each
+    store backend in turn: its own SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    return {"CROSSAUDIT_STORE_URL": request.getfixturevalue("postgres_url")}

@@ -15,29 +15,13 @@ import pytest
 from crossaudit.kernel.errors import StoreUnavailableError
 from crossaudit.store import AuditRecord, OutboxRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore, migrations
 from crossaudit.store.postgres import PostgresStore, mask_url
+from tests.records import audit_record
 
 pytestmark = pytest.mark.slow
 
 
 def _audit(decision_id: str) -> AuditRecord:
-    return AuditRecord(
-        decision_id=decision_id,
-        tenant="t",
-        policy="p",
-        policy_revision=1,
-        policy_version="1",
-        policy_digest="x",
-        environment="production",
-        passed=False,
-        action="custom",
-        rules=[],
-        errored_rules=[],
-        latency_ms=1.0,
-        prompt_sha256="",
-        response_sha256="",
-        context_sha256="",
-        created_at=time.time(),
-    )
+    return audit_record(decision_id, "t")
 
 
 def test_replicas_starting_together_apply_each_migration_once(postgres_url: str) -> None:

@@ -9,7 +9,6 @@ The store's part runs on both backends; the rest through a real server, on both 
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from crossaudit.kernel.errors import QuotaExceededError
 from crossaudit.store import AuditRecord
 from crossaudit.store.base import AUDIT_DAY_S, Store, audit_size
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
+from tests.records import audit_record
 
 pytestmark = pytest.mark.security
 
@@ -73,23 +73,8 @@ rules:
 
 
 def record(tenant: str, now: float, rules: list[dict] | None = None) -> AuditRecord:
-    return AuditRecord(
-        decision_id=str(uuid.uuid4()),
-        tenant=tenant,
-        policy="p",
-        policy_revision=1,
-        policy_version="1",
-        policy_digest="x",
-        environment="production",
-        passed=True,
-        action="allow",
-        rules=rules or [],
-        errored_rules=[],
-        latency_ms=1.0,
-        prompt_sha256="",
-        response_sha256="",
-        context_sha256="",
-        created_at=now,
+    return audit_record(
+        tenant=tenant, passed=True, action="allow", rules=rules or [], created_at=now,
         truncated="limits.max_audit_bytes_per_decision=1: cut rules (was 9 bytes)",
     )
 
@@ -110,18 +95,11 @@ async def test_the_store_counts_each_tenants_audit_bytes_per_day(any_store: Stor
     assert back.truncated == big.truncated  # the marker is stored with the record
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    if request.param == "sqlite":
-        return {}
-    return {"CROSSAUDIT_STORE_URL": request.getfixturevalue("postgres_url")}
-
-
 @pytest.mark.e2e
 def test_a_tiny_call_cannot_store_a_huge_audit_row_and_the_record_agrees_with_the_answer(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
-    srv = ServerProcess(tmp_path, env=store_env)
+    srv = ServerProcess(tmp_path, env=server_store_env)
     srv.start()
     try:
         with Client(srv.address, api_key=TENANT_KEYS["acme"]) as acme:
@@ -144,10 +122,12 @@ def test_a_tiny_call_cannot_store_a_huge_audit_row_and_the_record_agrees_with_th
 
 @pytest.mark.e2e
 def test_a_tenant_at_its_daily_audit_quota_is_refused_before_evaluating_and_others_are_not(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
     quota = 20_000
-    srv = ServerProcess(tmp_path, env=store_env, extra=("--set", f"limits.max_audit_bytes_per_tenant_per_day={quota}"))
+    srv = ServerProcess(
+        tmp_path, env=server_store_env, extra=("--set", f"limits.max_audit_bytes_per_tenant_per_day={quota}")
+    )
     srv.start()
     try:
         with (

@@ -61,20 +61,13 @@ async def test_the_store_caps_each_tenants_evaluator_versions_and_code_bytes(any
     assert len(await any_store.list_evaluators("acme")) == 4
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    if request.param == "sqlite":
-        return {}
-    return {"CROSSAUDIT_STORE_URL": request.getfixturevalue("postgres_url")}
-
-
 @pytest.mark.e2e
 def test_uploads_beyond_a_tenants_quotas_are_refused_through_a_real_server(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
     srv = ServerProcess(
         tmp_path,
-        env=store_env,
+        env=server_store_env,
         extra=(
             "--set",
             "limits.max_evaluators_per_tenant=5",
@@ -188,9 +181,9 @@ async def test_the_store_opens_no_review_past_a_tenants_quota_and_keeps_the_deci
 
 @pytest.mark.e2e
 def test_decisions_past_the_open_review_quota_are_answered_and_audited_through_a_real_server(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
-    srv = ServerProcess(tmp_path, env=store_env, extra=("--set", "limits.max_open_reviews_per_tenant=3"))
+    srv = ServerProcess(tmp_path, env=server_store_env, extra=("--set", "limits.max_open_reviews_per_tenant=3"))
     srv.start()
     try:
         with (

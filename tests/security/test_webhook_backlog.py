@@ -29,6 +29,7 @@ from crossaudit.service.outbox.webhooks import webhook_payload
 from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
 from crossaudit.store.base import Store
 from tests.e2e.conftest import ServerProcess
+from tests.records import audit_record
 from tests.webhook_receiver import HangingReceiver, Receiver
 
 pytestmark = pytest.mark.security
@@ -59,24 +60,7 @@ tenants:
 
 
 def audit(decision_id: str, tenant: str) -> AuditRecord:
-    return AuditRecord(
-        decision_id=decision_id,
-        tenant=tenant,
-        policy="hooks",
-        policy_revision=1,
-        policy_version="1",
-        policy_digest="x",
-        environment="production",
-        passed=False,
-        action="custom",
-        rules=[],
-        errored_rules=[],
-        latency_ms=1.0,
-        prompt_sha256="",
-        response_sha256="",
-        context_sha256="",
-        created_at=time.time(),
-    )
+    return audit_record(decision_id, tenant, policy="hooks")
 
 
 def seed(open_store: Callable[[], Store], rows: list[tuple[str, str]]) -> None:

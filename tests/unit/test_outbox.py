@@ -22,6 +22,7 @@ from crossaudit.service.outbox.destinations import (
 )
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
+from tests.records import audit_record
 
 SECRET = "a-signing-secret-of-some-length"
 
@@ -188,24 +189,7 @@ def test_bad_webhook_grants_are_configuration_errors(entry: object, message: str
 
 
 def _audit(decision_id: str, tenant: str = "t1") -> AuditRecord:
-    return AuditRecord(
-        decision_id=decision_id,
-        tenant=tenant,
-        policy="p",
-        policy_revision=1,
-        policy_version="1",
-        policy_digest="x",
-        environment="production",
-        passed=False,
-        action="custom",
-        rules=[],
-        errored_rules=[],
-        latency_ms=1.0,
-        prompt_sha256="",
-        response_sha256="",
-        context_sha256="",
-        created_at=time.time(),
-    )
+    return audit_record(decision_id, tenant)
 
 
 def _msg(decision_id: str, tenant: str = "t1", kind: str = "webhook", due: float = 0.0) -> OutboxRecord:
