@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.store import migrations
 from crossaudit.store.base import StoreUnavailableError
 from crossaudit.store.sql import Conn, SqlStore
@@ -80,6 +81,17 @@ def _sql(query: str) -> str:
     return query.replace("%", "%%").replace("?", "%s")
 
 
+# PostgreSQL text cannot hold NUL (U+0000): psycopg refuses such a parameter with an untyped
+# DataError, so a tenant's id, filter or raw prompt holding one would fail its call (or lose an
+# answered decision's audit record). Written and looked up as U+FFFD instead, on every statement,
+# so a value stored this way is found again by the same string.
+NUL_REPLACEMENT = "\ufffd"
+
+
+def _params(params: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(p.replace("\0", NUL_REPLACEMENT) if isinstance(p, str) and "\0" in p else p for p in params)
+
+
 class _Conn:
     """A psycopg connection seen through the shared SQL's DB-API-like interface."""
 
@@ -88,13 +100,13 @@ class _Conn:
 
     def execute(self, query: str, params: Sequence[Any] = ()) -> Any:
         cur = self._conn.cursor(row_factory=_row_factory)
-        cur.execute(_sql(query), tuple(params))
+        cur.execute(_sql(query), _params(params))
         return cur
 
     def executemany(self, query: str, params: Sequence[Sequence[Any]]) -> Any:
         cur = self._conn.cursor()
         if params:
-            cur.executemany(_sql(query), [tuple(p) for p in params])
+            cur.executemany(_sql(query), [_params(p) for p in params])
         return cur
 
 
@@ -230,6 +242,8 @@ class PostgresStore(SqlStore):
                 wait *= 2
             except PoolClosed:
                 raise
+            except self._psycopg.DataError as exc:  # a value PostgreSQL cannot take (a number out of range)
+                raise InvalidInputError(f"the database refused a value: {self._describe(exc)}") from None
             except (self._psycopg.OperationalError, PoolTimeout) as exc:
                 raise StoreUnavailableError(f"database unavailable: {self._describe(exc)}") from None
         raise AssertionError("unreachable")

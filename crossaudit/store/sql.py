@@ -124,6 +124,15 @@ def _record(cls: type[T], row: Row, **values: Any) -> T:
     return cls(**{name: values[name] if name in values else dec(row[name]) for name, (dec, _) in COLUMNS[cls]})
 
 
+# The largest LIMIT both engines take (a signed 64-bit integer): a bigger page size is no limit at
+# all, and sent as it is it was a driver error (PostgreSQL "bigint out of range", SQLite OverflowError).
+MAX_SQL_INT = 2**63 - 1
+
+
+def _page(limit: int) -> int:
+    return min(max(0, int(limit)), MAX_SQL_INT)
+
+
 def _insert(c: Conn, rec: Any, on_conflict: str = "", encoded: Mapping[str, Any] | None = None) -> None:
     """``encoded``: column values the caller already encoded, written as they are."""
     cols = COLUMNS[type(rec)]
@@ -614,7 +623,7 @@ class SqlStore(Store):
                 q += " AND created_at<=?"
                 args.append(float(until))
             q += " ORDER BY created_at DESC LIMIT ?"
-            args.append(max(0, int(limit)))
+            args.append(_page(limit))
             return [_record(AuditRecord, r) for r in c.execute(q, args).fetchall()]
 
         return await self._run(tx)
@@ -645,7 +654,7 @@ class SqlStore(Store):
                 q += " AND policy=?"
                 args.append(policy)
             q += " ORDER BY created_at, id LIMIT ?"
-            args.append(max(0, int(limit)))
+            args.append(_page(limit))
             return [_record(ReviewRecord, r) for r in c.execute(q, args).fetchall()]
 
         return await self._run(tx)
@@ -824,7 +833,7 @@ class SqlStore(Store):
                 q += " AND kind=?"
                 args.append(kind)
             q += " ORDER BY created_at DESC, id LIMIT ?"
-            args.append(max(0, int(limit)))
+            args.append(_page(limit))
             return [_record(OutboxRecord, r) for r in c.execute(q, args).fetchall()]
 
         return await self._run(tx)

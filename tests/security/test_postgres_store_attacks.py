@@ -1,0 +1,84 @@
+"""Attacks on the store paths, PostgreSQL first (issue 20, item 5): every tenant-controlled
+string and number that reaches SQL, on both backends (``any_store``: SQLite and a private
+PostgreSQL, tests/pgserver.py). The shared SQL binds every value as a parameter; what these
+probe is what PostgreSQL does with values SQLite takes without complaint."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from crossaudit.kernel.errors import CrossAuditError, NotFoundError
+from tests.unit.test_store import audit, deploy, review
+
+NUL = "\x00"
+
+
+@pytest.fixture
+def store(any_store):
+    return any_store
+
+
+async def test_nul_bytes_in_tenant_strings_never_fail_a_call_or_lose_a_decision(store) -> None:
+    """PostgreSQL text cannot hold U+0000 and psycopg raised an untyped DataError for it: a
+    prompt with a NUL in a policy that keeps raw text lost its answered decision's audit record,
+    and a NUL in an id or a filter was an internal error instead of "not found"."""
+    rec = dataclasses.replace(audit("d1"), prompt=f"hi{NUL}there", response=NUL, request_id=f"r{NUL}1")
+    await store.record_decision(rec, [review("d1", "rv1")])
+    got = await store.get_decision("t1", "d1")
+    assert got.prompt is not None and got.prompt.startswith("hi") and got.prompt.endswith("there")
+    assert got.request_id.startswith("r")
+    await store.add_feedback("t1", "d1", rule="r1", label="false_positive", comment=f"x{NUL}y")
+    for lookup in (
+        lambda: store.get_decision("t1", f"d1{NUL}"),
+        lambda: store.get_review("t1", f"rv1{NUL}"),
+        lambda: store.get_evaluator("t1", NUL),
+        lambda: store.get_evaluator_by_name("t1", f"e{NUL}"),
+        lambda: store.get_deployed_policy("t1", f"p{NUL}", "production"),
+        lambda: store.add_feedback("t1", f"d{NUL}", rule="", label="false_positive"),
+    ):
+        with pytest.raises(NotFoundError):
+            await lookup()
+    assert await store.list_decisions("t1", policy=f"p{NUL}") == []
+    assert await store.list_decisions(f"t1{NUL}") == []
+    assert await store.list_outbox("t1", kind=f"webhook{NUL}") == []
+    assert await store.list_policies("t1", f"production{NUL}") == []
+
+
+async def test_out_of_range_numbers_are_typed_errors_or_clamped(store) -> None:
+    """A page size or time bound beyond what the database's integer and float types hold must
+    never surface as a driver exception (PostgreSQL: NumericValueOutOfRange; SQLite: OverflowError)."""
+    await store.record_decision(audit("d1"), [])
+    for call in (
+        lambda: store.list_decisions("t1", limit=10**30),
+        lambda: store.list_reviews("t1", limit=2**64),
+        lambda: store.list_outbox("t1", limit=10**40),
+        lambda: store.list_decisions("t1", since=-1e308, until=1e308),
+    ):
+        try:
+            rows = await call()
+        except CrossAuditError:
+            continue
+        assert isinstance(rows, list)
+    assert [r.decision_id for r in await store.list_decisions("t1", limit=10**30)] == ["d1"]
+
+
+@pytest.mark.parametrize("hostile", ["%", "_", "p%", "'", "p' OR '1'='1", "p\\", "t1' --", "*"])
+async def test_quotes_and_like_wildcards_never_widen_a_filter_or_cross_tenants(store, hostile: str) -> None:
+    """Held: every value is a bound parameter and the only LIKE pattern is a constant, so SQL
+    syntax and LIKE wildcards in a tenant's filters match themselves only."""
+    await store.record_decision(audit("d1"), [review("d1", "rv1")])
+    await store.record_decision(audit("d2", tenant="t2"), [review("d2", "rv2", tenant="t2")])
+    await deploy(store, "content: 1", tenant="t2", name="p")
+    assert await store.list_decisions("t1", policy=hostile) == []
+    assert await store.list_decisions(hostile) == []
+    assert await store.list_reviews(hostile) == []
+    assert await store.list_reviews("t1", policy=hostile) == []
+    assert await store.list_policies(hostile) == []
+    assert await store.list_policies("t2", hostile) == []
+    with pytest.raises(NotFoundError):
+        await store.get_decision(hostile, "d1")
+    with pytest.raises(NotFoundError):
+        await store.get_deployed_policy("t1", hostile, "production")
+    assert [r.decision_id for r in await store.list_decisions("t1")] == ["d1"]
