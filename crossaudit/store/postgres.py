@@ -52,6 +52,9 @@ class PostgresLimits:
     connect_timeout_s: float = 10.0  # opening a connection; also how long a call waits for a free one
     max_retries: int = 5  # re-runs of a transaction after a serialization failure or deadlock
     retry_backoff_s: float = 0.005  # first wait before a re-run, doubling
+    # One statement, lock waits included (PostgreSQL's statement_timeout): a query that runs long
+    # or waits on a lock another session holds gives its pool connection back after this long.
+    statement_timeout_s: float = 30.0
 
 
 def mask_url(url: str) -> str:
@@ -155,7 +158,10 @@ class PostgresStore(SqlStore):
             min_size=1,
             max_size=self.limits.pool_size,
             timeout=self.limits.connect_timeout_s,
-            kwargs={"connect_timeout": max(1, int(self.limits.connect_timeout_s))},
+            kwargs={
+                "connect_timeout": max(1, int(self.limits.connect_timeout_s)),
+                "options": f"-c statement_timeout={max(1, round(self.limits.statement_timeout_s * 1000))}",
+            },
             configure=configure,
             open=False,
             name="crossaudit",
@@ -179,6 +185,9 @@ class PostgresStore(SqlStore):
             try:
                 with conn.transaction():
                     c = _Conn(conn)
+                    # Waiting for another replica's migration, and a migration itself, may take
+                    # longer than one statement may.
+                    c.execute("SET LOCAL statement_timeout = 0")
                     c.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
                     c.execute(
                         "CREATE TABLE IF NOT EXISTS schema_migrations "

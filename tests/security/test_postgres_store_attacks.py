@@ -82,3 +82,30 @@ async def test_quotes_and_like_wildcards_never_widen_a_filter_or_cross_tenants(s
     with pytest.raises(NotFoundError):
         await store.get_deployed_policy("t1", hostile, "production")
     assert [r.decision_id for r in await store.list_decisions("t1")] == ["d1"]
+
+
+async def test_a_statement_stuck_on_a_lock_gives_its_pool_connection_back(postgres_url: str) -> None:
+    """A query waiting on a lock another session holds (or running long) held one of the pool's
+    connections for as long as that lasted, with no bound: a few such calls and every tenant's
+    store operations waited for a free connection. ``statement_timeout_s`` bounds each statement."""
+    import asyncio
+    import time
+
+    import psycopg
+
+    from crossaudit.store.base import StoreUnavailableError
+    from crossaudit.store.postgres import PostgresLimits, PostgresStore
+
+    store = PostgresStore(postgres_url, limits=PostgresLimits(pool_size=1, statement_timeout_s=0.5))
+    holder = psycopg.connect(postgres_url, connect_timeout=5)
+    try:
+        holder.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")  # an open transaction holds it
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            await asyncio.wait_for(store.list_decisions("t1"), 20)
+        assert time.monotonic() - started < 10
+        holder.rollback()
+        assert await asyncio.wait_for(store.list_decisions("t1"), 20) == []  # the one connection is back
+    finally:
+        holder.close()
+        await store.aclose()
