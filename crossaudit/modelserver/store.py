@@ -216,15 +216,25 @@ class ModelStore:
         if not manifest.is_file():
             return None
         entry = self._read(directory)
+        if entry.name != name or entry.variant != variant:
+            raise ConfigurationError(
+                f"model store manifest {manifest} names {entry.name}/{entry.variant}, not {name}/{variant}: "
+                "remove the entry and pull or import it again"
+            )
+        files_dir = entry.files_dir.resolve()
         for f in entry.files:
             p = entry.path_of(f.path)
             try:
-                size = p.stat().st_size
+                # What is loaded is a regular file of this entry: never a link (to a file, or through a
+                # linked directory) out of it, which import, pull and verify all refuse too.
+                size = os.lstat(p).st_size if stat.S_ISREG(os.lstat(p).st_mode) else -1
+                if not p.resolve().is_relative_to(files_dir):
+                    size = -1
             except OSError:
                 size = -1
             if size != f.size:
                 raise ConfigurationError(
-                    f"model store entry {name}/{variant} in {self.root} is damaged ({f.path} is missing or "
+                    f"model store entry {name}/{variant} in {self.root} is damaged ({f.path} is missing, a link or "
                     f"has the wrong size): run `crossaudit models verify {name}`, then pull or import it again"
                 )
         return entry
@@ -241,7 +251,7 @@ class ModelStore:
             )
             for f in files:
                 parts = f.path.split("/")
-                if not f.path or any(p in ("", ".", "..") for p in parts) or f.path.startswith("/"):
+                if not f.path or any(p in ("", ".", "..") for p in parts) or f.path.startswith("/") or "\0" in f.path:
                     raise ValueError(f"unsafe path {f.path!r}")
             known = {"format", "name", "variant", "source", "created", "size", "files"}
             return StoreEntry(

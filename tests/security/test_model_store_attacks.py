@@ -561,3 +561,34 @@ def test_a_batch_mates_failure_never_carries_another_tenants_text() -> None:
     assert isinstance(out[1], ValueError)
     assert "tenant A" not in str(out[1]) and "tenant C" not in str(out[1])
     assert all("tenant" not in json.dumps(v.details) for v in (out[0], out[2]))
+
+
+@pytest.mark.parametrize("case", ["linked-file", "linked-directory", "nul-path", "other-name"])
+def test_the_load_path_refuses_links_out_of_an_entry_and_foreign_manifests(tmp_path: Path, case: str) -> None:
+    """``get`` (what the model servers load) checked only each file's size, following links:
+    a checkpoint linked to a file outside the entry (directly, or through a linked directory)
+    loaded that file although import, pull and verify all refuse links; a NUL in a manifest path
+    was an untyped ValueError; an entry whose manifest names another model was served as asked."""
+    store = ModelStore(tmp_path / "store")
+    src = tmp_path / "m.ckpt"
+    src.write_bytes(b"model")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "m.ckpt").write_bytes(b"OUTSIDE!")
+    entry = store.import_path("detoxify", src, "original")
+    doc = json.loads((entry.directory / MANIFEST).read_text())
+    (entry.files_dir / "m.ckpt").unlink()
+    if case == "linked-file":
+        (entry.files_dir / "m.ckpt").symlink_to(outside / "m.ckpt")
+        doc["files"] = [{"path": "m.ckpt", "sha256": "0" * 64, "size": 8}]
+    elif case == "linked-directory":
+        (entry.files_dir / "sub").symlink_to(outside)
+        doc["files"] = [{"path": "sub/m.ckpt", "sha256": "0" * 64, "size": 8}]
+    elif case == "nul-path":
+        doc["files"] = [{"path": "m\x00.ckpt", "sha256": "0" * 64, "size": 5}]
+    else:
+        (entry.files_dir / "m.ckpt").write_bytes(b"model")
+        doc["name"] = "presidio"
+    (entry.directory / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(ConfigurationError):
+        store.get("detoxify", "original")
