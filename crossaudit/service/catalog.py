@@ -146,7 +146,7 @@ class PolicyCatalog:
 
     async def list_policies(self, tenant: str, environment: str = "") -> list[PolicySummaryRecord]:
         env = inputs.environment(environment) if environment else None
-        return (await self.store.list_policies(tenant, env))[: self.limits.max_list_items]
+        return await self.store.list_policies(tenant, env, limit=self.limits.max_list_items)
 
     async def rollback_policy(
         self, tenant: str, name: str, *, environment: str = "", to_version: int = 0

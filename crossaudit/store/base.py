@@ -226,7 +226,10 @@ class Store(abc.ABC):
     async def list_deployments(self, tenant: str, name: str) -> list[DeploymentRecord]: ...
 
     @abc.abstractmethod
-    async def list_policies(self, tenant: str, environment: str | None = None) -> list[PolicySummaryRecord]: ...
+    async def list_policies(
+        self, tenant: str, environment: str | None = None, *, limit: int | None = None
+    ) -> list[PolicySummaryRecord]:
+        """By name; ``environment``: only those deployed there; ``limit``: the first that many."""
 
     @abc.abstractmethod
     async def rollback_policy(

@@ -129,6 +129,10 @@ def _record(cls: type[T], row: Row, **values: Any) -> T:
 MAX_SQL_INT = 2**63 - 1
 
 
+# Values bound in one IN (...) list: below every SQLite build's variable limit (999 before 3.32).
+_IN_CHUNK = 500
+
+
 def _page(limit: int) -> int:
     return min(max(0, int(limit)), MAX_SQL_INT)
 
@@ -357,22 +361,39 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def list_policies(self, tenant: str, environment: str | None = None) -> list[PolicySummaryRecord]:
+    async def list_policies(
+        self, tenant: str, environment: str | None = None, *, limit: int | None = None
+    ) -> list[PolicySummaryRecord]:
         def tx(c: Conn) -> list[PolicySummaryRecord]:
-            latest = c.execute(
-                "SELECT name, MAX(version) AS v FROM policy_versions WHERE tenant=? GROUP BY name ORDER BY name",
-                (tenant,),
-            ).fetchall()
+            # The page is cut in SQL (a tenant's policies are not capped in number): only the
+            # policies answered, and their deployments, are read.
+            q = "SELECT name, MAX(version) AS v FROM policy_versions pv WHERE tenant=?"
+            args: list[Any] = [tenant]
+            if environment:
+                q += (
+                    " AND EXISTS (SELECT 1 FROM deployments d "
+                    "WHERE d.tenant=pv.tenant AND d.name=pv.name AND d.environment=?)"
+                )
+                args.append(environment)
+            q += " GROUP BY name ORDER BY name"
+            if limit is not None:
+                q += " LIMIT ?"
+                args.append(_page(limit))
+            latest = c.execute(q, args).fetchall()
             deps: dict[str, list[DeploymentRecord]] = {}
-            for r in c.execute("SELECT * FROM deployments WHERE tenant=? ORDER BY environment", (tenant,)):
-                deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
-            out = []
-            for r in latest:
-                mine = deps.get(r["name"], [])
-                if environment and not any(d.environment == environment for d in mine):
-                    continue
-                out.append(PolicySummaryRecord(name=r["name"], latest_version=r["v"], deployments=tuple(mine)))
-            return out
+            names = [r["name"] for r in latest]
+            for i in range(0, len(names), _IN_CHUNK):
+                chunk = names[i : i + _IN_CHUNK]
+                for r in c.execute(
+                    f"SELECT * FROM deployments WHERE tenant=? AND name IN ({', '.join('?' * len(chunk))}) "
+                    "ORDER BY environment",
+                    (tenant, *chunk),
+                ).fetchall():
+                    deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
+            return [
+                PolicySummaryRecord(name=r["name"], latest_version=r["v"], deployments=tuple(deps.get(r["name"], [])))
+                for r in latest
+            ]
 
         return await self._run(tx)
 

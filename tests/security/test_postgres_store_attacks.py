@@ -109,3 +109,18 @@ async def test_a_statement_stuck_on_a_lock_gives_its_pool_connection_back(postgr
     finally:
         holder.close()
         await store.aclose()
+
+
+async def test_a_policy_listing_reads_one_page_not_the_tenants_whole_table(store) -> None:
+    """A tenant's policies are not capped in number and ListPolicies read every one of them (and
+    every deployment) into memory before cutting the answer to ``limits.max_list_items``: the page
+    is now cut in SQL, the environment filter applied before the cut."""
+    for i in range(12):
+        await deploy(store, f"content: {i}", env="production" if i % 3 == 0 else "staging", name=f"p{i:02d}")
+    page = await store.list_policies("t1", limit=4)
+    assert [p.name for p in page] == ["p00", "p01", "p02", "p03"]
+    deployed = await store.list_policies("t1", "production", limit=3)
+    assert [p.name for p in deployed] == ["p00", "p03", "p06"]
+    assert [d.environment for d in deployed[0].deployments] == ["production"]
+    assert len(await store.list_policies("t1")) == 12
+    assert await store.list_policies("t1", limit=0) == []
