@@ -37,6 +37,7 @@ from crossaudit.modelserver.store import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
     ModelStore,
+    ModelStoreLimits,
     StoreEntry,
     validate_name,
 )
@@ -338,6 +339,7 @@ def extract_spacy_pipeline(wheel: Path, package: str, dest: Path, store: ModelSt
     member count and sizes capped, bytes counted as they are written: a zip may lie about sizes)."""
     limits = store.limits
     try:
+        _check_archive_index(wheel, limits)
         with zipfile.ZipFile(wheel) as zf:
             infos = zf.infolist()
             if len(infos) > limits.max_archive_members:
@@ -377,6 +379,23 @@ def extract_spacy_pipeline(wheel: Path, package: str, dest: Path, store: ModelSt
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
         raise DownloadError(f"cannot unpack the spaCy model archive: {type(exc).__name__}: {exc}") from None
+
+
+def _check_archive_index(wheel: Path, limits: ModelStoreLimits) -> None:
+    """Refuse an archive whose end record announces more members, or a larger central directory,
+    than the limits, before zipfile reads that directory into memory and parses every entry of it
+    (a hostile source could send a 4 GiB index of tens of millions of empty members)."""
+    with wheel.open("rb") as fh:
+        end = zipfile._EndRecData(fh)  # type: ignore[attr-defined]  # the end record, zip64 included
+    if not end:
+        raise zipfile.BadZipFile("File is not a zip file")
+    members, index_bytes = int(end[zipfile._ECD_ENTRIES_TOTAL]), int(end[zipfile._ECD_SIZE])  # type: ignore[attr-defined]
+    if members > limits.max_archive_members:
+        raise DownloadError(f"{wheel.name} has more than {limits.max_archive_members} members")
+    if index_bytes > limits.max_archive_index_bytes:
+        raise DownloadError(
+            f"{wheel.name} has a member index of {index_bytes} bytes, more than {limits.max_archive_index_bytes}"
+        )
 
 
 def _mkdirs_private(top: Path, directory: Path) -> None:

@@ -70,6 +70,9 @@ class ModelStoreLimits:
     download_read_timeout_s: float = 60.0  # longest silence of the server mid-download
     max_redirects: int = 10  # release assets redirect to a CDN
     max_archive_members: int = 10_000  # members of a downloaded model archive (spaCy wheel)
+    # Its central directory (the member index), checked before it is read: Python's zipfile reads
+    # and parses the whole of it, whatever the member count says, before any member count check.
+    max_archive_index_bytes: int = 16 * 1024 * 1024
 
 
 DEFAULT_LIMITS = ModelStoreLimits()

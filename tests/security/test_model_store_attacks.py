@@ -592,3 +592,34 @@ def test_the_load_path_refuses_links_out_of_an_entry_and_foreign_manifests(tmp_p
     (entry.directory / MANIFEST).write_text(json.dumps(doc))
     with pytest.raises(ConfigurationError):
         store.get("detoxify", "original")
+
+
+@pytest.mark.parametrize("lie", [False, True])
+def test_an_archive_index_bomb_is_refused_before_its_index_is_read(tmp_path: Path, lie: bool) -> None:
+    """The member count was checked only after zipfile had read and parsed the whole central
+    directory (a 4 GiB wheel of empty members is tens of millions of parsed entries). Now the end
+    record's member count and index size are checked first; an end record that understates the
+    count is caught by the index size."""
+    import tracemalloc
+
+    wheel = tmp_path / "many.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for i in range(20_000):
+            zf.writestr(f"x{i}", b"")
+    if lie:  # the end of central directory record (the last 22 bytes): entries on this disk, in all
+        body = bytearray(wheel.read_bytes())
+        body[-22 + 8 : -22 + 12] = (5).to_bytes(2, "little") * 2
+        wheel.write_bytes(bytes(body))
+    store = ModelStore(
+        tmp_path / "store", ModelStoreLimits(max_archive_members=10, max_archive_index_bytes=64 * 1024)
+    )
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    tracemalloc.start()
+    try:
+        with pytest.raises(DownloadError, match=r"members|member index"):
+            sources.extract_spacy_pipeline(wheel, "en_core_web_sm", dest, store)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, f"{peak} bytes allocated: the index was read"
