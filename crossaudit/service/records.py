@@ -206,8 +206,15 @@ class Records:
         self, tenant: str, *, policy: str = "", limit: int = 0, since: float | None = None, until: float | None = None
     ) -> list[AuditRecord]:
         policy = inputs.policy_name(policy, self.limits.max_name_length) if policy else ""
+        # An answer of up to max_list_items records of up to max_audit_bytes_per_decision each was
+        # read whole (256 MiB) and could not be sent anyway: the page stops at half the answer limit.
         return await self.store.list_decisions(
-            tenant, policy=policy or None, limit=self._cap(limit), since=since, until=until
+            tenant,
+            policy=policy or None,
+            limit=self._cap(limit),
+            since=since,
+            until=until,
+            max_bytes=self.limits.max_send_message_bytes // 2,
         )
 
     async def submit_feedback(

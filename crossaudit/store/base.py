@@ -316,8 +316,11 @@ class Store(abc.ABC):
         limit: int = 100,
         since: float | None = None,
         until: float | None = None,
+        max_bytes: int | None = None,
     ) -> list[AuditRecord]:
-        """Most recent first; ``since``/``until`` (epoch seconds, inclusive) bound ``created_at``."""
+        """Most recent first; ``since``/``until`` (epoch seconds, inclusive) bound ``created_at``;
+        ``max_bytes``: stop before the record that takes the page's stored size past it (the first
+        record is always answered), sizes read before any record is."""
 
     @abc.abstractmethod
     async def count_decisions(self, tenant: str | None = None) -> int: ...

@@ -129,6 +129,12 @@ def _record(cls: type[T], row: Row, **values: Any) -> T:
 MAX_SQL_INT = 2**63 - 1
 
 
+# An audit record's size as stored, estimated in SQL (characters of its text columns, plus its
+# fixed fields): what a byte-bounded listing adds up before it reads any record whole.
+_RECORD_SIZE = (
+    "(LENGTH(rules) + LENGTH(errored_rules) + COALESCE(LENGTH(prompt), 0) + COALESCE(LENGTH(response), 0) "
+    "+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + 512)"
+)
 # Values bound in one IN (...) list: below every SQLite build's variable limit (999 before 3.32).
 _IN_CHUNK = 500
 
@@ -630,22 +636,40 @@ class SqlStore(Store):
         limit: int = 100,
         since: float | None = None,
         until: float | None = None,
+        max_bytes: int | None = None,
     ) -> list[AuditRecord]:
         def tx(c: Conn) -> list[AuditRecord]:
-            q = "SELECT * FROM decisions WHERE tenant=?"
+            where = " WHERE tenant=?"
             args: list[Any] = [tenant]
             if policy:
-                q += " AND policy=?"
+                where += " AND policy=?"
                 args.append(policy)
             if since is not None:
-                q += " AND created_at>=?"
+                where += " AND created_at>=?"
                 args.append(float(since))
             if until is not None:
-                q += " AND created_at<=?"
+                where += " AND created_at<=?"
                 args.append(float(until))
-            q += " ORDER BY created_at DESC LIMIT ?"
+            order = " ORDER BY created_at DESC, decision_id LIMIT ?"
             args.append(_page(limit))
-            return [_record(AuditRecord, r) for r in c.execute(q, args).fetchall()]
+            if max_bytes is None:
+                return [_record(AuditRecord, r) for r in c.execute("SELECT * FROM decisions" + where + order, args)]
+            # Sizes first, then only the records that fit: a page of large records (each up to
+            # max_audit_bytes_per_decision) is never read whole into memory.
+            ids: list[str] = []
+            total = 0
+            for r in c.execute(f"SELECT decision_id, {_RECORD_SIZE} AS n FROM decisions" + where + order, args):
+                total += int(r[1] or 0)
+                if ids and total > max_bytes:
+                    break
+                ids.append(r[0])
+            found: dict[str, AuditRecord] = {}
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i : i + _IN_CHUNK]
+                q = f"SELECT * FROM decisions WHERE tenant=? AND decision_id IN ({', '.join('?' * len(chunk))})"
+                for r in c.execute(q, (tenant, *chunk)):
+                    found[r["decision_id"]] = _record(AuditRecord, r)
+            return [found[i] for i in ids if i in found]
 
         return await self._run(tx)
 

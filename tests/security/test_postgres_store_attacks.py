@@ -124,3 +124,17 @@ async def test_a_policy_listing_reads_one_page_not_the_tenants_whole_table(store
     assert [d.environment for d in deployed[0].deployments] == ["production"]
     assert len(await store.list_policies("t1")) == 12
     assert await store.list_policies("t1", limit=0) == []
+
+
+async def test_a_decision_listing_is_bounded_in_bytes_not_only_in_count(store) -> None:
+    """ListDecisions read up to max_list_items (1000) whole records of up to 256 KiB each, 256 MiB
+    per call, into memory (and then could not send them: the answer limit is 8 MiB). The store now
+    adds up the stored sizes first and reads only the records that fit ``max_bytes``."""
+    big = "x" * 100_000
+    for i in range(5):
+        await store.record_decision(dataclasses.replace(audit(f"d{i}"), created_at=1000.0 + i, prompt=big), [])
+    assert [r.decision_id for r in await store.list_decisions("t1", limit=10, max_bytes=250_000)] == ["d4", "d3"]
+    assert [r.decision_id for r in await store.list_decisions("t1", limit=10, max_bytes=10)] == ["d4"]
+    assert len(await store.list_decisions("t1", limit=10, max_bytes=10**9)) == 5
+    assert len(await store.list_decisions("t1", limit=3)) == 3
+    assert (await store.list_decisions("t1", limit=1, max_bytes=10**9))[0].prompt == big
