@@ -218,6 +218,11 @@ class ModelStore:
         manifest = directory / MANIFEST
         if not manifest.is_file():
             return None
+        if directory.is_symlink() or directory.parent.is_symlink():  # `list` and `verify` skip these too
+            raise ConfigurationError(
+                f"model store entry {name}/{variant} in {self.root} is a link out of the store: "
+                "remove it and pull or import the model"
+            )
         entry = self._read(directory)
         if entry.name != name or entry.variant != variant:
             raise ConfigurationError(
@@ -285,7 +290,7 @@ class ModelStore:
             for variant_dir in sorted(name_dir.iterdir()):
                 if len(found) >= self.limits.max_entries_listed:
                     return found
-                if (variant_dir / MANIFEST).is_file():
+                if not variant_dir.is_symlink() and (variant_dir / MANIFEST).is_file():
                     found.append(self._read(variant_dir))
         return found
 

@@ -563,7 +563,7 @@ def test_a_batch_mates_failure_never_carries_another_tenants_text() -> None:
     assert all("tenant" not in json.dumps(v.details) for v in (out[0], out[2]))
 
 
-@pytest.mark.parametrize("case", ["linked-file", "linked-directory", "nul-path", "other-name"])
+@pytest.mark.parametrize("case", ["linked-file", "linked-directory", "nul-path", "other-name", "linked-entry"])
 def test_the_load_path_refuses_links_out_of_an_entry_and_foreign_manifests(tmp_path: Path, case: str) -> None:
     """``get`` (what the model servers load) checked only each file's size, following links:
     a checkpoint linked to a file outside the entry (directly, or through a linked directory)
@@ -586,10 +586,16 @@ def test_the_load_path_refuses_links_out_of_an_entry_and_foreign_manifests(tmp_p
         doc["files"] = [{"path": "sub/m.ckpt", "sha256": "0" * 64, "size": 8}]
     elif case == "nul-path":
         doc["files"] = [{"path": "m\x00.ckpt", "sha256": "0" * 64, "size": 5}]
-    else:
+    elif case == "other-name":
         (entry.files_dir / "m.ckpt").write_bytes(b"model")
         doc["name"] = "presidio"
     (entry.directory / MANIFEST).write_text(json.dumps(doc))
+    if case == "linked-entry":  # a whole entry elsewhere, linked in as a variant
+        (entry.files_dir / "m.ckpt").write_bytes(b"model")
+        elsewhere = tmp_path / "elsewhere"
+        entry.directory.rename(elsewhere)
+        entry.directory.symlink_to(elsewhere)
+        assert store.entries() == []
     with pytest.raises(ConfigurationError):
         store.get("detoxify", "original")
 
