@@ -160,7 +160,7 @@ class PostgresStore(SqlStore):
             timeout=self.limits.connect_timeout_s,
             kwargs={
                 "connect_timeout": max(1, int(self.limits.connect_timeout_s)),
-                "options": f"-c statement_timeout={max(1, round(self.limits.statement_timeout_s * 1000))}",
+                "options": self._options(),
             },
             configure=configure,
             open=False,
@@ -172,6 +172,18 @@ class PostgresStore(SqlStore):
             pool.close()
             raise
         return pool
+
+    def _options(self) -> str:
+        """The URL's own ``options`` (kept: a keyword argument would replace them), then the
+        statement timeout."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            given = str(conninfo_to_dict(self.url).get("options") or "")
+        except self._psycopg.ProgrammingError:  # a malformed URL fails when the pool connects
+            given = ""
+        timeout = f"-c statement_timeout={max(1, round(self.limits.statement_timeout_s * 1000))}"
+        return f"{given} {timeout}".strip()
 
     def _describe(self, exc: BaseException) -> str:
         return mask_url(f"{type(exc).__name__}: {exc}".strip().splitlines()[0])

@@ -138,3 +138,19 @@ async def test_a_decision_listing_is_bounded_in_bytes_not_only_in_count(store) -
     assert len(await store.list_decisions("t1", limit=10, max_bytes=10**9)) == 5
     assert len(await store.list_decisions("t1", limit=3)) == 3
     assert (await store.list_decisions("t1", limit=1, max_bytes=10**9))[0].prompt == big
+
+
+async def test_the_statement_timeout_keeps_the_urls_own_options(postgres_url: str) -> None:
+    """``options`` given to the pool replaced any ``options`` of the operator's URL."""
+    from crossaudit.store.postgres import PostgresLimits, PostgresStore
+
+    sep = "&" if "?" in postgres_url else "?"
+    url = f"{postgres_url}{sep}options=-c%20lock_timeout%3D1234"
+    store = PostgresStore(url, limits=PostgresLimits(statement_timeout_s=2))
+    try:
+        with store._pool.connection() as conn:
+            assert conn.execute("SHOW lock_timeout").fetchone()[0] == "1234ms"
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] == "2s"
+            conn.rollback()
+    finally:
+        await store.aclose()
