@@ -22,7 +22,7 @@ from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, fit_audit, review_records
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import AUDIT_DAY_S, PolicyVersionRecord, Store
+from crossaudit.store.base import AUDIT_DAY_S, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
 
 AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"
 REFUSED_LOG_INTERVAL_S = 60.0  # a tenant at its audit quota is logged at most this often
@@ -185,11 +185,16 @@ class Admission:
                 rules_json=rules_json,
                 max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
             )
+            not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}
+            if not_opened:  # the open-reviews quota: the answer names only the reviews that opened
+                outcome.review_ids = [i for i in outcome.review_ids if i not in not_opened]
+                if encode is not None:
+                    outcome.answer = encode(outcome)
             usage = self._audit_usage.get(tenant)
             if usage is not None and usage.day == int(audit.created_at // AUDIT_DAY_S):
                 usage.bytes += size
             if self.deliveries is not None:
-                self.deliveries.recorded(messages, refused)
+                self.deliveries.recorded(messages, [m for m in refused if isinstance(m, OutboxRecord)])
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
             if log.isEnabledFor(logging.DEBUG):
                 verdict = "passed" if decision.passed else "failed"

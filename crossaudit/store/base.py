@@ -284,7 +284,7 @@ class Store(abc.ABC):
         audit_bytes: int | None = None,
         max_open_reviews: int | None = None,
         rules_json: str | None = None,
-    ) -> list[OutboxRecord]:
+    ) -> list[OutboxRecord | ReviewRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
         sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
         The record's size (``audit_bytes``, else :func:`audit_size`) is added to its tenant's
@@ -294,7 +294,8 @@ class Store(abc.ABC):
 
         ``max_pending`` (kind -> n): a message of that kind is written only while its tenant has
         fewer than n pending; the audit record and everything else are written all the same (an
-        answered decision is never lost to a quota). Returns the messages not written.
+        answered decision is never lost to a quota). Returns the rows not written: those messages,
+        and the reviews ``max_open_reviews`` kept closed (so the answer names only opened ones).
 
         ``max_open_reviews``: when the decision's reviews would take its tenant's open reviews
         past it, none of them is opened; the audit record is written all the same, each of its

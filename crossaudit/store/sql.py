@@ -169,7 +169,7 @@ class _DecisionWrite:
     max_pending: dict[str, int]
     audit_bytes: int = 0
     rules_json: str | None = None  # the audit record's rules, already encoded
-    refused: list[OutboxRecord] = dataclasses.field(default_factory=list)
+    refused: list[OutboxRecord | ReviewRecord] = dataclasses.field(default_factory=list)
     max_open_reviews: int | None = None
 
 
@@ -548,7 +548,7 @@ class SqlStore(Store):
         audit_bytes: int | None = None,
         max_open_reviews: int | None = None,
         rules_json: str | None = None,
-    ) -> list[OutboxRecord]:
+    ) -> list[OutboxRecord | ReviewRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox):
             if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
@@ -583,6 +583,7 @@ class SqlStore(Store):
                     if audit.tenant not in opened:
                         opened[audit.tenant] = _open_reviews(c, audit.tenant)
                     if opened[audit.tenant] + len(reviews) > cap:  # the decision is kept, its reviews are not
+                        write.refused.extend(reviews)
                         audit, reviews = _reviews_not_opened(audit, reviews, cap, opened[audit.tenant]), ()
                     opened[audit.tenant] += len(reviews)
                 # the rules as encoded by the caller, unless the review quota rewrote the record

@@ -199,6 +199,9 @@ def test_decisions_past_the_open_review_quota_are_answered_and_audited_through_a
             notes = [r.rules[0].get("review_not_opened") for r in audited]
             assert notes[:3] == [None] * 3
             assert all(n and n.startswith("limits.max_open_reviews_per_tenant=3") for n in notes[3:])
+            # the answer agrees with the store: it names the reviews that opened, and only those
+            assert [len(a.review_ids) for a in answers] == [1, 1, 1, 0, 0, 0]
+            assert {i for a in answers for i in a.review_ids} == {r.id for r in acme.list_reviews()}
             globex.evaluate("reviewed", "p", "r", timeout=60)
             assert len(globex.list_reviews()) == 1  # another tenant's reviews still open
         assert "Traceback" not in srv.log.read_text()
