@@ -27,6 +27,7 @@ from crossaudit.store.base import (
     sha256_text,
 )
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
+from tests.records import audit_record
 
 pytestmark = pytest.mark.security
 
@@ -126,23 +127,9 @@ rules:
 def decision(tenant: str) -> tuple[AuditRecord, list[ReviewRecord]]:
     now = time.time()
     did = str(uuid.uuid4())
-    audit = AuditRecord(
-        decision_id=did,
-        tenant=tenant,
-        policy="p",
-        policy_revision=1,
-        policy_version="1",
-        policy_digest="x",
-        environment="production",
-        passed=False,
-        action="require_review",
+    audit = audit_record(
+        did, tenant, action="require_review", created_at=now,
         rules=[{"rule": "check", "passed": False, "action": "require_review"}, {"rule": "other", "passed": True}],
-        errored_rules=[],
-        latency_ms=1.0,
-        prompt_sha256="",
-        response_sha256="",
-        context_sha256="",
-        created_at=now,
     )
     review = ReviewRecord(
         id=str(uuid.uuid4()),
