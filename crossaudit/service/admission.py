@@ -72,7 +72,11 @@ class Admission:
         self._inflight: dict[str, int] = {}
         self._audit_usage: dict[str, _AuditUsage] = {}
         self._quota_logged: dict[str, float] = {}  # tenant -> when its audit quota refusal was last logged
-        self.slots = FairSlots(limits.max_concurrent_evaluations, shares)
+        self.slots = FairSlots(
+            limits.max_concurrent_evaluations,
+            shares,
+            per_tenant=int(limits.max_concurrent_evaluations * limits.max_concurrent_evaluations_tenant_fraction),
+        )
 
     def budget(self, time_remaining: float | None) -> float:
         """Seconds the decision may take: the caller's remaining deadline minus what answering

@@ -48,6 +48,10 @@ class ServiceLimits:
     # deadline) and each freed slot goes to the waiting tenant holding the least for its share
     # (weighted fair queueing, crossaudit.service.fairness; shares in the API-keys file).
     max_concurrent_evaluations: int = 64
+    # ... of which one tenant holds at most this fraction (at least one slot), even when the rest
+    # are free: the rest stay open to other tenants, admitted at once beside a flood rather than
+    # at its next freed slot.
+    max_concurrent_evaluations_tenant_fraction: float = 0.75
     max_stream_inflight: int = 16  # items of one EvaluateStream evaluated concurrently
     max_stream_items: int = 1_000_000  # items one EvaluateStream may carry
     default_deadline_s: float = 30.0  # decision budget when the caller sets no deadline

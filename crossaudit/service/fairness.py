@@ -11,6 +11,11 @@ the other's calls are admitted at the next freed slot rather than behind the who
 Weights come from the API-keys file (``share:`` of a tenant, default 1, see
 :mod:`crossaudit.service.grants`): a tenant of share 2 gets twice the slots of a tenant of
 share 1 while both wait. A wait is bounded by the caller's deadline.
+
+No tenant holds more than ``limits.max_concurrent_evaluations_tenant_fraction`` of the slots
+(at least one; ``per_tenant`` here), even when the rest are free: what is left is always open to
+the other tenants, so a tenant arriving beside a flood is admitted at once instead of at the
+flood's next freed slot. A call over its tenant's cap waits in the same fair queue.
 """
 
 from __future__ import annotations
@@ -22,13 +27,17 @@ from collections.abc import Mapping
 from crossaudit.kernel.errors import DeadlineExceededError
 
 SLOTS_KEY = "limits.max_concurrent_evaluations"
+TENANT_SLOTS_KEY = "limits.max_concurrent_evaluations_tenant_fraction"
 
 
 class FairSlots:
     """Slots shared by weighted fair queueing across tenants (see the module docstring)."""
 
-    def __init__(self, slots: int, weights: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self, slots: int, weights: Mapping[str, float] | None = None, *, per_tenant: int | None = None
+    ) -> None:
         self.slots = slots
+        self.per_tenant = max(1, min(slots, per_tenant if per_tenant is not None else slots))
         self.weights = dict(weights or {})
         self.used = 0
         self.held: dict[str, int] = {}
@@ -44,7 +53,8 @@ class FairSlots:
     async def acquire(self, tenant: str, timeout: float) -> None:
         """A slot for ``tenant``: at once when one is free and nobody waits, else in its fair
         turn within ``timeout`` seconds (DeadlineExceededError beyond)."""
-        if self.used < self.slots and not self.waiting:
+        # Free slots with tenants waiting means every waiter is at its cap (release admits the rest).
+        if self.used < self.slots and self.held.get(tenant, 0) < self.per_tenant:
             self.used += 1
             self.held[tenant] = self.held.get(tenant, 0) + 1
             return
@@ -64,10 +74,11 @@ class FairSlots:
                 self._forget(tenant, fut)
             if isinstance(e, asyncio.CancelledError):
                 raise
-            raise DeadlineExceededError(
-                f"no evaluation slot within the deadline: the server is at {SLOTS_KEY} ({self.slots}) "
-                "and this tenant's fair share of it is taken"
-            ) from None
+            if self.held.get(tenant, 0) >= self.per_tenant:
+                reason = f"this tenant holds its {TENANT_SLOTS_KEY} of them ({self.per_tenant})"
+            else:
+                reason = f"the server is at {SLOTS_KEY} ({self.slots}) and this tenant's fair share of it is taken"
+            raise DeadlineExceededError(f"no evaluation slot within the deadline: {reason}") from None
 
     def release(self, tenant: str) -> None:
         """Free ``tenant``'s slot and hand it to the next tenant in fair order, if any waits."""
@@ -78,7 +89,10 @@ class FairSlots:
             self.held.pop(tenant, None)
         self.used -= 1
         while self.waiting and self.used < self.slots:
-            nxt = min(self.waiting, key=lambda t: (self.held.get(t, 0) / self.weight(t), self._pass.get(t, 0.0)))
+            eligible = [t for t in self.waiting if self.held.get(t, 0) < self.per_tenant]
+            if not eligible:  # every waiting tenant is at its cap: the free slots stay open to others
+                return
+            nxt = min(eligible, key=lambda t: (self.held.get(t, 0) / self.weight(t), self._pass.get(t, 0.0)))
             queue = self.waiting[nxt]
             fut = queue.popleft()
             if not queue:

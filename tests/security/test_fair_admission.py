@@ -85,6 +85,9 @@ async def test_a_flooding_tenant_does_not_keep_another_tenant_waiting_behind_its
             before = sum(1 for a in acme_starts if a < g)
             assert before <= SLOTS * (k + 2), (k, before, acme_starts, globex_starts)
         assert sum(1 for a in acme_starts if a < globex_starts[-1]) < FLOOD
+        # the flood holds at most its fraction of the slots (3 of 4), so globex's first call was
+        # admitted at once, not at the flood's next freed slot (before: after one of acme's ended)
+        assert globex_starts[0] < acme_starts[0] + SLEEP_S * 0.9, (acme_starts, globex_starts)
         assert "Traceback" not in srv.log.read_text()
     finally:
         srv.stop()
@@ -123,6 +126,30 @@ async def test_a_wait_is_bounded_by_the_deadline_and_a_cancelled_waiter_takes_no
     slots.release("a")
     assert slots.used == 0 and slots.held == {}
     await slots.acquire("c", 0.05)  # free again at once
+
+
+async def test_a_tenant_holds_at_most_its_cap_even_with_slots_free() -> None:
+    slots = FairSlots(4, per_tenant=3)
+    for _ in range(3):
+        await slots.acquire("flood", 1.0)
+    with pytest.raises(DeadlineExceededError, match=r"max_concurrent_evaluations_tenant_fraction"):
+        await slots.acquire("flood", 0.05)
+    late = asyncio.ensure_future(slots.acquire("flood", 5.0))
+    await asyncio.sleep(0)
+    assert not late.done()
+    await slots.acquire("other", 0.05)  # the slot the flood may not take: at once, though the flood waits
+    slots.release("flood")  # one of the flood's ends: its waiting call takes the freed place
+    await asyncio.wait_for(late, 1.0)
+    assert slots.held == {"flood": 3, "other": 1} and not slots.waiting
+
+
+def test_the_tenant_cap_follows_the_configured_fraction() -> None:
+    from crossaudit.service.config import ServiceLimits
+
+    limits = ServiceLimits()
+    assert 0 < limits.max_concurrent_evaluations_tenant_fraction < 1  # some slots always stay open to others
+    assert FairSlots(64, per_tenant=int(64 * 0.75)).per_tenant == 48
+    assert FairSlots(1, per_tenant=0).per_tenant == 1  # a one-slot server still serves
 
 
 @pytest.mark.parametrize("share", ["0", "-1", "1001", "true", "'x'"])
