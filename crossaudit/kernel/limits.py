@@ -49,6 +49,10 @@ class SandboxLimits:
     # process backend: the agent and every call's process run at this niceness (0-19; 0 = the
     # server's own), so tenant code never outranks the orchestrator, which answers every tenant
     nice: int = 10
+    # Split the CPU between tenants before their processes: a control group per tenant weighted
+    # by its share (process backend), a cgroup parent per tenant (docker backend); see
+    # crossaudit/sandbox/cpugroups.py. Off: niceness (process) and ``cpus`` (docker) alone.
+    tenant_cpu_groups: bool = True
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,9 @@ class Sandbox(abc.ABC):
 
     def __init__(self, limits: SandboxLimits | None = None) -> None:
         self.limits = limits or SandboxLimits()
+        # Tenants' CPU weights (the API-keys file's ``share:``; unlisted = 1), for the backends
+        # that split CPU by tenant (crossaudit.sandbox.cpugroups). The server sets it.
+        self.tenant_shares: Mapping[str, float] = {}
 
     async def prepare(self, bundle: CodeBundle, progress: ProgressCallback | None = None) -> None:  # noqa: B027
         """Make the bundle runnable (validate deps, build images, warm pools). Idempotent."""

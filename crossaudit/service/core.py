@@ -49,6 +49,8 @@ class CrossAuditService:
         # What each tenant's ${NAME} and LLM endpoints may reach; default: nothing but the
         # providers' default endpoints (the service passes the API-keys file's grants).
         self.grants = grants if grants is not None else TenantGrants()
+        if sandbox is not None:
+            sandbox.tenant_shares = self.grants.shares  # CPU weights of the tenants' groups
         self.tenants = Tenants(store, engines)
         self.metrics.watch_caches(self.tenants.cache_stats)
         delivery_limits = (delivery or DeliveryConfig()).limits

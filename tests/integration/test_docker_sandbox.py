@@ -93,6 +93,22 @@ async def test_guide_profanity_filter_runs_as_written(sb):
     assert diag.extra["backend"] == "docker"
 
 
+async def test_each_tenants_containers_run_under_its_own_cgroup_parent(sb, docker_daemon):
+    """Tenants split the CPU before containers: each tenant's containers share one cgroup parent,
+    so a tenant running many containers does not get a core share per container."""
+    from crossaudit.sandbox.cpugroups import docker_parent
+
+    driver = docker_daemon.info()["CgroupDriver"]
+    for tenant in ("acme", "globex"):
+        bundle = CodeBundle(code=BENIGN_CODE + "\n# cgroup\n", tenant=tenant)
+        await sb.prepare(bundle)
+        [summary] = [c for c in bundle_containers(docker_daemon, bundle.digest)
+                     if c["Labels"].get("crossaudit.pool") == bundle.pool_key[:32]][:1]  # fmt: skip
+        info = docker_daemon.api.inspect_container(summary["Id"])
+        assert info["HostConfig"]["CgroupParent"] == docker_parent(tenant, driver)
+    assert docker_parent("acme", driver) != docker_parent("globex", driver)
+
+
 async def test_textblob_sentiment_polarity_sign(sb):
     bundle = _bundle(SENTIMENT_CODE, GUIDE_PROFANITY_DEPS)
     await sb.prepare(bundle)

@@ -66,6 +66,15 @@ def socket_channel_possible(client: Any) -> bool:
     return "name=rootless" not in options and "name=userns" not in options
 
 
+def cgroup_driver(client: Any) -> str:
+    """The daemon's cgroup driver when containers can be given a parent of their tenant's, else ''."""
+    try:
+        driver = str(client.info().get("CgroupDriver") or "")
+    except Exception:
+        return ""
+    return driver if driver in {"cgroupfs", "systemd"} else ""
+
+
 def docker_client(timeout: float = 60.0) -> Any:
     """A docker-py client from the environment (``DOCKER_HOST`` or the local socket)."""
     import docker
@@ -172,6 +181,8 @@ class DockerSandbox(Sandbox):
                 client, cache_dir=self._cache_dir, dep_limits=self.dep_limits, base_image=self._base_image
             )
             self._rt = ContainerRuntime(client, self._executor, self.limits, self.pool_limits, self._env)
+            if self.limits.tenant_cpu_groups:
+                self._rt.cgroup_driver = await self._blocking(cgroup_driver, client)
             self._rt.socket_channel = self.channel == "socket" or (
                 self.channel == "auto" and await self._blocking(socket_channel_possible, client)
             )

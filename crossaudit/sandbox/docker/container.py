@@ -44,6 +44,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive, owner_id
+from crossaudit.sandbox.cpugroups import docker_parent
 from crossaudit.sandbox.docker.images import IMAGE_LABEL, LABEL, SANDBOX_UID
 from crossaudit.sandbox.protocol import AgentChannel, error_from_frame
 
@@ -135,10 +136,12 @@ def container_spec(
     labels: Mapping[str, str],
     uid: int = SANDBOX_UID,
     channel_dir: str | None = None,
+    cgroup_parent: str | None = None,
 ) -> dict[str, Any]:
     """``create_container`` keyword arguments: every isolation setting, from named limits only.
     ``channel_dir``: the container's private channel directory (:class:`SocketChannel`), bound
-    read-only at :data:`CHANNEL_MOUNT`; the agent connects to the socket in it."""
+    read-only at :data:`CHANNEL_MOUNT`; the agent connects to the socket in it. ``cgroup_parent``:
+    the tenant's (:func:`crossaudit.sandbox.cpugroups.docker_parent`), None for the daemon's default."""
     from docker.types import LogConfig, Ulimit
 
     mem = int(limits.container_memory_bytes)
@@ -168,6 +171,7 @@ def container_spec(
         # read-only, holding nothing but the socket its agent connects to once.
         binds=[f"{channel_dir}:{CHANNEL_MOUNT}:ro"] if channel_dir else [],
         init=False,
+        cgroup_parent=cgroup_parent,
     )
     return {
         "image": image,
@@ -335,6 +339,7 @@ class ContainerRuntime:
     uids: UidAllocator = field(default_factory=UidAllocator)
     socket_channel: bool = False  # frames over a private unix socket instead of the attach stream
     socket_verified: bool = False  # an agent has connected: a later refusal is that container's own
+    cgroup_driver: str = ""  # the daemon's (cgroupfs, systemd): containers go under their tenant's parent; "" = not
 
     async def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -344,8 +349,11 @@ class ContainerRuntime:
 class WarmContainer:
     """A started container whose agent has loaded one bundle; serves one call at a time."""
 
-    def __init__(self, rt: ContainerRuntime, image: str, bundle_digest: str, pool_key: str = "") -> None:
+    def __init__(
+        self, rt: ContainerRuntime, image: str, bundle_digest: str, pool_key: str = "", *, tenant: str = ""
+    ) -> None:
         self.rt = rt
+        self.tenant = tenant
         self.image = image
         self.bundle_digest = bundle_digest
         self.pool_key = pool_key
@@ -374,6 +382,7 @@ class WarmContainer:
             {OWNER_LABEL: self.rt.owner, BUNDLE_LABEL: self.bundle_digest[:32], POOL_LABEL: self.pool_key[:32]},
             uid=uid,
             channel_dir=self._channel_dir,
+            cgroup_parent=docker_parent(self.tenant, self.rt.cgroup_driver) if self.rt.cgroup_driver else None,
         )
         cid = self.id = api.create_container(**spec)["Id"]
         sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})

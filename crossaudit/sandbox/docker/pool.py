@@ -39,7 +39,9 @@ class ContainerPool(WarmPool[WarmContainer]):
         )
 
     async def new_worker(self) -> WarmContainer:
-        container = WarmContainer(self.rt, self.image, self.bundle.digest, self.bundle.pool_key)
+        container = WarmContainer(
+            self.rt, self.image, self.bundle.digest, self.bundle.pool_key, tenant=self.bundle.tenant
+        )
         try:
             frame = await container.start(self.load_frame(), self.limits.start_timeout_s)
         except BaseException:

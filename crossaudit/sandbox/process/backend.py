@@ -36,6 +36,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.sandbox.cpugroups import TenantCpuGroups
 from crossaudit.sandbox.pool import WarmPool
 from crossaudit.sandbox.procfs import kill_tree, pid_exists
 from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame
@@ -212,6 +213,7 @@ class ProcessSandbox(Sandbox):
         self._isolation: dict[str, Any] = {}
         self._closed = False
         self._swept = False  # stale temp dirs of dead orchestrators are removed once, on first start
+        self._cpu_groups: TenantCpuGroups | None = None  # made with the first agent
 
     # -- public API
     def info(self) -> dict[str, Any]:
@@ -223,6 +225,7 @@ class ProcessSandbox(Sandbox):
                 "uid_drop": self._isolation.get("uid_drop"),
                 "warm_bundles": len(self._pools),
                 "agents": len(self._agents),
+                **(self._cpu_groups.info() if self._cpu_groups else {}),
             }
         )
         return d
@@ -290,6 +293,8 @@ class ProcessSandbox(Sandbox):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         agents, self._agents = list(self._agents), set()
         await asyncio.gather(*(a.kill() for a in agents), return_exceptions=True)
+        if self._cpu_groups is not None:
+            await asyncio.to_thread(self._cpu_groups.close)
 
     # -- pools
     def _pool(self, bundle: CodeBundle) -> AgentPool:
@@ -333,6 +338,14 @@ class ProcessSandbox(Sandbox):
             os.chown(path, SANDBOX_UID, SANDBOX_UID)
         return path
 
+    def _place(self, pid: int, tenant: str) -> None:
+        """The agent joins its tenant's CPU group before it loads (what it forks inherits it)."""
+        if not self.limits.tenant_cpu_groups:
+            return
+        if self._cpu_groups is None:
+            self._cpu_groups = TenantCpuGroups(self.tenant_shares)
+        self._cpu_groups.place(pid, tenant)
+
     @staticmethod
     def _env(workdir: str) -> dict[str, str]:
         """Nothing from the host environment: no tokens, no proxies, no PYTHON* settings.
@@ -366,6 +379,7 @@ class ProcessSandbox(Sandbox):
                 await asyncio.to_thread(shutil.rmtree, workdir, True)
                 raise
             _lower_priority(proc.pid, self.limits.nice)
+            await asyncio.to_thread(self._place, proc.pid, bundle.tenant)
             agent = _Agent(
                 proc, workdir, AgentChannel.for_limits(self.limits),
                 settle_timeout_s=self.limits.cleanup_s + SETTLE_SLACK_S, registry=self._agents,
