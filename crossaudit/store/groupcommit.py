@@ -7,6 +7,11 @@ delay when alone); writers that arrive while a flush runs queue, and the next fl
 of them (up to ``max_batch``) in one transaction. Each writer still returns only after its own
 rows are committed.
 
+Tenants share the writer fairly: writes queue per tenant (``key``), and a batch takes one write
+of each waiting tenant in turn, up to ``max_batch`` writes and ``max_batch_bytes`` (``size``), so
+a tenant writing large audit records at full rate fills at most its turn of each batch and
+another tenant's write goes into the next transaction, never behind the whole backlog.
+
 A batch that fails is retried one writer per transaction, so a bad write fails alone and the
 others' outcome is what it would have been without batching. A writer whose caller was cancelled
 still goes ahead; if it then fails, its error is logged as one line and consumed, never left on
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -27,6 +33,9 @@ log = logging.getLogger("crossaudit.store")
 # Decisions written in one transaction at most: bounds a transaction's size and the time the
 # writer holds the (single) SQLite write lock.
 GROUP_COMMIT_MAX_BATCH = 128
+# ... and bytes (a write's ``size``): a batch stops growing past this, so one transaction of large
+# audit records does not hold the writer long (every tenant's next write waits for it).
+GROUP_COMMIT_MAX_BATCH_BYTES = 1024 * 1024
 
 
 class GroupCommit(Generic[W]):
@@ -36,13 +45,23 @@ class GroupCommit(Generic[W]):
     """
 
     def __init__(
-        self, run_batch: Callable[[Sequence[W]], Awaitable[None]], *, max_batch: int = GROUP_COMMIT_MAX_BATCH
+        self,
+        run_batch: Callable[[Sequence[W]], Awaitable[None]],
+        *,
+        max_batch: int = GROUP_COMMIT_MAX_BATCH,
+        max_batch_bytes: int = GROUP_COMMIT_MAX_BATCH_BYTES,
+        key: Callable[[W], str] = lambda _: "",
+        size: Callable[[W], int] = lambda _: 0,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._run_batch = run_batch
         self._max_batch = max_batch
-        self._queue: list[tuple[W, asyncio.Future[None]]] = []
+        self._max_batch_bytes = max_batch_bytes
+        self._key = key
+        self._size = size
+        # one queue per tenant, in the order their turns come round
+        self._queues: OrderedDict[str, deque[tuple[W, asyncio.Future[None]]]] = OrderedDict()
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0  # transactions committed or attempted (for tests and metrics)
         self.writes = 0
@@ -50,7 +69,7 @@ class GroupCommit(Generic[W]):
     async def commit(self, write: W) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._queue.append((write, done))
+        self._queues.setdefault(self._key(write), deque()).append((write, done))
         if self._flusher is None:
             # Its own task: a writer whose caller is cancelled must not stop other writers' flush.
             self._flusher = loop.create_task(self._flush(), name="crossaudit-group-commit")
@@ -61,16 +80,34 @@ class GroupCommit(Generic[W]):
             done.add_done_callback(_abandoned)  # the shield no longer reads its outcome: this does
             raise
 
+    def _next_batch(self) -> list[tuple[W, asyncio.Future[None]]]:
+        """One write of each waiting tenant in turn, within the batch's count and bytes (at least
+        one write); a tenant with writes left goes to the back of the round."""
+        batch: list[tuple[W, asyncio.Future[None]]] = []
+        used = 0
+        while self._queues and len(batch) < self._max_batch:
+            tenant, queue = next(iter(self._queues.items()))
+            size = self._size(queue[0][0])
+            if batch and used + size > self._max_batch_bytes:
+                break
+            batch.append(queue.popleft())
+            used += size
+            if queue:
+                self._queues.move_to_end(tenant)
+            else:
+                del self._queues[tenant]
+        return batch
+
     async def _flush(self) -> None:
         batch: list[tuple[W, asyncio.Future[None]]] = []
         try:
-            while self._queue:
-                batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            while self._queues:
+                batch = self._next_batch()
                 await self._write(batch)
         except asyncio.CancelledError:  # the loop is shutting down: nobody may wait forever
-            for _, done in (*batch, *self._queue):
+            for _, done in (*batch, *(w for q in self._queues.values() for w in q)):
                 done.cancel()
-            self._queue = []
+            self._queues.clear()
             raise
         finally:
             self._flusher = None

@@ -554,7 +554,9 @@ class SqlStore(Store):
             if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
                 raise InvalidInputError("a review or message must belong to the decision it is recorded with")
         if self._decisions is None:
-            self._decisions = GroupCommit(self._record_decisions)
+            self._decisions = GroupCommit(
+                self._record_decisions, key=lambda w: w.records[0].tenant, size=lambda w: w.audit_bytes
+            )
         if rules_json is None:
             rules_json = audit_rules_json(audit)
         size = audit_size(audit, rules_json) if audit_bytes is None else audit_bytes

@@ -167,3 +167,38 @@ async def test_a_failed_write_of_a_cancelled_caller_leaves_no_exception_unretrie
     del calls
     assert errors.unretrieved() == []
     assert {d.decision_id for d in await store.list_decisions("t1")} == {"dup", "ok"}
+
+
+async def test_tenants_take_turns_in_each_batch_within_its_bytes() -> None:
+    """A tenant writing large records at full rate fills its turn of each batch, no more: another
+    tenant's write goes into the next transaction, not behind the whole backlog."""
+    batches: list[list[tuple[str, int]]] = []
+    gate = asyncio.Event()
+
+    async def run(batch) -> None:
+        batches.append(list(batch))
+        await gate.wait()
+
+    gc = GroupCommit(run, max_batch=128, max_batch_bytes=1000, key=lambda w: w[0], size=lambda w: w[1])
+    first = asyncio.ensure_future(gc.commit(("flood", 400)))
+    await asyncio.sleep(0)  # the first flush holds the writer
+    flood = [asyncio.ensure_future(gc.commit(("flood", 400))) for _ in range(20)]
+    mine = asyncio.ensure_future(gc.commit(("small", 10)))
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *flood, mine)
+    assert batches[0] == [("flood", 400)]
+    assert ("small", 10) in batches[1]  # the next transaction, beside at most two of the flood's
+    assert all(sum(size for _, size in b) <= 1000 or len(b) == 1 for b in batches)
+    assert sum(len(b) for b in batches) == 22 and gc.writes == 22
+
+
+async def test_a_write_larger_than_the_batch_bytes_goes_alone() -> None:
+    seen: list[int] = []
+
+    async def run(batch) -> None:
+        seen.append(len(batch))
+
+    gc = GroupCommit(run, max_batch_bytes=100, key=lambda w: w[0], size=lambda w: w[1])
+    await asyncio.gather(*(gc.commit((f"t{i}", 500)) for i in range(3)))
+    assert sum(seen) == 3 and max(seen) == 1
