@@ -7,6 +7,7 @@ is sent); :class:`Records` reads them back and takes people's feedback and resol
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -121,6 +122,7 @@ def audit_record(
 
 
 AUDIT_DECISION_KEY = "limits.max_audit_bytes_per_decision"
+_encode_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps' own
 REASON_CHARS = 256  # a rule's reason kept by a cut-down record
 
 
@@ -162,18 +164,41 @@ _CUTS: tuple[tuple[str, Callable[[AuditRecord], AuditRecord]], ...] = (
 )
 
 
+def _violations_json_bytes(rec: AuditRecord) -> int | None:
+    """What the raw violations add to :func:`audit_rules_json` of ``rec`` over their counts
+    (``_no_violations``), exactly, one string at a time; None when there are none to measure."""
+    extra, found = 0, False
+    for r in rec.rules:
+        for e in r.get("evaluators", ()) if isinstance(r.get("evaluators"), list) else ():
+            vs = e.get("violations") if isinstance(e, dict) else None
+            if not isinstance(vs, list):
+                continue
+            if not all(isinstance(v, str) for v in vs):
+                return None
+            found = True
+            listed = 2 + sum(len(_encode_string(v)) for v in vs) + 2 * max(0, len(vs) - 1)  # [a, b]
+            extra += listed - len(str(len(vs)))
+    return extra if found else None
+
+
 def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int, str]:
     """``rec``, its size and its rules encoded, when it fits ``cap`` bytes; otherwise the record
     cut down by :data:`_CUTS` until it does (or nothing more can go), with ``truncated`` saying
     which setting cut what from how large. An answered decision's record is never dropped. The
     rules are encoded once, here, and written as they are (``Store.record_decision(rules_json=)``)."""
-    rules_json = audit_rules_json(rec)
-    size = audit_size(rec, rules_json)
-    if size <= cap:
-        return rec, size, rules_json
+    bulk = _violations_json_bytes(rec)
+    if bulk is None or bulk <= cap:  # small enough to encode whole: it is written as it is if it fits
+        rules_json = audit_rules_json(rec)
+        size = audit_size(rec, rules_json)
+        if size <= cap:
+            return rec, size, rules_json
+    else:  # measured without encoding the bulk (megabytes would hold the interpreter lock for its length)
+        rec = _CUTS[0][1](rec)
+        size = audit_size(rec) + bulk
     before, cut = size, []
-    for name, step in _CUTS:
-        rec = step(rec)
+    for i, (name, step) in enumerate(_CUTS):
+        if not (i == 0 and bulk is not None and bulk > cap):  # that cut is made already
+            rec = step(rec)
         cut.append(name)
         if audit_size(rec) <= cap:
             break

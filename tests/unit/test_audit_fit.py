@@ -1,0 +1,78 @@
+"""The per-decision audit cap measures a record's raw violations without encoding them whole
+(megabytes encoded at once hold the interpreter lock, and every tenant's calls wait): the
+measure must be exact, and the record kept must be the one a full encoding would have kept."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from crossaudit.service import records
+from crossaudit.store.base import audit_size
+from tests.records import audit_record
+
+ALPHABET = 'ab"\\\n\t\u00e9\u4e2d\U0001f600 x\x00'
+
+
+def _random_record(rng: random.Random):
+    evaluators = [
+        {
+            "evaluator": f"e{k}",
+            "violations": [
+                "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 40))) for _ in range(rng.randint(0, 12))
+            ],
+        }
+        for k in range(rng.randint(1, 3))
+    ]
+    rules = [
+        {
+            "rule": "r",
+            "status": "failed",
+            "passed": False,
+            "action": "block",
+            "reason": "y" * rng.randint(0, 600),
+            "evaluators": evaluators,
+        }
+    ]
+    return audit_record(rules=rules, prompt="p" * rng.randint(0, 500), response="q" * rng.randint(0, 500))
+
+
+def _fit_by_encoding_everything(rec, cap):
+    """The reference: encode the whole record, then cut in order until it fits."""
+    size = audit_size(rec)
+    if size <= cap:
+        return rec, size, records.audit_rules_json(rec)
+    before, cut = size, []
+    for name, step in records._CUTS:
+        rec = step(rec)
+        cut.append(name)
+        if audit_size(rec) <= cap:
+            break
+    rec = dataclasses.replace(
+        rec, truncated=f"{records.AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)"
+    )
+    rules_json = records.audit_rules_json(rec)
+    return rec, audit_size(rec, rules_json), rules_json
+
+
+def test_violations_are_measured_exactly() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        rec = _random_record(rng)
+        extra = records._violations_json_bytes(rec)
+        assert extra is not None
+        assert audit_size(rec) == audit_size(records._CUTS[0][1](rec)) + extra
+
+
+def test_the_record_kept_is_the_one_full_encoding_keeps() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        rec = _random_record(rng)
+        for cap in (600, 1_500, 3_000, 8_000, 1_000_000):
+            assert records.fit_audit(rec, cap) == _fit_by_encoding_everything(rec, cap)
+
+
+def test_records_without_raw_violations_are_measured_as_before() -> None:
+    rec = audit_record(rules=[{"rule": "r", "evaluators": [{"evaluator": "e", "violations": 3}]}])
+    assert records._violations_json_bytes(rec) is None
+    assert records.fit_audit(rec, 100_000) == _fit_by_encoding_everything(rec, 100_000)
