@@ -41,7 +41,7 @@ $(EXPORT_STAMP): $(MODELS_STAMP)
 export-deps: $(EXPORT_STAMP) ## Install the export extra too (torch, transformers, detoxify, onnx)
 
 images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
-	$(PY) -m crossaudit.sandbox.docker build-base
+	$(PY) -m sandbox.docker build-base
 
 # The orchestrator image FROM the local base: a wheel of the working tree plus its dependencies'
 # wheels, fetched by the host's pip (the docker build needs no network). Deploying it: docs/deploy.md.
@@ -61,7 +61,7 @@ browser: ## Install Debian's chromium and chromium-driver when missing (browser 
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver; fi
 
-proto: $(STAMP) ## Regenerate the committed gRPC stubs (crossaudit/v1/*.proto)
+proto: $(STAMP) ## Regenerate the committed gRPC stubs (crossaudit/v1/) from protos/crossaudit/v1/*.proto
 	$(PY) -m tools.generate_protos
 
 schema: $(STAMP) ## Regenerate policies/policy.schema.json

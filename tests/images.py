@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crossaudit.sandbox.docker.images import ImageManager
+from sandbox.docker.images import ImageManager
 
 ROOT = Path(__file__).resolve().parent.parent
 TAGS_FILE = ROOT / ".crossaudit" / "test-images.json"

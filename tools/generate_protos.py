@@ -1,4 +1,4 @@
-"""Regenerate every ``crossaudit/v1/*.proto`` into committed Python stubs.
+"""Regenerate every ``protos/crossaudit/v1/*.proto`` into committed stubs in ``crossaudit/v1/``.
 
 ``python -m tools.generate_protos`` (``make proto``) runs grpc_tools' protoc with ``--python_out``,
 ``--grpc_python_out`` and ``--pyi_out``. The protos' package ``crossaudit.v1`` is also the Python
@@ -15,8 +15,10 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-PROTO_ROOT = Path(__file__).resolve().parents[1]  # the repository: holds crossaudit/v1/*.proto
-PACKAGE_DIR = PROTO_ROOT / "crossaudit" / "v1"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROTO_ROOT = REPO_ROOT / "protos"  # the .proto sources, the only copy: protos/crossaudit/v1/*.proto
+PROTO_DIR = PROTO_ROOT / "crossaudit" / "v1"
+PACKAGE_DIR = REPO_ROOT / "crossaudit" / "v1"  # where the stubs are generated
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
@@ -26,7 +28,7 @@ class GenerateError(Exception):
 
 
 def proto_files() -> list[Path]:
-    return sorted(PACKAGE_DIR.glob("*.proto"))
+    return sorted(PROTO_DIR.glob("*.proto"))
 
 
 def generate_to(out_dir: Path) -> list[Path]:
@@ -36,7 +38,7 @@ def generate_to(out_dir: Path) -> list[Path]:
     include = str(resources.files("grpc_tools") / "_proto")
     sources = [str(p.relative_to(PROTO_ROOT)) for p in proto_files()]
     if not sources:
-        raise GenerateError(f"no .proto files under {PACKAGE_DIR}")
+        raise GenerateError(f"no .proto files under {PROTO_DIR}")
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "grpc_tools.protoc",
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     except GenerateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"generated {len(written)} files in {PACKAGE_DIR.relative_to(PROTO_ROOT)}")
+    print(f"generated {len(written)} files in {PACKAGE_DIR.relative_to(REPO_ROOT)}")
     return 0
 
 

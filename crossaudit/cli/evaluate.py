@@ -132,7 +132,7 @@ def _policy_name(policy: str) -> str:
     """With --server: a policy file stands for the policy it names."""
     if not Path(policy).is_file():
         return policy
-    from crossaudit.orchestrator.policy import load_policy_file
+    from orchestrator.policy import load_policy_file
 
     return load_policy_file(policy).name
 

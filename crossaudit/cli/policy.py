@@ -39,8 +39,8 @@ def _print_indented(prefix: str, text: str) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from crossaudit.orchestrator.policy import load_policy_file
-    from crossaudit.orchestrator.readiness import readiness
+    from orchestrator.policy import load_policy_file
+    from orchestrator.readiness import readiness
 
     failed = 0
     report = []
@@ -79,7 +79,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from crossaudit.orchestrator.policy.schema import policy_json_schema_text
+    from orchestrator.policy.schema import policy_json_schema_text
 
     sys.stdout.write(policy_json_schema_text())
     return EXIT_OK

@@ -60,7 +60,7 @@ def register(psub: argparse._SubParsersAction) -> None:
 
 def _load(pf: PolicyFile, extra: list[Any], suite: Suite) -> Any:
     """The policy (for its name and cases), or None with ``suite`` saying why it will not run."""
-    from crossaudit.orchestrator.policy import load_policy_file
+    from orchestrator.policy import load_policy_file
 
     try:
         policy = load_policy_file(pf.path)

@@ -7,7 +7,7 @@ is stored or deployed, and both sandbox backends' ``prepare`` before warming age
 (stdlib only, it cannot import this module, and this kernel imports nothing of the sandbox) keeps
 no copy of these rules, so they cannot drift: it only refuses code with no top-level plain ``def``
 of that name, and reports an entry point that is not callable when the module body runs
-(``crossaudit/sandbox/agent/load.py``).
+(``sandbox/agent/load.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A dependency string reaches ``pip`` on the host, so it is validated *before* any
 distribution name plus an optional PEP 440 version specifier, nothing else (no URLs, paths, pip
 options, extras, markers, newlines or shell characters), under count/length caps and the optional
 allow/deny lists of :class:`crossaudit.kernel.limits.DependencyLimits`. Validation is shared by
-policy loading, uploads and the sandboxes; resolution lives in :mod:`crossaudit.sandbox.deps`.
+policy loading, uploads and the sandboxes; resolution lives in :mod:`sandbox.deps`.
 """
 
 from __future__ import annotations

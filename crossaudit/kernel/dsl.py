@@ -2,7 +2,7 @@
 
 Two layers: the *document* models below mirror the YAML exactly (``extra="forbid"``, a
 description on every field). Evaluator ``config`` and rule ``action_config`` are kept as
-mappings on the document and validated per type/action by ``crossaudit.orchestrator.policy.validate``
+mappings on the document and validated per type/action by ``orchestrator.policy.validate``
 (so errors carry the right field path and every error of a file is reported at once);
 the typed results are attached as ``EvaluatorSpec.typed_config`` and
 ``Rule.typed_action_config``.

@@ -51,7 +51,7 @@ class SandboxLimits:
     nice: int = 10
     # Split the CPU between tenants before their processes: a control group per tenant weighted
     # by its share (process backend), a cgroup parent per tenant (docker backend); see
-    # crossaudit/sandbox/cpugroups.py. Off: niceness (process) and ``cpus`` (docker) alone.
+    # sandbox/cpugroups.py. Off: niceness (process) and ``cpus`` (docker) alone.
     tenant_cpu_groups: bool = True
 
 

@@ -119,8 +119,8 @@ def score_key(doc: Mapping[str, Any]) -> str | None:
     of the score everywhere else (the typed result's field, ``previous_rule.<rule>.score`` in
     the guide), so a document that spells it means it; ``safety_score`` is what the guide's
     example evaluators and llm prompt return; ``compliance_score`` is what some models answer
-    with. The one rule of custom results (``crossaudit/sandbox/protocol.py``) and llm answers
-    (``crossaudit/orchestrator/evaluators/llm.py``); a custom result keeps its other score keys in
+    with. The one rule of custom results (``sandbox/protocol.py``) and llm answers
+    (``orchestrator/evaluators/llm.py``); a custom result keeps its other score keys in
     ``details``.
     """
     return next((k for k in SCORE_KEYS if k in doc), None)

@@ -1,7 +1,7 @@
-"""Container images of the model servers (``crossaudit/images/<kind>/Dockerfile``), built locally.
+"""Container images of the model servers (``images/<kind>/Dockerfile``), built locally.
 
 No image registry is reachable, so an image is ``FROM`` the locally built Python 3.11 base
-(``crossaudit/base:*``, see ``crossaudit/images/base/README.md``) plus two COPYs prepared on the host:
+(``crossaudit/base:*``, see ``images/base/README.md``) plus two COPYs prepared on the host:
 
 - ``site/``: the model stack installed with the host's pip (``pip install --target``; the host
   and the base are both CPython 3.11 on the same architecture), so the base needs no pip;
@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.resources import image_dir
 from crossaudit.modelserver.builtins import RUNTIMES
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the installed ``crossaudit`` package
@@ -66,7 +67,7 @@ def prepare_context(kind: str, dest: Path) -> Path:
     if kind not in KINDS:
         raise ConfigurationError(f"no model server image for {kind!r} (expected one of {KINDS})")
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PACKAGE_ROOT / "images" / kind / "Dockerfile", dest / "Dockerfile")
+    shutil.copy(image_dir(kind) / "Dockerfile", dest / "Dockerfile")
     for rel, source in app_files():
         target = dest / "app" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +99,7 @@ def _debian_rootfs(rootfs: Path) -> None:
 def context_tag(kind: str, base: str) -> str:
     """Tag by content: the Dockerfile, the app sources, the requirements and the base."""
     h = hashlib.sha256(base.encode())
-    h.update((PACKAGE_ROOT / "images" / kind / "Dockerfile").read_bytes())
+    h.update((image_dir(kind) / "Dockerfile").read_bytes())
     for rel, source in app_files():
         h.update(rel.encode())
         h.update(source.read_bytes())

@@ -21,10 +21,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.orchestrator.secrets import MAX_SECRET_BYTES, SecretGrant
 from crossaudit.sdk.options import API_KEY_ENV, SERVER_ENV
 from crossaudit.service.auth import check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServiceLimits
+from orchestrator.secrets import MAX_SECRET_BYTES, SecretGrant
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -26,12 +26,12 @@ from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, ErrorCode, ServerUnavailableError
 from crossaudit.kernel.results import Action
-from crossaudit.orchestrator.secrets import SecretGrant
 from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
 from crossaudit.sdk.client import AsyncClient
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER
 from crossaudit.service.models import RemoteDecision
+from orchestrator.secrets import SecretGrant
 
 log = logging.getLogger("crossaudit.proxy")
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from crossaudit.kernel.errors import InvalidInputError
-from crossaudit.orchestrator.policy.inline import Inlined, inline_local_code
+from orchestrator.policy.inline import Inlined, inline_local_code
 
 POLICY_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -39,13 +39,13 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import EngineLimits, SandboxLimits
 from crossaudit.kernel.results import Decision
-from crossaudit.orchestrator.engine.engine import Engine
-from crossaudit.orchestrator.policy import load_policy, load_policy_file
-from crossaudit.orchestrator.policy.models import model_check, model_problems
-from crossaudit.orchestrator.policy.yamlsafe import format_path
-from crossaudit.orchestrator.runtime import Runtime, make_sandbox
-from crossaudit.sandbox.base import ProgressCallback, Sandbox
 from crossaudit.sdk.cases import CaseResult, judge_case
+from orchestrator.engine.engine import Engine
+from orchestrator.policy import load_policy, load_policy_file
+from orchestrator.policy.models import model_check, model_problems
+from orchestrator.policy.yamlsafe import format_path
+from orchestrator.runtime import Runtime, make_sandbox
+from sandbox.base import ProgressCallback, Sandbox
 
 __all__ = ["SANDBOX_ENV", "CaseResult", "PolicyTester", "load_cases_file"]
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from crossaudit.kernel.errors import DeadlineExceededError, QuotaExceededError, RateLimitedError
 from crossaudit.kernel.results import Decision
-from crossaudit.orchestrator.policy import Policy
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
@@ -23,6 +22,7 @@ from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, fit_audit, review_records
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AUDIT_DAY_S, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
+from orchestrator.policy import Policy
 
 AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"
 REFUSED_LOG_INTERVAL_S = 60.0  # a tenant at its audit quota is logged at most this often

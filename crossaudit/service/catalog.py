@@ -25,10 +25,6 @@ from crossaudit.kernel.errors import (
     QuotaExceededError,
 )
 from crossaudit.kernel.results import Action
-from crossaudit.orchestrator.policy import Policy, load_policy
-from crossaudit.orchestrator.policy.models import model_check
-from crossaudit.orchestrator.runtime import Runtime
-from crossaudit.sandbox.base import ProgressCallback, Sandbox
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
@@ -36,6 +32,10 @@ from crossaudit.service.hosted import hosted_checks
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord, Store
+from orchestrator.policy import Policy, load_policy
+from orchestrator.policy.models import model_check
+from orchestrator.runtime import Runtime
+from sandbox.base import ProgressCallback, Sandbox
 
 log = logging.getLogger("crossaudit.service")
 

@@ -29,7 +29,6 @@ from crossaudit.kernel.results import (
     Status,
     wire_text,
 )
-from crossaudit.orchestrator.reviews import timing
 from crossaudit.service.decoding import depth_message
 from crossaudit.service.models import (
     DeployResult,
@@ -59,6 +58,7 @@ from crossaudit.v1 import evaluator_pb2 as evr_pb
 from crossaudit.v1 import info_pb2 as info_pb
 from crossaudit.v1 import policy_pb2 as pol_pb
 from crossaudit.v1 import review_pb2 as rev_pb
+from orchestrator.reviews import timing
 
 ACTION_TO_PB = {a: ev_pb.Action.Value(f"ACTION_{a.name}") for a in Action}
 ACTION_FROM_PB = {v: k for k, v in ACTION_TO_PB.items()}

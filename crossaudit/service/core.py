@@ -14,7 +14,6 @@ everything works on plain models and the :class:`~crossaudit.store.Store`.
 from __future__ import annotations
 
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
-from crossaudit.sandbox.base import Sandbox
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
@@ -25,6 +24,7 @@ from crossaudit.service.records import Records
 from crossaudit.service.tenants import EngineProvider, Tenants
 from crossaudit.service.uploads import Uploads
 from crossaudit.store.base import Store
+from sandbox.base import Sandbox
 
 
 class CrossAuditService:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.orchestrator.secrets import (
+from crossaudit.service.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
+from orchestrator.secrets import (
     MAX_SECRET_BYTES,
     SECRET_NAME,
     EnvironmentSecrets,
@@ -40,7 +41,6 @@ from crossaudit.orchestrator.secrets import (
     TenantSecrets,
     host_pattern_problem,
 )
-from crossaudit.service.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
 
 LLM_HOSTS_KEY = "llm_base_url_hosts"
 SHARE_KEY = "share"

@@ -21,10 +21,10 @@ from crossaudit.kernel.dsl import CustomActionConfig, EvaluatorType, Policy
 from crossaudit.kernel.errors import PolicyIssue
 from crossaudit.kernel.results import Action
 from crossaudit.modelserver.builtins import model_path_settings
-from crossaudit.orchestrator.policy.envvars import ENV_RE
-from crossaudit.orchestrator.policy.validate import IssueAt, PolicyCheck
-from crossaudit.orchestrator.secrets import HostAllowlist
 from crossaudit.service.outbox.destinations import WebhookGrant
+from orchestrator.policy.envvars import ENV_RE
+from orchestrator.policy.validate import IssueAt, PolicyCheck
+from orchestrator.secrets import HostAllowlist
 
 CODE_FILE_REFUSED = (
     "code_file names a file on the service's machine, which the service never reads: deploy with "

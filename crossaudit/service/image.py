@@ -1,7 +1,7 @@
 """The orchestrator's container image, built locally: ``python -m crossaudit.service.image build``.
 
 The image is ``FROM`` the locally built Python 3.11 base, so building it needs no image registry
-(``crossaudit/base:*``, ``make images``; see ``crossaudit/images/base/README.md``), like the sandbox
+(``crossaudit/base:*``, ``make images``; see ``images/base/README.md``), like the sandbox
 runner and the model servers. Everything it installs is prepared on the host, so ``docker build``
 needs no network:
 
@@ -43,9 +43,10 @@ import zipfile
 from pathlib import Path
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
+from crossaudit.kernel.resources import image_dir
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the ``crossaudit`` package
-DOCKERFILE = PACKAGE_ROOT / "images" / "orchestrator" / "Dockerfile"
+DOCKERFILE = image_dir("orchestrator") / "Dockerfile"
 REPO = "crossaudit/orchestrator"
 TAG_HEX_CHARS = 16  # a content tag is this many hex digits of a SHA-256
 CONTENT_TAG = re.compile(rf"[0-9a-f]{{{TAG_HEX_CHARS}}}")
@@ -172,7 +173,7 @@ def _image_id(ref: str) -> str | None:
 def local_base() -> str:
     """The local base the sandbox runner uses (``make images``), else the newest ``crossaudit/base`` image."""
     try:
-        from crossaudit.sandbox.docker.images import ImageManager
+        from sandbox.docker.images import ImageManager
 
         tag = ImageManager(client=None, base_image="none").local_base_tag()
         if _image_id(tag):

@@ -216,7 +216,7 @@ class ServiceMetrics:
 
     def llm_usage(self, tenant: str) -> Callable[[str, str, int, int], None]:
         """The callback a tenant's LLM evaluators report each call's tokens to
-        (``crossaudit.orchestrator.evaluators.llm.UsageSink``)."""
+        (``orchestrator.evaluators.llm.UsageSink``)."""
         label = self.tenant_label(tenant)
 
         def record(provider: str, model: str, prompt_tokens: int, completion_tokens: int) -> None:

@@ -3,7 +3,7 @@ policy and evaluator (``crossaudit serve --store postgresql://…``).
 
 One store round trip per rate-limited call (a row locked ``FOR UPDATE`` at READ COMMITTED, so
 concurrent callers queue rather than fail); the bucket arithmetic is the engine's own
-(:func:`crossaudit.orchestrator.engine.ratelimit.take`). Bucket times are wall-clock seconds, so
+(:func:`orchestrator.engine.ratelimit.take`). Bucket times are wall-clock seconds, so
 replicas' clocks are assumed synchronised (NTP); a clock running behind only delays its own refill.
 """
 
@@ -13,8 +13,8 @@ import asyncio
 import time
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, capacity, limited
 from crossaudit.store.base import Store
+from orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, capacity, limited
 
 
 class StoreBucket:

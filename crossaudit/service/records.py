@@ -15,7 +15,6 @@ from typing import Any
 
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from crossaudit.kernel.results import Decision
-from crossaudit.orchestrator import reviews
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
@@ -32,10 +31,11 @@ from crossaudit.store.base import (
     sha256_json,
     sha256_text,
 )
+from orchestrator import reviews
 
 
 def review_records(tenant: str, d: Decision, revision: int, env: str, now: float) -> list[ReviewRecord]:
-    """The open review items ``d`` creates (which rules ask for one: ``crossaudit.orchestrator.reviews``)."""
+    """The open review items ``d`` creates (which rules ask for one: ``orchestrator.reviews``)."""
     return [
         ReviewRecord(
             id=str(uuid.uuid4()),
@@ -257,7 +257,7 @@ class Records:
             self.tenants.feedback(tenant).add(decision.policy, rule, label)
         return rec
 
-    # Auto-approval is applied when the queue is read (no timer): see crossaudit.orchestrator.reviews.timing.
+    # Auto-approval is applied when the queue is read (no timer): see orchestrator.reviews.timing.
 
     @staticmethod
     def _check_principal(tenant: str, principal: Principal | None, method: str) -> None:

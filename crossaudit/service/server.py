@@ -19,8 +19,6 @@ from grpc_reflection.v1alpha import reflection
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
-from crossaudit.orchestrator.engine.ratelimit import LimiterFactory
-from crossaudit.sandbox.base import Sandbox
 from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
@@ -35,9 +33,11 @@ from crossaudit.store import open_store
 from crossaudit.store.base import Store
 from crossaudit.store.postgres import mask_url
 from crossaudit.store.sqlite import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, SQLiteStore
+from orchestrator.engine.ratelimit import LimiterFactory
+from sandbox.base import Sandbox
 
 if TYPE_CHECKING:
-    from crossaudit.orchestrator.evaluators.llm import UsageSink
+    from orchestrator.evaluators.llm import UsageSink
 
 log = logging.getLogger("crossaudit.service")
 API_KEYS_ENV = "CROSSAUDIT_API_KEYS_FILE"
@@ -56,8 +56,8 @@ def runtime_engines(
     """The real engine: one :class:`Engine` per tenant over one shared sandbox and model pool.
     A tenant's evaluators reach only its granted secrets and allowlisted LLM hosts;
     ``llm_usage(tenant)`` is told the tokens of that tenant's LLM calls."""
-    from crossaudit.orchestrator.engine.engine import Engine
-    from crossaudit.orchestrator.runtime import Runtime
+    from orchestrator.engine.engine import Engine
+    from orchestrator.runtime import Runtime
 
     grants = grants if grants is not None else TenantGrants()
 
@@ -172,7 +172,7 @@ def policy_files(directory: Path | None) -> list[tuple[str, str]]:
     """``policies/*.yaml`` (and .yml) as (filename, text), sorted. They are the operator's files:
     their ``code_file`` and ``evaluators/<name>.py`` are inlined here, as the CLI does, because
     the service itself never reads a file that a policy names."""
-    from crossaudit.orchestrator.policy.inline import inline_local_code
+    from orchestrator.policy.inline import inline_local_code
 
     if directory is None or not Path(directory).is_dir():
         return []
@@ -294,7 +294,7 @@ async def start_server(
     metrics = ServiceMetrics(config.metrics_limits, config.llm_prices)
     if engines is None:
         if sandbox is None:
-            from crossaudit.orchestrator.runtime import make_sandbox
+            from orchestrator.runtime import make_sandbox
 
             sandbox = make_sandbox(
                 config.sandbox,

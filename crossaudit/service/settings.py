@@ -241,7 +241,7 @@ def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
         positions: dict[tuple[str | int, ...], tuple[int, int]] = {}
     else:
         # The policies' hardened YAML reader: safe tags only, no aliases, no duplicate keys, line:col.
-        from crossaudit.orchestrator.policy.yamlsafe import load_yaml
+        from orchestrator.policy.yamlsafe import load_yaml
 
         try:
             data, smap = load_yaml(text, str(p))

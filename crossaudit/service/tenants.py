@@ -12,16 +12,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from crossaudit.kernel.results import Decision
-from crossaudit.orchestrator.engine.thresholds import FeedbackStats
-from crossaudit.orchestrator.policy import Policy
-from crossaudit.orchestrator.runtime import StoredEvaluator
 from crossaudit.store.base import EvaluatorRecord, Store
+from orchestrator.engine.thresholds import FeedbackStats
+from orchestrator.policy import Policy
+from orchestrator.runtime import StoredEvaluator
 
 log = logging.getLogger("crossaudit.service")
 
 
 class DecisionEngine(Protocol):
-    """What the service needs from the engine (``crossaudit.orchestrator.engine.engine.Engine`` satisfies it)."""
+    """What the service needs from the engine (``orchestrator.engine.engine.Engine`` satisfies it)."""
 
     async def evaluate(
         self,
@@ -56,7 +56,7 @@ class UploadedEvaluators:
         if as_name:
             self.by_name_records[rec.name] = rec
 
-    # crossaudit.orchestrator.runtime.EvaluatorResolver
+    # orchestrator.runtime.EvaluatorResolver
     def by_id(self, evaluator_id: str) -> StoredEvaluator | None:
         rec = self.by_id_records.get(evaluator_id)
         return None if rec is None else _stored(rec)

@@ -10,11 +10,11 @@ from crossaudit.kernel.codecheck import check_code
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import DeadlineExceededError, EvaluatorCodeError, InvalidInputError, RateLimitedError
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle, ProgressCallback, Sandbox
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.store.base import EvaluatorRecord, Store
+from sandbox.base import CodeBundle, ProgressCallback, Sandbox
 
 log = logging.getLogger("crossaudit.service")
 

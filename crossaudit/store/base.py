@@ -20,9 +20,9 @@ from typing import Any
 from crossaudit.kernel.errors import ReviewAlreadyResolvedError as ReviewAlreadyResolvedError
 from crossaudit.kernel.errors import StoreUnavailableError as StoreUnavailableError
 
-# Review kinds and states belong to the review rules (crossaudit.orchestrator.reviews); re-exported for records.
-from crossaudit.orchestrator.reviews import ReviewKind as ReviewKind
-from crossaudit.orchestrator.reviews import ReviewState as ReviewState
+# Review kinds and states belong to the review rules (orchestrator.reviews); re-exported for records.
+from orchestrator.reviews import ReviewKind as ReviewKind
+from orchestrator.reviews import ReviewState as ReviewState
 
 # The service settings the store's evaluator quotas stand for (named in their refusals).
 EVALUATORS_QUOTA = "limits.max_evaluators_per_tenant"

@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
-from crossaudit.orchestrator.engine.ratelimit import take
-from crossaudit.orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 from crossaudit.store.base import (
     AUDIT_DAY_S,
     EVALUATOR_CODE_QUOTA,
@@ -47,6 +45,8 @@ from crossaudit.store.base import (
     sha256_text,
 )
 from crossaudit.store.groupcommit import GroupCommit
+from orchestrator.engine.ratelimit import take
+from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 
 T = TypeVar("T")
 

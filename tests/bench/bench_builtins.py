@@ -254,9 +254,9 @@ rules:
 
 async def _part2(export_dir: str, store: str, precisions: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     from crossaudit.modelserver.pool import ModelServerPool
-    from crossaudit.orchestrator.engine.engine import Engine
-    from crossaudit.orchestrator.policy import load_policy
-    from crossaudit.orchestrator.runtime import Runtime, make_sandbox
+    from orchestrator.engine.engine import Engine
+    from orchestrator.policy import load_policy
+    from orchestrator.runtime import Runtime, make_sandbox
 
     # No spaCy pipeline anywhere (an empty model store, offline): presidio serves its pattern entities.
     env = {"PATH": os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1", "CROSSAUDIT_MODEL_STORE": store}

@@ -216,7 +216,7 @@ class DockerSide:
     """The server's sandbox containers (by owner label) and the daemon-side processes serving them."""
 
     def __init__(self, server_pid: int) -> None:
-        from crossaudit.sandbox.docker.backend import docker_client
+        from sandbox.docker.backend import docker_client
 
         self.client = docker_client()
         self.owner = f"{socket.gethostname()}:{server_pid}"
@@ -488,7 +488,7 @@ def _cases(stub_url: str, store: Path | None) -> list[Case]:
 
 def _run_case(case: Case, root: Path) -> tuple[Window, dict[str, Any]] | str:
     if case.sandbox == "docker":
-        from crossaudit.sandbox.docker.backend import DockerSandbox
+        from sandbox.docker.backend import DockerSandbox
 
         if not DockerSandbox.available():
             return "no Docker daemon answers"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.deps import default_cache_dir, dependency_key
-from crossaudit.sandbox.docker.backend import DockerSandbox, docker_client
-from crossaudit.sandbox.docker.container import (
+from sandbox.base import CodeBundle
+from sandbox.deps import default_cache_dir, dependency_key
+from sandbox.docker.backend import DockerSandbox, docker_client
+from sandbox.docker.container import (
     AGENT_NOFILE_HEADROOM,
     AGENT_PIDS_HEADROOM,
     DEFAULT_ENV,
@@ -32,8 +32,8 @@ from crossaudit.sandbox.docker.container import (
     ipc_sysctls,
     owner_id,
 )
-from crossaudit.sandbox.docker.images import SANDBOX_UID, ImageManager
-from crossaudit.sandbox.protocol import AgentChannel
+from sandbox.docker.images import SANDBOX_UID, ImageManager
+from sandbox.protocol import AgentChannel
 from tests.bench import report
 from tests.integration._docker import (
     GUIDE_PROFANITY_CODE,

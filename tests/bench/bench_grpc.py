@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from crossaudit.orchestrator.policy import load_policy
 from crossaudit.sdk.client import AsyncClient
+from orchestrator.policy import load_policy
 from tests.bench import report
 from tests.bench.peers import guardrails_ai as guardrails
 from tests.e2e.conftest import ServerProcess, key
@@ -71,8 +71,8 @@ class _Side:
 
 
 async def _variant(address: str, kind: str, cached: bool) -> tuple[_Side, _Side]:
-    from crossaudit.orchestrator.engine.engine import Engine
-    from crossaudit.orchestrator.runtime import Runtime, make_sandbox
+    from orchestrator.engine.engine import Engine
+    from orchestrator.runtime import Runtime, make_sandbox
 
     text = ten_rules(cached=cached)
     policy = load_policy(text)

@@ -11,8 +11,8 @@ import statistics
 import time
 
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.process.backend import ProcessSandbox
+from sandbox.base import CodeBundle
+from sandbox.process.backend import ProcessSandbox
 
 WARM_CALLS = 200
 COLD_CALLS = 15

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from crossaudit.orchestrator.policy import load_policy
 from crossaudit.sdk.client import AsyncClient
+from orchestrator.policy import load_policy
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import ten_rules
 

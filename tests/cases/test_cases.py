@@ -26,10 +26,10 @@ import yaml
 
 from crossaudit.kernel import errors
 from crossaudit.kernel.results import Decision, Verdict
-from crossaudit.orchestrator.engine.engine import Engine
-from crossaudit.orchestrator.engine.thresholds import FeedbackStats
-from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator
-from crossaudit.orchestrator.policy import load_policy
+from orchestrator.engine.engine import Engine
+from orchestrator.engine.thresholds import FeedbackStats
+from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.policy import load_policy
 
 HERE = Path(__file__).resolve().parent
 CASES = sorted(HERE.glob("*/*.yaml"))

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 DEADLINE_S = 0.2
 MARGIN_S = 0.3  # generous: shared CI machines; typical overshoot is a few ms
 KILL_WITHIN_S = 3.0
-# process backend: ``python -I .../crossaudit/sandbox/agent/launch.py``;
+# process backend: ``python -I .../sandbox/agent/launch.py``;
 # docker runner: ``python3 -s /opt/crossaudit/entry.py``
 AGENT_MARKERS = (b"/sandbox/agent/launch.py", b"/opt/crossaudit/")
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossaudit.sandbox.docker.container import BUNDLE_LABEL
-from crossaudit.sandbox.docker.images import LABEL
+from sandbox.docker.container import BUNDLE_LABEL
+from sandbox.docker.images import LABEL
 
 # The guide's custom_profanity_filter, verbatim (spec/policy-dsl-guide.md, "Custom Code Evaluators").
 GUIDE_PROFANITY_CODE = '''import re

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from crossaudit.sandbox.docker.images import DEFAULT_BASE_IMAGE, ENV_BASE_IMAGE, ImageManager
+from sandbox.docker.images import DEFAULT_BASE_IMAGE, ENV_BASE_IMAGE, ImageManager
 
 pytestmark = [pytest.mark.docker]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crossaudit.sandbox.docker.images import IMAGE_LABEL, ImageManager
+from sandbox.docker.images import IMAGE_LABEL, ImageManager
 
 pytestmark = [pytest.mark.docker]
 

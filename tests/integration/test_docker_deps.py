@@ -8,9 +8,9 @@ import pytest_asyncio
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import DependencyRejectedError
 from crossaudit.kernel.limits import DependencyLimits, PoolLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.deps import Wheelhouse
-from crossaudit.sandbox.docker.backend import DockerSandbox
+from sandbox.base import CodeBundle
+from sandbox.deps import Wheelhouse
+from sandbox.docker.backend import DockerSandbox
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -69,7 +69,7 @@ def test_make_images_cli_finds_the_runner_by_content_tag(docker_daemon, repo_roo
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "crossaudit.sandbox.docker", "build-base"]
+    cmd = [sys.executable, "-m", "sandbox.docker", "build-base"]
     first = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-2000:]
     second = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=120)

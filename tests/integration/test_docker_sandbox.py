@@ -25,10 +25,10 @@ from crossaudit.kernel.errors import (
     SandboxCodeError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.docker import container as container_mod
-from crossaudit.sandbox.docker.backend import DockerSandbox
-from crossaudit.sandbox.docker.container import (
+from sandbox.base import CodeBundle
+from sandbox.docker import container as container_mod
+from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.container import (
     BUNDLE_LABEL,
     CHANNEL_MOUNT,
     CHANNEL_SOCKET,
@@ -36,8 +36,8 @@ from crossaudit.sandbox.docker.container import (
     SANDBOX_UID_RANGE,
     owner_id,
 )
-from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID
-from crossaudit.sandbox.docker.reaper import reap
+from sandbox.docker.images import LABEL, SANDBOX_UID
+from sandbox.docker.reaper import reap
 from tests.integration._docker import (
     BENIGN_CODE,
     GUIDE_PROFANITY_CODE,
@@ -96,7 +96,7 @@ async def test_guide_profanity_filter_runs_as_written(sb):
 async def test_each_tenants_containers_run_under_its_own_cgroup_parent(sb, docker_daemon):
     """Tenants split the CPU before containers: each tenant's containers share one cgroup parent,
     so a tenant running many containers does not get a core share per container."""
-    from crossaudit.sandbox.cpugroups import docker_parent
+    from sandbox.cpugroups import docker_parent
 
     driver = docker_daemon.info()["CgroupDriver"]
     for tenant in ("acme", "globex"):
@@ -358,8 +358,8 @@ async def test_aclose_removes_every_container(docker_daemon):
 ORPHAN_SCRIPT = '''
 import asyncio, os, sys
 from crossaudit.kernel.limits import PoolLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.docker.backend import DockerSandbox
+from sandbox.base import CodeBundle
+from sandbox.docker.backend import DockerSandbox
 
 async def main():
     sb = DockerSandbox(pool_limits=PoolLimits(min_size=2, max_size=2))

@@ -19,8 +19,8 @@ from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
 from crossaudit.modelserver.export import export_detoxify
 from crossaudit.modelserver.pool import ModelServerLimits, ModelServerPool
 from crossaudit.modelserver.testing import build_spacy_pipeline, build_tiny_detoxify
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.builtin import DetoxifyEvaluator, PresidioEvaluator
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.builtin import DetoxifyEvaluator, PresidioEvaluator
 from tests.conftest import need
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]

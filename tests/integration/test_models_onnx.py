@@ -24,8 +24,8 @@ from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
 from crossaudit.modelserver.export import export_detoxify
 from crossaudit.modelserver.pool import ModelServerPool
 from crossaudit.modelserver.testing import ORIGINAL_CATEGORIES, build_tiny_detoxify
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.builtin import DetoxifyEvaluator
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.builtin import DetoxifyEvaluator
 from tests.conftest import need
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]

@@ -17,8 +17,8 @@ import pytest
 from crossaudit.kernel.errors import ConfigurationError, EvaluatorTimeoutError, InvalidInputError
 from crossaudit.modelserver.pool import InProcessModels, ModelServerLimits, ModelServerPool
 from crossaudit.modelserver.testing import ORIGINAL_CATEGORIES, build_spacy_pipeline, build_tiny_detoxify
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.builtin import DetoxifyEvaluator, LangdetectEvaluator, PresidioEvaluator
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.builtin import DetoxifyEvaluator, LangdetectEvaluator, PresidioEvaluator
 from tests.conftest import need
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]

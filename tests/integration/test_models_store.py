@@ -14,8 +14,8 @@ from crossaudit.cli.main import main
 from crossaudit.modelserver.pool import ModelServerPool
 from crossaudit.modelserver.store import ModelStore
 from crossaudit.modelserver.testing import build_tiny_detoxify
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.builtin import DetoxifyEvaluator
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.builtin import DetoxifyEvaluator
 from tests.conftest import need
 from tests.http_files import file_server
 

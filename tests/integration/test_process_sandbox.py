@@ -10,9 +10,9 @@ import pytest
 
 from crossaudit.kernel.errors import EvaluatorCodeError, PoolExhaustedError, SandboxCodeError
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.process.backend import ProcessSandbox, import_names
-from crossaudit.sandbox.procfs import alive as _alive
+from sandbox.base import CodeBundle
+from sandbox.process.backend import ProcessSandbox, import_names
+from sandbox.procfs import alive as _alive
 
 # The guide's examples live verbatim in policies/guide/ (CI has no other copy of the guide).
 GUIDE_EVALUATORS = Path(__file__).resolve().parents[2] / "policies" / "guide" / "03_evaluator_types.yaml"
@@ -21,7 +21,7 @@ LIMITS = SandboxLimits(timeout_s=10.0)
 
 def guide_profanity_code() -> str:
     """The guide's custom_profanity_filter code, verbatim (from its example policy file)."""
-    from crossaudit.orchestrator.policy import load_policy_file
+    from orchestrator.policy import load_policy_file
 
     spec = load_policy_file(GUIDE_EVALUATORS).evaluator("custom_profanity_filter")
     return spec.typed_config.code
@@ -232,7 +232,7 @@ class _AgentProc:
         import subprocess
         import sys
 
-        from crossaudit.sandbox.process.backend import AGENT_PATH
+        from sandbox.process.backend import AGENT_PATH
 
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(AGENT_PATH)],
@@ -263,7 +263,7 @@ class _AgentProc:
 
 
 def _load(agent: _AgentProc, code: str, restricted: bool = True) -> dict:
-    from crossaudit.sandbox.protocol import AgentChannel
+    from sandbox.protocol import AgentChannel
 
     agent.send(AgentChannel.load_frame(code, restricted=restricted, limits=SandboxLimits(timeout_s=5)))
     return agent.recv()
@@ -324,7 +324,7 @@ def test_agent_unrestricted_runs_without_restrictedpython_semantics() -> None:
 def test_stale_workdirs_of_dead_orchestrators_are_removed(tmp_path, monkeypatch) -> None:
     import tempfile
 
-    from crossaudit.sandbox.process.backend import WORKDIR_PREFIX, reap_stale_workdirs
+    from sandbox.process.backend import WORKDIR_PREFIX, reap_stale_workdirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = tmp_path / f"{WORKDIR_PREFIX}999999999-abc"

@@ -1,4 +1,4 @@
-"""CPU shares per tenant (crossaudit/sandbox/cpugroups.py): niceness counts processes, so a
+"""CPU shares per tenant (sandbox/cpugroups.py): niceness counts processes, so a
 tenant running many calls took the CPU from a tenant running one; a control group per tenant
 counts tenants. The layout logic runs against a cgroup tree in a temp dir (v1 and v2); the
 real kernel's groups are checked with real agents of two tenants where the server may write
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.limits import SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.cpugroups import CGROUP_ROOT, TenantCpuGroups, docker_parent, group_name
-from crossaudit.sandbox.docker.container import container_spec
-from crossaudit.sandbox.process.backend import ProcessSandbox
+from sandbox.base import CodeBundle
+from sandbox.cpugroups import CGROUP_ROOT, TenantCpuGroups, docker_parent, group_name
+from sandbox.docker.container import container_spec
+from sandbox.process.backend import ProcessSandbox
 
 pytestmark = pytest.mark.security
 

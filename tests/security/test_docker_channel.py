@@ -32,10 +32,10 @@ import pytest
 
 from crossaudit.kernel.errors import CrossAuditError
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.docker import container as container_mod
-from crossaudit.sandbox.docker.backend import DockerSandbox
-from crossaudit.sandbox.docker.container import CHANNEL_PREFIX, CHANNEL_SOCKET
+from sandbox.base import CodeBundle
+from sandbox.docker import container as container_mod
+from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.container import CHANNEL_PREFIX, CHANNEL_SOCKET
 from tests.conftest import ROOT
 from tests.integration._docker import BENIGN_CODE, bundle_containers
 
@@ -208,9 +208,9 @@ async def test_no_channel_directory_outlives_its_container(docker_daemon):
 CRASHING_ORCHESTRATOR = """
 import asyncio, os, sys
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.docker import container
-from crossaudit.sandbox.docker.backend import DockerSandbox
+from sandbox.base import CodeBundle
+from sandbox.docker import container
+from sandbox.docker.backend import DockerSandbox
 
 CODE = "def evaluate(prompt, response, context):\\n    return {'score': 1.0}\\n# crash\\n"
 

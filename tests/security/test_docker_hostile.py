@@ -31,8 +31,8 @@ from crossaudit.kernel.errors import (
     SandboxLimitError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.docker.backend import DockerSandbox
+from sandbox.base import CodeBundle
+from sandbox.docker.backend import DockerSandbox
 from tests.integration._docker import BENIGN_CODE, ConnectionCounter, LoopMonitor, own_addresses, wait_gone
 
 pytestmark = [pytest.mark.docker, pytest.mark.security, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-import crossaudit.sandbox.protocol  # noqa: F401 - every module defining error classes is imported
+import sandbox.protocol  # noqa: F401 - every module defining error classes is imported
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError

@@ -16,10 +16,10 @@ import pytest
 from crossaudit import AsyncClient
 from crossaudit.kernel.errors import ConfigurationError, DeadlineExceededError
 from crossaudit.kernel.limits import SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.process.backend import ProcessSandbox
 from crossaudit.service.auth import load_tenants_file
 from crossaudit.service.fairness import FairSlots
+from sandbox.base import CodeBundle
+from sandbox.process.backend import ProcessSandbox
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
 
 pytestmark = pytest.mark.security

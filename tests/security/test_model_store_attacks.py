@@ -34,9 +34,9 @@ from crossaudit.modelserver.builtins import model_path_settings
 from crossaudit.modelserver.builtins.detoxify import DetoxifyRuntime
 from crossaudit.modelserver.download import DownloadError, download
 from crossaudit.modelserver.store import MANIFEST, STAGING, ModelStore, ModelStoreLimits
-from crossaudit.orchestrator.evaluators.builtin import PresidioEvaluator
-from crossaudit.orchestrator.policy.validate import load_policy
 from crossaudit.service.hosted import hosted_checks
+from orchestrator.evaluators.builtin import PresidioEvaluator
+from orchestrator.policy.validate import load_policy
 from tests.http_files import file_server
 
 # --- helpers ------------------------------------------------------------------------------------------

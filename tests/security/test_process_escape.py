@@ -17,8 +17,8 @@ import json
 import pytest
 
 from crossaudit.kernel.errors import SandboxCodeError, SandboxSecurityError
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.process.backend import ProcessSandbox
+from sandbox.base import CodeBundle
+from sandbox.process.backend import ProcessSandbox
 from tests.security.test_process_hostile import LIMITS, _fn, expect
 
 pytestmark = pytest.mark.security
@@ -549,7 +549,7 @@ async def test_legit_idioms(sb) -> None:
 
 def _restrictions():
     """A Restrictions object without make_globals (which is meant for the single-use call child)."""
-    from crossaudit.sandbox.agent.restrictions import SAFE_MODULES, Restrictions, SandboxViolation
+    from sandbox.agent.restrictions import SAFE_MODULES, Restrictions, SandboxViolation
 
     return Restrictions(SAFE_MODULES, frozenset()), SandboxViolation
 

@@ -23,9 +23,9 @@ from crossaudit.kernel.errors import (
     SandboxSecurityError,
 )
 from crossaudit.kernel.limits import SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.process.backend import ProcessSandbox
-from crossaudit.sandbox.procfs import alive as _alive
+from sandbox.base import CodeBundle
+from sandbox.process.backend import ProcessSandbox
+from sandbox.procfs import alive as _alive
 
 pytestmark = pytest.mark.security
 

@@ -22,12 +22,12 @@ import pytest
 import pytest_asyncio
 
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
-from crossaudit.sandbox.base import CodeBundle
-from crossaudit.sandbox.docker.backend import DockerSandbox
-from crossaudit.sandbox.docker.container import BUNDLE_LABEL, POOL_LABEL, container_spec
-from crossaudit.sandbox.process.backend import AGENT_PATH, ProcessSandbox
-from crossaudit.sandbox.procfs import alive as _alive
-from crossaudit.sandbox.protocol import AgentChannel
+from sandbox.base import CodeBundle
+from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.container import BUNDLE_LABEL, POOL_LABEL, container_spec
+from sandbox.process.backend import AGENT_PATH, ProcessSandbox
+from sandbox.procfs import alive as _alive
+from sandbox.protocol import AgentChannel
 from tests.integration._docker import BENIGN_CODE, IDLE_BURNER_CODE, bundle_containers, container_cpu_ns
 
 pytestmark = [pytest.mark.security]

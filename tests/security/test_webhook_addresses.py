@@ -16,7 +16,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from crossaudit.orchestrator.secrets import EnvironmentSecrets, SecretGrant
 from crossaudit.service.outbox.destinations import (
     SPECIAL_PURPOSE,
     WebhookGrant,
@@ -28,6 +27,7 @@ from crossaudit.service.outbox.destinations import (
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.outbox.webhooks import WebhookSender
 from crossaudit.store import OutboxRecord
+from orchestrator.secrets import EnvironmentSecrets, SecretGrant
 from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.security

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.orchestrator.secrets import SecretGrant, TenantSecrets
 from crossaudit.service.auth import load_tenants_file
 from crossaudit.service.outbox import signing
 from crossaudit.service.outbox.attempts import Attempt
@@ -27,6 +26,7 @@ from crossaudit.service.outbox.destinations import WebhookGrant, origin_of
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.outbox.webhooks import WebhookSender, header_problem
 from crossaudit.store import OutboxRecord
+from orchestrator.secrets import SecretGrant, TenantSecrets
 from tests.e2e.conftest import ROOT
 from tests.webhook_receiver import Receiver
 

@@ -13,8 +13,8 @@ from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
 from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver.pool import InProcessModels
 from crossaudit.modelserver.testing import build_spacy_pipeline
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.builtin import (
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.builtin import (
     DetoxifyEvaluator,
     LangdetectEvaluator,
     PresidioEvaluator,

@@ -8,9 +8,9 @@ import json
 from datetime import UTC, datetime
 
 from crossaudit.cli import display
-from crossaudit.orchestrator.reviews import ReviewKind, ReviewState
 from crossaudit.service.models import ReviewInfo
 from crossaudit.store.base import DeploymentRecord, OutboxRecord, OutboxState, PolicySummaryRecord
+from orchestrator.reviews import ReviewKind, ReviewState
 
 EPOCH = datetime(2026, 11, 23, 8, 0, 0, tzinfo=UTC).timestamp()
 

@@ -1,6 +1,6 @@
 """Build progress as step lines (crossaudit/cli/progress.py): what a pipe gets from an upload whose
 dependency image is built, fed the messages the Docker sandbox sends in the order it sends them
-(crossaudit/sandbox/docker/images.py, sandbox/deps.py: a phase line, then every pip and docker
+(sandbox/docker/images.py, sandbox/deps.py: a phase line, then every pip and docker
 output line at that phase's fraction)."""
 
 from __future__ import annotations

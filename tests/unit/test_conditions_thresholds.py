@@ -15,11 +15,11 @@ from crossaudit.kernel.dsl import (
     ModifyConfig,
 )
 from crossaudit.kernel.results import EvaluatorResult, RuleResult, Span, Status
-from crossaudit.orchestrator.engine import actions
-from crossaudit.orchestrator.engine.conditions import check
-from crossaudit.orchestrator.engine.consensus import Ballot, combine
-from crossaudit.orchestrator.engine.context import build_context
-from crossaudit.orchestrator.engine.thresholds import FeedbackStats, dynamic_threshold, feedback_adjusted, in_time_range
+from orchestrator.engine import actions
+from orchestrator.engine.conditions import check
+from orchestrator.engine.consensus import Ballot, combine
+from orchestrator.engine.context import build_context
+from orchestrator.engine.thresholds import FeedbackStats, dynamic_threshold, feedback_adjusted, in_time_range
 
 CTX = {
     "user": {"id": "user-123", "role": "viewer", "tags": ["a", "b"], "age": 41},

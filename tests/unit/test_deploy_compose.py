@@ -17,7 +17,7 @@ from tests.conftest import need
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"
-ORCHESTRATOR_DOCKERFILE = ROOT / "crossaudit" / "images" / "orchestrator" / "Dockerfile"
+ORCHESTRATOR_DOCKERFILE = ROOT / "images" / "orchestrator" / "Dockerfile"
 POSTGRES_DOCKERFILE = ROOT / "deploy" / "postgres" / "Dockerfile"
 CONFIG_TIMEOUT_S = 60
 

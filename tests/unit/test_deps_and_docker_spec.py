@@ -12,15 +12,15 @@ from crossaudit.kernel.depspec import Dependency, parse_dependency, validate_dep
 from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.kernel.ownership import owner_alive as _owner_alive
-from crossaudit.sandbox.deps import dependency_key, import_names
-from crossaudit.sandbox.docker.container import (
+from sandbox.deps import dependency_key, import_names
+from sandbox.docker.container import (
     ENV_ALLOWLIST,
     SANDBOX_UID_RANGE,
     UidAllocator,
     check_env,
     container_spec,
 )
-from crossaudit.sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
+from sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
 
 
 @pytest.mark.parametrize(
@@ -188,8 +188,8 @@ class _DeadDaemonClient:
 
 async def test_daemon_failures_surface_as_typed_retryable_errors():
     from crossaudit.kernel.errors import EvaluatorUnavailableError
-    from crossaudit.sandbox.base import CodeBundle
-    from crossaudit.sandbox.docker.backend import DockerSandbox
+    from sandbox.base import CodeBundle
+    from sandbox.docker.backend import DockerSandbox
 
     sb = DockerSandbox(client=_DeadDaemonClient())
     bundle = CodeBundle("def evaluate(p, r, c):\n    return {'score': 1.0}\n")

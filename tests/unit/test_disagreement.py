@@ -14,13 +14,13 @@ import pytest
 from crossaudit.kernel.dsl import DisagreementConfig
 from crossaudit.kernel.errors import PolicyValidationError
 from crossaudit.kernel.results import Verdict
-from crossaudit.orchestrator.engine.consensus import Ballot, disagreement
-from crossaudit.orchestrator.engine.engine import Engine
-from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator
-from crossaudit.orchestrator.policy import load_policy
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
 from crossaudit.store import ReviewState, SQLiteStore
+from orchestrator.engine.consensus import Ballot, disagreement
+from orchestrator.engine.engine import Engine
+from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.policy import load_policy
 from tests.conftest import ROOT
 
 HEAD = """\

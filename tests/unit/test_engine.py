@@ -15,11 +15,11 @@ import pytest
 
 from crossaudit.kernel.errors import EvaluatorUnavailableError, SandboxCodeError
 from crossaudit.kernel.results import Action, Status, Verdict
-from crossaudit.orchestrator.engine.cache import ResultCache
-from crossaudit.orchestrator.engine.engine import Engine, plan
-from crossaudit.orchestrator.engine.thresholds import FeedbackStats
-from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator
-from crossaudit.orchestrator.policy import load_policy
+from orchestrator.engine.cache import ResultCache
+from orchestrator.engine.engine import Engine, plan
+from orchestrator.engine.thresholds import FeedbackStats
+from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.policy import load_policy
 
 Behaviour = Callable[[EvaluationInput, float, int], Awaitable[Verdict]]
 
@@ -217,7 +217,7 @@ async def test_every_action_outcome() -> None:
     assert by["c"].params["payload"]["violation_type"] == "c"
     assert by["c"].params["payload"]["content_hash"] == hashlib.sha256(b"abc").hexdigest()
     assert by["c"].params["request"]["headers"]["Authorization"] == "Bearer ${HOOK_TOKEN}"  # never expanded here
-    from crossaudit.orchestrator.engine.actions import webhook_request
+    from orchestrator.engine.actions import webhook_request
 
     req = webhook_request(by["c"], {"HOOK_TOKEN": "t0k"})
     assert req["headers"]["Authorization"] == "Bearer t0k" and req["method"] == "POST"

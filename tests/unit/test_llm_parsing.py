@@ -9,8 +9,8 @@ import pytest
 
 from crossaudit.kernel import dsl
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, ProviderError, RateLimitedError
-from crossaudit.orchestrator.engine.ratelimit import TokenBucket
-from crossaudit.orchestrator.evaluators.llm import LLMEvaluator, build_user_message, parse_answer
+from orchestrator.engine.ratelimit import TokenBucket
+from orchestrator.evaluators.llm import LLMEvaluator, build_user_message, parse_answer
 
 
 @pytest.mark.parametrize(

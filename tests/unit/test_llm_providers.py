@@ -24,10 +24,10 @@ from crossaudit.kernel.errors import (
     EvaluatorUnavailableError,
     ProviderError,
 )
-from crossaudit.orchestrator.engine.engine import Engine
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.llm import LLMEvaluator
-from crossaudit.orchestrator.policy import load_policy
+from orchestrator.engine.engine import Engine
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.llm import LLMEvaluator
+from orchestrator.policy import load_policy
 
 INP = EvaluationInput(prompt="How do I bake bread?", response="Mix flour, water, yeast; knead; bake.")
 
@@ -572,7 +572,7 @@ async def test_an_endless_answer_is_cut_at_the_byte_cap(provider: str, monkeypat
     import openai  # noqa: F401
     from google import genai  # noqa: F401
 
-    from crossaudit.orchestrator.evaluators.llm import ResponseTooLargeError
+    from orchestrator.evaluators.llm import ResponseTooLargeError
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     server = EndlessProvider()
@@ -600,7 +600,7 @@ async def test_an_endless_answer_is_cut_at_the_byte_cap(provider: str, monkeypat
 
 
 async def test_a_declared_huge_length_is_refused_before_the_body(monkeypatch: pytest.MonkeyPatch) -> None:
-    from crossaudit.orchestrator.evaluators.llm import ResponseTooLargeError
+    from orchestrator.evaluators.llm import ResponseTooLargeError
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     server = EndlessProvider("declared")
@@ -631,7 +631,7 @@ async def test_a_compressed_answer_is_refused(monkeypatch: pytest.MonkeyPatch) -
 
 async def test_the_google_http_client_we_give_is_closed_with_the_evaluator(fake: FakeProviders) -> None:
     """genai leaves a client it was given open; ours (which carries the byte cap) is closed by aclose."""
-    from crossaudit.orchestrator.evaluators.llm import OWNED_HTTP
+    from orchestrator.evaluators.llm import OWNED_HTTP
 
     ev = LLMEvaluator("g", {"provider": "google", "model": "m", "api_key": "k", "base_url": fake.url})
     await ev.evaluate(INP, timeout=5)

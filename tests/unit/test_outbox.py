@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError, DeliveryPendingError, InvalidInputError, NotFoundError
-from crossaudit.orchestrator.secrets import SecretGrant
 from crossaudit.service.outbox import signing
 from crossaudit.service.outbox.attempts import Attempt, next_delay, parse_retry_after
 from crossaudit.service.outbox.destinations import (
@@ -22,6 +21,7 @@ from crossaudit.service.outbox.destinations import (
 )
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
+from orchestrator.secrets import SecretGrant
 from tests.records import audit_record
 
 SECRET = "a-signing-secret-of-some-length"

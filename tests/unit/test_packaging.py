@@ -35,7 +35,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_wheel_holds_images_agent_and_protos(wheel: Path) -> None:
+def test_wheel_holds_images_agent_and_stubs(wheel: Path) -> None:
+    """The three top-level packages, the images (from images/, as crossaudit/images) and the
+    generated stubs; the .proto sources stay in the repository (protos/), the only copy."""
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
         "crossaudit/images/runner/Dockerfile",
@@ -43,13 +45,17 @@ def test_wheel_holds_images_agent_and_protos(wheel: Path) -> None:
         "crossaudit/images/detoxify/Dockerfile",
         "crossaudit/images/presidio/Dockerfile",
         "crossaudit/images/base/README.md",
-        "crossaudit/sandbox/agent/__init__.py",
-        "crossaudit/v1/evaluation.proto",
+        "crossaudit/images/orchestrator/Dockerfile",
+        "sandbox/agent/__init__.py",
+        "sandbox/docker/images.py",
+        "orchestrator/engine/engine.py",
         "crossaudit/v1/evaluation_pb2.py",
         "crossaudit/modelserver/server.py",
     ):
         assert required in names, required
-    assert not {n.split("/")[0] for n in names} - {"crossaudit"} - {n.split("/")[0] for n in names if ".dist-info" in n}
+    tops = {n.split("/")[0] for n in names} - {n.split("/")[0] for n in names if ".dist-info" in n}
+    assert tops == {"crossaudit", "orchestrator", "sandbox"}
+    assert not [n for n in names if n.endswith(".proto")]
 
 
 def test_installed_wheel_finds_its_image_sources(wheel: Path, tmp_path: Path) -> None:
@@ -58,12 +64,13 @@ def test_installed_wheel_finds_its_image_sources(wheel: Path, tmp_path: Path) ->
         zf.extractall(target)  # a wheel is a zip laid out as site-packages
     probe = (
         "import json\n"
-        "from crossaudit.sandbox.docker import images as d\n"
+        "from sandbox.docker import images as d\n"
         "from crossaudit.modelserver import images as m\n"
+        "from crossaudit.kernel.resources import image_dir\n"
         "print(json.dumps({'runner': str(d.RUNNER_DIR), 'agent': sorted(p.name for p in d.AGENT_DIR.glob('*.py')),\n"
         "  'dockerfile': (d.RUNNER_DIR / 'Dockerfile').is_file(), 'entry': (d.RUNNER_DIR / 'entry.py').is_file(),\n"
         "  'app': [rel for rel, src in m.app_files() if src.is_file()],\n"
-        "  'model_dockerfiles': [(m.PACKAGE_ROOT / 'images' / k / 'Dockerfile').is_file() for k in m.KINDS]}))\n"
+        "  'model_dockerfiles': [(image_dir(k) / 'Dockerfile').is_file() for k in m.KINDS]}))\n"
     )
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env,

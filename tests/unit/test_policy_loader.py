@@ -13,8 +13,8 @@ import pytest
 
 from crossaudit.kernel.errors import PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
-from crossaudit.orchestrator.policy import load_policy, load_policy_file
-from crossaudit.orchestrator.policy.schema import policy_json_schema_text
+from orchestrator.policy import load_policy, load_policy_file
+from orchestrator.policy.schema import policy_json_schema_text
 from tests.conftest import ROOT
 
 HEAD = 'name: "T"\ndescription: "d"\nversion: "1.0"\n'

@@ -14,10 +14,10 @@ from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
 from crossaudit.modelserver.builtins import ModelRequiredError, model_problem, resolve_paths
 from crossaudit.modelserver.builtins.presidio import _NER_IGNORED, _NER_MAPPING, NER_ONLY_ENTITIES, PresidioRuntime
 from crossaudit.modelserver.pool import InProcessModels
-from crossaudit.orchestrator.evaluators.base import EvaluationInput
-from crossaudit.orchestrator.evaluators.builtin import PresidioEvaluator
-from crossaudit.orchestrator.policy import load_policy
-from crossaudit.orchestrator.policy.models import model_check
+from orchestrator.evaluators.base import EvaluationInput
+from orchestrator.evaluators.builtin import PresidioEvaluator
+from orchestrator.policy import load_policy
+from orchestrator.policy.models import model_check
 from tests.conftest import ROOT
 
 PII_TEXT = "Mail john@example.com, phone number 212-555-1234; my ssn is 219-09-9999; card 4111 1111 1111 1111."

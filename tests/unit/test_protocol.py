@@ -18,7 +18,7 @@ from crossaudit.kernel.errors import (
     SandboxSecurityError,
 )
 from crossaudit.kernel.limits import SandboxLimits
-from crossaudit.sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
+from sandbox.protocol import AgentChannel, ProtocolError, error_from_frame, parse_result
 
 LIMITS = SandboxLimits(result_max_depth=5, result_max_violations=3, result_bytes=10_000)
 

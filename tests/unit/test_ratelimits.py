@@ -8,8 +8,8 @@ import time
 import pytest
 
 from crossaudit.kernel.errors import RateLimitedError
-from crossaudit.orchestrator.engine.ratelimit import TokenBucket, take
 from crossaudit.service.ratelimits import StoreBucket
+from orchestrator.engine.ratelimit import TokenBucket, take
 
 
 def test_the_bucket_arithmetic() -> None:

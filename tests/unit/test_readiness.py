@@ -1,5 +1,5 @@
 """Which rules reach no verdict here or offline, and which request context rules need
-(crossaudit/orchestrator/readiness.py, behind ``crossaudit policy validate``): the LLM
+(orchestrator/readiness.py, behind ``crossaudit policy validate``): the LLM
 evaluators' own settings and the builtins' own model resolution, on temporary places."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from crossaudit.modelserver.store import ModelStore
-from crossaudit.orchestrator.policy import load_policy
-from crossaudit.orchestrator.readiness import readiness, unready_evaluators
+from orchestrator.policy import load_policy
+from orchestrator.readiness import readiness, unready_evaluators
 
 CUSTOM = '{type: custom, config: {code: "def evaluate(p, r, c): return {\'score\': 1.0}"}}'
 

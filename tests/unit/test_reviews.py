@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from crossaudit.kernel.results import Action, ActionOutcome, Decision, RuleResult, Status
-from crossaudit.orchestrator import reviews
-from crossaudit.orchestrator.reviews import ReviewKind, ReviewState
+from orchestrator import reviews
+from orchestrator.reviews import ReviewKind, ReviewState
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 PAST, FUTURE = "2020-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"

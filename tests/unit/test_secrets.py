@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError, SandboxCodeError
-from crossaudit.orchestrator.policy import envvars, load_policy
-from crossaudit.orchestrator.policy.inline import inline_local_code
-from crossaudit.orchestrator.secrets import (
+from crossaudit.service.auth import load_tenants_file
+from orchestrator.policy import envvars, load_policy
+from orchestrator.policy.inline import inline_local_code
+from orchestrator.secrets import (
     MASK,
     EnvironmentSecrets,
     HostAllowlist,
@@ -18,8 +19,7 @@ from crossaudit.orchestrator.secrets import (
     SecretUse,
     TenantSecrets,
 )
-from crossaudit.sandbox.base import RunDiagnostics
-from crossaudit.service.auth import load_tenants_file
+from sandbox.base import RunDiagnostics
 
 K1, K2 = "k1-" + "a" * 20, "k2-" + "b" * 20
 HEAD = 'name: t\ndescription: d\nversion: "1.0"\n'
@@ -236,7 +236,7 @@ def test_a_missing_code_file_is_reported_at_its_field(tmp_path: Path) -> None:
 
 def test_a_secret_cut_by_a_length_cap_is_still_masked() -> None:
     """Messages are capped where they are made (SDK errors, the sandbox) before masking sees them."""
-    from crossaudit.orchestrator.secrets import SecretUse
+    from orchestrator.secrets import SecretUse
 
     use = SecretUse()
     use.add("sk-SECRETVALUE-0123456789abcdef")

@@ -20,13 +20,13 @@ from crossaudit.kernel.errors import (
     RateLimitedError,
 )
 from crossaudit.kernel.results import Action, ActionOutcome, Decision, RuleResult, Status
-from crossaudit.orchestrator.engine.thresholds import FeedbackStats
-from crossaudit.orchestrator.policy import Policy
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
 from crossaudit.store import ReviewState, SQLiteStore
 from crossaudit.store.base import sha256_text
+from orchestrator.engine.thresholds import FeedbackStats
+from orchestrator.policy import Policy
 
 POLICY = """
 name: p

@@ -11,6 +11,12 @@ def test_committed_stubs_are_fresh() -> None:
     assert generate.stale_files() == [], "run `make proto` and commit the regenerated stubs"
 
 
+def test_the_proto_sources_are_in_protos_only() -> None:
+    sources = generate.proto_files()
+    assert sources and all(generate.PROTO_ROOT in p.parents for p in sources)
+    assert not list((generate.REPO_ROOT / "crossaudit").rglob("*.proto"))  # one copy
+
+
 def test_every_proto_has_importable_stubs() -> None:
     for proto in generate.proto_files():
         for suffix in ("_pb2", "_pb2_grpc"):

@@ -216,8 +216,8 @@ def test_environment_settings_are_exported_under_the_names_their_readers_use(tmp
         ENV_SPACY_PACKAGE,
     )
     from crossaudit.modelserver.store import ENV_MODEL_STORE
-    from crossaudit.sandbox.deps import ENV_CACHE_DIR
-    from crossaudit.sandbox.docker.images import ENV_BASE_IMAGE
+    from sandbox.deps import ENV_CACHE_DIR
+    from sandbox.docker.images import ENV_BASE_IMAGE
 
     readers = {
         ENV_MODEL_STORE, ENV_MODEL_ROOTS, ENV_OFFLINE, ENV_HF_ENDPOINT, ENV_DETOXIFY_URL, ENV_DETOXIFY_CHECKPOINT,

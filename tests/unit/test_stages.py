@@ -12,10 +12,10 @@ import pytest
 from crossaudit.kernel.dsl import Stage
 from crossaudit.kernel.errors import InvalidInputError, PolicyValidationError
 from crossaudit.kernel.results import Status, Verdict
-from crossaudit.orchestrator.engine.engine import Engine, applies_at
-from crossaudit.orchestrator.evaluators.base import EvaluationInput, Evaluator
-from crossaudit.orchestrator.policy import load_policy
-from crossaudit.orchestrator.policy.schema import policy_json_schema_text
+from orchestrator.engine.engine import Engine, applies_at
+from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.policy import load_policy
+from orchestrator.policy.schema import policy_json_schema_text
 
 
 class Counting(Evaluator):

@@ -1,5 +1,5 @@
 """YAML syntax errors in plain words at the line:column to fix, through the policy loader and
-``crossaudit policy validate`` (crossaudit/orchestrator/policy/yamlerrors.py)."""
+``crossaudit policy validate`` (orchestrator/policy/yamlerrors.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from crossaudit.cli.main import main
 from crossaudit.kernel.errors import PolicyValidationError
-from crossaudit.orchestrator.policy.validate import load_policy
+from orchestrator.policy.validate import load_policy
 
 HEAD = 'name: p\ndescription: d\nversion: "1"\n'
 

@@ -43,7 +43,6 @@ from crossaudit.kernel.errors import (
     UnauthenticatedError,
 )
 from crossaudit.kernel.listen import client_key
-from crossaudit.orchestrator import reviews
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import ConsoleLimits
 from crossaudit.service.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
@@ -58,6 +57,7 @@ from crossaudit.service.principals import (
 )
 from crossaudit.service.records import Records
 from crossaudit.store.base import AuditRecord, ReviewRecord, ReviewState
+from orchestrator import reviews
 
 log = logging.getLogger("crossaudit.console")
 

@@ -39,8 +39,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.orchestrator.secrets import SecretGrant
 from crossaudit.service.outbox import signing
+from orchestrator.secrets import SecretGrant
 
 WEBHOOKS_KEY = "webhooks"
 DEV_SECRET_ENV = "CROSSAUDIT_WEBHOOK_SIGNING_SECRET"

@@ -1,5 +1,0 @@
-"""Runs the agent: ``python -m crossaudit.sandbox.agent``, or through :mod:`.launch` (both backends)."""
-
-from .supervisor import main
-
-raise SystemExit(main())

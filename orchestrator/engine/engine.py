@@ -1,0 +1,630 @@
+"""The decision engine: a validated Policy + a request → a Decision.
+
+How a request runs:
+1. The context is built (``time.*``, ``content.*`` derived) and the rules are planned:
+   enabled rules by priority (higher first, then file order), a rule that reads
+   ``previous_rule.X`` after X.
+2. Every rule starts at once as a task. A rule checks its conditions (waiting only for
+   the rules it reads), then calls its evaluator(s). Calls are shared within a request
+   (two rules using one evaluator cost one call), cached across requests when the policy
+   asks, retried on retryable errors with backoff, and bounded by what is left of the
+   deadline. So a policy costs about its slowest evaluator, not the sum.
+   A request that names a stage (``input`` or ``output``: the guard proxy's two steps) runs
+   only the rules of that stage (``stage: both``, the default, is of both); the others are
+   reported as skipped, like disabled rules.
+3. Results are *applied* in priority order: a failed ``block`` (or ``warn`` with
+   ``continue_processing: false``) stops lower-priority rules, which are cancelled and
+   reported as skipped.
+4. Errors are fail-closed: an evaluator with no verdict and no fallback fails its rule with
+   the rule's action; ``fallback.evaluator`` is tried first, then ``fallback.on_error``
+   (``allow`` = fail-open). The decision lists every rule that errored. A rule that failed
+   for want of a verdict does not stop the rules after it (step 3): it judged nothing, so the
+   others' verdicts are all the decision knows of the content, and hiding them behind one
+   outage (an LLM key missing, a model not installed) would leave the record blank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import hashlib
+import json
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossaudit.kernel.dsl import (
+    EVALUATION_STAGES,
+    ConsensusStrategy,
+    FallbackOnError,
+    ModifyConfig,
+    Policy,
+    Rule,
+    Stage,
+    TemplateFields,
+    WarnConfig,
+)
+from crossaudit.kernel.errors import (
+    CrossAuditError,
+    DeadlineExceededError,
+    EvaluatorError,
+    EvaluatorTimeoutError,
+    InvalidInputError,
+)
+from crossaudit.kernel.limits import EngineLimits
+from crossaudit.kernel.results import (
+    Action,
+    ActionOutcome,
+    Decision,
+    EvaluatorResult,
+    RuleResult,
+    Status,
+    Verdict,
+)
+from orchestrator.engine import actions, consensus
+from orchestrator.engine.cache import ResultCache
+from orchestrator.engine.conditions import check_all
+from orchestrator.engine.context import build_context
+from orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, local_limiter
+from orchestrator.engine.thresholds import FeedbackStats, rule_threshold
+from orchestrator.evaluators.base import EvaluationInput, Evaluator, EvaluatorFactory
+
+FeedbackSource = Callable[[str, str], FeedbackStats | None]  # (policy name, rule name) -> stats
+TIMEOUT_GRACE_S = 0.02  # the engine's own backstop after an evaluator's timeout
+
+
+def plan(policy: Policy) -> list[Rule]:
+    """Enabled rules in execution order: priority desc, file order, readers after what they read."""
+    enabled = [r for r in policy.rules if r.enabled]
+    index = {r.name: i for i, r in enumerate(policy.rules)}
+    pending = sorted(enabled, key=lambda r: (-r.priority, index[r.name]))
+    done: set[str] = set()
+    ordered: list[Rule] = []
+    names = {r.name for r in enabled}
+    while pending:  # validation rejects cycles, so each pass places at least one rule
+        for r in pending:
+            if all(d in done or d not in names for d in r.depends_on):
+                ordered.append(r)
+                done.add(r.name)
+                pending.remove(r)
+                break
+        else:  # pragma: no cover - defensive: cycle slipped past validation
+            ordered.extend(pending)
+            break
+    return ordered
+
+
+def applies_at(rule: Rule, stage: str) -> bool:
+    """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule)."""
+    return not stage or rule.stage is Stage.BOTH or rule.stage.value == stage
+
+
+def no_verdict_action(rule: Rule) -> tuple[Action | None, str]:
+    """The action a rule takes when its evaluators give no verdict, and how it was chosen: its
+    own action (fail-closed), ``fallback.on_error``'s, or None when that is ``allow`` (fail-open).
+    One place, so the engine and the checks that predict it (``policy validate``) agree."""
+    on_error = rule.fallback.on_error if rule.fallback else None
+    if on_error is FallbackOnError.ALLOW:
+        return None, "allowed by fallback.on_error"
+    action = Action(on_error.value) if on_error else rule.action
+    how = f"fallback.on_error={on_error.value}" if on_error else "fail-closed"
+    if action is Action.MODIFY:
+        # Nothing to redact with: answering ``modify`` would hand back the original text.
+        return Action.BLOCK, "fail-closed: modify had no verdict to redact with, escalated to block"
+    return action, how
+
+
+@dataclass(frozen=True)
+class _Built:
+    evaluator: Evaluator
+    identity: str  # the result cache's view of it (see Engine._cache_identity)
+    limiter: RateLimiter | None  # the spec's rate_limit
+
+
+@dataclass
+class _Request:
+    policy: Policy
+    inp: EvaluationInput
+    raw_context: Mapping[str, Any]
+    deadline: float
+    decision_id: str
+    calls: dict[tuple[str, float, int, float], asyncio.Task[EvaluatorResult]] = field(default_factory=dict)
+    rule_tasks: dict[str, asyncio.Task[RuleResult]] = field(default_factory=dict)
+
+
+class Engine:
+    """Evaluates policies. One engine serves many policies and concurrent requests."""
+
+    def __init__(
+        self,
+        factory: EvaluatorFactory,
+        *,
+        limits: EngineLimits | None = None,
+        cache: ResultCache | None = None,
+        feedback: FeedbackSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        scope: str = "",
+        limiters: LimiterFactory = local_limiter,
+    ) -> None:
+        """``scope`` names whose verdicts this engine caches (the service passes the tenant), so a
+        cache handed to two engines still never serves one tenant's verdict to another.
+        ``limiters`` keeps the evaluators' ``rate_limit`` buckets (in memory by default; the
+        service passes a shared one when replicas share a store)."""
+        self.scope = scope
+        self.limiters = limiters
+        self.factory = factory
+        self.limits = limits or EngineLimits()
+        self.cache = cache if cache is not None else ResultCache(self.limits.cache_entries, clock)
+        self.feedback = feedback
+        self.clock = clock
+        self.now = now
+        self._evaluators: OrderedDict[tuple[str, str], _Built] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    # -- evaluators ---------------------------------------------------------------------------
+
+    def evaluator_for(self, policy: Policy, name: str) -> Evaluator:
+        return self._evaluator(policy, name).evaluator
+
+    def _evaluator(self, policy: Policy, name: str) -> _Built:
+        """The built evaluator, its cache identity and its rate limiter (once per policy version)."""
+        key = (policy.digest or str(id(policy)), name)
+        hit = self._evaluators.get(key)
+        if hit is not None:
+            self._evaluators.move_to_end(key)
+            return hit
+        spec = policy.evaluator(name)
+        ev = self.factory.build(spec, policy)
+        cfg = spec.typed_config
+        rpm = getattr(cfg, "rate_limit", None)
+        burst = getattr(cfg, "rate_limit_burst", None)
+        limiter = self.limiters(f"{self.scope}/{policy.name}/{name}", rpm, burst, name) if rpm else None
+        built = self._evaluators[key] = _Built(ev, self._cache_identity(ev, spec.model_dump(mode="json")), limiter)
+        while len(self._evaluators) > self.limits.evaluator_instances:  # old policy versions age out
+            _, old_built = self._evaluators.popitem(last=False)
+            task = asyncio.get_running_loop().create_task(old_built.evaluator.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return built
+
+    def _cache_identity(self, evaluator: Evaluator, spec: Mapping[str, Any]) -> str:
+        """Everything a cached verdict depends on besides the input: the scope (tenant), the
+        evaluator's identity (kind, name, code + dependency digest for custom code) and its
+        whole spec as written, so ``${NAME}`` secrets count by name, never by value. A redeploy
+        that changes any of these, or another policy's evaluator of the same name, never hits."""
+        material = json.dumps([self.scope, evaluator.identity(), spec], sort_keys=True, default=str)
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    async def aclose(self) -> None:
+        evaluators, self._evaluators = list(self._evaluators.values()), OrderedDict()
+        for built in evaluators:
+            await built.evaluator.aclose()
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    async def evaluate(
+        self,
+        policy: Policy,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        decision_id: str | None = None,
+        stage: str = "",
+    ) -> Decision:
+        """``stage``: ``input`` or ``output`` runs only that stage's rules; "" runs every rule."""
+        start = self.clock()
+        if stage and stage not in EVALUATION_STAGES:
+            raise InvalidInputError(f"unknown stage {stage[:64]!r}: input, output, or none (every rule)")
+        budget = policy.settings.timeout or self.limits.default_timeout_s
+        if timeout is not None:
+            budget = min(budget, timeout)
+        if budget <= 0:
+            raise DeadlineExceededError("no time left to evaluate the policy")
+        size = len(prompt.encode()) + len(response.encode())
+        if size > self.limits.max_content_bytes:
+            raise InvalidInputError(
+                f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
+                "takes (engine_limits.max_content_bytes)"
+            )
+        ctx = build_context(context, response, timezone=policy.settings.timezone, now=self.now())
+        req = _Request(
+            policy=policy,
+            inp=EvaluationInput(prompt=prompt, response=response, context=ctx),
+            raw_context=dict(context or {}),
+            deadline=start + budget,
+            decision_id=decision_id or str(uuid.uuid4()),
+        )
+        order = [r for r in plan(policy) if applies_at(r, stage)] if stage else plan(policy)
+        for rule in order:
+            req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
+        results: list[RuleResult] = []
+        stopped_by: str | None = None
+        try:
+            for rule in order:
+                task = req.rule_tasks[rule.name]
+                if stopped_by is not None:
+                    task.cancel()
+                    results.append(_skipped(rule, f"not applied: rule {stopped_by!r} stopped processing"))
+                    continue
+                res = await task
+                results.append(res)
+                if not res.passed and self._stops(policy, rule, res):
+                    stopped_by = rule.name
+        finally:
+            pending = [t for t in (*req.rule_tasks.values(), *req.calls.values()) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        for rule in policy.rules:
+            if not rule.enabled:
+                results.append(_skipped(rule, "disabled"))
+            elif not applies_at(rule, stage):
+                results.append(_skipped(rule, f"not applied at the {stage} stage (stage: {rule.stage.value})"))
+        return self._decide(req, results, start)
+
+    @staticmethod
+    def _stops(policy: Policy, rule: Rule, res: RuleResult) -> bool:
+        """Whether ``res`` stops the rules after it: a failed verdict of ``block`` (or of ``warn``
+        without ``continue_processing``). A rule with no verdict still fails closed, but does
+        not stop the others (module docstring, step 4)."""
+        if res.status in (Status.ERROR, Status.TIMEOUT):
+            return False
+        if res.action is Action.BLOCK:
+            return policy.settings.stop_on_block
+        if res.action is Action.WARN and isinstance(rule.typed_action_config, WarnConfig):
+            return not rule.typed_action_config.continue_processing
+        return False
+
+    async def _run_rule(self, req: _Request, rule: Rule) -> RuleResult:
+        t0 = self.clock()
+        ctx: dict[str, Any] = dict(req.inp.context)
+        if rule.depends_on:
+            previous: dict[str, Any] = {}
+            for dep in rule.depends_on:
+                task = req.rule_tasks.get(dep)
+                if task is None:
+                    continue  # a disabled rule: validation prevents reading it
+                previous[dep] = self._as_previous(await asyncio.shield(task))
+            ctx["previous_rule"] = previous
+        ok, why = check_all(rule.conditions, ctx)
+        if not ok:
+            return _skipped(rule, why)
+        stats = self.feedback(req.policy.name, rule.name) if self.feedback and rule.feedback_config else None
+        threshold, why_threshold = rule_threshold(rule, ctx, stats)
+
+        weights = [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
+        if len(weights) == 1:  # the common case: no gather (a future and callbacks per rule)
+            evaluated = [await self._call(req, rule, weights[0][0])]
+        else:
+            evaluated = list(await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights)))
+        errored = [r for r in evaluated if r.status in (Status.ERROR, Status.TIMEOUT)]
+        fallback_used = False
+        if errored and rule.fallback and rule.fallback.evaluator:
+            fb = await self._call(req, rule, rule.fallback.evaluator)
+            if fb.status not in (Status.ERROR, Status.TIMEOUT):
+                fallback_used = True
+                evaluated = [fb if r in errored else r for r in evaluated]
+                evaluated.extend(r for r in errored)  # keep the primary's error on record
+                errored = []
+            else:
+                evaluated.append(fb)
+        answered = [r for r in evaluated[: len(weights)] if r.status not in (Status.ERROR, Status.TIMEOUT)]
+        for r in evaluated[: len(weights)]:
+            if r.score is not None:
+                r.status = Status.PASS if self._vote(r, threshold) else Status.FAIL
+
+        latency = (self.clock() - t0) * 1000
+        if not answered:
+            return self._errored(rule, evaluated, threshold, latency, errored)
+        if len(weights) == 1:
+            score = evaluated[0].score or 0.0
+            passed = self._vote(evaluated[0], threshold)
+            reason = why_threshold
+        else:
+            strategy = rule.consensus_strategy or ConsensusStrategy.WEIGHTED_AVERAGE
+            ballots = [
+                consensus.Ballot(
+                    score=r.score if r.score is not None else None, weight=w, vote=self._vote(r, threshold)
+                )
+                for r, (_, w) in zip(evaluated, weights, strict=False)
+            ]
+            score, passed, reason = consensus.combine(strategy, ballots, threshold)
+            split = (
+                consensus.disagreement(ballots, rule.on_disagreement.min_spread)
+                if rule.on_disagreement is not None and rule.on_disagreement.reviews
+                else None
+            )
+            if split is not None:  # not decided here: a reviewer does (the rule's own action is not taken)
+                silent = f"{len(errored)} evaluator(s) gave no verdict" if errored else ""
+                return RuleResult(
+                    rule=rule.name,
+                    status=Status.FAIL,
+                    passed=False,
+                    score=score,
+                    threshold=threshold,
+                    action=Action.REQUIRE_REVIEW,
+                    evaluators=evaluated,
+                    fallback_used=fallback_used,
+                    reason="; ".join(x for x in (split, reason, why_threshold, silent) if x),
+                    latency_ms=latency,
+                    disagreement=True,
+                )
+            reason = "; ".join(x for x in (reason, why_threshold) if x)
+        if errored:
+            reason = "; ".join(x for x in (reason, f"{len(errored)} evaluator(s) gave no verdict") if x)
+        return RuleResult(
+            rule=rule.name,
+            status=Status.PASS if passed else Status.FAIL,
+            passed=passed,
+            score=score,
+            threshold=threshold,
+            action=None if passed else rule.action,
+            evaluators=evaluated,
+            fallback_used=fallback_used,
+            reason=reason,
+            latency_ms=latency,
+        )
+
+    @staticmethod
+    def _vote(r: EvaluatorResult, threshold: float) -> bool:
+        # Both verdicts must agree: the score clears the threshold and the evaluator did not
+        # explicitly say it failed.
+        return r.score is not None and r.score >= threshold and r.passed is not False
+
+    @staticmethod
+    def _as_previous(r: RuleResult) -> dict[str, Any]:
+        details: dict[str, Any] = {}
+        for ev in r.evaluators:
+            for k, v in ev.details.items():
+                details.setdefault(k, v)
+        return {
+            **details,
+            "score": r.score,
+            "passed": r.passed,
+            "status": r.status.value,
+            "action": r.action.value if r.action else None,
+            "threshold": r.threshold,
+        }
+
+    def _errored(
+        self,
+        rule: Rule,
+        evaluated: list[EvaluatorResult],
+        threshold: float,
+        latency: float,
+        errored: list[EvaluatorResult],
+    ) -> RuleResult:
+        timed_out = all(r.status is Status.TIMEOUT for r in errored) and bool(errored)
+        status = Status.TIMEOUT if timed_out else Status.ERROR
+        reasons = "; ".join(f"{r.evaluator}: {r.error}" for r in errored if r.error)
+        action, how = no_verdict_action(rule)
+        if action is None:
+            return RuleResult(
+                rule=rule.name,
+                status=status,
+                passed=True,
+                threshold=threshold,
+                evaluators=evaluated,
+                reason=f"no verdict, {how}: {reasons}",
+                latency_ms=latency,
+            )
+        return RuleResult(
+            rule=rule.name,
+            status=status,
+            passed=False,
+            threshold=threshold,
+            action=action,
+            evaluators=evaluated,
+            reason=f"no verdict ({how}): {reasons}",
+            latency_ms=latency,
+        )
+
+    async def _call(self, req: _Request, rule: Rule, name: str) -> EvaluatorResult:
+        """One evaluator's result for this request, shared between rules that ask alike."""
+        spec = req.policy.evaluator(name)
+        cfg_timeout = getattr(spec.typed_config, "timeout", None)
+        per_call = rule.settings.timeout or cfg_timeout or self.limits.default_rule_timeout_s
+        retries = rule.settings.retries
+        if retries is None:
+            retries = req.policy.settings.retries or 0
+            if rule.settings.retry_on_failure and retries == 0:
+                retries = 1
+        if rule.settings.retry_on_failure is False:
+            retries = 0
+        retries = min(retries, self.limits.max_retries)
+        ttl = 0.0
+        if req.policy.settings.cache_results or rule.settings.cache_duration is not None:
+            ttl = (
+                rule.settings.cache_duration
+                if rule.settings.cache_duration is not None
+                else req.policy.settings.cache_duration or self.limits.default_cache_duration_s
+            )
+        key = (name, per_call, retries, ttl)
+        task = req.calls.get(key)
+        if task is None:
+            task = asyncio.create_task(self._invoke(req, name, per_call, retries, ttl), name=f"eval:{name}")
+            req.calls[key] = task
+        # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
+        return _own_copy(task.result() if task.done() else await asyncio.shield(task))
+
+    async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
+        t0 = self.clock()
+        try:
+            built = self._evaluator(req.policy, name)
+            evaluator, identity = built.evaluator, built.identity
+        except Exception as e:  # a misconfigured evaluator fails its rules (closed), not the request
+            err = e if isinstance(e, CrossAuditError) else EvaluatorError(f"{type(e).__name__}: {e}")
+            return EvaluatorResult(
+                evaluator=name,
+                kind=req.policy.evaluator(name).kind.value,
+                status=Status.ERROR,
+                error=err.message,
+                error_type=type(err).__name__,
+            )
+        kind = evaluator.kind
+        cache_key = ""
+        if ttl > 0:
+            material = json.dumps(
+                [identity, req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str
+            )
+            cache_key = hashlib.sha256(material.encode()).hexdigest()
+            hit = self.cache.get(cache_key)
+            if hit is not None:
+                return self._result(name, kind, hit, t0, attempts=0, cached=True)
+        backoff = self.limits.retry_backoff_s
+        attempts = 0
+        last: CrossAuditError | None = None
+        for attempt in range(1, retries + 2):
+            attempts = attempt
+            remaining = req.deadline - self.clock()
+            if remaining <= 0:
+                last = EvaluatorTimeoutError("the request's deadline ran out before the evaluator answered")
+                break
+            timeout = min(per_call, remaining)
+            try:
+                if built.limiter is not None:  # rate_limit, for every evaluator kind
+                    timeout -= await built.limiter.acquire(timeout)
+                verdict = await asyncio.wait_for(
+                    evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
+                )
+                verdict = verdict.rechecked()  # an adapter may have extended it without validation
+                if cache_key:
+                    self.cache.put(cache_key, verdict, ttl)
+                return self._result(name, kind, verdict, t0, attempts=attempts)
+            except TimeoutError:
+                last = EvaluatorTimeoutError(f"no answer within {timeout:.3f}s")
+            except CrossAuditError as e:
+                last = e
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # an adapter bug must not take the decision down: fail closed
+                last = EvaluatorError(f"{type(e).__name__}: {e}")
+            if not last.retryable or attempt > retries:
+                break
+            wait = max(backoff, last.retry_after or 0.0)  # the provider's Retry-After, at least
+            if self.clock() + wait >= req.deadline:
+                break
+            await asyncio.sleep(wait)
+            backoff *= 2
+        assert last is not None
+        status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR
+        return EvaluatorResult(
+            evaluator=name,
+            kind=kind,
+            status=status,
+            error=last.message,
+            error_type=type(last).__name__,
+            attempts=attempts,
+            latency_ms=(self.clock() - t0) * 1000,
+        )
+
+    def _result(
+        self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False
+    ) -> EvaluatorResult:
+        return EvaluatorResult(
+            evaluator=name,
+            kind=kind,
+            status=Status.PASS if v.passed is not False else Status.FAIL,
+            score=v.score,
+            passed=v.passed,
+            violations=list(v.violations),
+            details=dict(v.details),
+            spans=list(v.spans),
+            latency_ms=(self.clock() - t0) * 1000,
+            attempts=attempts,
+            cached=cached,
+        )
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def _decide(self, req: _Request, results: list[RuleResult], start: float) -> Decision:
+        policy = req.policy
+        moment = self.now()
+        outcomes: list[ActionOutcome] = []
+        edits: list[tuple[ModifyConfig, RuleResult]] = []
+        worst = Action.ALLOW
+        by_name = {r.name: r for r in policy.rules}
+        for res in results:
+            if res.passed or res.action is None:
+                continue
+            rule = by_name[res.rule]
+            fields = TemplateFields(
+                rule_name=rule.name,
+                rule_score=res.score,
+                rule_threshold=res.threshold,
+                rule_action=res.action.value,
+                rule_status=res.status.value,
+                policy_name=policy.name,
+                policy_version=policy.version,
+                content_hash=req.inp.context["content"]["hash"],
+                content_length=req.inp.context["content"]["length"],
+                timestamp=moment.isoformat(),
+                decision_id=req.decision_id,
+            ).values()
+            res.outcome = actions.build_outcome(
+                rule,
+                res,
+                res.action,
+                fields=fields,
+                now=moment,
+                config=rule.on_disagreement if res.disagreement else None,
+            )
+            outcomes.append(res.outcome)
+            if res.action is Action.MODIFY:
+                cfg = rule.typed_action_config
+                edits.append((cfg if isinstance(cfg, ModifyConfig) else ModifyConfig(), res))
+            if res.action.severity > worst.severity:
+                worst = res.action
+        passed = all(r.passed or r.action in (Action.CONTINUE, Action.ALLOW) for r in results)
+        errored = [
+            r.rule
+            for r in results
+            if r.status in (Status.ERROR, Status.TIMEOUT)
+            or any(e.status in (Status.ERROR, Status.TIMEOUT) for e in r.evaluators if not r.fallback_used)
+        ]
+        # A modify rule that produced no verdict (errored, timed out) means the response may hold
+        # what it should have redacted: never return it as the modified response.
+        unredacted = any(
+            by_name[r.rule].action is Action.MODIFY and r.status in (Status.ERROR, Status.TIMEOUT)
+            for r in results
+            if r.rule in by_name
+        )
+        return Decision(
+            policy=policy.name,
+            policy_version=policy.version,
+            passed=passed,
+            action=worst,
+            rules=results,
+            modified_response=None if unredacted else actions.apply_modifications(req.inp.response, edits),
+            outcomes=outcomes,
+            errored_rules=errored,
+            latency_ms=(self.clock() - start) * 1000,
+            decision_id=req.decision_id,
+        )
+
+
+def _own_copy(result: EvaluatorResult) -> EvaluatorResult:
+    """A rule's own copy of a result that rules share (each sets its copy's status). Containers
+    are copied; nested details deeply, only when there are any (spans are immutable)."""
+    details = result.details
+    nested = any(isinstance(v, dict | list) for v in details.values())
+    return result.model_copy(
+        update={
+            "violations": list(result.violations),
+            "details": copy.deepcopy(details) if nested else dict(details),
+            "spans": list(result.spans),
+        }
+    )
+
+
+def _skipped(rule: Rule, reason: str) -> RuleResult:
+    """A rule that did not apply: it passes, and ``reason`` says why."""
+    return RuleResult(rule=rule.name, status=Status.SKIPPED, passed=True, reason=reason)

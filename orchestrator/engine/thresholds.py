@@ -1,0 +1,99 @@
+"""Static and dynamic thresholds, plus feedback-driven adjustment.
+
+Dynamic: base + user_trust_modifier × trust + content_sensitivity_modifier × sensitivity
++ the first matching time-of-day range's modifier, clamped to [0, 1].
+trust = ``user.trust_score`` (0-1), else 1 when ``user.trusted`` is true, else 0;
+sensitivity = ``content.sensitivity`` (0-1), else 1 when ``content.sensitive`` is true.
+Time ranges are 'HH:MM-HH:MM', start inclusive, end exclusive, and may wrap midnight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from crossaudit.kernel.dsl import DynamicThresholdConfig, FeedbackConfig, Rule
+from orchestrator.engine.context import MISSING, lookup
+
+
+def _unit(ctx: Mapping[str, Any], score_path: str, flag_path: str) -> float:
+    v = lookup(ctx, score_path)
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return min(1.0, max(0.0, float(v)))
+    flag = lookup(ctx, flag_path)
+    return 1.0 if flag is True else 0.0
+
+
+def _minutes(hhmm: str) -> int:
+    h, m = hhmm.split(":")
+    return int(h) * 60 + int(m)
+
+
+def in_time_range(spec: str, minute_of_day: int) -> bool:
+    start_s, end_s = spec.split("-")
+    start, end = _minutes(start_s), _minutes(end_s)
+    if start == end:
+        return True  # the whole day
+    if start < end:
+        return start <= minute_of_day < end
+    return minute_of_day >= start or minute_of_day < end  # wraps midnight
+
+
+def dynamic_threshold(cfg: DynamicThresholdConfig, ctx: Mapping[str, Any]) -> tuple[float, str]:
+    value = cfg.base_threshold
+    parts = [f"base {cfg.base_threshold:g}"]
+    if cfg.user_trust_modifier:
+        trust = _unit(ctx, "user.trust_score", "user.trusted")
+        if trust:
+            value += cfg.user_trust_modifier * trust
+            parts.append(f"trust {cfg.user_trust_modifier * trust:+g}")
+    if cfg.content_sensitivity_modifier:
+        sens = _unit(ctx, "content.sensitivity", "content.sensitive")
+        if sens:
+            value += cfg.content_sensitivity_modifier * sens
+            parts.append(f"sensitivity {cfg.content_sensitivity_modifier * sens:+g}")
+    hour, minute = lookup(ctx, "time.hour"), lookup(ctx, "time.minute")
+    if cfg.time_of_day_modifier and hour is not MISSING:
+        mod = int(hour) * 60 + (int(minute) if isinstance(minute, int | float) else 0)
+        for spec, delta in cfg.time_of_day_modifier.items():
+            if in_time_range(spec, mod):
+                value += delta
+                parts.append(f"{spec} {delta:+g}")
+                break
+    clamped = min(1.0, max(0.0, value))
+    return clamped, "dynamic threshold " + ", ".join(parts) + f" = {clamped:g}"
+
+
+@dataclass(frozen=True)
+class FeedbackStats:
+    """Labels collected for one rule: a false positive = failed but should have passed."""
+
+    total: int = 0
+    false_positive: int = 0
+    false_negative: int = 0
+
+
+def feedback_adjusted(threshold: float, cfg: FeedbackConfig | None, stats: FeedbackStats | None) -> tuple[float, str]:
+    """Move the threshold toward what reviewers said, once enough feedback exists.
+
+    More false positives lower the threshold (the rule was too strict); more false
+    negatives raise it. The shift is feedback_weight × (fn - fp) / total.
+    """
+    if cfg is None or not (cfg.collect_user_feedback and cfg.update_model):
+        return threshold, ""  # feedback not collected for this rule, or not used
+    if stats is None or stats.total < cfg.min_feedback_count:
+        return threshold, ""
+    shift = cfg.feedback_weight * (stats.false_negative - stats.false_positive) / stats.total
+    new = min(1.0, max(0.0, threshold + shift))
+    return new, f"feedback ({stats.total} labels) moved threshold {threshold:g} -> {new:g}"
+
+
+def rule_threshold(rule: Rule, ctx: Mapping[str, Any], stats: FeedbackStats | None = None) -> tuple[float, str]:
+    if rule.threshold == "dynamic":
+        assert rule.threshold_config is not None  # validated
+        value, why = dynamic_threshold(rule.threshold_config, ctx)
+    else:
+        value, why = float(rule.threshold), ""
+    adjusted, fb = feedback_adjusted(value, rule.feedback_config, stats)
+    return adjusted, "; ".join(x for x in (why, fb) if x)

@@ -1,0 +1,56 @@
+"""Custom evaluators: user code run by a Sandbox backend, never in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from crossaudit.kernel.results import Verdict
+from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
+from orchestrator.policy import envvars
+from orchestrator.secrets import SecretSource, SecretUse, as_secret_source
+from sandbox.base import CodeBundle, Sandbox
+
+PARAMETERS_KEY = "evaluator_config"  # context key under which a policy's extra config keys reach the code
+
+
+class CustomEvaluator(Evaluator):
+    """``parameters`` (the policy's extra config keys) keep their ``${NAME}`` references: they are
+    expanded from ``secrets`` at each call, so the code receives a secret only where the policy
+    placed it and a rotated secret applies to the next call. Whatever the call returns or raises
+    has those values masked before it leaves here."""
+
+    kind: ClassVar[str] = "custom"
+
+    def __init__(
+        self,
+        name: str,
+        bundle: CodeBundle,
+        sandbox: Sandbox,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        secrets: SecretSource | Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.bundle = bundle
+        self.sandbox = sandbox
+        self.parameters = dict(parameters or {})
+        self.secrets = as_secret_source(secrets)
+
+    def identity(self) -> str:
+        return f"custom:{self.name}:{self.bundle.digest}"
+
+    async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        use = SecretUse()
+        context: dict[str, Any] = dict(inp.context)
+        if self.parameters:
+            context[PARAMETERS_KEY] = envvars.expand(
+                self.parameters, self.secrets, use, where=f"evaluator {self.name!r} config"
+            )
+        try:
+            verdict, _diagnostics = await self.sandbox.run(
+                self.bundle, inp.prompt, inp.response, context, timeout=timeout
+            )
+        except Exception as exc:  # its message and attached diagnostics (captured output) are masked
+            raise use.mask_error(exc) from None
+        return mask_verdict(verdict, use)

@@ -1,0 +1,54 @@
+"""The Docker backend's warm pool: :class:`sandbox.pool.WarmPool` over containers.
+
+What is Docker-specific: a worker is a hardened container of the bundle's dependency image
+whose agent preloads the declared imports, and its per-call reset empties the tmpfs mounts
+(``RESET_PATHS``) and removes SysV IPC objects as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crossaudit.kernel.errors import CrossAuditError
+from sandbox.base import CodeBundle
+from sandbox.docker.container import RESET_PATHS, ContainerRuntime, WarmContainer
+from sandbox.pool import WarmPool
+from sandbox.protocol import AgentChannel, error_from_frame
+
+
+class ContainerPool(WarmPool[WarmContainer]):
+    """Containers for one bundle (code + dependency image)."""
+
+    def __init__(self, rt: ContainerRuntime, bundle: CodeBundle, image: str, preload: tuple[str, ...]) -> None:
+        super().__init__(rt.pool_limits, bundle)
+        self.rt = rt
+        self.image = image
+        self.preload = preload
+
+    def stats(self) -> dict[str, Any]:
+        return {"image": self.image, **super().stats()}
+
+    def load_frame(self) -> dict[str, Any]:
+        return AgentChannel.load_frame(
+            self.bundle.code,
+            entrypoint=self.bundle.entrypoint,
+            preload=self.preload,
+            restricted=False,
+            limits=self.rt.limits,
+            reset={"paths": RESET_PATHS, "ipc": True},
+        )
+
+    async def new_worker(self) -> WarmContainer:
+        container = WarmContainer(
+            self.rt, self.image, self.bundle.digest, self.bundle.pool_key, tenant=self.bundle.tenant
+        )
+        try:
+            frame = await container.start(self.load_frame(), self.limits.start_timeout_s)
+        except BaseException:
+            await container.destroy()
+            raise
+        if not frame.get("ok"):
+            await container.destroy()
+            error: CrossAuditError = error_from_frame(frame)
+            raise error
+        return container
