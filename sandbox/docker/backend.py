@@ -67,11 +67,16 @@ def socket_channel_possible(client: Any) -> bool:
 
 
 def cgroup_driver(client: Any) -> str:
-    """The daemon's cgroup driver when containers can be given a parent of their tenant's, else ''."""
+    """The daemon's cgroup driver when containers can be given a parent of their tenant's, else ''.
+    Not for a rootless daemon: its cgroups are delegated to one user, and a parent it may not
+    create would fail every container."""
     try:
-        driver = str(client.info().get("CgroupDriver") or "")
+        info = client.info()
     except Exception:
         return ""
+    if "name=rootless" in " ".join(info.get("SecurityOptions") or []):
+        return ""
+    driver = str(info.get("CgroupDriver") or "")
     return driver if driver in {"cgroupfs", "systemd"} else ""
 
 

@@ -130,3 +130,19 @@ async def test_agents_of_two_tenants_run_in_their_own_weighted_groups() -> None:
         await box.aclose()
     assert not tree.exists()  # removed with the sandbox
     assert str(CGROUP_ROOT) in str(tree)
+
+
+def test_docker_parents_only_where_the_daemon_can_make_them() -> None:
+    from sandbox.docker.backend import cgroup_driver
+
+    class Client:
+        def __init__(self, info: dict) -> None:
+            self._info = info
+
+        def info(self) -> dict:
+            return self._info
+
+    assert cgroup_driver(Client({"CgroupDriver": "cgroupfs", "SecurityOptions": ["name=seccomp"]})) == "cgroupfs"
+    assert cgroup_driver(Client({"CgroupDriver": "systemd"})) == "systemd"
+    assert cgroup_driver(Client({"CgroupDriver": "systemd", "SecurityOptions": ["name=rootless"]})) == ""
+    assert cgroup_driver(Client({"CgroupDriver": "none"})) == ""
