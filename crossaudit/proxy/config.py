@@ -297,6 +297,51 @@ def _limits(values: Mapping[str, float], base: ProxyLimits) -> ProxyLimits:
     return replace(base, **changes)
 
 
+def _callers(f: ProxyFile, defaults: Caller, config_dir: Path | None) -> dict[str, Caller]:
+    """Callers by the digest of each of their keys; ``defaults`` holds what a caller leaves unset."""
+    callers: dict[str, Caller] = {}
+    if len(f.callers) > MAX_CALLERS:
+        raise ConfigurationError(f"callers: at most {MAX_CALLERS}")
+    for name, c in f.callers.items():
+        caller = Caller(
+            name=name,
+            policies=frozenset(c.policies),
+            default_policy=c.default_policy,
+            environment=c.environment or defaults.environment,
+            crossaudit_key=_grant(c.crossaudit_api_key, f"callers.{name}", config_dir) or defaults.crossaudit_key,
+            on_block=c.on_block or defaults.on_block,
+            fail_open=defaults.fail_open if c.fail_open is None else c.fail_open,
+        )
+        for k in c.keys:
+            digest = _digest(k)
+            if digest in callers:
+                raise ConfigurationError(f"callers.{name}: a key is also given to caller {callers[digest].name!r}")
+            callers[digest] = caller
+    return callers
+
+
+def _check_dev(f: ProxyFile, callers: Mapping[str, Caller], bind: str) -> None:
+    """--dev has no caller keys, so it serves loopback only."""
+    if callers:
+        raise ConfigurationError("--dev serves without caller keys: remove callers from the configuration")
+    if bind not in LOOPBACK_HOSTS:
+        raise ConfigurationError(f"--dev serves loopback only, not {bind!r}")
+    if f.upstream.forward_caller_authorization:
+        raise ConfigurationError("--dev has no caller keys to forward")
+
+
+def _check_tls(bind: str, tls_cert: str | None, tls_key: str | None) -> None:
+    if bind not in LOOPBACK_HOSTS and not (tls_cert and tls_key):
+        raise ConfigurationError(
+            f"{bind!r} is beyond loopback: serve it with TLS (--tls-cert and --tls-key), or keep 127.0.0.1 "
+            "behind a TLS-terminating front"
+        )
+    if bool(tls_cert) != bool(tls_key):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    if tls_key:
+        check_private_file(Path(tls_key), "TLS private key")
+
+
 def build(
     file: ProxyFile | None,
     *,
@@ -331,33 +376,12 @@ def build(
     block_as = on_block or f.on_block
     open_on_failure = f.fail_open if fail_open is None else fail_open
     default_key = _grant(f.crossaudit.api_key, "crossaudit", config_dir)
-    callers: dict[str, Caller] = {}
-    if len(f.callers) > MAX_CALLERS:
-        raise ConfigurationError(f"callers: at most {MAX_CALLERS}")
-    for name, c in f.callers.items():
-        caller = Caller(
-            name=name,
-            policies=frozenset(c.policies),
-            default_policy=c.default_policy,
-            environment=c.environment or env,
-            crossaudit_key=_grant(c.crossaudit_api_key, f"callers.{name}", config_dir) or default_key,
-            on_block=c.on_block or block_as,
-            fail_open=open_on_failure if c.fail_open is None else c.fail_open,
-        )
-        for k in c.keys:
-            digest = _digest(k)
-            if digest in callers:
-                raise ConfigurationError(f"callers.{name}: a key is also given to caller {callers[digest].name!r}")
-            callers[digest] = caller
+    defaults = Caller("", frozenset(), None, env, default_key, block_as, open_on_failure)
+    callers = _callers(f, defaults, config_dir)
     bind = host or DEFAULT_HOST
     dev_caller = None
     if dev:
-        if callers:
-            raise ConfigurationError("--dev serves without caller keys: remove callers from the configuration")
-        if bind not in LOOPBACK_HOSTS:
-            raise ConfigurationError(f"--dev serves loopback only, not {bind!r}")
-        if f.upstream.forward_caller_authorization:
-            raise ConfigurationError("--dev has no caller keys to forward")
+        _check_dev(f, callers, bind)
         dev_caller = Caller(DEV_CALLER, frozenset({ANY_POLICY}), policy, env, default_key, block_as, open_on_failure)
     elif not callers:
         raise ConfigurationError(
@@ -365,15 +389,7 @@ def build(
         )
     elif policy:
         raise ConfigurationError("--policy is the --dev default policy; callers have default_policy in the file")
-    if bind not in LOOPBACK_HOSTS and not (tls_cert and tls_key):
-        raise ConfigurationError(
-            f"{bind!r} is beyond loopback: serve it with TLS (--tls-cert and --tls-key), or keep 127.0.0.1 "
-            "behind a TLS-terminating front"
-        )
-    if bool(tls_cert) != bool(tls_key):
-        raise ConfigurationError("--tls-cert and --tls-key go together")
-    if tls_key:
-        check_private_file(Path(tls_key), "TLS private key")
+    _check_tls(bind, tls_cert, tls_key)
     ca_tls: bool | str = f.crossaudit.ca_cert or f.crossaudit.tls
     if crossaudit_tls is not None and crossaudit_tls is not False:
         ca_tls = crossaudit_tls
