@@ -219,14 +219,49 @@ class ProxyApp:
         headers: dict[str, str],
         request_id: str,
     ) -> Response:
-        messages: list[dict[str, Any]] = payload["messages"]
+        """The input stage, the model, the output stage: each stage may answer in its place."""
         stream = payload.get("stream") is True
-        n = payload.get("n") or 1
         include_usage = isinstance(payload.get("stream_options"), dict) and bool(
             payload["stream_options"].get("include_usage")
         )
+        base = self._context(caller, payload)
+        refused = await self._input_stage(caller, policy, payload, base, headers, request_id, stream, include_usage)
+        if refused is not None:
+            return refused
+        status, body, upstream_headers = await self._upstream(request, "POST", "/chat/completions", payload)
+        if status != 200:
+            return self._upstream_failure(status, body, upstream_headers, headers)
+        completion, chunks = self._read_answer(body, upstream_headers, stream)
+        n = payload.get("n") or 1
+        try:  # choice indices checked first: exactly 0..k-1, k <= n, so each choice is evaluated once
+            if chunks is not None:
+                answers, outside = chunks.texts(asked=n), chunks.outside(asked=n)
+            else:
+                answers = chat.completion_texts(completion or {}, asked=n)
+                outside = chat.completion_outside(completion or {}, asked=n)
+        except ValueError as e:
+            raise self._bad_upstream(f"the upstream's answer is not a chat completion: {e}") from None
+        changes = await self._output_stage(
+            caller, policy, payload["messages"], answers, outside, base, headers, request_id
+        )
+        if isinstance(changes, Response):
+            return changes
+        return self._answer(completion, chunks, changes, stream, include_usage, headers)
 
-        # input stage: each message's content, and apart from it the text it carries elsewhere
+    async def _input_stage(
+        self,
+        caller: Caller,
+        policy: str,
+        payload: dict[str, Any],
+        base: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        stream: bool,
+        include_usage: bool,
+    ) -> Response | None:
+        """Each message's content, and apart from it the text it carries elsewhere. A refusal or
+        error when the caller may not go on; otherwise the redacted texts are put in ``payload``."""
+        messages: list[dict[str, Any]] = payload["messages"]
         jobs: list[tuple[int, str, str]] = []  # (message index, field, text)
         for i in chat.input_targets(messages, self.config.input_messages):
             text = chat.message_text(messages[i], f"messages[{i}]")
@@ -235,7 +270,6 @@ class ProxyApp:
             outside = chat.outside_text(chat.outside_parts(messages[i]))
             if outside is not None:
                 jobs.append((i, "outside", outside))
-        base = self._context(caller, payload)
         verdicts = await self._all(
             self.guard.check(
                 caller,
@@ -261,6 +295,7 @@ class ProxyApp:
         stuck = next((i for (i, f, t), v in judged if f == "outside" and _changes(v, t)), None)
         if blocked is not None or stuck is not None:
             if caller.on_block == "refusal":
+                n = payload.get("n") or 1
                 refusal = chat.refusal_completion(payload.get("model"), self.config.refusal_message, n)
                 return self._answer(refusal, None, {}, stream, include_usage, headers)
             if blocked is not None:
@@ -269,23 +304,22 @@ class ProxyApp:
         for (i, _field, text), verdict in zip(jobs, verdicts, strict=True):
             if _changes(verdict, text):
                 messages[i]["content"] = verdict.text  # the redacted prompt is what goes upstream
+        return None
 
-        # the model
-        status, body, upstream_headers = await self._upstream(request, "POST", "/chat/completions", payload)
-        if status != 200:
-            return self._upstream_failure(status, body, upstream_headers, headers)
-        completion, chunks = self._read_answer(body, upstream_headers, stream)
-        try:  # choice indices checked first: exactly 0..k-1, k <= n, so each choice is evaluated once
-            if chunks is not None:
-                answers, outside = chunks.texts(asked=n), chunks.outside(asked=n)
-            else:
-                answers = chat.completion_texts(completion or {}, asked=n)
-                outside = chat.completion_outside(completion or {}, asked=n)
-        except ValueError as e:
-            raise self._bad_upstream(f"the upstream's answer is not a chat completion: {e}") from None
-
-        # output stage: each choice's content, and apart from it the text it carries elsewhere
-        # (tool-call arguments, refusal, reasoning): the caller receives that too
+    async def _output_stage(
+        self,
+        caller: Caller,
+        policy: str,
+        messages: list[dict[str, Any]],
+        answers: Mapping[int, str],
+        outside: Mapping[int, str],
+        base: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+    ) -> dict[int, Change] | Response:
+        """Each choice's content, and apart from it the text it carries elsewhere (tool-call
+        arguments, refusal, reasoning): the caller receives that too. The changes to make to the
+        answer, or the error that replaces it."""
         prompt = chat.last_user_text(messages)
         found = [(idx, "content", text) for idx, text in answers.items()]
         found += [(idx, "outside", text) for idx, text in outside.items()]
@@ -314,7 +348,7 @@ class ProxyApp:
             elif _changes(verdict, text) and not (idx in changes and changes[idx].refused):
                 assert verdict.text is not None
                 changes[idx] = Change(verdict.text)
-        return self._answer(completion, chunks, changes, stream, include_usage, headers)
+        return changes
 
     async def _all(self, calls: Iterable[Awaitable[Verdict]]) -> list[Verdict]:
         """A stage's evaluations, ``max_evaluations_per_call`` at a time (a long history checked
