@@ -106,69 +106,22 @@ def export_detoxify(
         raise ConfigurationError(f"export: Hugging Face config directory {hf!r} is not a directory")
     if out.exists() and not overwrite:
         raise ConfigurationError(f"export: {str(out)!r} exists (pass overwrite to replace it)")
-    try:
-        import torch
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"export needs torch ({exc}): pip install 'crossaudit[export]'"
-        ) from None
-    from crossaudit.modelserver.builtins.detoxify import _import_detoxify
-
-    detoxify = _import_detoxify()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        loaded = detoxify.Detoxify(variant, checkpoint=checkpoint, huggingface_config_path=hf)
-    except Exception as exc:
-        raise ConfigurationError(
-            f"export: cannot load checkpoint {checkpoint!r} with config {hf!r}: {type(exc).__name__}: {exc}"
-        ) from None
+    loaded = _load_detoxify(variant, checkpoint, hf)
     model, tokenizer, labels = loaded.model.eval(), loaded.tokenizer, tuple(loaded.class_names)
     example = tokenizer(list(_EXAMPLE_TEXTS), return_tensors="pt", padding=True, truncation=True)
     # XLM-R/RoBERTa tokenizers give no token_type_ids: the graph then has two inputs.
     inputs = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in example)
     if inputs[:2] != ("input_ids", "attention_mask"):
         raise ConfigurationError(f"export: the tokenizer gives {sorted(example)}, not input_ids + attention_mask")
-
-    class Logits(torch.nn.Module):
-        """The classifier with positional inputs and one output: what the graph's signature becomes."""
-
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
-            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
-
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         fp32 = staging / onnxfiles.MODEL_FILES["fp32"]
-        batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
-            # The three inputs share their axes, so the exporter names them once: expected, not a problem.
-            warnings.filterwarnings("ignore", message=r"# The axis name", category=UserWarning)
-            torch.onnx.export(
-                Logits(model).eval(), tuple(example[n] for n in inputs), str(fp32),
-                input_names=list(inputs), output_names=["logits"], opset_version=opset,
-                dynamo=True, external_data=False, verbose=False,
-                dynamic_shapes={n: ({0: batch, 1: sequence} if n in inputs else None)
-                                for n in ("input_ids", "attention_mask", "token_type_ids")},
-            )
+        _export_graph(model, example, inputs, fp32, opset)
         files = {"fp32": str(out / fp32.name)}
         if int8:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
             int8_path = staging / onnxfiles.MODEL_FILES["int8"]
-            # Its advice to run shape-inference pre-processing first does not apply: that fails on
-            # these graphs' dynamic axes ("Incomplete symbolic shape inference").
-            quiet = _DropMessage("pre-processing before quantization")
-            logging.getLogger().addFilter(quiet)
-            try:
-                quantize_dynamic(str(fp32), str(int8_path), weight_type=QuantType.QInt8)
-            finally:
-                logging.getLogger().removeFilter(quiet)
+            _quantize(fp32, int8_path)
             files["int8"] = str(out / int8_path.name)
         (staging / onnxfiles.TOKENIZER_FILE).write_text(_fast_tokenizer(tokenizer).to_str(), encoding="utf-8")
         arch = loaded.model.config
@@ -187,7 +140,7 @@ def export_detoxify(
                 "variant": variant,
                 "opset": opset,
             },
-        ))
+        ))  # fmt: skip
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
@@ -195,6 +148,67 @@ def export_detoxify(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ExportResult(str(out), files, labels)
+
+
+def _load_detoxify(variant: str, checkpoint: str, hf: str) -> Any:
+    """Detoxify's own loader, offline (the config and tokenizer come from ``hf``)."""
+    try:
+        import torch  # noqa: F401 - the export's own dependency, named in the error
+    except ImportError as exc:
+        raise ConfigurationError(f"export needs torch ({exc}): pip install 'crossaudit[export]'") from None
+    from crossaudit.modelserver.builtins.detoxify import _import_detoxify
+
+    detoxify = _import_detoxify()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        return detoxify.Detoxify(variant, checkpoint=checkpoint, huggingface_config_path=hf)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"export: cannot load checkpoint {checkpoint!r} with config {hf!r}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _export_graph(model: Any, example: Any, inputs: tuple[str, ...], path: Path, opset: int) -> None:
+    """The classifier as an fp32 ONNX graph with dynamic batch and sequence axes."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        """The classifier with positional inputs and one output: what the graph's signature becomes."""
+
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+        # The three inputs share their axes, so the exporter names them once: expected, not a problem.
+        warnings.filterwarnings("ignore", message=r"# The axis name", category=UserWarning)
+        torch.onnx.export(
+            Logits(model).eval(), tuple(example[n] for n in inputs), str(path),
+            input_names=list(inputs), output_names=["logits"], opset_version=opset,
+            dynamo=True, external_data=False, verbose=False,
+            dynamic_shapes={n: ({0: batch, 1: sequence} if n in inputs else None)
+                            for n in ("input_ids", "attention_mask", "token_type_ids")},
+        )  # fmt: skip
+
+
+def _quantize(fp32: Path, int8: Path) -> None:
+    """Dynamic int8 quantization of the weights (onnxruntime's), next to the fp32 graph."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # Its advice to run shape-inference pre-processing first does not apply: that fails on
+    # these graphs' dynamic axes ("Incomplete symbolic shape inference").
+    quiet = _DropMessage("pre-processing before quantization")
+    logging.getLogger().addFilter(quiet)
+    try:
+        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    finally:
+        logging.getLogger().removeFilter(quiet)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
