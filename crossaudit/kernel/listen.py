@@ -92,6 +92,8 @@ def _busy_app(max_requests: int) -> ASGIApp:
     return busy
 
 
+# Long: a class factory: the protocol class closes over this server's caps and connection table,
+# so it is defined here, whole; its methods are each short.
 def head_deadline_protocol(
     header_timeout_s: float,
     *,

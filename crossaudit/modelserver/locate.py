@@ -139,6 +139,8 @@ def hf_cached_snapshot(repo: str, environ: Mapping[str, str]) -> tuple[Path | No
     return None, str(cache / f"models--{repo.replace('/', '--')}")
 
 
+# Long: the documented resolution order (explicit, store, caches, download), read top to bottom;
+# each step records what it tried, for the one error message that lists them all.
 def locate_detoxify(
     checkpoint: str | None,
     hf_config: str | None,

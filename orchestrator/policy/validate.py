@@ -393,6 +393,8 @@ def _check_templates(value: Any, path: Path, smap: SourceMap) -> list[PolicyIssu
 # --- pass 3: semantics ---------------------------------------------------------------------
 
 
+# Long: the semantic checks of a policy, one after another in the guide's order, each adding its
+# issues; every check is a few lines, and their order is the order of the issues a user reads.
 def _semantic_checks(
     policy: Policy, smap: SourceMap, limits: PolicyLimits, warnings: list[str], secrets: SecretSource
 ) -> list[PolicyIssue]:

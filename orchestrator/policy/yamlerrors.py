@@ -24,6 +24,8 @@ _CANNOT_START = re.compile(r"found character '(.+)' that cannot start any token"
 _ESCAPE = re.compile(r"found unknown escape character '(.+)'")
 
 
+# Long: one table of PyYAML's error messages, each turned into plain words in turn; split, the
+# cases would lose the order they are tried in.
 def syntax_issue(error: yaml.MarkedYAMLError, text: str, file: str) -> PolicyIssue:
     """One located issue for a PyYAML scanner/parser/composer error of ``text``."""
     problem = str(error.problem or "")

@@ -82,6 +82,8 @@ class CallChild(AgentState):
         return Child(pid, call_w, res_r, out_r, err_r)
 
     # -- the child's side
+    # Long: the forked child's hardening runs in a fixed order (death signal, no new privileges,
+    # rlimits, uid drop, namespaces) before any tenant code; one function keeps that order visible.
     def child_main(self, call_r: int, res_w: int, out_w: int, err_w: int) -> int:  # pragma: no cover
         if self.libc is not None:
             try:

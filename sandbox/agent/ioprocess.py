@@ -152,6 +152,8 @@ class IOProcess(Loader):
         self.send(answer)
         return True
 
+    # Long: one call's whole life in the child (send, read three capped pipes, deadline, reap) in
+    # the order the kernel sees it; the buffers and caps it shares would be passed around if split.
     def run_child(self, payload: bytes) -> dict:
         child = self.child
         assert child is not None

@@ -401,6 +401,8 @@ class Restrictions:
         return self.proxy(root)
 
     # -- globals
+    # Long: the restricted namespace is one table (builtins, guards, hooks) read top to bottom;
+    # its entries are audited together (docs/threat-model.md), so they stay in one place.
     def make_globals(self, print_target) -> dict:
         from RestrictedPython.Guards import (
             guarded_iter_unpack_sequence,
