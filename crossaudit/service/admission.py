@@ -122,29 +122,13 @@ class Admission:
         scope = decision_scope(decision_id, tenant, policy, request_id)  # log lines name the decision
         stopping: asyncio.Future[Any] | None = None  # cancelled work still stopping holds the slot
         try:
-
-            async def decide() -> tuple[PolicyVersionRecord, Policy, Decision]:
-                await self.tenants.load_feedback(tenant)
-                rec, pol = await self.catalog.deployed_policy(tenant, policy, env)
-                left = budget - (time.monotonic() - t0)
-                if left <= 0:
-                    raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
-                decision = await self.tenants.engine(tenant).evaluate(
-                    pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id, stage=stage
-                )
-                return rec, pol, decision
-
-            # Hard stop just before the caller's deadline, so that the answer is ours (a decision
-            # or DEADLINE_EXCEEDED), never the transport's.
-            if time_remaining is None:
-                hard = budget + self.limits.answer_margin_s
-            else:
-                cutoff = min(self.limits.cutoff_margin_s, self.limits.cutoff_margin_fraction * time_remaining)
-                hard = time_remaining - cutoff
+            hard = self._hard_stop(budget, time_remaining)
             # A fair turn at one of the server's evaluation slots, within the same hard stop; the
             # slot is held until the work has really stopped (a cancelled sandbox's cleanup too).
             await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
-            task = asyncio.ensure_future(decide())
+            task = asyncio.ensure_future(
+                self._decide(tenant, policy, env, prompt, response, context, decision_id, stage, t0 + budget)
+            )
             task.add_done_callback(lambda _: self.slots.release(tenant))
             try:
                 done, _ = await asyncio.wait({task}, timeout=max(0.0, hard - (time.monotonic() - t0)))
@@ -160,45 +144,9 @@ class Admission:
                 raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
             rec, pol, decision = task.result()
             decision.decision_id = decision_id
-            reviews = review_records(tenant, decision, rec.version, env, time.time())
-            outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
-            if encode is not None:
-                outcome.answer = encode(outcome)
-            audit = audit_record(
-                tenant,
-                decision,
-                rec,
-                env,
-                prompt,
-                response,
-                context,
-                raw=self.audit_raw_text or pol.settings.audit_all_evaluations,
-                request_id=request_id,
-                now=time.time(),
+            outcome = await self._record(
+                tenant, rec, pol, decision, env, prompt, response, context, request_id=request_id, encode=encode
             )
-            audit, size, rules_json = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
-            messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
-            # a webhook over its tenant's pending quota is not written; the decision always is
-            quotas = self.deliveries.quotas if self.deliveries else None
-            refused = await self.store.record_decision(
-                audit,
-                reviews,
-                messages,
-                max_pending=quotas,
-                audit_bytes=size,
-                rules_json=rules_json,
-                max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
-            )
-            not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}
-            if not_opened:  # the open-reviews quota: the answer names only the reviews that opened
-                outcome.review_ids = [i for i in outcome.review_ids if i not in not_opened]
-                if encode is not None:
-                    outcome.answer = encode(outcome)
-            usage = self._audit_usage.get(tenant)
-            if usage is not None and usage.day == int(audit.created_at // AUDIT_DAY_S):
-                usage.bytes += size
-            if self.deliveries is not None:
-                self.deliveries.recorded(messages, [m for m in refused if isinstance(m, OutboxRecord)])
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
             if log.isEnabledFor(logging.DEBUG):
                 verdict = "passed" if decision.passed else "failed"
@@ -210,6 +158,93 @@ class Admission:
                 self._release(tenant)
             else:  # exact under cancellation: the slot is freed when the work has really stopped
                 stopping.add_done_callback(lambda _: self._release(tenant))
+
+    async def _decide(
+        self,
+        tenant: str,
+        policy: str,
+        env: str,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None,
+        decision_id: str,
+        stage: str,
+        deadline: float,
+    ) -> tuple[PolicyVersionRecord, Policy, Decision]:
+        """The deployed policy evaluated within what is left until ``deadline`` (monotonic)."""
+        await self.tenants.load_feedback(tenant)
+        rec, pol = await self.catalog.deployed_policy(tenant, policy, env)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
+        decision = await self.tenants.engine(tenant).evaluate(
+            pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id, stage=stage
+        )
+        return rec, pol, decision
+
+    def _hard_stop(self, budget: float, time_remaining: float | None) -> float:
+        """Seconds from the start to stop at, just before the caller's deadline, so that the answer
+        is ours (a decision or DEADLINE_EXCEEDED), never the transport's."""
+        if time_remaining is None:
+            return budget + self.limits.answer_margin_s
+        return time_remaining - min(self.limits.cutoff_margin_s, self.limits.cutoff_margin_fraction * time_remaining)
+
+    async def _record(
+        self,
+        tenant: str,
+        rec: PolicyVersionRecord,
+        pol: Policy,
+        decision: Decision,
+        env: str,
+        prompt: str,
+        response: str,
+        context: Mapping[str, Any] | None,
+        *,
+        request_id: str,
+        encode: Callable[[EvaluationOutcome], Any] | None,
+    ) -> EvaluationOutcome:
+        """The answer, then its audit record, reviews and outbox rows in one write: the audit log
+        never holds a decision that could not be sent, and the answer names only what was kept."""
+        reviews = review_records(tenant, decision, rec.version, env, time.time())
+        outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
+        if encode is not None:
+            outcome.answer = encode(outcome)
+        audit = audit_record(
+            tenant,
+            decision,
+            rec,
+            env,
+            prompt,
+            response,
+            context,
+            raw=self.audit_raw_text or pol.settings.audit_all_evaluations,
+            request_id=request_id,
+            now=time.time(),
+        )
+        audit, size, rules_json = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
+        messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
+        # a webhook over its tenant's pending quota is not written; the decision always is
+        quotas = self.deliveries.quotas if self.deliveries else None
+        refused = await self.store.record_decision(
+            audit,
+            reviews,
+            messages,
+            max_pending=quotas,
+            audit_bytes=size,
+            rules_json=rules_json,
+            max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
+        )
+        not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}
+        if not_opened:  # the open-reviews quota: the answer names only the reviews that opened
+            outcome.review_ids = [i for i in outcome.review_ids if i not in not_opened]
+            if encode is not None:
+                outcome.answer = encode(outcome)
+        usage = self._audit_usage.get(tenant)
+        if usage is not None and usage.day == int(audit.created_at // AUDIT_DAY_S):
+            usage.bytes += size
+        if self.deliveries is not None:
+            self.deliveries.recorded(messages, [m for m in refused if isinstance(m, OutboxRecord)])
+        return outcome
 
     def _release(self, tenant: str) -> None:
         self._inflight[tenant] -= 1
