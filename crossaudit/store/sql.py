@@ -143,6 +143,56 @@ def _page(limit: int) -> int:
     return min(max(0, int(limit)), MAX_SQL_INT)
 
 
+def _listing(
+    source: str,
+    tenant: str,
+    filters: Mapping[str, Any] | None = None,
+    *,
+    order: str,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int | None = None,
+    columns: str = "*",
+    group: str = "",
+) -> tuple[str, list[Any]]:
+    """The one shape of a tenant's filtered listing, and its arguments:
+    ``SELECT columns FROM source WHERE tenant=? [AND filter ...] [AND created_at>=? AND
+    created_at<=?] [GROUP BY group] ORDER BY order [LIMIT ?]``.
+
+    Each filter is a fixed condition holding one ``?`` mapped to its value, and is left out when
+    the value is None (an optional argument not given; callers pass ``x or None`` where an empty
+    string means "any" too). Values, time bounds and the page size (clamped by :func:`_page`) are
+    only ever bound, never written into the SQL; the SQL text comes from this module alone, so
+    every listing is scoped to its tenant the same way on both backends."""
+    sql = f"SELECT {columns} FROM {source} WHERE tenant=?"
+    args: list[Any] = [tenant]
+    bounds = {"created_at>=?": since, "created_at<=?": until}
+    for condition, value in [*(filters or {}).items(), *bounds.items()]:
+        if value is None:
+            continue
+        assert condition.count("?") == 1, condition  # one bound value per condition
+        sql += f" AND {condition}"
+        args.append(float(value) if condition in bounds else value)
+    if group:
+        sql += f" GROUP BY {group}"
+    sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(_page(limit))
+    return sql, args
+
+
+def _keyed(c: Conn, table: str, tenant: str, column: str, keys: Sequence[Any], order: str = "") -> list[Row]:
+    """The tenant's rows of ``table`` whose ``column`` is one of ``keys``, in ``IN`` lists of at
+    most :data:`_IN_CHUNK` bound values (``order`` applies within each list)."""
+    rows: list[Row] = []
+    for i in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[i : i + _IN_CHUNK]
+        sql = f"SELECT * FROM {table} WHERE tenant=? AND {column} IN ({', '.join('?' * len(chunk))})"
+        rows += c.execute(sql + (f" ORDER BY {order}" if order else ""), (tenant, *chunk)).fetchall()
+    return rows
+
+
 def _insert(c: Conn, rec: Any, on_conflict: str = "", encoded: Mapping[str, Any] | None = None) -> None:
     """``encoded``: column values the caller already encoded, written as they are."""
     cols = COLUMNS[type(rec)]
@@ -360,9 +410,7 @@ class SqlStore(Store):
 
     async def list_deployments(self, tenant: str, name: str) -> list[DeploymentRecord]:
         def tx(c: Conn) -> list[DeploymentRecord]:
-            rows = c.execute(
-                "SELECT * FROM deployments WHERE tenant=? AND name=? ORDER BY environment", (tenant, name)
-            ).fetchall()
+            rows = c.execute(*_listing("deployments", tenant, {"name=?": name}, order="environment")).fetchall()
             return [_record(DeploymentRecord, r) for r in rows]
 
         return await self._run(tx)
@@ -373,29 +421,23 @@ class SqlStore(Store):
         def tx(c: Conn) -> list[PolicySummaryRecord]:
             # The page is cut in SQL (a tenant's policies are not capped in number): only the
             # policies answered, and their deployments, are read.
-            q = "SELECT name, MAX(version) AS v FROM policy_versions pv WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if environment:
-                q += (
-                    " AND EXISTS (SELECT 1 FROM deployments d "
-                    "WHERE d.tenant=pv.tenant AND d.name=pv.name AND d.environment=?)"
+            deployed_in = (
+                "EXISTS (SELECT 1 FROM deployments d WHERE d.tenant=pv.tenant AND d.name=pv.name AND d.environment=?)"
+            )
+            latest = c.execute(
+                *_listing(
+                    "policy_versions pv",
+                    tenant,
+                    {deployed_in: environment or None},
+                    columns="name, MAX(version) AS v",
+                    group="name",
+                    order="name",
+                    limit=limit,
                 )
-                args.append(environment)
-            q += " GROUP BY name ORDER BY name"
-            if limit is not None:
-                q += " LIMIT ?"
-                args.append(_page(limit))
-            latest = c.execute(q, args).fetchall()
+            ).fetchall()
             deps: dict[str, list[DeploymentRecord]] = {}
-            names = [r["name"] for r in latest]
-            for i in range(0, len(names), _IN_CHUNK):
-                chunk = names[i : i + _IN_CHUNK]
-                for r in c.execute(
-                    f"SELECT * FROM deployments WHERE tenant=? AND name IN ({', '.join('?' * len(chunk))}) "
-                    "ORDER BY environment",
-                    (tenant, *chunk),
-                ).fetchall():
-                    deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
+            for r in _keyed(c, "deployments", tenant, "name", [r["name"] for r in latest], order="environment"):
+                deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
             return [
                 PolicySummaryRecord(name=r["name"], latest_version=r["v"], deployments=tuple(deps.get(r["name"], [])))
                 for r in latest
@@ -526,12 +568,9 @@ class SqlStore(Store):
 
     async def list_evaluators(self, tenant: str, name: str | None = None) -> list[EvaluatorRecord]:
         def tx(c: Conn) -> list[EvaluatorRecord]:
-            if name:
-                rows = c.execute(
-                    "SELECT * FROM evaluators WHERE tenant=? AND name=? ORDER BY name, version", (tenant, name)
-                ).fetchall()
-            else:
-                rows = c.execute("SELECT * FROM evaluators WHERE tenant=? ORDER BY name, version", (tenant,)).fetchall()
+            rows = c.execute(
+                *_listing("evaluators", tenant, {"name=?": name or None}, order="name, version")
+            ).fetchall()
             return [_record(EvaluatorRecord, r, code="") for r in rows]
 
         return await self._run(tx)
@@ -641,37 +680,33 @@ class SqlStore(Store):
         until: float | None = None,
         max_bytes: int | None = None,
     ) -> list[AuditRecord]:
+        def page(columns: str = "*") -> tuple[str, list[Any]]:
+            return _listing(
+                "decisions",
+                tenant,
+                {"policy=?": policy or None},
+                columns=columns,
+                since=since,
+                until=until,
+                order="created_at DESC, decision_id",
+                limit=limit,
+            )
+
         def tx(c: Conn) -> list[AuditRecord]:
-            where = " WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if policy:
-                where += " AND policy=?"
-                args.append(policy)
-            if since is not None:
-                where += " AND created_at>=?"
-                args.append(float(since))
-            if until is not None:
-                where += " AND created_at<=?"
-                args.append(float(until))
-            order = " ORDER BY created_at DESC, decision_id LIMIT ?"
-            args.append(_page(limit))
             if max_bytes is None:
-                return [_record(AuditRecord, r) for r in c.execute("SELECT * FROM decisions" + where + order, args)]
+                return [_record(AuditRecord, r) for r in c.execute(*page())]
             # Sizes first, then only the records that fit: a page of large records (each up to
             # max_audit_bytes_per_decision) is never read whole into memory.
             ids: list[str] = []
             total = 0
-            for r in c.execute(f"SELECT decision_id, {_RECORD_SIZE} AS n FROM decisions" + where + order, args):
+            for r in c.execute(*page(f"decision_id, {_RECORD_SIZE} AS n")):
                 total += int(r[1] or 0)
                 if ids and total > max_bytes:
                     break
                 ids.append(r[0])
-            found: dict[str, AuditRecord] = {}
-            for i in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[i : i + _IN_CHUNK]
-                q = f"SELECT * FROM decisions WHERE tenant=? AND decision_id IN ({', '.join('?' * len(chunk))})"
-                for r in c.execute(q, (tenant, *chunk)):
-                    found[r["decision_id"]] = _record(AuditRecord, r)
+            found = {
+                r["decision_id"]: _record(AuditRecord, r) for r in _keyed(c, "decisions", tenant, "decision_id", ids)
+            }
             return [found[i] for i in ids if i in found]
 
         return await self._run(tx)
@@ -693,17 +728,9 @@ class SqlStore(Store):
         limit: int = 100,
     ) -> list[ReviewRecord]:
         def tx(c: Conn) -> list[ReviewRecord]:
-            q = "SELECT * FROM reviews WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if state is not None:
-                q += " AND state=?"
-                args.append(state.value)
-            if policy:
-                q += " AND policy=?"
-                args.append(policy)
-            q += " ORDER BY created_at, id LIMIT ?"
-            args.append(_page(limit))
-            return [_record(ReviewRecord, r) for r in c.execute(q, args).fetchall()]
+            filters = {"state=?": state.value if state is not None else None, "policy=?": policy or None}
+            q = _listing("reviews", tenant, filters, order="created_at, id", limit=limit)
+            return [_record(ReviewRecord, r) for r in c.execute(*q).fetchall()]
 
         return await self._run(tx)
 
@@ -794,12 +821,8 @@ class SqlStore(Store):
 
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]:
         def tx(c: Conn) -> list[FeedbackRecord]:
-            q = "SELECT * FROM feedback WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if decision_id:
-                q += " AND decision_id=?"
-                args.append(decision_id)
-            rows = c.execute(q + " ORDER BY created_at, id", args).fetchall()
+            q = _listing("feedback", tenant, {"decision_id=?": decision_id or None}, order="created_at, id")
+            rows = c.execute(*q).fetchall()
             return [_record(FeedbackRecord, r) for r in rows]
 
         return await self._run(tx)
@@ -873,16 +896,9 @@ class SqlStore(Store):
         self, tenant: str, *, state: OutboxState | None = None, kind: str | None = None, limit: int = 100
     ) -> list[OutboxRecord]:
         def tx(c: Conn) -> list[OutboxRecord]:
-            q, args = "SELECT * FROM outbox WHERE tenant=?", [tenant]
-            if state is not None:
-                q += " AND state=?"
-                args.append(state.value)
-            if kind:
-                q += " AND kind=?"
-                args.append(kind)
-            q += " ORDER BY created_at DESC, id LIMIT ?"
-            args.append(_page(limit))
-            return [_record(OutboxRecord, r) for r in c.execute(q, args).fetchall()]
+            filters = {"state=?": state.value if state is not None else None, "kind=?": kind or None}
+            q = _listing("outbox", tenant, filters, order="created_at DESC, id", limit=limit)
+            return [_record(OutboxRecord, r) for r in c.execute(*q).fetchall()]
 
         return await self._run(tx)
 
