@@ -3,8 +3,10 @@
 :class:`SqlStore` implements every :class:`~crossaudit.store.base.Store` operation as a
 function run in one transaction on a DB-API-like connection (``execute`` returning a cursor
 with ``fetchone``/``fetchall``/``rowcount``, ``executemany``; ``?`` placeholders; rows readable
-by column name and by position). A backend supplies only :meth:`SqlStore._run` (where and how a
-transaction runs), its schema and its connection. The SQL sticks to what both engines accept.
+by column name and by position). A backend supplies only :meth:`SqlStore._tx` (how a
+transaction runs on its connection, in one of its executor's threads), its schema and its
+connection; :meth:`SqlStore._run`, which hands transactions to that executor, is shared. The SQL
+sticks to what both engines accept.
 
 Records map to rows generically: one column per dataclass field, named like the field (lists
 and dicts as JSON text, tuples as JSON lists, enums by value, booleans as 0/1).
@@ -13,6 +15,7 @@ and dicts as JSON text, tuples as JSON lists, enums by value, booleans as 0/1).
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 import enum
 import json
@@ -20,6 +23,7 @@ import time
 import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
@@ -40,6 +44,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    StoreUnavailableError,
     audit_rules_json,
     audit_size,
     sha256_text,
@@ -49,6 +54,8 @@ from orchestrator.engine.ratelimit import take
 from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 
 T = TypeVar("T")
+
+CLOSED = "the store is closed (the server is shutting down)"  # what every call to a closed store says
 
 
 class Row(Protocol):
@@ -293,14 +300,30 @@ def _pending_count(c: Conn, tenant: str, kind: str) -> int:
 
 
 class SqlStore(Store):
-    """Every store operation as SQL; subclasses run the transactions (:meth:`_run`)."""
+    """Every store operation as SQL; subclasses run the transactions (:meth:`_tx`)."""
 
     # Row lock of a read-modify-write (PostgreSQL: FOR UPDATE; SQLite's single writer needs none).
     FOR_UPDATE = ""
+    # Set by the backend's constructor: the threads its transactions block, and whether it closed.
+    _executor: Executor
+    _closed: bool
+
+    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
+        """Run ``fn`` in one transaction (:meth:`_tx`) on the backend's threads, off the event loop.
+        A closed store, or an executor shut down while the call waited, is StoreUnavailableError
+        (a typed, retryable answer during shutdown rather than a crash), the same on every backend."""
+        if self._closed:
+            raise StoreUnavailableError(CLOSED)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._tx, fn, contended)
+        except RuntimeError as exc:  # the executor shut down under us
+            raise StoreUnavailableError(f"the store is closed: {exc}") from None
 
     @abc.abstractmethod
-    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
-        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises).
+    def _tx(self, fn: Callable[[Conn], T], contended: bool) -> T:
+        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises), in
+        an executor thread; the backend's own failures become typed errors here.
         ``contended``: a hot row that concurrent callers update through ``FOR_UPDATE`` (a backend
         may then use a weaker isolation that queues them instead of failing all but one)."""
 
