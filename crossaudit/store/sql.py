@@ -189,6 +189,16 @@ def _listing(
     return sql, args
 
 
+def _one(c: Conn, table: str, tenant: str, key: Mapping[str, Any], missing: str, columns: str = "*") -> Row:
+    """The tenant's one row of ``table`` whose columns equal ``key`` (names from this module,
+    values bound), or NotFoundError(``missing``): another tenant's row is as absent as none."""
+    where = "".join(f" AND {column}=?" for column in key)
+    row = c.execute(f"SELECT {columns} FROM {table} WHERE tenant=?{where}", (tenant, *key.values())).fetchone()
+    if row is None:
+        raise NotFoundError(missing)
+    return row
+
+
 def _keyed(c: Conn, table: str, tenant: str, column: str, keys: Sequence[Any], order: str = "") -> list[Row]:
     """The tenant's rows of ``table`` whose ``column`` is one of ``keys``, in ``IN`` lists of at
     most :data:`_IN_CHUNK` bound values (``order`` applies within each list)."""
@@ -408,11 +418,8 @@ class SqlStore(Store):
 
     async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
         def tx(c: Conn) -> PolicyVersionRecord:
-            row = c.execute(
-                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, version)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"policy {name!r} has no version {version}")
+            key = {"name": name, "version": version}
+            row = _one(c, "policy_versions", tenant, key, f"policy {name!r} has no version {version}")
             return _record(PolicyVersionRecord, row)
 
         return await self._run(tx)
@@ -565,9 +572,7 @@ class SqlStore(Store):
 
     async def get_evaluator(self, tenant: str, evaluator_id: str) -> EvaluatorRecord:
         def tx(c: Conn) -> EvaluatorRecord:
-            row = c.execute("SELECT * FROM evaluators WHERE tenant=? AND id=?", (tenant, evaluator_id)).fetchone()
-            if row is None:
-                raise NotFoundError(f"evaluator {evaluator_id!r} not found")
+            row = _one(c, "evaluators", tenant, {"id": evaluator_id}, f"evaluator {evaluator_id!r} not found")
             return _record(EvaluatorRecord, row)
 
         return await self._run(tx)
@@ -684,11 +689,7 @@ class SqlStore(Store):
 
     async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord:
         def tx(c: Conn) -> AuditRecord:
-            row = c.execute(
-                "SELECT * FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"decision {decision_id!r} not found")
+            row = _one(c, "decisions", tenant, {"decision_id": decision_id}, f"decision {decision_id!r} not found")
             return _record(AuditRecord, row)
 
         return await self._run(tx)
@@ -777,9 +778,7 @@ class SqlStore(Store):
 
     async def get_review(self, tenant: str, review_id: str) -> ReviewRecord:
         def tx(c: Conn) -> ReviewRecord:
-            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
-            if row is None:
-                raise NotFoundError(f"review {review_id!r} not found")
+            row = _one(c, "reviews", tenant, {"id": review_id}, f"review {review_id!r} not found")
             return _record(ReviewRecord, row)
 
         return await self._run(tx)
@@ -792,9 +791,7 @@ class SqlStore(Store):
         now = time.time()
 
         def tx(c: Conn) -> ReviewRecord:
-            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
-            if row is None:
-                raise NotFoundError(f"review {review_id!r} not found")
+            row = _one(c, "reviews", tenant, {"id": review_id}, f"review {review_id!r} not found")
             if row["state"] != ReviewState.OPEN.value:
                 raise ReviewAlreadyResolvedError(f"review {review_id!r} is already {row['state']}")
             _resolve(c, tenant, review_id, Resolution(state, reviewer, note), now)
@@ -808,11 +805,8 @@ class SqlStore(Store):
         now = time.time()
 
         def tx(c: Conn) -> FeedbackRecord:
-            row = c.execute(
-                "SELECT rules FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"decision {decision_id!r} not found")
+            key = {"decision_id": decision_id}
+            row = _one(c, "decisions", tenant, key, f"decision {decision_id!r} not found", columns="rules")
             if rule and rule not in {r.get("rule") for r in json.loads(row["rules"])}:
                 raise NotFoundError(f"decision {decision_id!r} has no rule {rule!r}")
             rec = FeedbackRecord(
@@ -929,9 +923,8 @@ class SqlStore(Store):
         self, tenant: str, message_id: str, now: float, *, kind: str | None = None, max_pending: int | None = None
     ) -> OutboxRecord:
         def tx(c: Conn) -> OutboxRecord:
-            row = c.execute("SELECT * FROM outbox WHERE tenant=? AND id=?", (tenant, message_id)).fetchone()
-            if row is None or (kind is not None and row["kind"] != kind):
-                raise NotFoundError(f"delivery {message_id!r} not found")
+            key = {"id": message_id} if kind is None else {"id": message_id, "kind": kind}
+            row = _one(c, "outbox", tenant, key, f"delivery {message_id!r} not found")
             if row["state"] == OutboxState.PENDING.value:
                 raise DeliveryPendingError(f"delivery {message_id!r} is still pending (next attempt scheduled)")
             if max_pending is not None:
