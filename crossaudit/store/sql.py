@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
 from crossaudit.store.base import (
     AUDIT_DAY_S,
+    AUDIT_ROW_BYTES,
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
@@ -136,11 +137,12 @@ def _record(cls: type[T], row: Row, **values: Any) -> T:
 MAX_SQL_INT = 2**63 - 1
 
 
-# An audit record's size as stored, estimated in SQL (characters of its text columns, plus its
-# fixed fields): what a byte-bounded listing adds up before it reads any record whole.
+# An audit record's size as stored, estimated in SQL (characters of its text columns, plus the
+# fixed part audit_size counts): what a byte-bounded listing adds up before it reads any record
+# whole. AUDIT_ROW_BYTES is a constant of the code, not a value from a caller.
 _RECORD_SIZE = (
     "(LENGTH(rules) + LENGTH(errored_rules) + COALESCE(LENGTH(prompt), 0) + COALESCE(LENGTH(response), 0) "
-    "+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + 512)"
+    f"+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + {int(AUDIT_ROW_BYTES)})"
 )
 # Values bound in one IN (...) list: below every SQLite build's variable limit (999 before 3.32).
 _IN_CHUNK = 500
