@@ -1,7 +1,8 @@
 """The ONE codec of CrossAudit errors at every gRPC edge: the service and its clients
 (``crossaudit/service/errors.py``, ``crossaudit/sdk/client.py``), the model servers and their
-pool (``crossaudit/modelserver/``). It imports grpc but nothing of the service, so a model server
-(whose image carries only ``orchestrator/{errors,results,errcodec}.py``) can use it.
+pool (``crossaudit/modelserver/``). It imports grpc and ``crossaudit.kernel.errors`` but nothing
+of the service, so a model server (whose image carries only ``kernel``, ``v1`` and
+``modelserver``) and a bare client can use it.
 
 A :class:`~crossaudit.kernel.errors.CrossAuditError` travels as
 
@@ -14,8 +15,9 @@ A :class:`~crossaudit.kernel.errors.CrossAuditError` travels as
   ``grpc-status-details-bin`` for clients in other languages;
 * inside a stream item (``ItemError``): the same code name, message and document.
 
-Decoding rebuilds the class registered under the document's type name (``crossaudit.kernel.errors``
-registers every subclass), with its retryable flag and wire fields (``issues``, ``limit``). An
+Decoding rebuilds the class of the document's type name (``crossaudit.kernel.errors`` declares
+every subclass, so importing this module is enough to know them all), with its retryable flag and
+wire fields (``issues``, ``limit``, ``field``). An
 unknown name, or a status without a document (the transport's own, a proxy's), becomes the
 :class:`Fallback` class of the status code.
 """

@@ -1,12 +1,16 @@
 """The one error hierarchy of CrossAudit.
 
 Every failure a user can see is a :class:`CrossAuditError` subclass with a stable
-``code`` and a ``retryable`` flag. Every subclass registers itself by class name
-(:func:`error_class`), so an error that crossed a process boundary is rebuilt as the
-same class by the one codec (``crossaudit/kernel/errcodec.py``: the service, its clients, the
-model servers). Extra constructor state travels through ``wire_fields`` /
-:meth:`CrossAuditError.from_wire`. The CLI prints ``str(error)``. Nothing else should
-raise bare exceptions across a layer boundary. This module stays transport-neutral.
+``code`` and a ``retryable`` flag. Every subclass is declared HERE, and the drawn tree below
+names each one: the codec (``crossaudit/kernel/errcodec.py``: the service, its clients, the
+model servers) rebuilds an error that crossed a process boundary by its class name
+(:func:`error_class`), and a peer that imports only the codec must know every name a server
+can send, whatever modules raise it. A subclass declared in another module would decode as
+its parent's status fallback in such a peer, so :func:`error_class` knows only this module's
+classes and ``tests/unit/test_error_tree.py`` fails on any other. Extra constructor state
+travels through ``wire_fields`` / :meth:`CrossAuditError.from_wire`. The CLI prints
+``str(error)``. Nothing else should raise bare exceptions across a layer boundary. This
+module stays transport-neutral.
 
 ::
 
@@ -25,6 +29,8 @@ raise bare exceptions across a layer boundary. This module stays transport-neutr
     ├── QuotaExceededError                resource_exhausted                (setting)
     ├── DeadlineExceededError             deadline_exceeded
     ├── ConfigurationError                failed_precondition
+    │   ├── ModelRequiredError            (field)
+    │   └── DownloadError                 (a model file; entry stays local)
     ├── StoreUnavailableError             unavailable              yes
     ├── ServerUnavailableError            unavailable              yes      (client side: no answer)
     ├── ReviewAlreadyResolvedError        failed_precondition
@@ -66,9 +72,6 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
 
 
-_REGISTRY: dict[str, type[CrossAuditError]] = {}
-
-
 class CrossAuditError(Exception):
     """Base of every typed error. ``retryable`` tells retry loops whether to try again."""
 
@@ -86,14 +89,6 @@ class CrossAuditError(Exception):
         if retryable is not None:
             self.retryable = retryable
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        known = _REGISTRY.get(cls.__name__)
-        # Class names are the wire identity: the first class of a name keeps it (a re-definition
-        # of the same class, e.g. a reloaded module, replaces it).
-        if known is None or (known.__module__, known.__qualname__) == (cls.__module__, cls.__qualname__):
-            _REGISTRY[cls.__name__] = cls
-
     def wire_data(self) -> dict[str, Any]:
         """The extra state of ``wire_fields``, as JSON-compatible values."""
         return {name: getattr(self, name, None) for name in self.wire_fields}
@@ -109,19 +104,6 @@ class CrossAuditError(Exception):
             if isinstance(value, str | int | float | bool):  # scalars only; richer state needs an override
                 setattr(exc, name, value)
         return exc
-
-
-_REGISTRY[CrossAuditError.__name__] = CrossAuditError
-
-
-def error_class(name: str) -> type[CrossAuditError] | None:
-    """The registered CrossAuditError subclass called ``name`` (None when unknown)."""
-    return _REGISTRY.get(name)
-
-
-def error_classes() -> dict[str, type[CrossAuditError]]:
-    """Every registered error class by name (classes register when their module is imported)."""
-    return dict(_REGISTRY)
 
 
 # --- policy / input errors -------------------------------------------------------------
@@ -268,6 +250,30 @@ class ConfigurationError(CrossAuditError):
     code = ErrorCode.FAILED_PRECONDITION
 
 
+class ModelRequiredError(ConfigurationError):
+    """Resolution found no model and the config cannot be served without one (e.g. Presidio's
+    PERSON with no spaCy NER pipeline). Unlike a missing or broken file, which fails when it
+    loads, this is known before any call, so policy validation and deploy report it at
+    ``field`` of the evaluator's config (see :func:`crossaudit.modelserver.builtins.model_problem`).
+    Raised by the model servers, decoded by their pool and the service's clients."""
+
+    wire_fields = ("field",)
+    field: str = ""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class DownloadError(ConfigurationError):
+    """A model file could not be downloaded (or was not what its source publishes). ``entry``:
+    the store entry (name, variant) being pulled, when known, so a caller can say how to add that
+    entry without a download (``crossaudit models import``). ``entry`` is not a wire field: the
+    CLI reads it where the download ran."""
+
+    entry: tuple[str, str] | None = None
+
+
 class StoreUnavailableError(CrossAuditError):
     """The database cannot be used right now (closed, locked, disk full, I/O error)."""
 
@@ -379,3 +385,30 @@ class ResultInvalidError(SandboxError):
 
 class PoolExhaustedError(RateLimitedError):
     """Every warm sandbox of an evaluator stayed busy until the deadline."""
+
+
+def _declared_here() -> dict[str, type[CrossAuditError]]:
+    """This module's error classes by name: the codec's whole vocabulary. Built from the classes
+    declared above rather than registered on subclassing, so what a peer can decode never
+    depends on which other modules it happened to import."""
+    found: dict[str, type[CrossAuditError]] = {CrossAuditError.__name__: CrossAuditError}
+    todo: list[type[CrossAuditError]] = [CrossAuditError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__ == __name__ and sub.__name__ not in found:
+                found[sub.__name__] = sub
+                todo.append(sub)
+    return found
+
+
+_REGISTRY: dict[str, type[CrossAuditError]] = _declared_here()
+
+
+def error_class(name: str) -> type[CrossAuditError] | None:
+    """The CrossAuditError class called ``name`` (None when this module declares none)."""
+    return _REGISTRY.get(name)
+
+
+def error_classes() -> dict[str, type[CrossAuditError]]:
+    """Every error class by name (those declared in this module)."""
+    return dict(_REGISTRY)

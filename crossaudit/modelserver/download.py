@@ -19,21 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from crossaudit.kernel.errors import ConfigurationError
+# Declared in the one hierarchy, so a peer that imports only the codec decodes it; re-exported.
+from crossaudit.kernel.errors import DownloadError as DownloadError
 from crossaudit.modelserver.store import DEFAULT_LIMITS, PRIVATE_FILE_MODE, ModelStoreLimits
 
 # torch.hub.HASH_REGEX: "<name>-<sha256 prefix>.<ext>" (at least 8 hex digits, as torch.hub checks)
 _HUB_HASH_RE = re.compile(r"-([a-f0-9]{8,64})\.")
 _SHA256_RE = re.compile(r"[a-f0-9]{64}")
 USER_AGENT = "crossaudit-models"
-
-
-class DownloadError(ConfigurationError):
-    """A model file could not be downloaded (or was not what its source publishes). ``entry``:
-    the store entry (name, variant) being pulled, when known, so a caller can say how to add that
-    entry without a download (``crossaudit models import``)."""
-
-    entry: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

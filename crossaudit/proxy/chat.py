@@ -38,6 +38,9 @@ MAX_INDICES_SHOWN = 10  # of an answer's choice indices, quoted in the error tha
 class ProxyError(Exception):
     """An answer in OpenAI's error format: ``{"error": {"message", "type", "code", ...}}``."""
 
+    # Not in crossaudit.kernel.errors: the guard proxy's HTTP answer to its own callers (OpenAI's
+    # wire format, not ours); it never crosses the gRPC edge.
+
     def __init__(
         self,
         status: int,

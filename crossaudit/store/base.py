@@ -342,15 +342,9 @@ class Store(abc.ABC):
         """Approve (reviewer ``auto``) open require_review items whose ``auto_approve_at`` has
         passed; returns how many."""
 
+    @abc.abstractmethod
     async def get_review(self, tenant: str, review_id: str) -> ReviewRecord:
-        """One review of ``tenant`` (NOT_FOUND otherwise, also another tenant's). A fallback over
-        :meth:`list_reviews`; implementations override it with a lookup by id."""
-        from crossaudit.kernel.errors import NotFoundError
-
-        for rec in await self.list_reviews(tenant, limit=2**62):
-            if rec.id == review_id:
-                return rec
-        raise NotFoundError(f"review {review_id!r} not found")
+        """One review of ``tenant`` (NOT_FOUND otherwise, also another tenant's), looked up by id."""
 
     @abc.abstractmethod
     async def resolve_review(

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.store import migrations
 from crossaudit.store.base import StoreUnavailableError
-from crossaudit.store.sql import Conn, SqlStore
+from crossaudit.store.sql import CLOSED, Conn, SqlStore
 
 T = TypeVar("T")
 MIGRATION_LOCK = 0x43524F5353  # pg_advisory_xact_lock key of schema migrations ("CROSS")
@@ -218,15 +218,6 @@ class PostgresStore(SqlStore):
 
     FOR_UPDATE = " FOR UPDATE"
 
-    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
-        if self._closed:
-            raise StoreUnavailableError("the store is closed (the server is shutting down)")
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, self._tx, fn, contended)
-        except RuntimeError as exc:  # executor shut down under us
-            raise StoreUnavailableError(f"the store is closed: {exc}") from None
-
     def _tx(self, fn: Callable[[Conn], T], contended: bool = False) -> T:
         from psycopg_pool import PoolClosed
 
@@ -235,12 +226,12 @@ class PostgresStore(SqlStore):
             return self._tx_on(pool, fn, contended)
         except PoolClosed:
             if self._closed or self._pool is pool:
-                raise StoreUnavailableError("the store is closed (the server is shutting down)") from None
+                raise StoreUnavailableError(CLOSED) from None
         # A check replaced the pool (the database is back) while this call waited on the old one.
         try:
             return self._tx_on(self._pool, fn, contended)
         except PoolClosed:
-            raise StoreUnavailableError("the store is closed (the server is shutting down)") from None
+            raise StoreUnavailableError(CLOSED) from None
 
     def _tx_on(self, pool: Any, fn: Callable[[Conn], T], contended: bool) -> T:
         from psycopg_pool import PoolClosed, PoolTimeout
@@ -274,14 +265,14 @@ class PostgresStore(SqlStore):
         outage), reconnecting at once when it broke; StoreUnavailableError when the database does
         not answer within ``timeout_s``. The first success after a failure replaces the pool."""
         if self._closed:
-            raise StoreUnavailableError("the store is closed (the server is shutting down)")
+            raise StoreUnavailableError(CLOSED)
         running = self._check_running
         if running is not None and not running.done():
             raise StoreUnavailableError(f"the previous check of {self.display_url} is still waiting for an answer")
         try:
             self._check_running = running = self._checker.submit(self._check, timeout_s)
         except RuntimeError:  # shut down under us
-            raise StoreUnavailableError("the store is closed (the server is shutting down)") from None
+            raise StoreUnavailableError(CLOSED) from None
         try:
             # Not shielded: on a timeout the asyncio side is cancelled and the thread's outcome is
             # dropped with its concurrent future (no asyncio future is left holding an exception).

@@ -3,8 +3,10 @@
 :class:`SqlStore` implements every :class:`~crossaudit.store.base.Store` operation as a
 function run in one transaction on a DB-API-like connection (``execute`` returning a cursor
 with ``fetchone``/``fetchall``/``rowcount``, ``executemany``; ``?`` placeholders; rows readable
-by column name and by position). A backend supplies only :meth:`SqlStore._run` (where and how a
-transaction runs), its schema and its connection. The SQL sticks to what both engines accept.
+by column name and by position). A backend supplies only :meth:`SqlStore._tx` (how a
+transaction runs on its connection, in one of its executor's threads), its schema and its
+connection; :meth:`SqlStore._run`, which hands transactions to that executor, is shared. The SQL
+sticks to what both engines accept.
 
 Records map to rows generically: one column per dataclass field, named like the field (lists
 and dicts as JSON text, tuples as JSON lists, enums by value, booleans as 0/1).
@@ -13,6 +15,7 @@ and dicts as JSON text, tuples as JSON lists, enums by value, booleans as 0/1).
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
 import enum
 import json
@@ -20,11 +23,13 @@ import time
 import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
 from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
 from crossaudit.store.base import (
     AUDIT_DAY_S,
+    AUDIT_ROW_BYTES,
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
@@ -40,6 +45,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ReviewState,
     Store,
+    StoreUnavailableError,
     audit_rules_json,
     audit_size,
     sha256_text,
@@ -49,6 +55,8 @@ from orchestrator.engine.ratelimit import take
 from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
 
 T = TypeVar("T")
+
+CLOSED = "the store is closed (the server is shutting down)"  # what every call to a closed store says
 
 
 class Row(Protocol):
@@ -129,11 +137,12 @@ def _record(cls: type[T], row: Row, **values: Any) -> T:
 MAX_SQL_INT = 2**63 - 1
 
 
-# An audit record's size as stored, estimated in SQL (characters of its text columns, plus its
-# fixed fields): what a byte-bounded listing adds up before it reads any record whole.
+# An audit record's size as stored, estimated in SQL (characters of its text columns, plus the
+# fixed part audit_size counts): what a byte-bounded listing adds up before it reads any record
+# whole. AUDIT_ROW_BYTES is a constant of the code, not a value from a caller.
 _RECORD_SIZE = (
     "(LENGTH(rules) + LENGTH(errored_rules) + COALESCE(LENGTH(prompt), 0) + COALESCE(LENGTH(response), 0) "
-    "+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + 512)"
+    f"+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + {int(AUDIT_ROW_BYTES)})"
 )
 # Values bound in one IN (...) list: below every SQLite build's variable limit (999 before 3.32).
 _IN_CHUNK = 500
@@ -141,6 +150,66 @@ _IN_CHUNK = 500
 
 def _page(limit: int) -> int:
     return min(max(0, int(limit)), MAX_SQL_INT)
+
+
+def _listing(
+    source: str,
+    tenant: str,
+    filters: Mapping[str, Any] | None = None,
+    *,
+    order: str,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int | None = None,
+    columns: str = "*",
+    group: str = "",
+) -> tuple[str, list[Any]]:
+    """The one shape of a tenant's filtered listing, and its arguments:
+    ``SELECT columns FROM source WHERE tenant=? [AND filter ...] [AND created_at>=? AND
+    created_at<=?] [GROUP BY group] ORDER BY order [LIMIT ?]``.
+
+    Each filter is a fixed condition holding one ``?`` mapped to its value, and is left out when
+    the value is None (an optional argument not given; callers pass ``x or None`` where an empty
+    string means "any" too). Values, time bounds and the page size (clamped by :func:`_page`) are
+    only ever bound, never written into the SQL; the SQL text comes from this module alone, so
+    every listing is scoped to its tenant the same way on both backends."""
+    sql = f"SELECT {columns} FROM {source} WHERE tenant=?"
+    args: list[Any] = [tenant]
+    bounds = {"created_at>=?": since, "created_at<=?": until}
+    for condition, value in [*(filters or {}).items(), *bounds.items()]:
+        if value is None:
+            continue
+        assert condition.count("?") == 1, condition  # one bound value per condition
+        sql += f" AND {condition}"
+        args.append(float(value) if condition in bounds else value)
+    if group:
+        sql += f" GROUP BY {group}"
+    sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(_page(limit))
+    return sql, args
+
+
+def _one(c: Conn, table: str, tenant: str, key: Mapping[str, Any], missing: str, columns: str = "*") -> Row:
+    """The tenant's one row of ``table`` whose columns equal ``key`` (names from this module,
+    values bound), or NotFoundError(``missing``): another tenant's row is as absent as none."""
+    where = "".join(f" AND {column}=?" for column in key)
+    row = c.execute(f"SELECT {columns} FROM {table} WHERE tenant=?{where}", (tenant, *key.values())).fetchone()
+    if row is None:
+        raise NotFoundError(missing)
+    return row
+
+
+def _keyed(c: Conn, table: str, tenant: str, column: str, keys: Sequence[Any], order: str = "") -> list[Row]:
+    """The tenant's rows of ``table`` whose ``column`` is one of ``keys``, in ``IN`` lists of at
+    most :data:`_IN_CHUNK` bound values (``order`` applies within each list)."""
+    rows: list[Row] = []
+    for i in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[i : i + _IN_CHUNK]
+        sql = f"SELECT * FROM {table} WHERE tenant=? AND {column} IN ({', '.join('?' * len(chunk))})"
+        rows += c.execute(sql + (f" ORDER BY {order}" if order else ""), (tenant, *chunk)).fetchall()
+    return rows
 
 
 def _insert(c: Conn, rec: Any, on_conflict: str = "", encoded: Mapping[str, Any] | None = None) -> None:
@@ -243,14 +312,30 @@ def _pending_count(c: Conn, tenant: str, kind: str) -> int:
 
 
 class SqlStore(Store):
-    """Every store operation as SQL; subclasses run the transactions (:meth:`_run`)."""
+    """Every store operation as SQL; subclasses run the transactions (:meth:`_tx`)."""
 
     # Row lock of a read-modify-write (PostgreSQL: FOR UPDATE; SQLite's single writer needs none).
     FOR_UPDATE = ""
+    # Set by the backend's constructor: the threads its transactions block, and whether it closed.
+    _executor: Executor
+    _closed: bool
+
+    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
+        """Run ``fn`` in one transaction (:meth:`_tx`) on the backend's threads, off the event loop.
+        A closed store, or an executor shut down while the call waited, is StoreUnavailableError
+        (a typed, retryable answer during shutdown rather than a crash), the same on every backend."""
+        if self._closed:
+            raise StoreUnavailableError(CLOSED)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._tx, fn, contended)
+        except RuntimeError as exc:  # the executor shut down under us
+            raise StoreUnavailableError(f"the store is closed: {exc}") from None
 
     @abc.abstractmethod
-    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
-        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises).
+    def _tx(self, fn: Callable[[Conn], T], contended: bool) -> T:
+        """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises), in
+        an executor thread; the backend's own failures become typed errors here.
         ``contended``: a hot row that concurrent callers update through ``FOR_UPDATE`` (a backend
         may then use a weaker isolation that queues them instead of failing all but one)."""
 
@@ -335,11 +420,8 @@ class SqlStore(Store):
 
     async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
         def tx(c: Conn) -> PolicyVersionRecord:
-            row = c.execute(
-                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND version=?", (tenant, name, version)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"policy {name!r} has no version {version}")
+            key = {"name": name, "version": version}
+            row = _one(c, "policy_versions", tenant, key, f"policy {name!r} has no version {version}")
             return _record(PolicyVersionRecord, row)
 
         return await self._run(tx)
@@ -360,9 +442,7 @@ class SqlStore(Store):
 
     async def list_deployments(self, tenant: str, name: str) -> list[DeploymentRecord]:
         def tx(c: Conn) -> list[DeploymentRecord]:
-            rows = c.execute(
-                "SELECT * FROM deployments WHERE tenant=? AND name=? ORDER BY environment", (tenant, name)
-            ).fetchall()
+            rows = c.execute(*_listing("deployments", tenant, {"name=?": name}, order="environment")).fetchall()
             return [_record(DeploymentRecord, r) for r in rows]
 
         return await self._run(tx)
@@ -373,29 +453,23 @@ class SqlStore(Store):
         def tx(c: Conn) -> list[PolicySummaryRecord]:
             # The page is cut in SQL (a tenant's policies are not capped in number): only the
             # policies answered, and their deployments, are read.
-            q = "SELECT name, MAX(version) AS v FROM policy_versions pv WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if environment:
-                q += (
-                    " AND EXISTS (SELECT 1 FROM deployments d "
-                    "WHERE d.tenant=pv.tenant AND d.name=pv.name AND d.environment=?)"
+            deployed_in = (
+                "EXISTS (SELECT 1 FROM deployments d WHERE d.tenant=pv.tenant AND d.name=pv.name AND d.environment=?)"
+            )
+            latest = c.execute(
+                *_listing(
+                    "policy_versions pv",
+                    tenant,
+                    {deployed_in: environment or None},
+                    columns="name, MAX(version) AS v",
+                    group="name",
+                    order="name",
+                    limit=limit,
                 )
-                args.append(environment)
-            q += " GROUP BY name ORDER BY name"
-            if limit is not None:
-                q += " LIMIT ?"
-                args.append(_page(limit))
-            latest = c.execute(q, args).fetchall()
+            ).fetchall()
             deps: dict[str, list[DeploymentRecord]] = {}
-            names = [r["name"] for r in latest]
-            for i in range(0, len(names), _IN_CHUNK):
-                chunk = names[i : i + _IN_CHUNK]
-                for r in c.execute(
-                    f"SELECT * FROM deployments WHERE tenant=? AND name IN ({', '.join('?' * len(chunk))}) "
-                    "ORDER BY environment",
-                    (tenant, *chunk),
-                ).fetchall():
-                    deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
+            for r in _keyed(c, "deployments", tenant, "name", [r["name"] for r in latest], order="environment"):
+                deps.setdefault(r["name"], []).append(_record(DeploymentRecord, r))
             return [
                 PolicySummaryRecord(name=r["name"], latest_version=r["v"], deployments=tuple(deps.get(r["name"], [])))
                 for r in latest
@@ -500,9 +574,7 @@ class SqlStore(Store):
 
     async def get_evaluator(self, tenant: str, evaluator_id: str) -> EvaluatorRecord:
         def tx(c: Conn) -> EvaluatorRecord:
-            row = c.execute("SELECT * FROM evaluators WHERE tenant=? AND id=?", (tenant, evaluator_id)).fetchone()
-            if row is None:
-                raise NotFoundError(f"evaluator {evaluator_id!r} not found")
+            row = _one(c, "evaluators", tenant, {"id": evaluator_id}, f"evaluator {evaluator_id!r} not found")
             return _record(EvaluatorRecord, row)
 
         return await self._run(tx)
@@ -526,12 +598,9 @@ class SqlStore(Store):
 
     async def list_evaluators(self, tenant: str, name: str | None = None) -> list[EvaluatorRecord]:
         def tx(c: Conn) -> list[EvaluatorRecord]:
-            if name:
-                rows = c.execute(
-                    "SELECT * FROM evaluators WHERE tenant=? AND name=? ORDER BY name, version", (tenant, name)
-                ).fetchall()
-            else:
-                rows = c.execute("SELECT * FROM evaluators WHERE tenant=? ORDER BY name, version", (tenant,)).fetchall()
+            rows = c.execute(
+                *_listing("evaluators", tenant, {"name=?": name or None}, order="name, version")
+            ).fetchall()
             return [_record(EvaluatorRecord, r, code="") for r in rows]
 
         return await self._run(tx)
@@ -622,11 +691,7 @@ class SqlStore(Store):
 
     async def get_decision(self, tenant: str, decision_id: str) -> AuditRecord:
         def tx(c: Conn) -> AuditRecord:
-            row = c.execute(
-                "SELECT * FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"decision {decision_id!r} not found")
+            row = _one(c, "decisions", tenant, {"decision_id": decision_id}, f"decision {decision_id!r} not found")
             return _record(AuditRecord, row)
 
         return await self._run(tx)
@@ -641,37 +706,33 @@ class SqlStore(Store):
         until: float | None = None,
         max_bytes: int | None = None,
     ) -> list[AuditRecord]:
+        def page(columns: str = "*") -> tuple[str, list[Any]]:
+            return _listing(
+                "decisions",
+                tenant,
+                {"policy=?": policy or None},
+                columns=columns,
+                since=since,
+                until=until,
+                order="created_at DESC, decision_id",
+                limit=limit,
+            )
+
         def tx(c: Conn) -> list[AuditRecord]:
-            where = " WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if policy:
-                where += " AND policy=?"
-                args.append(policy)
-            if since is not None:
-                where += " AND created_at>=?"
-                args.append(float(since))
-            if until is not None:
-                where += " AND created_at<=?"
-                args.append(float(until))
-            order = " ORDER BY created_at DESC, decision_id LIMIT ?"
-            args.append(_page(limit))
             if max_bytes is None:
-                return [_record(AuditRecord, r) for r in c.execute("SELECT * FROM decisions" + where + order, args)]
+                return [_record(AuditRecord, r) for r in c.execute(*page())]
             # Sizes first, then only the records that fit: a page of large records (each up to
             # max_audit_bytes_per_decision) is never read whole into memory.
             ids: list[str] = []
             total = 0
-            for r in c.execute(f"SELECT decision_id, {_RECORD_SIZE} AS n FROM decisions" + where + order, args):
+            for r in c.execute(*page(f"decision_id, {_RECORD_SIZE} AS n")):
                 total += int(r[1] or 0)
                 if ids and total > max_bytes:
                     break
                 ids.append(r[0])
-            found: dict[str, AuditRecord] = {}
-            for i in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[i : i + _IN_CHUNK]
-                q = f"SELECT * FROM decisions WHERE tenant=? AND decision_id IN ({', '.join('?' * len(chunk))})"
-                for r in c.execute(q, (tenant, *chunk)):
-                    found[r["decision_id"]] = _record(AuditRecord, r)
+            found = {
+                r["decision_id"]: _record(AuditRecord, r) for r in _keyed(c, "decisions", tenant, "decision_id", ids)
+            }
             return [found[i] for i in ids if i in found]
 
         return await self._run(tx)
@@ -693,17 +754,9 @@ class SqlStore(Store):
         limit: int = 100,
     ) -> list[ReviewRecord]:
         def tx(c: Conn) -> list[ReviewRecord]:
-            q = "SELECT * FROM reviews WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if state is not None:
-                q += " AND state=?"
-                args.append(state.value)
-            if policy:
-                q += " AND policy=?"
-                args.append(policy)
-            q += " ORDER BY created_at, id LIMIT ?"
-            args.append(_page(limit))
-            return [_record(ReviewRecord, r) for r in c.execute(q, args).fetchall()]
+            filters = {"state=?": state.value if state is not None else None, "policy=?": policy or None}
+            q = _listing("reviews", tenant, filters, order="created_at, id", limit=limit)
+            return [_record(ReviewRecord, r) for r in c.execute(*q).fetchall()]
 
         return await self._run(tx)
 
@@ -727,9 +780,7 @@ class SqlStore(Store):
 
     async def get_review(self, tenant: str, review_id: str) -> ReviewRecord:
         def tx(c: Conn) -> ReviewRecord:
-            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
-            if row is None:
-                raise NotFoundError(f"review {review_id!r} not found")
+            row = _one(c, "reviews", tenant, {"id": review_id}, f"review {review_id!r} not found")
             return _record(ReviewRecord, row)
 
         return await self._run(tx)
@@ -742,9 +793,7 @@ class SqlStore(Store):
         now = time.time()
 
         def tx(c: Conn) -> ReviewRecord:
-            row = c.execute("SELECT * FROM reviews WHERE tenant=? AND id=?", (tenant, review_id)).fetchone()
-            if row is None:
-                raise NotFoundError(f"review {review_id!r} not found")
+            row = _one(c, "reviews", tenant, {"id": review_id}, f"review {review_id!r} not found")
             if row["state"] != ReviewState.OPEN.value:
                 raise ReviewAlreadyResolvedError(f"review {review_id!r} is already {row['state']}")
             _resolve(c, tenant, review_id, Resolution(state, reviewer, note), now)
@@ -758,11 +807,8 @@ class SqlStore(Store):
         now = time.time()
 
         def tx(c: Conn) -> FeedbackRecord:
-            row = c.execute(
-                "SELECT rules FROM decisions WHERE tenant=? AND decision_id=?", (tenant, decision_id)
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"decision {decision_id!r} not found")
+            key = {"decision_id": decision_id}
+            row = _one(c, "decisions", tenant, key, f"decision {decision_id!r} not found", columns="rules")
             if rule and rule not in {r.get("rule") for r in json.loads(row["rules"])}:
                 raise NotFoundError(f"decision {decision_id!r} has no rule {rule!r}")
             rec = FeedbackRecord(
@@ -794,12 +840,8 @@ class SqlStore(Store):
 
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]:
         def tx(c: Conn) -> list[FeedbackRecord]:
-            q = "SELECT * FROM feedback WHERE tenant=?"
-            args: list[Any] = [tenant]
-            if decision_id:
-                q += " AND decision_id=?"
-                args.append(decision_id)
-            rows = c.execute(q + " ORDER BY created_at, id", args).fetchall()
+            q = _listing("feedback", tenant, {"decision_id=?": decision_id or None}, order="created_at, id")
+            rows = c.execute(*q).fetchall()
             return [_record(FeedbackRecord, r) for r in rows]
 
         return await self._run(tx)
@@ -873,16 +915,9 @@ class SqlStore(Store):
         self, tenant: str, *, state: OutboxState | None = None, kind: str | None = None, limit: int = 100
     ) -> list[OutboxRecord]:
         def tx(c: Conn) -> list[OutboxRecord]:
-            q, args = "SELECT * FROM outbox WHERE tenant=?", [tenant]
-            if state is not None:
-                q += " AND state=?"
-                args.append(state.value)
-            if kind:
-                q += " AND kind=?"
-                args.append(kind)
-            q += " ORDER BY created_at DESC, id LIMIT ?"
-            args.append(_page(limit))
-            return [_record(OutboxRecord, r) for r in c.execute(q, args).fetchall()]
+            filters = {"state=?": state.value if state is not None else None, "kind=?": kind or None}
+            q = _listing("outbox", tenant, filters, order="created_at DESC, id", limit=limit)
+            return [_record(OutboxRecord, r) for r in c.execute(*q).fetchall()]
 
         return await self._run(tx)
 
@@ -890,9 +925,8 @@ class SqlStore(Store):
         self, tenant: str, message_id: str, now: float, *, kind: str | None = None, max_pending: int | None = None
     ) -> OutboxRecord:
         def tx(c: Conn) -> OutboxRecord:
-            row = c.execute("SELECT * FROM outbox WHERE tenant=? AND id=?", (tenant, message_id)).fetchone()
-            if row is None or (kind is not None and row["kind"] != kind):
-                raise NotFoundError(f"delivery {message_id!r} not found")
+            key = {"id": message_id} if kind is None else {"id": message_id, "kind": kind}
+            row = _one(c, "outbox", tenant, key, f"delivery {message_id!r} not found")
             if row["state"] == OutboxState.PENDING.value:
                 raise DeliveryPendingError(f"delivery {message_id!r} is still pending (next attempt scheduled)")
             if max_pending is not None:

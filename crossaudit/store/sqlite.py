@@ -67,27 +67,21 @@ class SQLiteStore(SqlStore):
         conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
         return conn
 
-    async def _run(self, fn: Callable[[Conn], T], *, contended: bool = False) -> T:
-        if self._closed:
-            raise StoreUnavailableError("the store is closed (the server is shutting down)")
-        loop = asyncio.get_running_loop()
+    def _tx(self, fn: Callable[[Conn], T], contended: bool = False) -> T:
+        """A write transaction from its start (``BEGIN IMMEDIATE``), so it never has to upgrade a
+        read lock; ``contended`` changes nothing, SQLite's writers already queue on its lock."""
+        conn = self._conn
         try:
-            return await loop.run_in_executor(self._executor, self._tx, fn)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
         except sqlite3.OperationalError as e:  # locked, disk full, I/O error: typed, retryable
             raise StoreUnavailableError(f"database unavailable: {e}") from None
-        except RuntimeError as e:  # executor shut down under us
-            raise StoreUnavailableError(f"the store is closed: {e}") from None
-
-    def _tx(self, fn: Callable[[Conn], T]) -> T:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return result
 
     async def aclose(self) -> None:
         if self._closed:

@@ -15,7 +15,9 @@ MAX_PROGRAM_MEMORY = 8 << 20  # bytes RE2 may use to compile one pattern
 
 
 class RegexError(ValueError):
-    pass
+    """A pattern RE2 refuses. Internal only, not in crossaudit.kernel.errors: policy validation
+    compiles every ``regex_match`` pattern and reports this as a PolicyIssue (the engine runs
+    validated policies only), so it never crosses an edge."""
 
 
 def _options() -> Any:

@@ -30,6 +30,9 @@ SYSV_IPC_KINDS = ("shm", "sem", "msg")  # /proc/sysvipc/<kind>: the second colum
 class CleanupError(Exception):
     """The sandbox could not be reset after a call: it must not serve another one."""
 
+    # Not in crossaudit.kernel.errors: the agent is stdlib-only; the supervisor reports this as a
+    # failed ``reset`` frame and the host retires that sandbox. It never crosses an edge as a type.
+
 
 def other_pids() -> list[int]:
     """Every process of this PID namespace but the caller (inside a container: all but PID 1)."""

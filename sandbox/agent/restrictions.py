@@ -91,6 +91,9 @@ IMPORT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$"
 class SandboxViolation(Exception):
     """Restricted code touched something forbidden. Recorded even if the code catches it."""
 
+    # Not in crossaudit.kernel.errors: it lives inside the stdlib-only agent, which reports it as a
+    # "security" error frame; the host turns that into a SandboxSecurityError.
+
 
 class Restrictions:
     """Builds the globals restricted code runs with: guarded builtins, imports and attribute access."""

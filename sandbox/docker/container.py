@@ -256,6 +256,9 @@ class SocketChannel(AttachChannel):
 class _ChannelRefused(Exception):
     """The agent exited before connecting to its channel socket."""
 
+    # Internal only, not in crossaudit.kernel.errors: caught in this module (the container falls
+    # back to the attach stream); it never leaves the backend.
+
 
 def open_channel_dir(uid: int) -> tuple[socket.socket, str]:
     """A private directory holding a listening socket only ``uid`` (the container's user) may

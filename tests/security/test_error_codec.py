@@ -1,9 +1,9 @@
 """Errors keep their type across every gRPC edge (the one codec, ``crossaudit/kernel/errcodec.py``).
 
-Every CrossAuditError subclass (found programmatically: a new subclass is covered without
-editing this file) goes through a REAL grpc.aio server on loopback — a small generic service
-whose handler raises the class named in the request through the codec — and must come back as
-the same class with the same retryable flag (and its ``issues`` / ``limit``): as a unary
+Every CrossAuditError subclass (found programmatically by ``tests/errorcases.py``: a new
+subclass is covered without editing this file) goes through a REAL grpc.aio server on loopback —
+a small generic service whose handler raises the class named in the request through the codec —
+and must come back as the same class with the same retryable flag (and its ``issues`` / ``limit``): as a unary
 status, as a streaming abort, and as an EvaluateStream ``ItemError``. The model-server edge
 (``crossaudit.modelserver.server`` → ``crossaudit.modelserver.pool``) is driven the same way.
 """
@@ -18,12 +18,11 @@ from typing import Any
 import grpc
 import pytest
 
-import sandbox.protocol  # noqa: F401 - every module defining error classes is imported
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError
 from crossaudit.kernel.results import Verdict
-from crossaudit.modelserver.builtins import ModelRequiredError, ModelRuntime
+from crossaudit.modelserver.builtins import ModelRuntime
 from crossaudit.modelserver.pool import error_from_rpc
 from crossaudit.modelserver.server import ModelServicer
 from crossaudit.service.convert import item_error_from_pb as _item_error
@@ -31,48 +30,17 @@ from crossaudit.service.errors import from_rpc_error
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
+from tests.errorcases import EXAMPLES, all_error_classes, example
 
 pytestmark = pytest.mark.security
 
-PRODUCT_PACKAGES = ("orchestrator", "sandbox", "crossaudit")
-ISSUES = [
-    PolicyIssue("threshold must be between 0.0 and 1.0", path="rules[0].threshold", file="p.yaml", line=7, column=16),
-    PolicyIssue("a policy needs a name", file="p.yaml", line=1, column=1),
-    PolicyIssue("no location at all"),
-]
-# Classes whose constructor is not ``(message, *, retryable=None)``: how to build one.
-EXAMPLES: dict[type[CrossAuditError], Any] = {
-    PolicyValidationError: lambda: PolicyValidationError(ISSUES),
-    SandboxLimitError: lambda: SandboxLimitError("memory", "evaluator used more than 128 MiB"),
-    ModelRequiredError: lambda: ModelRequiredError("presidio: entity PERSON needs a spaCy pipeline", field="entities"),
-    E.RequestTooLargeError: lambda: E.RequestTooLargeError(
-        "the request is 9 bytes, over 4", size=9, limit=4, setting="limits.max_request_bytes"
-    ),
-    E.ServerUnavailableError: lambda: E.ServerUnavailableError("cannot reach 127.0.0.1:9", address="127.0.0.1:9"),
-    E.QuotaExceededError: lambda: E.QuotaExceededError(
-        "10000 webhooks pending, at most 10000", setting="delivery_limits.max_pending_per_tenant"
-    ),
-}
 SERVICE = "crossaudit.test.Raiser"
-
-
-def all_error_classes() -> list[type[CrossAuditError]]:
-    out, todo = [CrossAuditError], [CrossAuditError]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if sub.__module__.split(".")[0] in PRODUCT_PACKAGES and sub not in out:
-                out.append(sub)
-                todo.append(sub)
-    return out
 
 
 def build(name: str, retryable: bool | None = None) -> CrossAuditError:
     cls = E.error_class(name)
     assert cls is not None, name
-    exc = EXAMPLES[cls]() if cls in EXAMPLES else cls(f"{name} happened: naïve ✓")
-    if retryable is not None:
-        exc.retryable = retryable
-    return exc
+    return example(cls, retryable)
 
 
 CASES = [(cls.__name__, None) for cls in all_error_classes()] + [

@@ -193,6 +193,28 @@ async def test_a_closed_store_is_unavailable_not_a_crash(tmp_path: Path) -> None
     assert err.value.code is ErrorCode.UNAVAILABLE and err.value.retryable
 
 
+async def test_a_locked_sqlite_database_is_unavailable_and_the_store_still_works_after(tmp_path: Path) -> None:
+    """Another program holding the write lock past the busy timeout: a typed, retryable
+    StoreUnavailableError (the transaction rolled back), and the next call succeeds."""
+    import sqlite3
+
+    from crossaudit.store.base import StoreUnavailableError
+
+    s = SQLiteStore(tmp_path / "db.sqlite", busy_timeout_ms=50)
+    other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailableError, match="database unavailable") as err:
+            await s.record_decision(audit("dec1"), [])
+        assert err.value.retryable
+        other.execute("ROLLBACK")
+        await s.record_decision(audit("dec1"), [])
+        assert await s.count_decisions("t1") == 1
+    finally:
+        other.close()
+        await s.aclose()
+
+
 async def test_reviews_past_auto_approve_at_are_approved_by_auto(store: SQLiteStore) -> None:
     import dataclasses
 

@@ -25,23 +25,12 @@ from typing import Any, ClassVar
 
 from crossaudit.kernel.builtins import parse_config
 from crossaudit.kernel.errors import ConfigurationError
+
+# Declared in the one hierarchy, so a peer that imports only the codec decodes it; re-exported.
+from crossaudit.kernel.errors import ModelRequiredError as ModelRequiredError
 from crossaudit.kernel.results import Verdict
 
 MAX_LOADED_MODELS = 4  # distinct model instances (paths/variants) one server keeps in memory
-
-
-class ModelRequiredError(ConfigurationError):
-    """Resolution found no model and the config cannot be served without one (e.g. Presidio's
-    PERSON with no spaCy NER pipeline). Unlike a missing or broken file, which fails when it
-    loads, this is known before any call, so policy validation and deploy report it at
-    ``field`` of the evaluator's config (see :func:`crossaudit.modelserver.builtins.model_problem`)."""
-
-    wire_fields = ("field",)
-    field: str = ""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def _text(cfg: Any, prompt: str, response: str) -> str:

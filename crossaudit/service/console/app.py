@@ -146,6 +146,9 @@ _LOCAL_PATH = re.compile(r"/[A-Za-z0-9/_.~%?=&+-]*")
 class Refused(Exception):
     """An answer other than the page: status and a message for the person."""
 
+    # Internal only, not in crossaudit.kernel.errors: an HTTP answer of the console, caught in
+    # this module; it never crosses the gRPC edge.
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

@@ -55,6 +55,9 @@ def key_id(api_key: str) -> bytes:
 class SessionsFull(Exception):
     """Every session the console may hold is in use: the sign-in is refused (HTTP 503)."""
 
+    # Internal only, not in crossaudit.kernel.errors: the console app answers it as an HTTP page;
+    # it never crosses the gRPC edge.
+
 
 @dataclass
 class Session:

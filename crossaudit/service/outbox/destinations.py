@@ -55,6 +55,9 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 class DestinationRefused(Exception):
     """The URL may not be called for this tenant (not allowlisted, or a refused address)."""
 
+    # Internal only, not in crossaudit.kernel.errors: the webhook sender turns it into a
+    # permanent failed attempt of the outbox row; it never crosses the gRPC edge.
+
 
 @dataclass(frozen=True)
 class Origin:

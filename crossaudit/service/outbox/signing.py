@@ -33,6 +33,9 @@ MIN_SECRET_BYTES = 16  # a shorter signing secret is refused when the keys file 
 class SignatureError(ValueError):
     """A request whose signature or timestamp does not verify."""
 
+    # Not in crossaudit.kernel.errors: raised by verify(), a helper for the receivers of our
+    # webhooks, in their process; the server never raises it, so it never crosses the gRPC edge.
+
 
 def secret_key(secret: str) -> bytes:
     """The HMAC key of a signing secret; ConfigurationError (never quoting it) when a ``whsec_``
