@@ -135,6 +135,8 @@ def _guarded_deserializer(
 Authorize = Callable[[grpc.aio.ServicerContext], None]  # raises UnauthenticatedError / PermissionDeniedError
 
 
+# Long: one wrapper per gRPC call shape (unary/stream in and out), each a few lines, sharing the
+# authorization and rejection closures above them; apart, the four would repeat those.
 def guard_handler(
     handler: grpc.RpcMethodHandler,
     max_depth: int,
