@@ -41,7 +41,7 @@ KINDS = tuple(kind for kind, runtime in RUNTIMES.items() if runtime.image_requir
 # What each image installs (kept in step with pyproject.toml's pins): the server's own stack plus
 # the builtin's (``image_requirements`` in crossaudit/modelserver/builtins/<kind>.py).
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "_common": ("grpcio>=1.66,<2", "protobuf>=5.27,<8", "pydantic>=2.7,<3"),
+    "_common": ("grpcio>=1.66,<2", "protobuf>=5.27,<8", "pydantic>=2.7,<3", "cachetools>=5.3,<7"),
     **{kind: RUNTIMES[kind].image_requirements or () for kind in KINDS},
 }
 # Shared libraries the wheels need that the minimal base lacks (grpcio, onnxruntime and spaCy link

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, ErrorCode, ServerUnavailableError
+from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import Action
 from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
@@ -35,7 +35,7 @@ from orchestrator.secrets import SecretGrant
 
 log = logging.getLogger("crossaudit.proxy")
 
-MAX_CLIENTS = 64  # CrossAudit connections kept (one per distinct key); the oldest is closed beyond
+MAX_CLIENTS = 64  # CrossAudit connections kept (one per distinct key); the least recently used is closed beyond
 # CrossAudit errors that mean "it could not decide now" (fail_open lets the call through on these
 # only): a misconfiguration (unknown policy, refused key) always fails closed, and so does
 # RESOURCE_EXHAUSTED (the tenant's in-flight cap), which callers can cause at will by calling a lot.
@@ -65,10 +65,16 @@ class Verdict:
     rule: str = ""  # the rule whose block applied
 
 
+def _close_later(_key: str | None, client: AsyncClient) -> None:
+    """A client evicted for room is closed off the request path (its calls in flight finish)."""
+    task = asyncio.get_running_loop().create_task(client.close())
+    task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+
 class Guard:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self._clients: OrderedDict[str | None, AsyncClient] = OrderedDict()
+        self._clients: EvictingLRU[str | None, AsyncClient] = EvictingLRU(MAX_CLIENTS, _close_later)
 
     def _client(self, caller: Caller) -> AsyncClient:
         """The CrossAudit client of the caller's key (read now: a rotated key file applies to
@@ -89,13 +95,7 @@ class Guard:
                 tls=self.config.crossaudit_tls,
                 timeout=self.config.limits.evaluation_timeout_s,
             )
-            self._clients[key] = client
-            while len(self._clients) > MAX_CLIENTS:
-                _, old = self._clients.popitem(last=False)
-                task = asyncio.get_running_loop().create_task(old.close())
-                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-        else:
-            self._clients.move_to_end(key)
+            self._clients[key] = client  # beyond MAX_CLIENTS, the least recently used is closed
         return client
 
     @property
@@ -151,8 +151,7 @@ class Guard:
             await asyncio.sleep(CHECK_RETRY_S)
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), OrderedDict()
-        for c in clients:
+        for c in self._clients.drain():
             await c.close()
 
     async def check(

@@ -10,9 +10,10 @@ import asyncio
 import functools
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import LRUCache
 
 from crossaudit.kernel.dsl import EvaluatorType
 from crossaudit.kernel.errors import (
@@ -77,7 +78,8 @@ class PolicyCatalog:
         self.limits = limits
         self.grants = grants
         self.max_webhook_rules = max_webhook_rules  # DeliveryLimits.max_webhook_rules_per_policy
-        self._policies: OrderedDict[tuple[str, str, int], _Deployed] = OrderedDict()
+        # parsed policies by immutable (tenant, name, version): nothing to release on eviction
+        self._policies: LRUCache[tuple[str, str, int], _Deployed] = LRUCache(max(1, limits.policy_cache_entries))
         # (tenant, name, env) -> (deployed version, monotonic time it was read): another replica
         # may deploy or roll back, so an entry is trusted for ``deployment_recheck_s`` only.
         self._deployed: dict[tuple[str, str, str], tuple[int, float]] = {}
@@ -173,9 +175,8 @@ class PolicyCatalog:
         parsed policies are cached by immutable version."""
         cached = self._deployed.get((tenant, name, env))
         if cached is not None and time.monotonic() - cached[1] < self.limits.deployment_recheck_s:
-            hit = self._policies.get((tenant, name, cached[0]))
+            hit = self._policies.get((tenant, name, cached[0]))  # marks it used
             if hit is not None:
-                self._policies.move_to_end((tenant, name, cached[0]))
                 return hit.record, hit.policy
         rec = await self._deployed_record(tenant, name, env)
         policy = await self._load(tenant, rec)
@@ -274,7 +275,6 @@ class PolicyCatalog:
         key = (tenant, rec.name, rec.version)
         hit = self._policies.get(key)
         if hit is not None:
-            self._policies.move_to_end(key)
             return hit.policy
         policy = await self.parse(tenant, rec.content, f"{rec.name}@{rec.version}")
         await self._resolve_uploads(tenant, policy)
@@ -284,9 +284,6 @@ class PolicyCatalog:
 
     def _cache(self, tenant: str, rec: PolicyVersionRecord, policy: Policy) -> None:
         self._policies[(tenant, rec.name, rec.version)] = _Deployed(rec, policy)
-        self._policies.move_to_end((tenant, rec.name, rec.version))
-        while len(self._policies) > self.limits.policy_cache_entries:
-            self._policies.popitem(last=False)
 
     async def bootstrap(self, tenants: list[str], files: list[tuple[str, str]], environment: str) -> list[str]:
         """Deploy ``files`` [(filename, text)] for every tenant, once per data directory.

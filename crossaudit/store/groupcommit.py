@@ -60,7 +60,8 @@ class GroupCommit(Generic[W]):
         self._max_batch_bytes = max_batch_bytes
         self._key = key
         self._size = size
-        # one queue per tenant, in the order their turns come round
+        # one queue per tenant, in the order their turns come round (a round robin, not a cache:
+        # nothing is evicted, a tenant leaves when its queue is empty)
         self._queues: OrderedDict[str, deque[tuple[W, asyncio.Future[None]]]] = OrderedDict()
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0  # transactions committed or attempted (for tests and metrics)

@@ -32,7 +32,6 @@ import hashlib
 import json
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +55,7 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
 )
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import (
     Action,
     ActionOutcome,
@@ -163,7 +163,10 @@ class Engine:
         self.feedback = feedback
         self.clock = clock
         self.now = now
-        self._evaluators: OrderedDict[tuple[str, str], _Built] = OrderedDict()
+        # built evaluators by (policy version, name); old policy versions age out and are closed
+        self._evaluators: EvictingLRU[tuple[str, str], _Built] = EvictingLRU(
+            self.limits.evaluator_instances, self._close_evicted
+        )
         self._closing: set[asyncio.Task[None]] = set()
 
     # -- evaluators ---------------------------------------------------------------------------
@@ -176,7 +179,6 @@ class Engine:
         key = (policy.digest or str(id(policy)), name)
         hit = self._evaluators.get(key)
         if hit is not None:
-            self._evaluators.move_to_end(key)
             return hit
         spec = policy.evaluator(name)
         ev = self.factory.build(spec, policy)
@@ -185,12 +187,14 @@ class Engine:
         burst = getattr(cfg, "rate_limit_burst", None)
         limiter = self.limiters(f"{self.scope}/{policy.name}/{name}", rpm, burst, name) if rpm else None
         built = self._evaluators[key] = _Built(ev, self._cache_identity(ev, spec.model_dump(mode="json")), limiter)
-        while len(self._evaluators) > self.limits.evaluator_instances:  # old policy versions age out
-            _, old_built = self._evaluators.popitem(last=False)
-            task = asyncio.get_running_loop().create_task(old_built.evaluator.aclose())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
         return built
+
+    def _close_evicted(self, _key: tuple[str, str], built: _Built) -> None:
+        """An evaluator evicted for room is closed off the request path (it may hold a sandbox
+        pool or an HTTP client); the task is kept so it is not collected mid-close."""
+        task = asyncio.get_running_loop().create_task(built.evaluator.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _cache_identity(self, evaluator: Evaluator, spec: Mapping[str, Any]) -> str:
         """Everything a cached verdict depends on besides the input: the scope (tenant), the
@@ -201,8 +205,7 @@ class Engine:
         return hashlib.sha256(material.encode()).hexdigest()
 
     async def aclose(self) -> None:
-        evaluators, self._evaluators = list(self._evaluators.values()), OrderedDict()
-        for built in evaluators:
+        for built in self._evaluators.drain():
             await built.evaluator.aclose()
 
     # -- evaluation -----------------------------------------------------------------------------

@@ -123,6 +123,9 @@ class DockerSandbox(Sandbox):
         self._base_image = base_image
         self._env = check_env(dict(DEFAULT_ENV) if env is None else env)
         self._executor = ThreadPoolExecutor(max_workers=self.pool_limits.docker_threads, thread_name_prefix="docker")
+        # Not a cachetools LRU (crossaudit.kernel.lru): only idle pools are evicted (_evict), so
+        # the map may exceed max_pools while every pool is busy; cachetools evicts before storing
+        # until the new item fits and cannot skip or wait for busy entries.
         self._pools: collections.OrderedDict[str, ContainerPool] = collections.OrderedDict()
         self._images: ImageManager | None = None
         self._rt: ContainerRuntime | None = None

@@ -20,7 +20,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +34,7 @@ from crossaudit.kernel.errors import (
     SandboxCrashedError,
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
+from crossaudit.kernel.lru import EvictingLRU
 from sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
 from sandbox.cpugroups import TenantCpuGroups
 from sandbox.pool import WarmPool
@@ -207,7 +207,7 @@ class ProcessSandbox(Sandbox):
         self.max_bundles = max(1, max_bundles)
         self.restricted = restricted
         self.python = python or sys.executable
-        self._pools: OrderedDict[str, AgentPool] = OrderedDict()
+        self._pools: EvictingLRU[str, AgentPool] = EvictingLRU(self.max_bundles, self._close_evicted)
         self._agents: set[_Agent] = set()
         self._tasks: set[asyncio.Task[Any]] = set()  # closing evicted pools
         self._isolation: dict[str, Any] = {}
@@ -286,8 +286,7 @@ class ProcessSandbox(Sandbox):
 
     async def aclose(self) -> None:
         self._closed = True
-        pools = [*self._pools.values()]
-        self._pools.clear()
+        pools = self._pools.drain()  # closed here, busy agents too: not the eviction's gentler close
         await asyncio.gather(*(p.close(reason="process sandbox is closed") for p in pools), return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -303,22 +302,23 @@ class ProcessSandbox(Sandbox):
             raise EvaluatorUnavailableError("process sandbox is closed")
         now = time.monotonic()
         key = bundle.pool_key
-        for other_key, other in list(self._pools.items()):
+        # Idle expiry is swept here rather than left to a TTL cache: a pool serving or awaiting a
+        # call is never idle, whatever its age, and a TTL cannot ask. peek() leaves recency alone.
+        for other_key, other in self._pools.peek():
             # serving no call and none waiting (an agent still reporting its reset counts as free)
             unused = len(other.busy) <= other.settling and not other.waiting
             if other_key != key and unused and now - other.last_used > self.pool_limits.idle_timeout_s:
                 self._close_pool(self._pools.pop(other_key))
-        pool = self._pools.get(key)
+        pool = self._pools.get(key)  # marks it used
         if pool is None:
             # the one entry-point check, also for a run() without prepare() (the agent keeps no copy)
             check_code(bundle.code, entrypoint=bundle.entrypoint, limits=self.limits)
-            pool = self._pools[key] = AgentPool(self, bundle)
+            pool = self._pools[key] = AgentPool(self, bundle)  # beyond max_bundles: LRU evicted, closed
         pool.last_used = now
-        self._pools.move_to_end(key)
-        while len(self._pools) > self.max_bundles:
-            _, old = self._pools.popitem(last=False)
-            self._close_pool(old)
         return pool
+
+    def _close_evicted(self, _key: str, pool: AgentPool) -> None:
+        self._close_pool(pool)
 
     def _close_pool(self, pool: AgentPool) -> None:
         """Stop an evicted pool: idle agents die now, busy ones when their call is answered."""

@@ -169,6 +169,26 @@ async def test_lru_of_warm_bundles_and_aclose_kills_everything() -> None:
     assert not any(os.path.exists(d) for d in dirs)
 
 
+async def test_an_evicted_pool_is_closed_and_its_idle_agents_die() -> None:
+    """max_bundles is the LRU's capacity: the least recently used pool is evicted and closed off
+    the request path, its idle agents killed; the pool just used keeps its agents."""
+    box = ProcessSandbox(LIMITS, pool_limits=PoolLimits(min_size=1), max_bundles=1)
+    first = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.1}\n")
+    second = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.2}\n")
+    try:
+        await box.run(first, "p", "r", {}, timeout=5)
+        [(_, evicted)] = box._pools.peek()
+        first_pids = [a.proc.pid for a in box._agents]
+        v, _ = await box.run(second, "p", "r", {}, timeout=5)
+        assert v.score == 0.2 and box.info()["warm_bundles"] == 1 and evicted.closed
+        await asyncio.gather(*list(box._tasks))  # the eviction's close
+        assert first_pids and not any(_alive(pid) for pid in first_pids)
+        [(_, kept)] = box._pools.peek()
+        assert kept is not evicted and not kept.closed
+    finally:
+        await box.aclose()
+
+
 async def test_info_is_honest(sb) -> None:
     info = sb.info()
     assert info["backend"] == "process" and "weaker" in info["isolation"] and info["restricted"] is True

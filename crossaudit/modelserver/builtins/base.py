@@ -19,7 +19,6 @@ import abc
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -28,6 +27,7 @@ from crossaudit.kernel.errors import ConfigurationError
 
 # Declared in the one hierarchy, so a peer that imports only the codec decodes it; re-exported.
 from crossaudit.kernel.errors import ModelRequiredError as ModelRequiredError
+from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import Verdict
 
 MAX_LOADED_MODELS = 4  # distinct model instances (paths/variants) one server keeps in memory
@@ -51,10 +51,12 @@ class ModelRuntime(abc.ABC):
     batching: ClassVar[bool] = False
 
     def __init__(self, max_loaded: int = MAX_LOADED_MODELS) -> None:
-        self._models: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+        # an evicted model is only dropped (the GC frees it) with its load time
+        self._models: EvictingLRU[tuple[str, ...], Any] = EvictingLRU(
+            max_loaded, lambda key, _model: self.load_ms.pop(key, None)
+        )
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[str, ...], threading.Lock] = {}
-        self._max_loaded = max_loaded
         self.load_ms: dict[tuple[str, ...], float] = {}
 
     @classmethod
@@ -77,8 +79,7 @@ class ModelRuntime(abc.ABC):
         key = self._key(cfg)
         with self._lock:
             if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key]
+                return self._models[key]  # marks it used
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
             with self._lock:
@@ -88,10 +89,7 @@ class ModelRuntime(abc.ABC):
             model = self._load(cfg)
             with self._lock:
                 self.load_ms[key] = (time.perf_counter() - t0) * 1000
-                self._models[key] = model
-                while len(self._models) > self._max_loaded:
-                    old, _ = self._models.popitem(last=False)
-                    self.load_ms.pop(old, None)
+                self._models[key] = model  # beyond max_loaded: the least recently used is evicted
             return model
 
     def analyze(self, config: Mapping[str, Any] | Any, prompt: str, response: str) -> Verdict:

@@ -109,6 +109,9 @@ def _unindex(index: dict[K, OrderedDict[bytes, None]], name: K, sid: bytes) -> N
 class Sessions:
     limits: ConsoleLimits
     clock: Callable[[], float] = time.monotonic
+    # Ordered by use, but not a cachetools cache: a full table refuses the sign-in instead of
+    # evicting another tenant's session, idleness slides with each use, and the per-key and
+    # per-tenant bounds evict within their group only.
     _table: OrderedDict[bytes, Session] = field(default_factory=OrderedDict)  # least recently used first
     _by_key: dict[bytes, OrderedDict[bytes, None]] = field(default_factory=dict)
     _by_tenant: dict[str, OrderedDict[bytes, None]] = field(default_factory=dict)
