@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
+
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, ErrorCode, ServerUnavailableError
 from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import Action
@@ -136,19 +138,25 @@ class Guard:
             log.info("CrossAudit at %s accepts %s (tenant %s)", self.server, whose, info.tenant)
 
     async def _server_info(self, caller: Caller, deadline: float) -> Any:
-        """``GetServerInfo`` with the caller's key, asked again while the server is unreachable
-        (it may be starting) until ``deadline`` (loop time)."""
+        """``GetServerInfo`` with the caller's key, asked again every ``CHECK_RETRY_S`` while the
+        server is unreachable (it may be starting) until ``deadline`` (loop time). A server that
+        accepts the connection but does not answer in time is not asked again."""
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                async with asyncio.timeout(max(0.1, deadline - loop.time())):
-                    return await self._client(caller).server_info()
-            except TimeoutError:
-                raise ServerUnavailableError(f"CrossAudit at {self.server} did not answer") from None
-            except ServerUnavailableError:
-                if loop.time() + CHECK_RETRY_S >= deadline:
-                    raise
-            await asyncio.sleep(CHECK_RETRY_S)
+
+        async def ask() -> Any:
+            async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                return await self._client(caller).server_info()
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(ServerUnavailableError),
+            wait=wait_fixed(CHECK_RETRY_S),
+            stop=lambda _: loop.time() + CHECK_RETRY_S >= deadline,
+            reraise=True,
+        )
+        try:
+            return await retrying(ask)
+        except TimeoutError:
+            raise ServerUnavailableError(f"CrossAudit at {self.server} did not answer") from None
 
     async def aclose(self) -> None:
         for c in self._clients.drain():

@@ -33,6 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.store import migrations
 from crossaudit.store.base import StoreUnavailableError
@@ -234,31 +236,41 @@ class PostgresStore(SqlStore):
             raise StoreUnavailableError(CLOSED) from None
 
     def _tx_on(self, pool: Any, fn: Callable[[Conn], T], contended: bool) -> T:
+        """One transaction, re-run after a serialization failure or a deadlock (the database's
+        "try again"): at most ``max_retries`` more times, waiting ``retry_backoff_s`` doubling.
+        A pure retry loop, so tenacity's."""
+        errors = self._psycopg.errors
+        busy = (errors.SerializationFailure, errors.DeadlockDetected)
+        retrying = Retrying(
+            retry=retry_if_exception_type(busy),
+            stop=stop_after_attempt(self.limits.max_retries + 1),
+            wait=wait_exponential(multiplier=self.limits.retry_backoff_s),
+            reraise=True,
+        )
+        try:
+            return retrying(self._tx_once, pool, fn, contended)
+        except busy:
+            raise StoreUnavailableError("the database stayed too busy to commit; retry") from None
+
+    def _tx_once(self, pool: Any, fn: Callable[[Conn], T], contended: bool) -> T:
+        """One run of ``fn`` in a transaction; failures other than "try again" typed here."""
         from psycopg_pool import PoolClosed, PoolTimeout
 
         errors = self._psycopg.errors
         levels = self._psycopg.IsolationLevel
-        wait = self.limits.retry_backoff_s
-        for attempt in range(self.limits.max_retries + 1):
-            try:
-                with pool.connection() as conn:
-                    # A contended read-modify-write locks its row FOR UPDATE: at READ COMMITTED the
-                    # callers queue on the lock and each sees the last one's write.
-                    conn.isolation_level = levels.READ_COMMITTED if contended else levels.SERIALIZABLE
-                    with conn.transaction():
-                        return fn(_Conn(conn))
-            except (errors.SerializationFailure, errors.DeadlockDetected):
-                if attempt == self.limits.max_retries:
-                    raise StoreUnavailableError("the database stayed too busy to commit; retry") from None
-                time.sleep(wait)
-                wait *= 2
-            except PoolClosed:
-                raise
-            except self._psycopg.DataError as exc:  # a value PostgreSQL cannot take (a number out of range)
-                raise InvalidInputError(f"the database refused a value: {self._describe(exc)}") from None
-            except (self._psycopg.OperationalError, PoolTimeout) as exc:
-                raise StoreUnavailableError(f"database unavailable: {self._describe(exc)}") from None
-        raise AssertionError("unreachable")
+        try:
+            with pool.connection() as conn:
+                # A contended read-modify-write locks its row FOR UPDATE: at READ COMMITTED the
+                # callers queue on the lock and each sees the last one's write.
+                conn.isolation_level = levels.READ_COMMITTED if contended else levels.SERIALIZABLE
+                with conn.transaction():
+                    return fn(_Conn(conn))
+        except (errors.SerializationFailure, errors.DeadlockDetected, PoolClosed):
+            raise  # "try again" (for _tx_on) or a replaced pool (for _tx): OperationalErrors, not outages
+        except self._psycopg.DataError as exc:  # a value PostgreSQL cannot take (a number out of range)
+            raise InvalidInputError(f"the database refused a value: {self._describe(exc)}") from None
+        except (self._psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"database unavailable: {self._describe(exc)}") from None
 
     async def check(self, timeout_s: float) -> None:
         """``SELECT 1`` on the checks' own connection (outside the pool, so a busy pool is not an

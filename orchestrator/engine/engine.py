@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+
 from crossaudit.kernel.dsl import (
     EVALUATION_STAGES,
     ConsensusStrategy,
@@ -482,52 +484,73 @@ class Engine:
             hit = self.cache.get(cache_key)
             if hit is not None:
                 return self._result(name, kind, hit, t0, attempts=0, cached=True)
-        backoff = self.limits.retry_backoff_s
         attempts = 0
-        last: CrossAuditError | None = None
-        for attempt in range(1, retries + 2):
-            attempts = attempt
-            remaining = req.deadline - self.clock()
-            if remaining <= 0:
-                last = EvaluatorTimeoutError("the request's deadline ran out before the evaluator answered")
-                break
-            timeout = min(per_call, remaining)
-            try:
-                if built.limiter is not None:  # rate_limit, for every evaluator kind
-                    timeout -= await built.limiter.acquire(timeout)
-                verdict = await asyncio.wait_for(
-                    evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
-                )
-                verdict = verdict.rechecked()  # an adapter may have extended it without validation
-                if cache_key:
-                    self.cache.put(cache_key, verdict, ttl)
-                return self._result(name, kind, verdict, t0, attempts=attempts)
-            except TimeoutError:
-                last = EvaluatorTimeoutError(f"no answer within {timeout:.3f}s")
-            except CrossAuditError as e:
-                last = e
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # an adapter bug must not take the decision down: fail closed
-                last = EvaluatorError(f"{type(e).__name__}: {e}")
-            if not last.retryable or attempt > retries:
-                break
-            wait = max(backoff, last.retry_after or 0.0)  # the provider's Retry-After, at least
-            if self.clock() + wait >= req.deadline:
-                break
-            await asyncio.sleep(wait)
-            backoff *= 2
-        assert last is not None
-        status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR
-        return EvaluatorResult(
-            evaluator=name,
-            kind=kind,
-            status=status,
-            error=last.message,
-            error_type=type(last).__name__,
-            attempts=attempts,
-            latency_ms=(self.clock() - t0) * 1000,
+
+        async def attempt() -> Verdict:
+            nonlocal attempts
+            attempts += 1
+            return await self._attempt(req, built, per_call)
+
+        try:
+            verdict: Verdict = await self._retrying(req, retries)(attempt)
+        except CrossAuditError as last:
+            status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR
+            return EvaluatorResult(
+                evaluator=name,
+                kind=kind,
+                status=status,
+                error=last.message,
+                error_type=type(last).__name__,
+                attempts=attempts,
+                latency_ms=(self.clock() - t0) * 1000,
+            )
+        if cache_key:
+            self.cache.put(cache_key, verdict, ttl)
+        return self._result(name, kind, verdict, t0, attempts=attempts)
+
+    def _retrying(self, req: _Request, retries: int) -> AsyncRetrying:
+        """The one retry policy of evaluator calls: a retryable error is tried again, at most
+        ``retries`` times, after a backoff doubling from ``retry_backoff_s`` or the provider's
+        ``Retry-After`` when that is longer; no wait that would end past the deadline is begun
+        (the last error is the rule's). A pure retry loop, so tenacity's, not one of our own."""
+        base = self.limits.retry_backoff_s
+
+        def wait(state: RetryCallState) -> float:
+            failed = state.outcome.exception() if state.outcome is not None else None
+            asked = getattr(failed, "retry_after", None) or 0.0
+            return max(base * 2 ** (state.attempt_number - 1), asked)
+
+        def stop(state: RetryCallState) -> bool:
+            # Computes the wait itself: tenacity before 8.3 asks ``stop`` before ``wait``.
+            return state.attempt_number > retries or self.clock() + wait(state) >= req.deadline
+
+        return AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, CrossAuditError) and e.retryable),
+            stop=stop,
+            wait=wait,
+            reraise=True,
         )
+
+    async def _attempt(self, req: _Request, built: _Built, per_call: float) -> Verdict:
+        """One call of an evaluator within what is left of the deadline, every failure typed:
+        an adapter bug must not take the decision down, it fails its rule closed."""
+        remaining = req.deadline - self.clock()
+        if remaining <= 0:
+            raise EvaluatorTimeoutError("the request's deadline ran out before the evaluator answered")
+        timeout = min(per_call, remaining)
+        try:
+            if built.limiter is not None:  # rate_limit, for every evaluator kind
+                timeout -= await built.limiter.acquire(timeout)
+            verdict = await asyncio.wait_for(
+                built.evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
+            )
+            return verdict.rechecked()  # an adapter may have extended it without validation
+        except TimeoutError:
+            raise EvaluatorTimeoutError(f"no answer within {timeout:.3f}s") from None
+        except (CrossAuditError, asyncio.CancelledError):
+            raise
+        except Exception as e:
+            raise EvaluatorError(f"{type(e).__name__}: {e}") from e
 
     def _result(
         self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False

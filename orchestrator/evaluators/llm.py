@@ -4,9 +4,10 @@ Google GenAI, and any OpenAI-compatible endpoint such as vLLM or Ollama via ``ba
 The model is asked for a JSON object ``{"safety_score": 0..1, "violations": [...],
 "reasoning": "..."}`` and the answer is parsed robustly (fenced JSON, JSON inside prose, a bare
 number). SDK-level retries are off: the engine owns retries, so each error is typed here with
-an honest ``retryable`` flag (429/408/409/5xx, timeouts and connection failures are retryable;
-other 4xx and unusable answers are not). ``rate_limit`` is applied by the engine, as for every
-evaluator kind (``orchestrator/engine/ratelimit.py``).
+an honest ``retryable`` flag and the provider's ``Retry-After``, both read by the kernel's
+``httpretry`` as webhook delivery reads them (408/409/425/429/5xx, timeouts and connection
+failures are retryable; other 4xx and unusable answers are not). ``rate_limit`` is applied by
+the engine, as for every evaluator kind (``orchestrator/engine/ratelimit.py``).
 
 Credentials and endpoints come from a :class:`~orchestrator.secrets.SecretSource` at call time:
 ``${NAME}`` in ``api_key``/``base_url``/``organization`` and the providers' standard variables
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import email.utils
 import hashlib
 import inspect
 import json
@@ -43,6 +42,7 @@ from crossaudit.kernel.errors import (
     ProviderError,
     ResponseTooLargeError,
 )
+from crossaudit.kernel.httpretry import is_retryable_status, parse_retry_after
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Verdict, score_key
 from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
@@ -74,7 +74,6 @@ MAX_VIOLATIONS = 100
 MAX_VIOLATION_CHARS = 500
 MAX_REASONING_CHARS = 4_000
 SCORE_TOLERANCE = 0.05  # scores within this of [0, 1] are clamped; further out is garbage
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_RETIRED_CLIENTS = 4  # SDK clients replaced after a secret rotated, closed when more pile up
 RESPONSE_BYTES_SETTING = "engine_limits.max_llm_response_bytes"
 OWNED_HTTP = "_crossaudit_http"  # the httpx client we made for an SDK client that will not close it
@@ -243,34 +242,18 @@ def _accepts(fn: Any, param: str) -> bool:
         return False
 
 
-MAX_RETRY_AFTER_S = 3600.0  # a larger Retry-After is taken as this (the deadline bounds it anyway)
-
-
 def retry_after_s(headers: Any) -> float | None:
-    """Seconds from an HTTP ``Retry-After`` header (delta-seconds or an HTTP date), else None."""
+    """Seconds from the ``Retry-After`` header of an SDK error's response, else None (the
+    engine's deadline bounds any wait; the kernel's cap bounds a peer's nonsense)."""
     try:
         value = headers.get("retry-after") if headers is not None else None
-    except Exception:
+    except Exception:  # headers of an SDK we do not know: no hint rather than no error
         return None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
-    if seconds != seconds:  # NaN
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return parse_retry_after(value) if isinstance(value, str) else None
 
 
 def _status_error(provider: str, status: int, message: str) -> ProviderError:
-    retryable = status in RETRYABLE_STATUS or status >= 500
+    retryable = is_retryable_status(status)
     hint = " (check the api key)" if status in (401, 403) else ""
     return ProviderError(f"{provider} answered HTTP {status}{hint}: {message[:300]}", retryable=retryable)
 

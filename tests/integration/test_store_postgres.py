@@ -8,13 +8,15 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crossaudit.kernel.errors import StoreUnavailableError
 from crossaudit.store import AuditRecord, OutboxRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore, migrations
-from crossaudit.store.postgres import PostgresStore, mask_url
+from crossaudit.store.postgres import PostgresLimits, PostgresStore, mask_url
 from tests.records import audit_record
 
 pytestmark = pytest.mark.slow
@@ -101,6 +103,54 @@ async def test_auto_approval_fires_once_across_replicas(postgres_url: str) -> No
     finally:
         for s in stores:
             await s.aclose()
+
+
+async def test_a_serialization_failure_reruns_the_transaction(postgres_url: str) -> None:
+    """Write skew under SERIALIZABLE: two transactions count the rows, then each inserts one.
+    PostgreSQL fails one of them (40001); the store re-runs it, and the re-run sees the other's row."""
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE skew (who TEXT)")
+    store = PostgresStore(postgres_url)
+    both_read = threading.Barrier(2, timeout=30)
+    runs = {"a": 0, "b": 0}
+
+    def book(who: str) -> Callable[[Any], int]:
+        def fn(conn: Any) -> int:
+            runs[who] += 1
+            seen = int(conn.execute("SELECT COUNT(*) FROM skew").fetchone()[0])
+            if runs[who] == 1:
+                both_read.wait()  # the first runs overlap; a re-run does not wait for anyone
+            conn.execute("INSERT INTO skew VALUES (?)", (who,))
+            return seen
+
+        return fn
+
+    try:
+        seen = await asyncio.gather(store._run(book("a")), store._run(book("b")))
+        assert sorted(seen) == [0, 1] and sorted(runs.values()) == [1, 2]
+    finally:
+        await store.aclose()
+
+
+async def test_a_transaction_that_stays_busy_is_unavailable_after_its_retries(postgres_url: str) -> None:
+    import psycopg
+
+    store = PostgresStore(postgres_url, limits=PostgresLimits(max_retries=2, retry_backoff_s=0.01))
+    runs: list[float] = []
+
+    def busy(conn: Any) -> None:
+        runs.append(time.monotonic())
+        raise psycopg.errors.SerializationFailure("could not serialize access")
+
+    try:
+        with pytest.raises(StoreUnavailableError, match="too busy"):
+            await store._run(busy)
+        assert len(runs) == 3  # one run and max_retries re-runs
+        assert runs[1] - runs[0] >= 0.01 and runs[2] - runs[1] >= 0.02  # waits double
+    finally:
+        await store.aclose()
 
 
 async def test_an_unreachable_database_is_unavailable_and_the_password_is_never_shown(postgres_server) -> None:

@@ -7,6 +7,7 @@ ordering, concurrency, retries, timeouts, caching and fallbacks can be observed 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import textwrap
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from crossaudit.kernel.errors import EvaluatorUnavailableError, SandboxCodeError
+from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Action, Status, Verdict
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.engine import Engine, plan
@@ -250,6 +252,52 @@ async def test_retry_on_retryable_errors_only() -> None:
     )
     d = await run(no_retry, Factory({"flaky": flaky}))
     assert d.rule("r1").status is Status.ERROR and d.rule("r1").evaluators[0].attempts == 1
+
+
+async def test_retries_back_off_doubling_honour_retry_after_and_stop_at_the_deadline() -> None:
+    """The one retry policy (tenacity's): ``retries`` more attempts of a retryable error, waits of
+    ``retry_backoff_s`` doubling or the error's Retry-After when longer, none begun that would end
+    past the deadline; an adapter's untyped bug is an EvaluatorError, not retried."""
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+
+    async def busy(inp: EvaluationInput, timeout: float, n: int) -> Verdict:
+        starts.append(loop.time())
+        raise EvaluatorUnavailableError("busy")
+
+    async def throttled(inp: EvaluationInput, timeout: float, n: int) -> Verdict:
+        starts.append(loop.time())
+        if n == 1:
+            err = EvaluatorUnavailableError("429")
+            err.retry_after = 0.3
+            raise err
+        return Verdict(score=0.9)
+
+    async def buggy(inp: EvaluationInput, timeout: float, n: int) -> Verdict:
+        raise KeyError("oops")
+
+    limits = EngineLimits(retry_backoff_s=0.05)
+    rule = "- {name: r, evaluator: e, settings: {retries: 3}}\n"
+    d = await run(policy_yaml(["e"], rule), Factory({"e": busy}), limits=limits)
+    assert d.rule("r").status is Status.ERROR and d.rule("r").evaluators[0].attempts == 4
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(gap >= wait - 0.005 for gap, wait in zip(gaps, (0.05, 0.1, 0.2), strict=True)), gaps
+
+    starts.clear()
+    d = await run(policy_yaml(["e"], rule), Factory({"e": throttled}), limits=limits)
+    assert d.rule("r").passed and d.rule("r").evaluators[0].attempts == 2
+    assert starts[1] - starts[0] >= 0.29
+
+    starts.clear()
+    slow = EngineLimits(retry_backoff_s=5.0)  # the first wait would outlast the 1 s deadline
+    engine = Engine(Factory({"e": busy}), limits=slow)
+    d = await engine.evaluate(policy_yaml(["e"], rule), "prompt", "text", {}, timeout=1.0)
+    result = d.rule("r").evaluators[0]
+    assert (result.attempts, result.error_type) == (1, "EvaluatorUnavailableError")
+
+    d = await run(policy_yaml(["e"], rule), Factory({"e": buggy}), limits=limits)
+    result = d.rule("r").evaluators[0]
+    assert (result.attempts, result.error_type) == (1, "EvaluatorError") and "KeyError" in result.error
 
 
 async def test_timeouts_per_rule_and_policy() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 import ipaddress
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 
 from crossaudit.kernel.errors import ConfigurationError, DeliveryPendingError, InvalidInputError, NotFoundError
 from crossaudit.service.outbox import signing
-from crossaudit.service.outbox.attempts import Attempt, next_delay, parse_retry_after
+from crossaudit.service.outbox.attempts import Attempt, next_delay
 from crossaudit.service.outbox.destinations import (
     DestinationRefused,
     WebhookGrant,
@@ -60,13 +59,6 @@ def test_whsec_secrets_follow_the_standard_webhooks_key_format() -> None:
 
 
 # --- retry timing ----------------------------------------------------------------------------
-
-
-def test_retry_after_in_seconds_or_as_an_http_date() -> None:
-    assert parse_retry_after("120") == 120.0
-    when = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 25 <= (parse_retry_after(when) or 0) <= 31
-    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
 
 
 def test_backoff_grows_is_jittered_capped_and_yields_to_retry_after() -> None:

@@ -1,17 +1,18 @@
-"""What one delivery attempt came to, and when to try again."""
+"""What one delivery attempt came to, and when to try again.
+
+Which statuses are retried and how ``Retry-After`` is read are the kernel's
+(:mod:`crossaudit.kernel.httpretry`), shared with the LLM evaluators. The wait itself is not a
+retry library's: each wait is persisted on the outbox row as ``next_attempt_at`` and the worker
+(:mod:`.worker`) claims the row again when it is due, across restarts and replicas.
+"""
 
 from __future__ import annotations
 
-import email.utils
 import random
-import time
 from dataclasses import dataclass
 
+from crossaudit.kernel.httpretry import RETRY_AFTER_MAX_S, is_retryable_status, parse_retry_after
 from crossaudit.service.outbox.limits import DeliveryLimits
-
-# Answers worth retrying: timeouts, conflicts, "too early", rate limits and every server error.
-# Any other 4xx (and a redirect, which is never followed) will not change by itself: dead.
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 
 
 @dataclass(frozen=True)
@@ -23,30 +24,17 @@ class Attempt:
     retry_after_s: float | None = None  # the receiver asked for this wait
 
     @classmethod
-    def from_status(cls, status: int, retry_after: str | None, detail: str = "") -> Attempt:
+    def from_status(
+        cls, status: int, retry_after: str | None, detail: str = "", *, retry_after_max_s: float = RETRY_AFTER_MAX_S
+    ) -> Attempt:
+        """The attempt an HTTP answer makes; ``retry_after_max_s`` caps the receiver's wait."""
         if 200 <= status < 300:
             return cls(True, status)
         text = f"HTTP {status}" + (f": {detail}" if detail else "")
         if 300 <= status < 400:
             return cls(False, status, f"{text} (redirects are not followed)", permanent=True)
-        retryable = status >= 500 or status in RETRYABLE_STATUSES
-        return cls(False, status, text, permanent=not retryable, retry_after_s=parse_retry_after(retry_after))
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+        wait = parse_retry_after(retry_after, cap=retry_after_max_s)
+        return cls(False, status, text, permanent=not is_retryable_status(status), retry_after_s=wait)
 
 
 def next_delay(attempts_made: int, limits: DeliveryLimits, retry_after_s: float | None = None) -> float:

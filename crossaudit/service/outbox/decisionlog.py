@@ -76,7 +76,12 @@ class HttpSink:
             return Attempt(False, error=f"no answer within {self.limits.request_timeout_s:g}s")
         except (httpx.HTTPError, OSError) as exc:
             return Attempt(False, error=f"{type(exc).__name__}: {exc}")
-        attempt = Attempt.from_status(response.status_code, response.headers.get("retry-after"), response.text[:200])
+        attempt = Attempt.from_status(
+            response.status_code,
+            response.headers.get("retry-after"),
+            response.text[:200],
+            retry_after_max_s=self.limits.retry_after_max_s,
+        )
         # The sink is the operator's: a 4xx is a misconfiguration to fix, not a reason to drop entries.
         return (
             attempt

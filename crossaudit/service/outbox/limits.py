@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from crossaudit.kernel.httpretry import RETRY_AFTER_MAX_S
+
 
 @dataclass(frozen=True)
 class DeliveryLimits:
     max_attempts: int = 12  # attempts of one message before it is dead (redeliver from the CLI/API)
     backoff_base_s: float = 2.0  # wait after the first failed attempt; doubles each attempt ...
     backoff_max_s: float = 3_600.0  # ... up to this; each wait is jittered to [wait/2, wait]
-    retry_after_max_s: float = 3_600.0  # a receiver's Retry-After is honoured up to this
+    retry_after_max_s: float = RETRY_AFTER_MAX_S  # a receiver's Retry-After is honoured up to this
     connect_timeout_s: float = 5.0  # TCP + TLS handshake with a receiver
     request_timeout_s: float = 10.0  # one whole attempt (connect, send, read the status)
     max_response_bytes: int = 64 * 1024  # read of a receiver's answer body (kept: its first 200 chars)

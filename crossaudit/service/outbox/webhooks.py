@@ -167,7 +167,12 @@ class WebhookSender:
             detail = await _read_some(response, self.limits.max_response_bytes)
         finally:
             await response.aclose()
-        return Attempt.from_status(response.status_code, response.headers.get("retry-after"), use.mask(detail))
+        return Attempt.from_status(
+            response.status_code,
+            response.headers.get("retry-after"),
+            use.mask(detail),
+            retry_after_max_s=self.limits.retry_after_max_s,
+        )
 
 
 async def _read_some(response: httpx.Response, cap: int) -> str:
