@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
+from pydantic.fields import FieldInfo
 
 from crossaudit.kernel.limits import (
     SETTINGS_SECTION,
@@ -535,3 +539,87 @@ class ServerConfig:
         if self.console_default_port:
             return DEV_CONSOLE_PORT if self.port else 0
         return None
+
+
+# --- every setting, from the fields ----------------------------------------------------------------
+
+ENV_PREFIX = "CROSSAUDIT_"
+ENV_DELIMITER = "__"  # CROSSAUDIT_LIMITS__MAX_INFLIGHT_EVALUATIONS_PER_TENANT=64
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    """The variable of a setting: ``CROSSAUDIT_<KEY>``, nested keys joined by ``__``."""
+    return ENV_PREFIX + ENV_DELIMITER.join(path).upper()
+
+
+@dataclass(frozen=True)
+class SettingField:
+    """One setting as its dataclass declares it: the dotted key, the annotation (type, constraint),
+    the default, the description, and the flag of its own on ``crossaudit serve`` if it has one."""
+
+    path: tuple[str, ...]
+    annotation: Any
+    default: Any
+    description: str
+    cli: CLI | None = None
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def env(self) -> str:
+        return env_name(self.path)
+
+    @property
+    def flag(self) -> str | None:
+        if self.cli is None:
+            return None
+        return self.cli.flag or "--" + self.path[-1].replace("_", "-")
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _extras(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``Annotated[T, ...]`` as (T, its metadata, outermost first)."""
+    if typing.get_origin(annotation) is Annotated:
+        inner, *extras = typing.get_args(annotation)
+        return inner, tuple(extras)
+    return annotation, ()
+
+
+def section_of(annotation: Any) -> type | None:
+    """The settings section (a dataclass) an annotation holds, if any."""
+    annotation, _ = _extras(annotation)
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = section_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def setting_fields(dc: type = ServerConfig, prefix: tuple[str, ...] = ()) -> list[SettingField]:
+    """Every setting a dataclass declares, sections walked into: what the flags, the docs and the
+    checks are derived from."""
+    hints = typing.get_type_hints(dc, include_extras=True)
+    out: list[SettingField] = []
+    for f in dataclasses.fields(dc):
+        annotation = hints[f.name]
+        inner, extras = _extras(annotation)
+        section = section_of(inner)
+        if section is not None and typing.get_origin(inner) is None:
+            out.extend(setting_fields(section, (*prefix, f.name)))
+            continue
+        described = [x.description for x in extras if isinstance(x, FieldInfo) and x.description]
+        cli = next((x for x in extras if isinstance(x, CLI)), None)
+        out.append(SettingField((*prefix, f.name), annotation, _default(f), described[0] if described else "", cli))
+    return out

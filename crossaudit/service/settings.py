@@ -20,7 +20,6 @@ import difflib
 import json
 import os
 import tomllib
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,12 +31,18 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
-from crossaudit.service.config import CLI, CONSOLE_OFF, ServerConfig
+from crossaudit.service.config import (
+    CONSOLE_OFF,
+    ENV_DELIMITER,
+    ENV_PREFIX,
+    ServerConfig,
+    env_name,
+    section_of,
+    setting_fields,
+)
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES
 from crossaudit.store.postgres import mask_url
 
-ENV_PREFIX = "CROSSAUDIT_"
-ENV_DELIMITER = "__"  # CROSSAUDIT_LIMITS__MAX_INFLIGHT_EVALUATIONS_PER_TENANT=64
 CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file is refused unread
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
@@ -60,82 +65,6 @@ OTHER_ENV: Mapping[str, str] = {
 # Per-variant model settings (CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL, ...): environment only.
 VARIANT_ENV_PREFIXES = ("CROSSAUDIT_DETOXIFY_CHECKPOINT_", "CROSSAUDIT_DETOXIFY_CONFIG_", "CROSSAUDIT_DETOXIFY_URL_")
 SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without their password
-
-# --- the settings' fields ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SettingField:
-    """One setting as its dataclass declares it: the dotted key, the annotation (type, constraint),
-    the default, the description, and the flag of its own on ``crossaudit serve`` if it has one."""
-
-    path: tuple[str, ...]
-    annotation: Any
-    default: Any
-    description: str
-    cli: CLI | None = None
-
-    @property
-    def key(self) -> str:
-        return ".".join(self.path)
-
-    @property
-    def env(self) -> str:
-        return env_name(self.path)
-
-    @property
-    def flag(self) -> str | None:
-        if self.cli is None:
-            return None
-        return self.cli.flag or "--" + self.path[-1].replace("_", "-")
-
-
-def _default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
-
-
-def _extras(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
-    """``Annotated[T, ...]`` as (T, its metadata, outermost first)."""
-    if typing.get_origin(annotation) is Annotated:
-        inner, *extras = typing.get_args(annotation)
-        return inner, tuple(extras)
-    return annotation, ()
-
-
-def section_of(annotation: Any) -> type | None:
-    """The settings section (a dataclass) an annotation holds, if any."""
-    annotation, _ = _extras(annotation)
-    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            found = section_of(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def setting_fields(dc: type = ServerConfig, prefix: tuple[str, ...] = ()) -> list[SettingField]:
-    """Every setting a dataclass declares, sections walked into: what the flags, the docs and the
-    checks are derived from."""
-    hints = typing.get_type_hints(dc, include_extras=True)
-    out: list[SettingField] = []
-    for f in dataclasses.fields(dc):
-        annotation = hints[f.name]
-        inner, extras = _extras(annotation)
-        section = section_of(inner)
-        if section is not None and typing.get_origin(inner) is None:
-            out.extend(setting_fields(section, (*prefix, f.name)))
-            continue
-        described = [x.description for x in extras if isinstance(x, FieldInfo) and x.description]
-        cli = next((x for x in extras if isinstance(x, CLI)), None)
-        out.append(SettingField((*prefix, f.name), annotation, _default(f), described[0] if described else "", cli))
-    return out
-
 
 # --- the configuration file --------------------------------------------------------------------
 
@@ -310,10 +239,6 @@ Settings: type[_SettingsBase] = create_model(  # type: ignore[call-overload]
         for f in dataclasses.fields(ServerConfig)
     },
 )
-
-
-def env_name(path: tuple[str, ...]) -> str:
-    return ENV_PREFIX + ENV_DELIMITER.join(path).upper()
 
 
 def _put(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
