@@ -148,7 +148,7 @@ class ServiceLimits:
         PositiveInt,
         Field(
             description=(
-                "uTF-8 bytes of all the evaluator code one tenant stores; an upload that would pass it is "
+                "UTF-8 bytes of all the evaluator code one tenant stores; an upload that would pass it is "
                 "RESOURCE_EXHAUSTED naming this setting. Two uploads of one tenant on different PostgreSQL replicas "
                 "at the same moment may each pass the check (at most `max_concurrent_uploads_per_tenant` per replica "
                 "over)"

@@ -27,8 +27,8 @@ class LLMPrice:
 
     __pydantic_config__ = SETTINGS_SECTION
 
-    prompt: Annotated[NonNegativeFloat, Field(description="uSD per million prompt (input) tokens")]
-    completion: Annotated[NonNegativeFloat, Field(description="uSD per million completion (output) tokens")]
+    prompt: Annotated[NonNegativeFloat, Field(description="USD per million prompt (input) tokens")]
+    completion: Annotated[NonNegativeFloat, Field(description="USD per million completion (output) tokens")]
 
 
 DEFAULT_LLM_PRICES: Mapping[str, LLMPrice] = {

@@ -171,7 +171,9 @@ class _SettingsBase(BaseSettings):
     # Operator settings the code reads from the environment where it runs (the model servers are
     # child processes); ``serve`` exports each one that is set as CROSSAUDIT_<NAME>. Unset: the
     # default of the code that reads it (docs/builtins-and-llm.md, docs/sandbox-docker.md).
-    model_store: Annotated[str | None, Field(description="the builtins' model store (serve: <data_dir>/models)")] = None
+    model_store: Annotated[
+        str | None, Field(description="the builtins' model store (`serve`: `<data_dir>/models`)")
+    ] = None
     model_roots: Annotated[
         str | None, Field(description="`:`-separated directories every model path must lie in")
     ] = None
