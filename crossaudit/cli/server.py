@@ -60,7 +60,7 @@ def flagged_settings() -> list[SettingField]:
 def add_setting_flags(p: argparse.ArgumentParser) -> None:
     """One flag per flagged setting, its type, choices and help taken from the field."""
     for f in flagged_settings():
-        p.add_argument(f.flag, dest=f.key, default=None, **_argument(f))
+        p.add_argument(str(f.flag), dest=f.key, default=None, **_argument(f))
 
 
 def _leaves(annotation: Any) -> list[Any]:

@@ -5,11 +5,11 @@ the defaults, a file (``--config FILE`` / ``CROSSAUDIT_CONFIG``; YAML or TOML), 
 Each setting is declared once, as a typed field of :class:`~crossaudit.service.config.ServerConfig`
 or of a limits dataclass it holds: its annotation carries the constraint and the description, its
 default is the dataclass's. The settings model takes ServerConfig's fields as they are (pydantic
-validates the dataclasses directly), :func:`setting_fields` lists every setting for the flags
-(``crossaudit.cli.serve``) and the docs (``tools/generate_settings_docs.py``), and what the code
-receives is that same frozen ``ServerConfig``. Besides it, a
-few operator settings that the code reads from the environment where it runs (model locations,
-image builds: model servers are child processes) are settings too; ``serve`` exports them.
+validates the dataclasses directly), ``setting_fields()`` (beside ServerConfig) lists every setting
+for the flags (``crossaudit.cli.server``) and the docs (``tools/generate_settings_docs.py``), and
+what the code receives is that same frozen ``ServerConfig``. Besides it, a few operator settings
+that the code reads from the environment where it runs (model locations, image builds: model
+servers are child processes) are settings too; ``serve`` exports them.
 docs/configuration.md describes the keys, docs/limits.md every limit.
 """
 

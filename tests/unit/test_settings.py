@@ -45,7 +45,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_nothing_given_is_exactly_the_dataclass_defaults() -> None:
-    """One definition of each default: the settings model is generated from the dataclasses."""
+    """One definition of each default: the settings model takes the dataclasses' fields as they are."""
     loaded = load_settings()
     assert loaded.config == ServerConfig()
     assert loaded.environment == {}
