@@ -12,7 +12,7 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv models export-deps images image test-images browser postgres proto serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv models export-deps images image test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ browser: ## Install Debian's chromium and chromium-driver when missing (browser 
 
 proto: $(STAMP) ## Regenerate the committed gRPC stubs (crossaudit/v1/) from protos/crossaudit/v1/*.proto
 	$(PY) -m tools.generate_protos
+
+settings-docs: $(STAMP) ## Regenerate the settings tables of docs/limits.md and docs/configuration.md from the fields
+	$(PY) -m tools.generate_settings_docs
 
 schema: $(STAMP) ## Regenerate policies/policy.schema.json
 	$(VENV)/bin/crossaudit policy schema > policies/policy.schema.json

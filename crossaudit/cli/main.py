@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from crossaudit.cli import completion, evaluate, models, policy, server
+from crossaudit.cli import completion, evaluate, models, policy, remote, server
 from crossaudit.cli import config as config_cli
 from crossaudit.cli import proxy as proxy_cli
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     psub = policy_parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
     psub.required = True
     policy.register(psub)
-    server.register(sub, psub)
+    server.register(sub)
+    remote.register(sub, psub)
     models.register(sub)
     config_cli.register(sub)
     evaluate.register(sub)

@@ -28,9 +28,12 @@ from collections import Counter, deque
 from collections.abc import Hashable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from crossaudit.kernel.errors import EvaluatorTimeoutError, EvaluatorUnavailableError
+from crossaudit.kernel.limits import SETTINGS_SECTION, NonNegativeFloat, PositiveInt
 from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver.builtins.base import ModelRuntime
 
@@ -39,8 +42,12 @@ from crossaudit.modelserver.builtins.base import ModelRuntime
 class BatchLimits:
     """How a model server batches (see ``docs/limits.md``)."""
 
-    max_size: int = 16  # calls scored in one batch; 1 turns batching off
-    max_wait_ms: float = 5.0  # longest a call waits for others to join its batch (when a worker is free)
+    __pydantic_config__ = SETTINGS_SECTION
+
+    max_size: Annotated[PositiveInt, Field(description="calls scored in one batch; 1 turns batching off")] = 16
+    max_wait_ms: Annotated[
+        NonNegativeFloat, Field(description="longest a call waits for others to join its batch (when a worker is free)")
+    ] = 5.0
 
     def __post_init__(self) -> None:
         if self.max_size < 1 or self.max_wait_ms < 0:

@@ -33,12 +33,14 @@ import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import grpc
+from pydantic import Field
 
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
+from crossaudit.kernel.limits import SETTINGS_SECTION, NonNegativeInt, PositiveFloat, PositiveInt
 from crossaudit.kernel.results import Span, Verdict
 from crossaudit.modelserver import containers
 from crossaudit.modelserver import images as model_images
@@ -53,20 +55,39 @@ from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 class ModelServerLimits:
     """Every knob of the model servers, named once (documented in docs/builtins-and-llm.md)."""
 
-    start_timeout_s: float = 180.0  # import torch + load a model on a slow, shared machine
-    health_poll_s: float = 0.05  # first health poll interval (doubles up to 0.5 s)
-    workers: int = 2  # inference threads per server (the machines have 2 cores)
-    max_pending: int = 64  # queued calls per server before RESOURCE_EXHAUSTED
-    max_restarts: int = 5  # restarts of one kind within ``restart_window_s``...
-    restart_window_s: float = 300.0  # ...before calls fail with EvaluatorUnavailableError
-    stop_grace_s: float = 5.0  # SIGTERM -> SIGKILL
-    transport: str = "unix"  # unix | tcp (loopback, ephemeral port)
-    batch: BatchLimits = field(default_factory=BatchLimits)  # micro-batching of detoxify and presidio calls
-    isolation: str | None = None  # subprocess | docker; None = $CROSSAUDIT_MODEL_SERVERS, else subprocess
-    container_memory_bytes: int = 2 * 1024**3  # docker isolation: memory cap (no swap) of one server
-    container_pids: int = 256  # docker isolation: processes + threads of one server
-    container_tmpfs_bytes: int = 64 * 1024**2  # docker isolation: its /tmp (the only writable path but the socket dir)
-    max_model_mounts: int = 8  # docker isolation: distinct model paths one kind's container mounts
+    __pydantic_config__ = SETTINGS_SECTION
+
+    start_timeout_s: Annotated[
+        PositiveFloat, Field(description="import torch + load a model on a slow, shared machine")
+    ] = 180.0
+    health_poll_s: Annotated[
+        PositiveFloat, Field(description="first health poll interval (doubles up to 0.5 s)")
+    ] = 0.05
+    workers: Annotated[PositiveInt, Field(description="inference threads per server (the machines have 2 cores)")] = 2
+    max_pending: Annotated[PositiveInt, Field(description="queued calls per server before RESOURCE_EXHAUSTED")] = 64
+    max_restarts: Annotated[NonNegativeInt, Field(description="restarts of one kind within `restart_window_s`...")] = 5
+    restart_window_s: Annotated[
+        PositiveFloat, Field(description="...before calls fail with EvaluatorUnavailableError")
+    ] = 300.0
+    stop_grace_s: Annotated[PositiveFloat, Field(description="SIGTERM -> SIGKILL")] = 5.0
+    transport: Annotated[
+        Literal["unix", "tcp"], Field(description="`unix` or `tcp` (loopback, ephemeral port)")
+    ] = "unix"
+    batch: Annotated[
+        BatchLimits, Field(description="micro-batching of detoxify and presidio calls")
+    ] = field(default_factory=BatchLimits)
+    container_memory_bytes: Annotated[
+        PositiveInt, Field(description="docker isolation: memory cap (no swap) of one server")
+    ] = 2 * 1024**3
+    container_pids: Annotated[
+        PositiveInt, Field(description="docker isolation: processes + threads of one server")
+    ] = 256
+    container_tmpfs_bytes: Annotated[
+        PositiveInt, Field(description="docker isolation: its /tmp (the only writable path but the socket dir)")
+    ] = 64 * 1024**2
+    max_model_mounts: Annotated[
+        PositiveInt, Field(description="docker isolation: distinct model paths one kind's container mounts")
+    ] = 8
 
 
 ENV_MODEL_SERVERS = "CROSSAUDIT_MODEL_SERVERS"
@@ -161,12 +182,13 @@ class ModelServerPool:
         isolation: str | None = None,
         images: Mapping[str, str] | None = None,
     ) -> None:
-        """``isolation`` overrides ``limits.isolation``; ``images`` maps kinds to prebuilt image tags
+        """``isolation``: subprocess | docker (else $CROSSAUDIT_MODEL_SERVERS, else subprocess);
+        ``images`` maps kinds to prebuilt image tags
         (docker isolation; other kinds' images are built from the local base on first use)."""
         self.limits = limits or ModelServerLimits()
         if self.limits.transport not in ("unix", "tcp"):
             raise E.ConfigurationError(f"model server transport must be unix or tcp, not {self.limits.transport!r}")
-        self.isolation = isolation_setting(isolation or self.limits.isolation, env)
+        self.isolation = isolation_setting(isolation, env)
         if self.isolation == "docker" and self.limits.transport != "unix":
             raise E.ConfigurationError("model servers in containers listen on unix sockets only (transport unix)")
         self._images: dict[str, str] = dict(images or {})

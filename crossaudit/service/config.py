@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from crossaudit.kernel.limits import DependencyLimits, EngineLimits, PoolLimits, SandboxLimits
+from pydantic import Field
+from pydantic.fields import FieldInfo
+
+from crossaudit.kernel.limits import (
+    SETTINGS_SECTION,
+    DependencyLimits,
+    EngineLimits,
+    Fraction,
+    NonNegativeFloat,
+    PoolLimits,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+    SandboxLimits,
+)
 from crossaudit.modelserver.pool import ModelServerLimits
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.store.postgres import PostgresLimits
+from crossaudit.store.sqlite import SYNCHRONOUS_MODES
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
 # The one default environment: what the server assumes when a request names none, what the CLI
@@ -37,159 +55,469 @@ TRANSPORT_MARGIN_BYTES = 1024 * 1024
 class ServiceLimits:
     """Caps of the gRPC layer (see docs/service.md)."""
 
-    # The largest request, one setting everywhere: the server refuses a larger message
-    # (INVALID_ARGUMENT naming it), the SDK and the CLI check it before sending (the SDK reads
-    # REQUEST_LIMIT_ENV, else this default), and it is the guard proxy's default body limit.
-    max_request_bytes: int = 4 * 1024 * 1024
-    max_send_message_bytes: int = 8 * 1024 * 1024  # one answer message
-    max_concurrent_rpcs: int = 1024  # grpc.aio maximum_concurrent_rpcs; more = RESOURCE_EXHAUSTED
-    max_inflight_evaluations_per_tenant: int = 256  # concurrent decisions of one tenant (rate limit)
-    # Decisions evaluated at once, all tenants together; beyond, calls wait (within their
-    # deadline) and each freed slot goes to the waiting tenant holding the least for its share
-    # (weighted fair queueing, crossaudit.service.fairness; shares in the API-keys file).
-    max_concurrent_evaluations: int = 64
-    # ... of which one tenant holds at most this fraction (at least one slot), even when the rest
-    # are free: the rest stay open to other tenants, admitted at once beside a flood rather than
-    # at its next freed slot.
-    max_concurrent_evaluations_tenant_fraction: float = 0.75
-    max_stream_inflight: int = 16  # items of one EvaluateStream evaluated concurrently
-    max_stream_items: int = 1_000_000  # items one EvaluateStream may carry
-    default_deadline_s: float = 30.0  # decision budget when the caller sets no deadline
-    answer_margin_s: float = 0.05  # kept back from the caller's deadline: engine grace + audit write + answer
-    answer_margin_fraction: float = 0.25  # ... but never more than this share of a short deadline
-    cutoff_margin_s: float = 0.02  # the engine is cancelled this long before the caller's deadline
-    cutoff_margin_fraction: float = 0.1  # ... but never more than this share of a short deadline
-    shutdown_grace_s: float = 5.0  # in-flight calls get this long on SIGTERM
-    # Health follows the store: it is checked this often (a query on a connection of its own);
-    # NOT_SERVING from the first failed check, SERVING again from the first that succeeds, which
-    # also replaces a PostgreSQL pool left backing off: the recovery lag after the database returns.
-    store_check_interval_s: float = 1.0
-    store_check_timeout_s: float = 2.0  # a check not answered within this counts as failed
-    max_list_items: int = 1_000  # list answers are capped at this many items
-    max_name_length: int = 200  # policy/evaluator names, environments, labels
-    max_code_bytes: int = 256 * 1024  # uploaded evaluator source
-    # Uploaded evaluators a tenant keeps (every stored version counts: each holds its code) and
-    # their code together; an upload beyond is RESOURCE_EXHAUSTED naming the setting.
-    max_evaluators_per_tenant: int = 1_000
-    max_evaluator_code_bytes_per_tenant: int = 64 * 1024 * 1024
-    # Open review items of one tenant: a decision whose reviews would pass it is still answered
-    # and audited, its reviews not opened (the audit's rules say so: review_not_opened).
-    max_open_reviews_per_tenant: int = 10_000
-    max_dependencies: int = 20
-    max_feedback_comment_bytes: int = 4_096
-    max_api_keys_file_bytes: int = 1024 * 1024
-    min_api_key_length: int = 16
-    policy_cache_entries: int = 256  # parsed policies kept per process
-    # How long a process trusts the deployed version it last read: a deploy or rollback made by
-    # another replica sharing the store is in effect here within this bound (one indexed read
-    # per policy and environment per interval).
-    deployment_recheck_s: float = 1.0
-    upload_timeout_s: float = 1_800.0  # validation + image build of one upload
-    max_concurrent_uploads_per_tenant: int = 2  # image builds are heavy: more = RESOURCE_EXHAUSTED
-    # Struct/list nesting of a request's Struct (Evaluate context); deeper is INVALID_ARGUMENT.
-    # The protobuf runtime cannot decode much deeper anyway (its recursion limit: ~33 levels).
-    max_struct_depth: int = 32
-    # Audit quotas (docs/threat-model.md, "Noisy neighbours"). One decision's audit record: a
-    # larger one is stored cut down (violations, then raw texts, reasons, evaluators, rules), its
-    # ``truncated`` field naming this setting and what went; the verdict is always kept.
-    max_audit_bytes_per_decision: int = 256 * 1024
-    # A tenant's audit bytes per UTC day, every replica together: once reached, its evaluations
-    # are refused (RESOURCE_EXHAUSTED naming this setting) before anything is evaluated, so no
-    # answered decision goes unaudited. Concurrent calls admitted just before may overshoot by
-    # at most max_inflight_evaluations_per_tenant x max_audit_bytes_per_decision per replica.
-    max_audit_bytes_per_tenant_per_day: int = 1024 * 1024 * 1024
-    # How long a replica trusts its count of a tenant's audit bytes today before reading the
-    # store's again (one read per tenant per interval; its own writes are counted at once).
-    audit_usage_recheck_s: float = 1.0
+    __pydantic_config__ = SETTINGS_SECTION
+
+    max_request_bytes: Annotated[
+        PositiveInt, Field(description="one request, everywhere: [below](#the-largest-request-limitsmax_request_bytes)")
+    ] = 4 * 1024 * 1024
+    max_send_message_bytes: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "one answer message; a ListDecisions page stops at half of it (the records' stored sizes, added up in"
+                " SQL before any record is read)"
+            )
+        ),
+    ] = 8 * 1024 * 1024
+    max_concurrent_rpcs: Annotated[
+        PositiveInt, Field(description="grpc.aio maximum_concurrent_rpcs; more = RESOURCE_EXHAUSTED")
+    ] = 1024
+    max_inflight_evaluations_per_tenant: Annotated[
+        PositiveInt, Field(description="concurrent decisions of one tenant (rate limit)")
+    ] = 256
+    max_concurrent_evaluations: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "decisions evaluated at once, all tenants together. Beyond, a call waits (within its deadline; past "
+                "it DEADLINE_EXCEEDED naming this setting) and each freed slot goes to the waiting tenant holding the"
+                " fewest slots for its `share:` (API-keys file, default 1; weighted fair queueing, "
+                "`crossaudit/service/fairness.py`): a tenant flooding the server holds at most its share as soon as "
+                "another waits. Free slots are taken with a counter (no lock, no store round trip)"
+            )
+        ),
+    ] = 64
+    max_concurrent_evaluations_tenant_fraction: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "the most of those slots one tenant holds (rounded down, at least one), even when the rest are free: "
+                "the rest stay open to other tenants, admitted at once beside a flood rather than at its next freed "
+                "slot. A call over it waits in the same fair queue (DEADLINE_EXCEEDED naming this setting past its "
+                "deadline)"
+            )
+        ),
+    ] = 0.75
+    max_stream_inflight: Annotated[
+        PositiveInt, Field(description="items of one EvaluateStream evaluated concurrently")
+    ] = 16
+    max_stream_items: Annotated[PositiveInt, Field(description="items one EvaluateStream may carry")] = 1_000_000
+    default_deadline_s: Annotated[
+        PositiveFloat, Field(description="decision budget when the caller sets no deadline")
+    ] = 30.0
+    answer_margin_s: Annotated[
+        NonNegativeFloat, Field(description="kept back from the caller's deadline: engine grace + audit write + answer")
+    ] = 0.05
+    answer_margin_fraction: Annotated[
+        Fraction, Field(description="... but never more than this share of a short deadline")
+    ] = 0.25
+    cutoff_margin_s: Annotated[
+        NonNegativeFloat, Field(description="the engine is cancelled this long before the caller's deadline")
+    ] = 0.02
+    cutoff_margin_fraction: Annotated[
+        Fraction, Field(description="... but never more than this share of a short deadline")
+    ] = 0.1
+    shutdown_grace_s: Annotated[NonNegativeFloat, Field(description="in-flight calls get this long on SIGTERM")] = 5.0
+    store_check_interval_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "how often the store is checked; health is `NOT_SERVING` from the first failed check, `SERVING` again"
+                " from the first that succeeds (which also replaces a PostgreSQL pool left backing off): the recovery"
+                " lag after the database returns ([deploy.md](deploy.md#when-postgresql-goes-away))"
+            )
+        ),
+    ] = 1.0
+    store_check_timeout_s: Annotated[
+        PositiveFloat, Field(description="a check not answered within this counts as failed")
+    ] = 2.0
+    max_list_items: Annotated[PositiveInt, Field(description="list answers are capped at this many items")] = 1_000
+    max_name_length: Annotated[PositiveInt, Field(description="policy/evaluator names, environments, labels")] = 200
+    max_code_bytes: Annotated[PositiveInt, Field(description="uploaded evaluator source")] = 256 * 1024
+    max_evaluators_per_tenant: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "uploaded evaluator versions one tenant stores (every upload of changed code is a new version; "
+                "re-uploading identical code is free); one more is RESOURCE_EXHAUSTED (`QuotaExceededError` naming "
+                "this setting), checked in the store's own transaction on both backends"
+            )
+        ),
+    ] = 1_000
+    max_evaluator_code_bytes_per_tenant: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "UTF-8 bytes of all the evaluator code one tenant stores; an upload that would pass it is "
+                "RESOURCE_EXHAUSTED naming this setting. Two uploads of one tenant on different PostgreSQL replicas "
+                "at the same moment may each pass the check (at most `max_concurrent_uploads_per_tenant` per replica "
+                "over)"
+            )
+        ),
+    ] = 64 * 1024 * 1024
+    max_open_reviews_per_tenant: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "open review items of one tenant, every replica together (counted in the decision's own transaction)."
+                " A decision whose reviews would pass it is still answered and its audit record written; its reviews "
+                "are not opened, and each of its audited rules that asked for one carries `review_not_opened` naming "
+                "this setting, its value and the open count. The answer's `review_ids` name only the reviews that "
+                "opened, as the store recorded them"
+            )
+        ),
+    ] = 10_000
+    max_dependencies: Annotated[PositiveInt, Field(description="declared dependencies of one upload")] = 20
+    max_feedback_comment_bytes: Annotated[PositiveInt, Field(description="one feedback comment")] = 4_096
+    max_api_keys_file_bytes: Annotated[PositiveInt, Field(description="the API-keys file, read at start")] = 1024 * 1024
+    min_api_key_length: Annotated[PositiveInt, Field(description="shortest API key accepted in the keys file")] = 16
+    policy_cache_entries: Annotated[PositiveInt, Field(description="parsed policies kept per process")] = 256
+    deployment_recheck_s: Annotated[
+        NonNegativeFloat,
+        Field(
+            description=(
+                "how long a process trusts the deployed version it last read: a deploy or rollback made by another "
+                "replica sharing the store is in effect here within this bound (one indexed read per policy and "
+                "environment per interval)"
+            )
+        ),
+    ] = 1.0
+    upload_timeout_s: Annotated[PositiveFloat, Field(description="validation + image build of one upload")] = 1_800.0
+    max_concurrent_uploads_per_tenant: Annotated[
+        PositiveInt, Field(description="image builds are heavy: more = RESOURCE_EXHAUSTED")
+    ] = 2
+    max_struct_depth: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "Struct/list nesting of a request's Struct (Evaluate context); deeper is INVALID_ARGUMENT. The "
+                "protobuf runtime cannot decode much deeper anyway (its recursion limit: ~33 levels)"
+            )
+        ),
+    ] = 32
+    max_audit_bytes_per_decision: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "one decision's audit record (its rules' JSON, raw texts, a 512-byte fixed part). A larger record is "
+                "stored cut down, in this order until it fits: violations (counted instead), prompt and response "
+                "text, rule reasons (256 characters), evaluator results (counted), rule details (rule, status, "
+                "passed, action kept), rules; its `truncated` field names this setting, its value, what was cut and "
+                "the size before. Passed, action and errored rules are never cut: the record agrees with the answer"
+            )
+        ),
+    ] = 256 * 1024
+    max_audit_bytes_per_tenant_per_day: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "a tenant's audit bytes per UTC day, every replica together (the store keeps one count per writer). "
+                "Reached: the tenant's evaluations are RESOURCE_EXHAUSTED (`QuotaExceededError` naming this setting) "
+                "before anything is evaluated, so no answered decision goes unaudited (logged once a minute per "
+                "tenant); concurrent calls admitted just before may overshoot by at most "
+                "`max_inflight_evaluations_per_tenant` × `max_audit_bytes_per_decision` per replica"
+            )
+        ),
+    ] = 1024 * 1024 * 1024
+    audit_usage_recheck_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "how long a replica trusts its count of a tenant's audit bytes today before reading the store's sum "
+                "again (one read per tenant per interval, never one per call; its own writes are counted as they "
+                "commit)"
+            )
+        ),
+    ] = 1.0
 
 
 @dataclass(frozen=True)
 class ConsoleLimits:
     """Caps of the review console (``--console-port``; docs/review-console.md)."""
 
-    session_idle_s: float = 15 * 60  # a session unused this long is signed out
-    session_max_age_s: float = 8 * 3600  # ... and any session this long after sign-in
-    # Sessions held in memory, all tenants together. When full, a new sign-in is refused (HTTP
-    # 503) rather than signing out someone else: one tenant's sign-ins never end another's.
-    max_sessions: int = 10_000
-    max_sessions_per_key: int = 20  # of one API key: beyond, that key's least recently used is signed out
-    max_sessions_per_tenant: int = 1_000  # of one tenant's keys: beyond, that tenant's least recently used
-    signin_failures_per_minute: int = 10  # failed sign-ins per client address; more = HTTP 429
-    signins_per_minute_per_key: int = 10  # successful sign-ins of one API key; more = HTTP 429
-    signins_per_minute_per_client: int = 30  # successful sign-ins from one client address; more = HTTP 429
-    max_form_bytes: int = 64 * 1024  # one POSTed form
-    page_items: int = 200  # rows on a queue or audit-log page
-    max_concurrent_requests: int = 64  # requests in flight (not open connections); more = HTTP 503
-    # Open connections, and of one client address (an IPv6 client: its /64). A new connection
-    # beyond either closes the oldest one still waiting for its request (beyond all: of the
-    # client holding the most), else it is closed itself: idle sockets never lock others out.
-    max_connections: int = 512
-    max_connections_per_client: int = 16
-    # Seconds a client has to send a request's head (request line and headers), from the
-    # connection's start or the previous answer; then the connection is closed.
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 10.0  # seconds a POSTed form has to arrive once its head did; more = HTTP 408
+    __pydantic_config__ = SETTINGS_SECTION
+
+    session_idle_s: Annotated[PositiveFloat, Field(description="a session unused this long is signed out")] = 15 * 60
+    session_max_age_s: Annotated[
+        PositiveFloat, Field(description="... and any session this long after sign-in")
+    ] = 8 * 3600
+    max_sessions: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "sessions held in memory, all tenants together; when full, a new sign-in is refused (HTTP 503), "
+                "nobody else is signed out"
+            )
+        ),
+    ] = 10_000
+    max_sessions_per_key: Annotated[
+        PositiveInt, Field(description="sessions of one API key; beyond, that key's least recently used is signed out")
+    ] = 20
+    max_sessions_per_tenant: Annotated[
+        PositiveInt,
+        Field(description="sessions of one tenant's keys; beyond, that tenant's least recently used is signed out"),
+    ] = 1_000
+    signin_failures_per_minute: Annotated[
+        PositiveInt, Field(description="failed sign-ins per client address; more = HTTP 429")
+    ] = 10
+    signins_per_minute_per_key: Annotated[
+        PositiveInt, Field(description="successful sign-ins of one API key; more = HTTP 429")
+    ] = 10
+    signins_per_minute_per_client: Annotated[
+        PositiveInt, Field(description="successful sign-ins from one client address; more = HTTP 429")
+    ] = 30
+    max_form_bytes: Annotated[PositiveInt, Field(description="one POSTed form")] = 64 * 1024
+    page_items: Annotated[PositiveInt, Field(description="rows on a queue or audit-log page")] = 200
+    max_concurrent_requests: Annotated[
+        PositiveInt,
+        Field(description="requests in flight (open connections waiting for a request do not count); more = HTTP 503"),
+    ] = 64
+    max_connections: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "open connections; a new one beyond closes the oldest connection still waiting for its request, of "
+                "the client holding the most (else the new one is closed)"
+            )
+        ),
+    ] = 512
+    max_connections_per_client: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "open connections of one client address (IPv6: its /64); a new one beyond closes that client's own "
+                "oldest waiting connection (else the new one is closed)"
+            )
+        ),
+    ] = 16
+    header_timeout_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "a request's head (request line and headers) must arrive within this of the connection's start or the"
+                " previous answer; then the connection is closed"
+            )
+        ),
+    ] = 10.0
+    body_timeout_s: Annotated[
+        PositiveFloat, Field(description="a POSTed form must arrive within this once its head did; more = HTTP 408")
+    ] = 10.0
 
 
 @dataclass(frozen=True)
 class MetricsLimits:
     """Label cardinality of the Prometheus metrics (``--metrics-port``; docs/configuration.md)."""
 
-    # The first this many tenants seen keep their name in the ``tenant`` label; later ones are
-    # counted as ``other``, so a deployment with many tenants cannot grow the series without bound.
-    max_tenant_labels: int = 100
-    # LLM models named in a policy (tenant-controlled text) keep their name in the ``model`` label
-    # up to this many distinct names besides those of the price table; the rest are ``other``.
-    max_model_labels: int = 50
+    __pydantic_config__ = SETTINGS_SECTION
+
+    max_tenant_labels: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "the first this many tenants seen keep their name in the `tenant` label; later ones are counted as "
+                "`other`, so a deployment with many tenants cannot grow the series without bound"
+            )
+        ),
+    ] = 100
+    max_model_labels: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "LLM models named in a policy (tenant-controlled text) keep their name in the `model` label up to "
+                "this many distinct names besides those of the price table; the rest are `other`"
+            )
+        ),
+    ] = 50
+
+
+@dataclass(frozen=True)
+class CLI:
+    """Marks a server setting that ``crossaudit serve`` takes as a flag of its own (every setting
+    also takes ``--set KEY=VALUE``): ``--<key with dashes>`` unless ``flag`` names another."""
+
+    flag: str | None = None
+    metavar: str | None = None
+
+
+Sandbox = Literal["docker", "process", "auto"]
+DockerChannel = Literal["auto", "socket", "attach"]
+ModelServers = Literal["subprocess", "docker"]
+SQLiteSynchronous = Literal[SYNCHRONOUS_MODES]  # type: ignore[valid-type]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+LogFormat = Literal["text", "json"]
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     """Everything ``crossaudit serve`` runs with; built from the layered settings
-    (``crossaudit.service.settings``: defaults < file < environment < flags)."""
+    (``crossaudit.service.settings``: defaults < file < environment < flags). Each field is a
+    setting: its type and constraint validate it, its description is its ``--help`` and its line
+    in docs/configuration.md, and :class:`CLI` gives it a flag of its own."""
 
-    host: str = "127.0.0.1"
-    port: int = 50051  # 0 = an ephemeral port (printed on start)
-    data_dir: Path = Path(".crossaudit")
-    sandbox: str = "auto"  # docker | process | auto
-    # How frames reach Docker sandbox agents: socket (a private unix socket per container, no
-    # daemon in the path), attach (the container's attach stream, through the daemon), or auto
-    # (socket where the daemon is local and can bind our paths; docs/sandbox-docker.md).
-    docker_channel: str = "auto"
-    allow_process_sandbox: bool = False  # with API keys, the weaker process sandbox is an explicit opt-in
-    model_servers: str | None = None  # subprocess | docker (hardened containers); None = $CROSSAUDIT_MODEL_SERVERS
-    api_keys_file: Path | None = None
-    dev: bool = False
-    metrics_port: int | None = None  # None = no metrics endpoint; 0 = ephemeral
-    metrics_host: str = "127.0.0.1"
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    policies_dir: Path | None = Path("policies")
-    audit_raw_text: bool = False  # store prompt/response text in the audit log (else hashes only)
-    llm_base_url_hosts: tuple[str, ...] = ()  # LLM hosts every tenant may use (besides the API-keys file's)
-    store_synchronous: str = "NORMAL"  # SQLite synchronous: NORMAL survives kill -9, FULL power loss
-    store_url: str | None = None  # postgresql://… shares the state between replicas; None = SQLite in data_dir
-    decision_log_url: str | None = None  # push every decision to this HTTP endpoint, in batches (docs/decision-log.md)
-    decision_log_dir: Path | None = None  # ... and/or append it to JSONL files in this directory
-    limits: ServiceLimits = field(default_factory=ServiceLimits)
-    # The review console's HTTP port: 0 = ephemeral, "off" = never; None (unset) = off, except
-    # with --dev: DEV_CONSOLE_PORT. ``console_listen_port`` is the port in effect.
-    console_port: int | Literal["off"] | None = None
-    console_host: str = "127.0.0.1"  # beyond loopback only with TLS (--tls-cert/--tls-key)
-    console_limits: ConsoleLimits = field(default_factory=ConsoleLimits)
-    engine_limits: EngineLimits = field(default_factory=EngineLimits)
-    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
-    pool_limits: PoolLimits = field(default_factory=PoolLimits)
-    dependency_limits: DependencyLimits = field(default_factory=DependencyLimits)
-    delivery_limits: DeliveryLimits = field(default_factory=DeliveryLimits)
-    postgres_limits: PostgresLimits = field(default_factory=PostgresLimits)
-    model_server_limits: ModelServerLimits = field(default_factory=ModelServerLimits)
-    metrics_limits: MetricsLimits = field(default_factory=MetricsLimits)
-    # USD per million tokens by model, for crossaudit_llm_cost_usd_total; entries given in the
-    # configuration are added to (or replace) these; models not listed count tokens, no cost.
-    llm_prices: dict[str, LLMPrice] = field(default_factory=lambda: dict(DEFAULT_LLM_PRICES))
-    log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR
-    log_format: str = "text"  # text | json (one JSON object per line)
+    __pydantic_config__ = SETTINGS_SECTION
+
+    host: Annotated[str, Field(description="listen address"), CLI()] = "127.0.0.1"
+    port: Annotated[Port, Field(description="listen port (0 = any free port, printed on start)"), CLI()] = 50051
+    data_dir: Annotated[
+        Path, Field(description="the data directory: SQLite database, model store, lock"), CLI(metavar="DIR")
+    ] = Path(".crossaudit")
+    sandbox: Annotated[
+        Sandbox,
+        Field(description="where custom code runs (auto: docker where a daemon answers, else process)"),
+        CLI(),
+    ] = "auto"
+    # How frames reach Docker sandbox agents (docs/sandbox-docker.md).
+    docker_channel: Annotated[
+        DockerChannel,
+        Field(
+            description=(
+                "how frames reach Docker sandbox agents: socket (a private unix socket per container, no daemon in "
+                "the path), attach (the container's attach stream, through the daemon), or auto (socket where the "
+                "daemon is local and can bind our paths)"
+            )
+        ),
+    ] = "auto"
+    allow_process_sandbox: Annotated[
+        bool,
+        Field(description="with API keys, accept the process sandbox (weaker isolation than docker) for custom code"),
+        CLI(),
+    ] = False
+    model_servers: Annotated[
+        ModelServers | None,
+        Field(
+            description=(
+                "how builtin model servers run: subprocess, or docker (no network, read-only root, models mounted "
+                "read-only); unset: $CROSSAUDIT_MODEL_SERVERS, else subprocess"
+            )
+        ),
+        CLI(),
+    ] = None
+    api_keys_file: Annotated[
+        Path | None,
+        Field(
+            description=(
+                "tenants file 'tenants: {name: [key, ...]}' or 'tenants: {name: {keys: [...], secrets: {NAME: {env: "
+                "VAR}}}}' (docs/service.md)"
+            )
+        ),
+        CLI(flag="--api-keys", metavar="FILE"),
+    ] = None
+    dev: Annotated[bool, Field(description="no keys, one 'default' tenant; loopback only"), CLI()] = False
+    metrics_port: Annotated[
+        Port | None, Field(description="serve Prometheus /metrics on this port (0 = any; unset: none)"), CLI()
+    ] = None
+    metrics_host: Annotated[str, Field(description="metrics listen address"), CLI()] = "127.0.0.1"
+    tls_cert: Annotated[
+        Path | None, Field(description="TLS certificate (PEM) of the gRPC port"), CLI(metavar="PEM")
+    ] = None
+    tls_key: Annotated[
+        Path | None, Field(description="TLS private key (PEM) of the gRPC port"), CLI(metavar="PEM")
+    ] = None
+    policies_dir: Annotated[
+        Path | None,
+        Field(description=f"policies/*.yaml deployed to {DEFAULT_ENVIRONMENT!r} on first start ('' = none)"),
+        CLI(metavar="DIR"),
+    ] = Path("policies")
+    audit_raw_text: Annotated[
+        bool, Field(description="store prompt/response text in the audit log (else SHA-256 hashes only)"), CLI()
+    ] = False
+    llm_base_url_hosts: Annotated[
+        tuple[str, ...],
+        Field(
+            description=(
+                "hosts every tenant's LLM base_url may name (the flag is repeatable; also llm_base_url_hosts in the "
+                "API-keys file); with API keys and none listed, only the providers' default endpoints"
+            )
+        ),
+        CLI(flag="--llm-base-url-host", metavar="HOST"),
+    ] = ()
+    store_synchronous: Annotated[
+        SQLiteSynchronous, Field(description="SQLite synchronous: NORMAL survives kill -9, FULL power loss")
+    ] = "NORMAL"
+    store_url: Annotated[
+        str | None,
+        Field(
+            description=(
+                "postgresql://user:password@host/db: state shared by every replica (unset: SQLite in the data dir; "
+                "also CROSSAUDIT_STORE)"
+            )
+        ),
+        CLI(flag="--store", metavar="URL"),
+    ] = None
+    decision_log_url: Annotated[
+        str | None,
+        Field(
+            description=(
+                "push every decision to this HTTP endpoint in gzip'd JSON batches, at least once (Bearer "
+                "$CROSSAUDIT_DECISION_LOG_TOKEN when set; docs/decision-log.md)"
+            )
+        ),
+        CLI(metavar="URL"),
+    ] = None
+    decision_log_dir: Annotated[
+        Path | None,
+        Field(description="append every decision to DIR/decisions-YYYY-MM-DD.jsonl, at least once"),
+        CLI(metavar="DIR"),
+    ] = None
+    limits: Annotated[ServiceLimits, Field(description="caps of the gRPC layer")] = field(
+        default_factory=ServiceLimits
+    )
+    # ``console_listen_port`` is the port in effect.
+    console_port: Annotated[
+        Port | Literal["off"] | None,
+        Field(
+            description=(
+                f"serve the review console (web UI) on this port (0 = any; 'off' = never; unset: off, with --dev "
+                f"{DEV_CONSOLE_PORT}, or any free port with --port 0; docs/review-console.md)"
+            )
+        ),
+        CLI(metavar="PORT|off"),
+    ] = None
+    console_host: Annotated[
+        str,
+        Field(description="review console listen address (any other than loopback needs --tls-cert/--tls-key)"),
+        CLI(),
+    ] = "127.0.0.1"
+    console_limits: Annotated[ConsoleLimits, Field(description="caps of the review console")] = field(
+        default_factory=ConsoleLimits
+    )
+    engine_limits: Annotated[EngineLimits, Field(description="caps of the decision engine")] = field(
+        default_factory=EngineLimits
+    )
+    sandbox_limits: Annotated[SandboxLimits, Field(description="resource caps of one custom-code call")] = field(
+        default_factory=SandboxLimits
+    )
+    pool_limits: Annotated[PoolLimits, Field(description="warm sandbox pools")] = field(default_factory=PoolLimits)
+    dependency_limits: Annotated[
+        DependencyLimits, Field(description="custom evaluators' pip dependencies")
+    ] = field(default_factory=DependencyLimits)
+    delivery_limits: Annotated[DeliveryLimits, Field(description="webhook and decision-log delivery")] = field(
+        default_factory=DeliveryLimits
+    )
+    postgres_limits: Annotated[PostgresLimits, Field(description="the PostgreSQL store")] = field(
+        default_factory=PostgresLimits
+    )
+    model_server_limits: Annotated[ModelServerLimits, Field(description="the builtins' model servers")] = field(
+        default_factory=ModelServerLimits
+    )
+    metrics_limits: Annotated[MetricsLimits, Field(description="label cardinality of the metrics")] = field(
+        default_factory=MetricsLimits
+    )
+    llm_prices: Annotated[
+        dict[str, LLMPrice],
+        Field(
+            description=(
+                "USD per million tokens by model, for crossaudit_llm_cost_usd_total; entries given are added to (or "
+                "replace) the built-in table; models not listed count tokens, no cost"
+            )
+        ),
+    ] = field(default_factory=lambda: dict(DEFAULT_LLM_PRICES))
+    log_level: Annotated[LogLevel, Field(description="the lowest level logged"), CLI()] = "INFO"
+    log_format: Annotated[
+        LogFormat,
+        Field(description="text, or json: one JSON object per line, with the decision id on a decision's lines"),
+        CLI(),
+    ] = "text"
 
     @property
     def database_path(self) -> Path:
@@ -211,3 +539,87 @@ class ServerConfig:
         if self.console_default_port:
             return DEV_CONSOLE_PORT if self.port else 0
         return None
+
+
+# --- every setting, from the fields ----------------------------------------------------------------
+
+ENV_PREFIX = "CROSSAUDIT_"
+ENV_DELIMITER = "__"  # CROSSAUDIT_LIMITS__MAX_INFLIGHT_EVALUATIONS_PER_TENANT=64
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    """The variable of a setting: ``CROSSAUDIT_<KEY>``, nested keys joined by ``__``."""
+    return ENV_PREFIX + ENV_DELIMITER.join(path).upper()
+
+
+@dataclass(frozen=True)
+class SettingField:
+    """One setting as its dataclass declares it: the dotted key, the annotation (type, constraint),
+    the default, the description, and the flag of its own on ``crossaudit serve`` if it has one."""
+
+    path: tuple[str, ...]
+    annotation: Any
+    default: Any
+    description: str
+    cli: CLI | None = None
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def env(self) -> str:
+        return env_name(self.path)
+
+    @property
+    def flag(self) -> str | None:
+        if self.cli is None:
+            return None
+        return self.cli.flag or "--" + self.path[-1].replace("_", "-")
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _extras(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``Annotated[T, ...]`` as (T, its metadata, outermost first)."""
+    if typing.get_origin(annotation) is Annotated:
+        inner, *extras = typing.get_args(annotation)
+        return inner, tuple(extras)
+    return annotation, ()
+
+
+def section_of(annotation: Any) -> type | None:
+    """The settings section (a dataclass) an annotation holds, if any."""
+    annotation, _ = _extras(annotation)
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = section_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def setting_fields(dc: type = ServerConfig, prefix: tuple[str, ...] = ()) -> list[SettingField]:
+    """Every setting a dataclass declares, sections walked into: what the flags, the docs and the
+    checks are derived from."""
+    hints = typing.get_type_hints(dc, include_extras=True)
+    out: list[SettingField] = []
+    for f in dataclasses.fields(dc):
+        annotation = hints[f.name]
+        inner, extras = _extras(annotation)
+        section = section_of(inner)
+        if section is not None and typing.get_origin(inner) is None:
+            out.extend(setting_fields(section, (*prefix, f.name)))
+            continue
+        described = [x.description for x in extras if isinstance(x, FieldInfo) and x.description]
+        cli = next((x for x in extras if isinstance(x, CLI)), None)
+        out.append(SettingField((*prefix, f.name), annotation, _default(f), described[0] if described else "", cli))
+    return out

@@ -12,14 +12,23 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field
+
+from crossaudit.kernel.limits import SETTINGS_SECTION, NonNegativeFloat
 
 MILLION = 1_000_000
 
 
 @dataclass(frozen=True)
 class LLMPrice:
-    prompt: float  # USD per million prompt (input) tokens
-    completion: float  # USD per million completion (output) tokens
+    """One model's price, USD per million tokens (``llm_prices``)."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    prompt: Annotated[NonNegativeFloat, Field(description="USD per million prompt (input) tokens")]
+    completion: Annotated[NonNegativeFloat, Field(description="USD per million completion (output) tokens")]
 
 
 DEFAULT_LLM_PRICES: Mapping[str, LLMPrice] = {

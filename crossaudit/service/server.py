@@ -269,71 +269,157 @@ async def start_server(
     engine_limits: EngineLimits | None = None,
 ) -> RunningServer:
     """Start serving (returns once the port is bound). Injected parts are not closed by stop()
-    except the store; parts built here (sandbox, model pool) are."""
+    except the store; parts built here (sandbox, model pool) are.
+
+    The steps, in order: check the configuration, authenticate (keys file or --dev), open the
+    store (locking the data directory), build the engines (sandbox, model servers), the service,
+    the gRPC server, bind its port, then start what runs beside it (metrics, console, first
+    deploys, delivery, health)."""
     check_config(config)
-    limits = config.limits
     if auth is None:
-        auth = Authenticator.dev_mode() if config.dev else Authenticator.from_file(config.api_keys_file, limits)  # type: ignore[arg-type]
+        auth = build_authenticator(config)
     grants = auth.grants.with_hosts(config.llm_base_url_hosts)
     _log_grants(grants, auth.tenants)
     lock = None
     if store is None:
-        # One server per data directory (the SQLite file, the model store); replicas sharing a
-        # PostgreSQL store each have their own.
-        lock = lock_data_dir(config.data_dir)
-        try:
-            if config.store_url:
-                store = open_store(config.store_url, postgres_limits=config.postgres_limits)
-            else:
-                store = SQLiteStore(config.database_path, synchronous=config.store_synchronous)
-        except BaseException:
-            lock.close()
-            raise
-    owned: list[Any] = []
-    model_backend = None
+        lock, store = open_locked_store(config)
     metrics = ServiceMetrics(config.metrics_limits, config.llm_prices)
+    built = Engines(engines, sandbox)
     if engines is None:
-        if sandbox is None:
-            from orchestrator.runtime import make_sandbox
-
-            sandbox = make_sandbox(
-                config.sandbox,
-                config.sandbox_limits,
-                pool_limits=config.pool_limits,
-                dep_limits=config.dependency_limits,
-                channel=config.docker_channel,
-            )
-            owned.append(sandbox)
-            if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
-                try:
-                    check_process_sandbox_allowed(config)
-                except ConfigurationError:
-                    await sandbox.aclose()
-                    if lock is not None:
-                        await store.aclose()
-                        lock.close()
-                    raise
-        from crossaudit.modelserver.pool import ModelServerPool
-
-        model_backend = ModelServerPool(config.model_server_limits, isolation=config.model_servers)
-        owned.append(model_backend)
-        # Replicas sharing a PostgreSQL store share their rate_limit buckets through it.
-        limiters = store_limiters(store) if config.store_url else None
-        engines = runtime_engines(
-            sandbox,
-            model_backend=model_backend,
-            limits=engine_limits or config.engine_limits,
-            grants=grants,
-            limiters=limiters,
-            llm_usage=metrics.llm_usage,
-        )
-    if sandbox is not None:
-        metrics.watch_sandbox(sandbox.info)
-    service = CrossAuditService(
+        try:
+            built = await build_engines(config, store, grants, metrics, sandbox=sandbox, engine_limits=engine_limits)
+        except BaseException:
+            if lock is not None:  # the store was opened here: close it with the lock
+                await store.aclose()
+                lock.close()
+            raise
+    if built.sandbox is not None:
+        metrics.watch_sandbox(built.sandbox.info)
+    service = build_service(config, store, built.engines, built.sandbox, metrics, grants)
+    server, names, health_servicer = build_grpc_server(config, service, auth)
+    port = bind(config, server)
+    if not port:
+        await store.aclose()
+        if lock is not None:
+            lock.close()
+        address = _address(config.host, config.port)
+        raise ConfigurationError(f"cannot listen on {address} (in use, or not a local address)")
+    await server.start()
+    running = RunningServer(
+        config,
+        server,
+        port,
+        service,
         store,
-        engines,
+        built.sandbox,
+        health_servicer,
+        metrics,
+        model_backend=built.model_backend,
+        auth=auth,
+        owned=built.owned,
+        lock=lock,
+    )
+    try:
+        await start_beside(running, names)
+    except BaseException:
+        await running.stop(0)
+        raise
+    return running
+
+
+def build_authenticator(config: ServerConfig) -> Authenticator:
+    """--dev: one tenant, no keys; else the API-keys file."""
+    if config.dev:
+        return Authenticator.dev_mode()
+    return Authenticator.from_file(config.api_keys_file, config.limits)  # type: ignore[arg-type]
+
+
+def open_locked_store(config: ServerConfig) -> tuple[Any, Store]:
+    """Lock the data directory, then open the store: PostgreSQL when ``store_url`` names one, else
+    SQLite in the data directory. One server per data directory (the SQLite file, the model
+    store); replicas sharing a PostgreSQL store each have their own."""
+    lock = lock_data_dir(config.data_dir)
+    try:
+        if config.store_url:
+            return lock, open_store(config.store_url, postgres_limits=config.postgres_limits)
+        return lock, SQLiteStore(config.database_path, synchronous=config.store_synchronous)
+    except BaseException:
+        lock.close()
+        raise
+
+
+@dataclass
+class Engines:
+    """What :func:`build_engines` made: the engines, the sandbox they run custom code in, the model
+    pool, and the parts the server owns (closed by ``stop``)."""
+
+    engines: EngineProvider | None
+    sandbox: Sandbox | None
+    model_backend: Any = None
+    owned: list[Any] = field(default_factory=list)
+
+
+async def build_engines(
+    config: ServerConfig,
+    store: Store,
+    grants: TenantGrants,
+    metrics: ServiceMetrics,
+    *,
+    sandbox: Sandbox | None = None,
+    engine_limits: EngineLimits | None = None,
+) -> Engines:
+    """The real engines: a sandbox (unless one is injected), the model server pool, one engine per
+    tenant over both. A sandbox built here that fell back to the process backend where it is not
+    allowed is closed again and the start refused."""
+    owned: list[Any] = []
+    if sandbox is None:
+        from orchestrator.runtime import make_sandbox
+
+        sandbox = make_sandbox(
+            config.sandbox,
+            config.sandbox_limits,
+            pool_limits=config.pool_limits,
+            dep_limits=config.dependency_limits,
+            channel=config.docker_channel,
+        )
+        owned.append(sandbox)
+        if sandbox.name == "process":  # "auto" fell back: no Docker daemon answered
+            try:
+                check_process_sandbox_allowed(config)
+            except ConfigurationError:
+                await sandbox.aclose()
+                raise
+    from crossaudit.modelserver.pool import ModelServerPool
+
+    model_backend = ModelServerPool(config.model_server_limits, isolation=config.model_servers)
+    owned.append(model_backend)
+    # Replicas sharing a PostgreSQL store share their rate_limit buckets through it.
+    limiters = store_limiters(store) if config.store_url else None
+    engines = runtime_engines(
+        sandbox,
+        model_backend=model_backend,
+        limits=engine_limits or config.engine_limits,
+        grants=grants,
+        limiters=limiters,
+        llm_usage=metrics.llm_usage,
+    )
+    return Engines(engines, sandbox, model_backend, owned)
+
+
+def build_service(
+    config: ServerConfig,
+    store: Store,
+    engines: EngineProvider | None,
+    sandbox: Sandbox | None,
+    metrics: ServiceMetrics,
+    grants: TenantGrants,
+) -> CrossAuditService:
+    """The service behind every servicer: store, engines, audit, delivery."""
+    return CrossAuditService(
+        store,
+        engines,  # type: ignore[arg-type]
         sandbox=sandbox,
-        limits=limits,
+        limits=config.limits,
         metrics=metrics,
         audit_raw_text=config.audit_raw_text,
         grants=grants,
@@ -345,6 +431,12 @@ async def start_server(
         ),
     )
 
+
+def build_grpc_server(
+    config: ServerConfig, service: CrossAuditService, auth: Authenticator
+) -> tuple[grpc.aio.Server, list[str], HealthServicer]:
+    """The grpc.aio server with the service's servicers, health and reflection (not yet bound)."""
+    limits = config.limits
     options = [
         # above the named limit: the handler's refusal names it (crossaudit.service.decoding)
         ("grpc.max_receive_message_length", limits.max_request_bytes + TRANSPORT_MARGIN_BYTES),
@@ -360,65 +452,51 @@ async def start_server(
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
+    return server, names, health_servicer
+
+
+def bind(config: ServerConfig, server: grpc.aio.Server) -> int:
+    """Bind the gRPC port (TLS when a certificate and key are given); 0 when it cannot be bound."""
     address = _address(config.host, config.port)
     try:
         if config.tls_cert and config.tls_key:
             creds = grpc.ssl_server_credentials(
                 [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS cert"))]
             )
-            port = server.add_secure_port(address, creds)
-        else:
-            port = server.add_insecure_port(address)
+            return server.add_secure_port(address, creds)
+        return server.add_insecure_port(address)
     except RuntimeError as e:
-        port = 0
         log.debug("bind failed: %s", e)
-    if not port:
-        await store.aclose()
-        if lock is not None:
-            lock.close()
-        raise ConfigurationError(f"cannot listen on {address} (in use, or not a local address)")
-    await server.start()
-    running = RunningServer(
-        config,
-        server,
-        port,
-        service,
-        store,
-        sandbox,
-        health_servicer,
-        metrics,
-        model_backend=model_backend,
-        auth=auth,
-        owned=owned,
-        lock=lock,
-    )
-    try:
-        if config.metrics_port is not None:
-            running.metrics_port = metrics.serve(config.metrics_host, config.metrics_port)
-        if config.console_listen_port is not None:
-            # before the first start's deploys (which may build images): a busy port fails at once
-            from crossaudit.service.console import start_console
+        return 0
 
-            running.console = await start_console(config, service.records, auth)
-        problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
-        for line in problems:
-            log.warning("%s", line)
-        running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")
-        service.start()  # webhook and decision-log delivery: messages a previous run left are sent now
-        for name in ["", *names, LIVENESS_SERVICE]:
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        running.store_health = StoreHealth(
-            health_servicer,
-            store,
-            ["", *names],
-            interval_s=limits.store_check_interval_s,
-            timeout_s=limits.store_check_timeout_s,
-        )
-        running.store_health.start()
-    except BaseException:
-        await running.stop(0)
-        raise
-    return running
+
+async def start_beside(running: RunningServer, names: list[str]) -> None:
+    """What runs beside the gRPC port once it serves: metrics, the review console, the first
+    start's deploys, warming, delivery, and health following the store."""
+    config, service, auth = running.config, running.service, running.auth
+    assert auth is not None
+    if config.metrics_port is not None:
+        running.metrics_port = running.metrics.serve(config.metrics_host, config.metrics_port)
+    if config.console_listen_port is not None:
+        # before the first start's deploys (which may build images): a busy port fails at once
+        from crossaudit.service.console import start_console
+
+        running.console = await start_console(config, service.records, auth)
+    problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
+    for line in problems:
+        log.warning("%s", line)
+    running.warmer = asyncio.create_task(service.warm(auth.tenants), name="warm-deployed-policies")
+    service.start()  # webhook and decision-log delivery: messages a previous run left are sent now
+    for name in ["", *names, LIVENESS_SERVICE]:
+        await running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    running.store_health = StoreHealth(
+        running.health,
+        running.store,
+        ["", *names],
+        interval_s=config.limits.store_check_interval_s,
+        timeout_s=config.limits.store_check_timeout_s,
+    )
+    running.store_health.start()
 
 
 def where_data_lives(config: ServerConfig) -> str:

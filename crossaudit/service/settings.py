@@ -2,11 +2,14 @@
 the defaults, a file (``--config FILE`` / ``CROSSAUDIT_CONFIG``; YAML or TOML), the environment
 (``CROSSAUDIT_<KEY>``, nested keys joined by ``__``), then command-line flags.
 
-The settings model is *generated* from :class:`~crossaudit.service.config.ServerConfig` and the
-limit dataclasses it holds, so each default stays defined once, in its dataclass, and every field
-of them is a setting; what the code receives is that same frozen ``ServerConfig``. Besides it, a
-few operator settings that the code reads from the environment where it runs (model locations,
-image builds: model servers are child processes) are settings too; ``serve`` exports them.
+Each setting is declared once, as a typed field of :class:`~crossaudit.service.config.ServerConfig`
+or of a limits dataclass it holds: its annotation carries the constraint and the description, its
+default is the dataclass's. The settings model takes ServerConfig's fields as they are (pydantic
+validates the dataclasses directly), ``setting_fields()`` (beside ServerConfig) lists every setting
+for the flags (``crossaudit.cli.server``) and the docs (``tools/generate_settings_docs.py``), and
+what the code receives is that same frozen ``ServerConfig``. Besides it, a few operator settings
+that the code reads from the environment where it runs (model locations, image builds: model
+servers are child processes) are settings too; ``serve`` exports them.
 docs/configuration.md describes the keys, docs/limits.md every limit.
 """
 
@@ -17,25 +20,29 @@ import difflib
 import json
 import os
 import tomllib
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import Field, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
-from crossaudit.service.config import CONSOLE_OFF, ServerConfig
+from crossaudit.service.config import (
+    CONSOLE_OFF,
+    ENV_DELIMITER,
+    ENV_PREFIX,
+    ServerConfig,
+    env_name,
+    section_of,
+    setting_fields,
+)
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES
 from crossaudit.store.postgres import mask_url
-from crossaudit.store.sqlite import SYNCHRONOUS_MODES
 
-ENV_PREFIX = "CROSSAUDIT_"
-ENV_DELIMITER = "__"  # CROSSAUDIT_LIMITS__MAX_INFLIGHT_EVALUATIONS_PER_TENANT=64
 CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
 MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file is refused unread
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
@@ -58,146 +65,6 @@ OTHER_ENV: Mapping[str, str] = {
 # Per-variant model settings (CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL, ...): environment only.
 VARIANT_ENV_PREFIXES = ("CROSSAUDIT_DETOXIFY_CHECKPOINT_", "CROSSAUDIT_DETOXIFY_CONFIG_", "CROSSAUDIT_DETOXIFY_URL_")
 SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without their password
-
-# --- how the dataclasses' fields become validated settings -------------------------------------
-
-# Numbers must be positive, except these, where 0 means something (no margin, no retry, no wait,
-# an ephemeral port, no warm container).
-ZERO_ALLOWED = frozenset(
-    {
-        "ServerConfig.port",
-        "ServerConfig.metrics_port",
-        "ServerConfig.console_port",
-        "ServiceLimits.answer_margin_s",
-        "ServiceLimits.answer_margin_fraction",
-        "ServiceLimits.cutoff_margin_s",
-        "ServiceLimits.cutoff_margin_fraction",
-        "ServiceLimits.shutdown_grace_s",
-        "ServiceLimits.deployment_recheck_s",
-        "EngineLimits.max_retries",
-        "EngineLimits.retry_backoff_s",
-        "PoolLimits.min_size",
-        "SandboxLimits.nice",
-        "PostgresLimits.max_retries",
-        "PostgresLimits.retry_backoff_s",
-        "ModelServerLimits.max_restarts",
-        "BatchLimits.max_wait_ms",
-        "LLMPrice.prompt",
-        "LLMPrice.completion",
-    }
-)
-FRACTIONS = frozenset({"ServiceLimits.answer_margin_fraction", "ServiceLimits.cutoff_margin_fraction"})
-PORTS = frozenset({"ServerConfig.port", "ServerConfig.metrics_port", "ServerConfig.console_port"})
-CHOICES: Mapping[str, Any] = {
-    "ServerConfig.sandbox": Literal["docker", "process", "auto"],
-    "ServerConfig.model_servers": Literal["subprocess", "docker"] | None,
-    "ServerConfig.store_synchronous": Literal[SYNCHRONOUS_MODES],  # type: ignore[valid-type]
-    "ServerConfig.log_level": Literal["DEBUG", "INFO", "WARNING", "ERROR"],
-    "ServerConfig.log_format": Literal["text", "json"],
-    "ModelServerLimits.transport": Literal["unix", "tcp"],
-}
-# Not settings of their own: ``model_servers`` is the one key for the model servers' isolation.
-EXCLUDED = frozenset({"ModelServerLimits.isolation"})
-
-_MODELS: dict[type, type[BaseModel]] = {}
-
-
-def _number(key: str, tp: type) -> Any:
-    constraints: dict[str, Any] = {}
-    if key in ZERO_ALLOWED:
-        constraints["ge"] = 0
-    elif tp is int:
-        constraints["ge"] = 1
-    else:
-        constraints["gt"] = 0
-    if key in FRACTIONS:
-        constraints["le"] = 1
-    if key in PORTS:
-        constraints["le"] = 65535
-    if tp is float:
-        constraints["allow_inf_nan"] = False
-    return Annotated[tp, Field(**constraints)]
-
-
-def _annotation(key: str, tp: Any) -> Any:
-    if key in CHOICES:
-        return CHOICES[key]
-    if dataclasses.is_dataclass(tp):
-        return model_for(tp)  # type: ignore[arg-type]
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = tuple(a if a is type(None) else _annotation(key, a) for a in typing.get_args(tp))
-        return typing.Union[args]  # noqa: UP007 - built from a runtime tuple
-    if origin is dict:
-        k, v = typing.get_args(tp)
-        return dict[k, _annotation(key, v)]  # type: ignore[misc,valid-type]
-    if tp in (int, float):
-        return _number(key, tp)
-    return tp
-
-
-def _plain(value: Any) -> Any:
-    """A dataclass default as the plain data the generated model validates."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        name = type(value).__name__
-        fields = [f.name for f in dataclasses.fields(value) if f"{name}.{f.name}" not in EXCLUDED]
-        return {f: _plain(getattr(value, f)) for f in fields}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def _fields(dc: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(dc)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(dc):
-        key = f"{dc.__name__}.{f.name}"
-        if key in EXCLUDED:
-            continue
-        if f.default is not dataclasses.MISSING:
-            default: Any = _plain(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            default = _plain(f.default_factory())
-        else:
-            default = ...  # required (a price table entry's two prices)
-        out[f.name] = (_annotation(key, hints[f.name]), Field(default=default))
-    return out
-
-
-def model_for(dc: type) -> type[BaseModel]:
-    """The pydantic model of a limits dataclass: same names and defaults, validated, no unknown keys."""
-    model = _MODELS.get(dc)
-    if model is None:
-        config = ConfigDict(extra="forbid", validate_default=True, frozen=True, protected_namespaces=())
-        model = create_model(dc.__name__, __config__=config, **_fields(dc))  # type: ignore[call-overload]
-        _MODELS[dc] = model
-    return model
-
-
-def to_dataclass(dc: type, data: Mapping[str, Any]) -> Any:
-    """Validated settings data back into the dataclass the code uses."""
-    hints = typing.get_type_hints(dc)
-    return dc(**{f.name: _value(hints[f.name], data[f.name]) for f in dataclasses.fields(dc) if f.name in data})
-
-
-def _value(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    if dataclasses.is_dataclass(tp):
-        return to_dataclass(tp, value)  # type: ignore[arg-type]
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _value(inner[0], value) if len(inner) == 1 else value
-    if origin is dict:
-        _k, v = typing.get_args(tp)
-        return {k: _value(v, x) for k, x in value.items()}
-    if origin is tuple:
-        return tuple(value)
-    if tp is Path:
-        return Path(value)
-    return value
-
 
 # --- the configuration file --------------------------------------------------------------------
 
@@ -304,27 +171,37 @@ class _SettingsBase(BaseSettings):
     # Operator settings the code reads from the environment where it runs (the model servers are
     # child processes); ``serve`` exports each one that is set as CROSSAUDIT_<NAME>. Unset: the
     # default of the code that reads it (docs/builtins-and-llm.md, docs/sandbox-docker.md).
-    model_store: str | None = None  # the builtins' model store (serve: <data_dir>/models)
-    model_roots: str | None = None  # ':'-separated directories every model path must lie in
-    offline: bool | None = None  # true: never download a model
-    hf_endpoint: str | None = None
-    detoxify_url: str | None = None
-    detoxify_checkpoint: str | None = None
-    detoxify_config: str | None = None
-    spacy_model: str | None = None
-    spacy_models_url: str | None = None
-    spacy_model_version: str | None = None
-    spacy_package: str | None = None
-    spacy_download_languages: str | None = None
-    base_image: str | None = None  # the local Python 3.11 image custom-code images build FROM
-    cache_dir: str | None = None  # wheelhouse and dependency sets
+    model_store: Annotated[
+        str | None, Field(description="the builtins' model store (`serve`: `<data_dir>/models`)")
+    ] = None
+    model_roots: Annotated[
+        str | None, Field(description="`:`-separated directories every model path must lie in")
+    ] = None
+    offline: Annotated[bool | None, Field(description="`true`: never download a model")] = None
+    hf_endpoint: Annotated[
+        str | None, Field(description="where base-model configs and tokenizers come from")
+    ] = None
+    detoxify_url: Annotated[str | None, Field(description="Detoxify release base")] = None
+    detoxify_checkpoint: Annotated[str | None, Field(description="Detoxify checkpoint")] = None
+    detoxify_config: Annotated[str | None, Field(description="Detoxify config directory")] = None
+    spacy_model: Annotated[str | None, Field(description="Presidio's spaCy pipeline")] = None
+    spacy_models_url: Annotated[str | None, Field(description="where spaCy pipelines are downloaded from")] = None
+    spacy_model_version: Annotated[str | None, Field(description="the spaCy pipeline's version")] = None
+    spacy_package: Annotated[str | None, Field(description="the spaCy pipeline's package")] = None
+    spacy_download_languages: Annotated[
+        str | None, Field(description="languages whose spaCy pipelines are downloaded")
+    ] = None
+    base_image: Annotated[
+        str | None, Field(description="the local Python 3.11 image custom-code images build FROM")
+    ] = None
+    cache_dir: Annotated[str | None, Field(description="wheelhouse and dependency sets")] = None
 
     @field_validator("llm_prices", mode="before", check_fields=False)
     @classmethod
     def _merge_prices(cls, value: Any) -> Any:
         """Entries given are added to the built-in table (or replace an entry of it)."""
         if isinstance(value, Mapping):
-            return {**_plain(DEFAULT_LLM_PRICES), **value}
+            return {**DEFAULT_LLM_PRICES, **value}
         return value
 
     @field_validator("console_port", mode="before", check_fields=False)
@@ -351,13 +228,19 @@ class _SettingsBase(BaseSettings):
 
 
 ENVIRONMENT_KEYS = tuple(n for n in _SettingsBase.model_fields)
+# ServerConfig's fields, each as declared (annotation, constraint, description, default): pydantic-
+# settings reads a model, so the settings model is the environment settings above plus these.
+_SERVER_HINTS = typing.get_type_hints(ServerConfig, include_extras=True)
 Settings: type[_SettingsBase] = create_model(  # type: ignore[call-overload]
-    "Settings", __base__=_SettingsBase, **_fields(ServerConfig)
+    "Settings",
+    __base__=_SettingsBase,
+    **{
+        f.name: (_SERVER_HINTS[f.name], Field(default_factory=f.default_factory))
+        if f.default_factory is not dataclasses.MISSING
+        else (_SERVER_HINTS[f.name], f.default)
+        for f in dataclasses.fields(ServerConfig)
+    },
 )
-
-
-def env_name(path: tuple[str, ...]) -> str:
-    return ENV_PREFIX + ENV_DELIMITER.join(path).upper()
 
 
 def _put(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
@@ -456,32 +339,20 @@ class _Origins:
 
 def _nested_fields(path: tuple[str, ...]) -> list[str]:
     """The keys allowed at ``path`` (for "did you mean")."""
-    model: Any = Settings
+    if not path:
+        return list(Settings.model_fields)
+    section: type | None = ServerConfig
     for part in path:
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        model = _model_of(field.annotation)
-        if model is None:
-            return []
-    return list(getattr(model, "model_fields", {}))
-
-
-def _model_of(tp: Any) -> Any:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return tp
-    for arg in typing.get_args(tp):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
+        hint = typing.get_type_hints(section, include_extras=True).get(part) if section is not None else None
+        section = section_of(hint) if hint is not None else None
+    return [f.name for f in dataclasses.fields(section)] if section is not None else []
 
 
 def _describe(e: Mapping[str, Any], origins: _Origins) -> str:
     loc = tuple(str(p) for p in e["loc"])
     key = ".".join(loc)
     origin = origins.of(loc)
-    if e["type"] == "extra_forbidden":
+    if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
         if key in RENAMED:
             return f"unknown key {key!r} ({origin}): it is now {RENAMED[key]!r}"
         options = _nested_fields(loc[:-1])
@@ -515,12 +386,12 @@ def load_settings(
         problems = [_describe(e, origins) for e in exc.errors()]
         raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(problems)) from None
     origins = _origins(cls, flags, file)
-    data = settings.model_dump(mode="python")
-    env_values = {k: data.pop(k) for k in ENVIRONMENT_KEYS}
+    config = ServerConfig(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(ServerConfig)})
+    env_values = {k: getattr(settings, k) for k in ENVIRONMENT_KEYS}
     # --dev ignores a keys file that only the environment names (a shared shell or ConfigMap).
-    if data.get("dev") and data.get("api_keys_file") and origins.of(("api_keys_file",)).kind == "env":
-        data["api_keys_file"] = None
-    config = to_dataclass(ServerConfig, data)
+    if config.dev and config.api_keys_file and origins.of(("api_keys_file",)).kind == "env":
+        config = dataclasses.replace(config, api_keys_file=None)
+    data = dataclasses.asdict(config)
     values = {".".join(k): _jsonable(v) for k, v in _leaves({**data, **env_values}).items()}
     return LoadedSettings(
         config=config,
@@ -566,7 +437,7 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[str]:
     each with a "did you mean" when one is close (a typo would otherwise go unnoticed)."""
     environ = os.environ if environ is None else environ
     known = {env_name((name,)) for name in Settings.model_fields} | set(OTHER_ENV) | set(LEGACY_ENV)
-    nested = {env_name((name,)) + ENV_DELIMITER for name, f in Settings.model_fields.items() if _model_of(f.annotation)}
+    nested = {env_name(f.path[:1]) + ENV_DELIMITER for f in setting_fields() if len(f.path) > 1}
     out = []
     for name in sorted(environ):
         upper = name.upper()

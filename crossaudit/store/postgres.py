@@ -31,11 +31,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from pydantic import Field
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.limits import SETTINGS_SECTION, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from crossaudit.store import migrations
 from crossaudit.store.base import StoreUnavailableError
 from crossaudit.store.sql import CLOSED, Conn, SqlStore
@@ -50,13 +52,29 @@ OLD_POOL_CLOSE_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class PostgresLimits:
-    pool_size: int = 10  # connections (and transaction threads) per process
-    connect_timeout_s: float = 10.0  # opening a connection; also how long a call waits for a free one
-    max_retries: int = 5  # re-runs of a transaction after a serialization failure or deadlock
-    retry_backoff_s: float = 0.005  # first wait before a re-run, doubling
-    # One statement, lock waits included (PostgreSQL's statement_timeout): a query that runs long
-    # or waits on a lock another session holds gives its pool connection back after this long.
-    statement_timeout_s: float = 30.0
+    """The PostgreSQL store's pool, retries and statement timeout (docs/storage.md)."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    pool_size: Annotated[PositiveInt, Field(description="connections (and transaction threads) per process")] = 10
+    connect_timeout_s: Annotated[
+        PositiveFloat, Field(description="opening a connection; also how long a call waits for a free one")
+    ] = 10.0
+    max_retries: Annotated[
+        NonNegativeInt, Field(description="re-runs of a transaction after a serialization failure or deadlock")
+    ] = 5
+    retry_backoff_s: Annotated[NonNegativeFloat, Field(description="first wait before a re-run, doubling")] = 0.005
+    statement_timeout_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "one statement, lock waits included (PostgreSQL `statement_timeout` on every pool connection; "
+                "migrations at open are exempt): a query that runs long or waits on a lock held elsewhere gives its "
+                "connection back and fails UNAVAILABLE (`StoreUnavailableError`) instead of holding one of "
+                "`pool_size` connections every tenant shares"
+            )
+        ),
+    ] = 30.0
 
 
 def mask_url(url: str) -> str:

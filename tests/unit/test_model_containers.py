@@ -23,12 +23,12 @@ def test_isolation_defaults_to_subprocess_and_reads_the_environment() -> None:
 
 def test_pool_takes_the_setting_and_keeps_imageless_kinds_as_subprocesses() -> None:
     assert ModelServerPool(env={}).isolation == "subprocess"
-    pool = ModelServerPool(ModelServerLimits(isolation="docker"), env={})
+    pool = ModelServerPool(isolation="docker", env={})
     assert pool.in_container("presidio") and pool.in_container("detoxify")
     assert not pool.in_container("langdetect")  # no image: stays a subprocess
     assert not ModelServerPool(env={ENV_MODEL_SERVERS: "subprocess"}).in_container("presidio")
     with pytest.raises(ConfigurationError, match="unix"):
-        ModelServerPool(ModelServerLimits(isolation="docker", transport="tcp"))
+        ModelServerPool(ModelServerLimits(transport="tcp"), isolation="docker")
 
 
 def test_model_paths_become_read_only_mounts_at_stable_paths(tmp_path) -> None:

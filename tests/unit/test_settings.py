@@ -45,7 +45,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_nothing_given_is_exactly_the_dataclass_defaults() -> None:
-    """One definition of each default: the settings model is generated from the dataclasses."""
+    """One definition of each default: the settings model takes the dataclasses' fields as they are."""
     loaded = load_settings()
     assert loaded.config == ServerConfig()
     assert loaded.environment == {}
@@ -119,8 +119,8 @@ def test_every_service_limit_is_reachable_from_the_file_and_the_environment(
 
 
 def test_every_limit_dataclass_field_is_a_setting() -> None:
-    """Each limits dataclass ServerConfig holds: every field of it has a key (one excluded on
-    purpose: the model servers' isolation, whose one key is model_servers)."""
+    """Each limits dataclass ServerConfig holds: every field of it has a key (the model servers'
+    isolation is no field of theirs: its one key is model_servers)."""
     keys = set(load_settings().values)
     missing = []
 
@@ -134,7 +134,7 @@ def test_every_limit_dataclass_field_is_a_setting() -> None:
                 missing.append(f"{prefix}{f.name}")
 
     walk(ServerConfig, "")
-    assert missing == ["model_server_limits.isolation"]
+    assert missing == []
 
 
 def test_unknown_key_in_the_file_is_an_error_with_its_place_and_a_suggestion(tmp_path: Path) -> None:
@@ -360,3 +360,56 @@ def test_docs_name_every_limit_key_and_its_variable() -> None:
     assert not missing, f"docs/limits.md lacks: {missing}"
     top = [k for k in load_settings().values if "." not in k and not k.startswith("llm_prices")]
     assert not [k for k in top if f"`{k}`" not in config_doc], "docs/configuration.md lacks a top-level key"
+
+
+def test_every_setting_is_a_described_field_and_numbers_carry_a_constraint() -> None:
+    """Each setting is declared once, as a field with its description; a number without a bound
+    would let a typo such as 0 or -5 through, so each one carries its constraint."""
+    import annotated_types
+
+    from crossaudit.service.config import setting_fields
+
+    fields = setting_fields()
+    shown = {k for k in load_settings().values if k not in ENVIRONMENT_KEYS and not k.startswith("llm_prices.")}
+    assert shown == {f.key for f in fields} - {"llm_prices"}
+    assert not [f.key for f in fields if not f.description], "a setting without a description"
+
+    def bounded(annotation: typing.Any) -> bool:
+        args = typing.get_args(annotation)
+        if typing.get_origin(annotation) is typing.Annotated:
+            metadata = [m for x in args[1:] for m in getattr(x, "metadata", [x])]
+            if any(isinstance(m, annotated_types.Ge | annotated_types.Gt) for m in metadata):
+                return True
+            return bounded(args[0])
+        if args and typing.get_origin(annotation) is not typing.Literal:
+            return all(bounded(a) for a in args if a is not type(None) and typing.get_origin(a) is not typing.Literal)
+        return annotation not in (int, float)
+
+    assert not [f.key for f in fields if not bounded(f.annotation)], "a number setting without a constraint"
+
+
+def test_serve_flags_are_the_fields_marked_cli_with_their_description() -> None:
+    from crossaudit.cli.main import build_parser
+    from crossaudit.cli.server import flagged_settings
+
+    parser = build_parser()
+    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    actions = {a.option_strings[0]: a for a in serve._actions if a.option_strings}
+    flagged = flagged_settings()
+    assert {"--port", "--api-keys", "--store", "--llm-base-url-host", "--console-port"} <= {f.flag for f in flagged}
+    for f in flagged:
+        assert f.flag in actions and str(actions[f.flag].help).startswith(f.description.replace("%", "%%"))
+    args = parser.parse_args(["serve", "--console-port", "off", "--llm-base-url-host", "a", "--llm-base-url-host", "b"])
+    from crossaudit.cli.server import settings_flags
+
+    loaded = load_settings(None, settings_flags(args))
+    assert loaded.config.console_port == "off" and loaded.config.llm_base_url_hosts == ("a", "b")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--console-port", "of"])
+
+
+def test_settings_docs_are_generated_from_the_fields() -> None:
+    """docs/limits.md's and docs/configuration.md's settings tables are the fields' own."""
+    from tools import generate_settings_docs
+
+    assert generate_settings_docs.stale() == [], "run python -m tools.generate_settings_docs"

@@ -1,0 +1,375 @@
+"""Client commands of the ``crossaudit`` CLI, each a call to a running server: ``policy
+deploy|list|get|rollback``, ``evaluator upload|list|get``, ``audit list|get``, ``review
+list|resolve``, ``webhooks list|redeliver``.
+
+Server address and key come from ``--server``/``--api-key`` or ``CROSSAUDIT_SERVER``/
+``CROSSAUDIT_API_KEY``. Errors are raised as typed CrossAuditErrors, which ``crossaudit.cli.main``
+prints as one line (exit 1); usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from crossaudit.cli import display, progress
+from crossaudit.cli.common import EXIT_OK
+from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
+from crossaudit.service.config import DEFAULT_ENVIRONMENT
+
+# --- parser -------------------------------------------------------------------------------
+
+
+def _client_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("server connection")
+    g.add_argument("--server", default=None, metavar="HOST:PORT", help=f"default: ${SERVER_ENV} or {DEFAULT_SERVER}")
+    g.add_argument("--api-key", default=None, metavar="KEY", help=f"default: ${API_KEY_ENV}")
+    g.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
+    g.add_argument("--ca-cert", default=None, metavar="PEM", help="connect with TLS trusting this CA certificate")
+    g.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="call deadline")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse._SubParsersAction) -> None:
+    """Add the client commands to the ``crossaudit`` parser; ``policy_subparsers`` (the
+    ``policy`` sub-commands) gains deploy/list/get/rollback."""
+    common = _client_options()
+    register_policy(policy_subparsers, common)
+    register_evaluator(subparsers, common)
+    register_audit(subparsers, common)
+    register_review(subparsers, common)
+    register_webhooks(subparsers, common)
+
+
+def register_policy(policy_subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``policy deploy|list|get|rollback``."""
+    d = policy_subparsers.add_parser("deploy", parents=[common], help="deploy a policy file to an environment")
+    d.add_argument("file", metavar="FILE")
+    d.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    d.set_defaults(func=cmd_policy_deploy)
+    pl = policy_subparsers.add_parser("list", parents=[common], help="list deployed policies")
+    pl.add_argument("--environment", "-e", default="", help="only policies deployed there")
+    pl.set_defaults(func=cmd_policy_list)
+    pg = policy_subparsers.add_parser("get", parents=[common], help="print a deployed policy's YAML")
+    pg.add_argument("name")
+    pg.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    pg.add_argument("--version", type=int, default=0, help="a stored version instead of the deployed one")
+    pg.set_defaults(func=cmd_policy_get)
+    pr = policy_subparsers.add_parser("rollback", parents=[common], help="deploy an earlier version again")
+    pr.add_argument("name")
+    pr.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    pr.add_argument("--to-version", type=int, default=0, help="default: the previously deployed version")
+    pr.set_defaults(func=cmd_policy_rollback)
+
+
+
+def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``evaluator upload|list|get``."""
+    ev = subparsers.add_parser("evaluator", help="upload and inspect custom evaluators")
+    esub = ev.add_subparsers(dest="evaluator_command", metavar="SUBCOMMAND")
+    esub.required = True
+    eu = esub.add_parser("upload", parents=[common], help="upload evaluator code (validated, image built)")
+    eu.add_argument("file", metavar="FILE", help="Python source defining evaluate(prompt, response, context)")
+    eu.add_argument("--name", required=True)
+    eu.add_argument(
+        "--dependency",
+        "-d",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="pip requirement such as 'textblob>=0.18' (repeatable)",
+    )
+    eu.add_argument("--description", default="")
+    eu.set_defaults(func=cmd_evaluator_upload)
+    el = esub.add_parser("list", parents=[common], help="list uploaded evaluators")
+    el.add_argument("--name", default="")
+    el.set_defaults(func=cmd_evaluator_list)
+    eg = esub.add_parser("get", parents=[common], help="show one evaluator")
+    eg.add_argument("id", nargs="?", default="", help="evaluator id (or use --name)")
+    eg.add_argument("--name", default="")
+    eg.add_argument("--version", type=int, default=0)
+    eg.add_argument("--code", action="store_true", help="include the source")
+    eg.set_defaults(func=cmd_evaluator_get)
+
+
+
+def register_audit(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``audit list|get``."""
+    au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
+    asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
+    asub.required = True
+    al = asub.add_parser("list", parents=[common], help="recent decisions, most recent first")
+    al.add_argument("--policy", default="")
+    al.add_argument("--limit", type=int, default=20)
+    al.set_defaults(func=cmd_audit_list)
+    ag = asub.add_parser("get", parents=[common], help="one decision's audit record (JSON)")
+    ag.add_argument("decision_id")
+    ag.set_defaults(func=cmd_audit_get)
+
+
+
+def register_review(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``review list|resolve``."""
+    rv = subparsers.add_parser("review", help="review items created by require_review and flag")
+    rsub = rv.add_subparsers(dest="review_command", metavar="SUBCOMMAND")
+    rsub.required = True
+    rl = rsub.add_parser("list", parents=[common], help="list reviews (default: open ones)")
+    rl.add_argument("--state", default="open", choices=["open", "approved", "rejected", "dismissed", "any"])
+    rl.add_argument("--policy", default="")
+    rl.add_argument("--limit", type=int, default=0)
+    rl.set_defaults(func=cmd_review_list)
+    rr = rsub.add_parser("resolve", parents=[common], help="resolve an open review")
+    rr.add_argument("id")
+    rr.add_argument("--state", required=True, choices=["approved", "rejected", "dismissed"])
+    rr.add_argument("--reviewer", default="")
+    rr.add_argument("--note", default="")
+    rr.set_defaults(func=cmd_review_resolve)
+
+
+
+def register_webhooks(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``webhooks list|redeliver``."""
+    wh = subparsers.add_parser("webhooks", help="deliveries of custom actions' webhooks")
+    wsub = wh.add_subparsers(dest="webhooks_command", metavar="SUBCOMMAND")
+    wsub.required = True
+    wl = wsub.add_parser("list", parents=[common], help="list deliveries, most recent first")
+    wl.add_argument("--state", default="any", choices=["pending", "delivered", "dead", "any"])
+    wl.add_argument("--limit", type=int, default=20)
+    wl.set_defaults(func=cmd_webhooks_list)
+    wr = wsub.add_parser("redeliver", parents=[common], help="send a dead (or delivered) webhook again")
+    wr.add_argument("id", help="the delivery id (the webhook-id header the receiver saw)")
+    wr.set_defaults(func=cmd_webhooks_redeliver)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from crossaudit.sdk.client import Client
+
+    tls: Any = args.ca_cert or bool(args.tls)
+    # No --server / --api-key: the Client falls back to $CROSSAUDIT_SERVER / $CROSSAUDIT_API_KEY.
+    options = {"timeout": args.timeout} if args.timeout else {}
+    return Client(args.server or None, api_key=args.api_key or None, tls=tls, **options)
+
+
+def _print_json(value: Any) -> None:
+    """The record as JSON, its timestamps as ISO-8601 UTC (crossaudit/cli/display.py)."""
+    display.print_json(value)
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInputError(f"{what} {path} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"cannot read {what} {path}: {e}") from None
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def cmd_policy_deploy(args: argparse.Namespace) -> int:
+    if not Path(args.file).is_file():
+        raise InvalidInputError(f"policy file {args.file} not found")
+    with progress.build_progress(quiet=args.json) as update, _client(args) as c:
+        kwargs = {"timeout": args.timeout} if args.timeout else {}
+        r = c.deploy_policy(Path(args.file), environment=args.environment, progress=update, **kwargs)
+    if args.json:
+        _print_json(r)
+    else:
+        what = "new version" if r.created else "existing version"
+        print(
+            f"deployed {r.version.name!r} v{r.version.version} ({what}, declared {r.version.declared_version}) "
+            f"to {r.deployment.environment}"
+        )
+    return EXIT_OK
+
+
+def _print_listing(args: argparse.Namespace, items: list[Any], what: str, columns: list[display.Column]) -> int:
+    """Every ``list`` command's output: JSON with ``--json``, else a table (or "no <what>")."""
+    if args.json:
+        _print_json(items)
+        return EXIT_OK
+    display.print_table(items, columns, what=what)
+    return EXIT_OK
+
+
+# one row per (policy, environment it is deployed to): a piped listing stays one line per row
+POLICY_COLUMNS = [
+    display.Column("Policy", lambda row: row[0].name),
+    display.Column("Latest", lambda row: f"v{row[0].latest_version}", justify="right"),
+    display.Column("Environment", lambda row: row[1].environment if row[1] else "not deployed"),
+    display.Column("Deployed", lambda row: f"v{row[1].version}" if row[1] else "-", justify="right"),
+    display.Column("Deployed at", lambda row: display.when(row[1].deployed_at) if row[1] else "-"),
+]
+
+
+def cmd_policy_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_policies(environment=args.environment)
+    if args.json:
+        return _print_listing(args, items, "policies", POLICY_COLUMNS)
+    rows = [(p, d) for p in items for d in (p.deployments or (None,))]
+    return _print_listing(args, rows, "policies", POLICY_COLUMNS)
+
+
+def cmd_policy_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        info = c.get_policy(args.name, environment=args.environment, version=args.version)
+    if args.json:
+        _print_json(info)
+    else:
+        sys.stdout.write(info.content if info.content.endswith("\n") else info.content + "\n")
+    return EXIT_OK
+
+
+def cmd_policy_rollback(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.rollback(args.name, environment=args.environment, to_version=args.to_version)
+    if args.json:
+        _print_json(r)
+    else:
+        print(f"{args.name!r} in {r.deployment.environment}: v{r.previous_version} -> v{r.deployment.version}")
+    return EXIT_OK
+
+
+def cmd_evaluator_upload(args: argparse.Namespace) -> int:
+    code = _read_text(args.file, "evaluator file")
+    with progress.build_progress(quiet=args.json) as update, _client(args) as c:
+        kwargs = {"timeout": args.timeout} if args.timeout else {}
+        info = c.upload_evaluator(args.name, code, args.dependency, update, description=args.description, **kwargs)
+    if args.json:
+        _print_json(info)
+    else:
+        state = "uploaded" if info.created else "already uploaded"
+        print(f"{state} evaluator {info.name!r} v{info.version}: id {info.id}")
+        print(f'reference it in a policy as:  evaluators: [{{id: "{info.id}", name: {info.name}, type: custom}}]')
+    return EXIT_OK
+
+
+def cmd_evaluator_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_evaluators(name=args.name)
+    return _print_listing(args, items, "evaluators", EVALUATOR_COLUMNS)
+
+
+EVALUATOR_COLUMNS = [
+    display.Column("Id", lambda e: e.id, key=True),
+    display.Column("Name", lambda e: e.name),
+    display.Column("Version", lambda e: f"v{e.version}", justify="right"),
+    display.Column("Dependencies", lambda e: ", ".join(e.dependencies) or "-"),
+    display.Column("Created", lambda e: display.when(e.created_at)),
+]
+
+
+def cmd_evaluator_get(args: argparse.Namespace) -> int:
+    if not args.id and not args.name:
+        raise InvalidInputError("give an evaluator id or --name")
+    with _client(args) as c:
+        e = c.get_evaluator(args.id, name=args.name, version=args.version, include_code=args.code)
+    if args.json:
+        _print_json(e)
+        return EXIT_OK
+    print(
+        f"id: {e.id}\nname: {e.name}\nversion: {e.version}\nlanguage: {e.language}\n"
+        f"dependencies: {', '.join(e.dependencies) or '-'}\ndigest: {e.digest}\ncreated: {display.when(e.created_at)}"
+    )
+    if args.code:
+        print("---")
+        sys.stdout.write(e.code if e.code.endswith("\n") else e.code + "\n")
+    return EXIT_OK
+
+
+def cmd_audit_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_decisions(policy=args.policy, limit=args.limit)
+    return _print_listing(args, items, "decisions", DECISION_COLUMNS)
+
+
+DECISION_COLUMNS = [
+    display.Column("Decision", lambda d: d.decision_id, key=True),
+    display.Column("Policy", lambda d: f"{d.policy} v{d.policy_revision} ({d.environment})"),
+    display.Column("Result", lambda d: f"{'passed' if d.passed else 'failed'} {d.action}"),
+    display.Column("Errored rules", lambda d: ", ".join(d.errored_rules) or "-"),
+    display.Column("Latency", lambda d: f"{d.latency_ms:.1f} ms", justify="right"),
+    display.Column("Created", lambda d: display.when(d.created_at)),
+]
+
+
+def cmd_audit_get(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _print_json(c.get_decision(args.decision_id))
+    return EXIT_OK
+
+
+def cmd_review_list(args: argparse.Namespace) -> int:
+    state = args.state
+    with _client(args) as c:
+        items = c.list_reviews(state=state, policy=args.policy, limit=args.limit)
+    return _print_listing(args, items, "reviews", REVIEW_COLUMNS)
+
+
+def _review_state(r: Any) -> str:
+    marks = [m for m in ("escalated", "overdue") if getattr(r, m, False)]
+    return r.state.value + "".join(f" [{m}]" for m in marks)
+
+
+REVIEW_COLUMNS = [
+    display.Column("Review", lambda r: r.id, key=True),
+    display.Column("State", _review_state),
+    display.Column("Kind", lambda r: r.kind.value),
+    display.Column("Policy / rule", lambda r: f"{r.policy} / {r.rule}"),
+    display.Column("Decision", lambda r: r.decision_id, key=True),
+    display.Column("Created", lambda r: display.when(r.created_at)),
+    display.Column("Resolved", lambda r: display.when(r.resolved_at)),
+]
+
+
+def cmd_webhooks_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        items = c.list_deliveries(state=None if args.state == "any" else args.state, limit=args.limit)
+    return _print_listing(args, items, "deliveries", DELIVERY_COLUMNS)
+
+
+def _delivery_error(m: Any) -> str:
+    return m.last_error if m.last_error and m.state.value != "delivered" else "-"
+
+
+DELIVERY_COLUMNS = [
+    display.Column("Delivery", lambda m: m.id, key=True),
+    display.Column("State", lambda m: m.state.value),
+    display.Column("Attempts", lambda m: str(m.attempts), justify="right"),
+    display.Column("Last answer", lambda m: f"HTTP {m.last_status}" if m.last_status else "-"),
+    display.Column("Request", lambda m: f"{m.payload.get('method', '')} {m.payload.get('url', '')}".strip() or m.kind),
+    display.Column("Rule", lambda m: m.rule or "-"),
+    display.Column("Decision", lambda m: m.decision_id, key=True),
+    display.Column("Created", lambda m: display.when(m.created_at)),
+    display.Column("Error", _delivery_error),
+]
+
+
+def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        m = c.redeliver(args.id)
+    if args.json:
+        _print_json(m)
+    else:
+        print(f"delivery {m.id} queued again")
+    return EXIT_OK
+
+
+def cmd_review_resolve(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        r = c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note)
+    if args.json:
+        _print_json(r)
+    else:
+        print(f"review {r.id} {r.state.value}")
+    return EXIT_OK
