@@ -288,8 +288,8 @@ class Engine:
             return not rule.typed_action_config.continue_processing
         return False
 
-    async def _run_rule(self, req: _Request, rule: Rule) -> RuleResult:
-        t0 = self.clock()
+    async def _context_of(self, req: _Request, rule: Rule) -> dict[str, Any]:
+        """The request's context, with ``previous_rule`` once the rules this one reads have ended."""
         ctx: dict[str, Any] = dict(req.inp.context)
         if rule.depends_on:
             previous: dict[str, Any] = {}
@@ -299,6 +299,24 @@ class Engine:
                     continue  # a disabled rule: validation prevents reading it
                 previous[dep] = self._as_previous(await asyncio.shield(task))
             ctx["previous_rule"] = previous
+        return ctx
+
+    async def _with_fallback(
+        self, req: _Request, rule: Rule, evaluated: list[EvaluatorResult], errored: list[EvaluatorResult]
+    ) -> tuple[list[EvaluatorResult], list[EvaluatorResult], bool]:
+        """The fallback evaluator in place of the ones that gave no verdict, when it gives one (their
+        errors stay on record after the verdicts); (results, still errored, fallback used)."""
+        if not (errored and rule.fallback and rule.fallback.evaluator):
+            return evaluated, errored, False
+        fb = await self._call(req, rule, rule.fallback.evaluator)
+        if fb.status in (Status.ERROR, Status.TIMEOUT):
+            return [*evaluated, fb], errored, False
+        replaced = [fb if r in errored else r for r in evaluated]
+        return [*replaced, *errored], [], True
+
+    async def _run_rule(self, req: _Request, rule: Rule) -> RuleResult:
+        t0 = self.clock()
+        ctx = await self._context_of(req, rule)
         ok, why = check_all(rule.conditions, ctx)
         if not ok:
             return _skipped(rule, why)
@@ -311,16 +329,7 @@ class Engine:
         else:
             evaluated = list(await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights)))
         errored = [r for r in evaluated if r.status in (Status.ERROR, Status.TIMEOUT)]
-        fallback_used = False
-        if errored and rule.fallback and rule.fallback.evaluator:
-            fb = await self._call(req, rule, rule.fallback.evaluator)
-            if fb.status not in (Status.ERROR, Status.TIMEOUT):
-                fallback_used = True
-                evaluated = [fb if r in errored else r for r in evaluated]
-                evaluated.extend(r for r in errored)  # keep the primary's error on record
-                errored = []
-            else:
-                evaluated.append(fb)
+        evaluated, errored, fallback_used = await self._with_fallback(req, rule, evaluated, errored)
         answered = [r for r in evaluated[: len(weights)] if r.status not in (Status.ERROR, Status.TIMEOUT)]
         for r in evaluated[: len(weights)]:
             if r.score is not None:
