@@ -289,7 +289,8 @@ def build_postgres(base: str | None = None, src: Path | None = None, *, say=prin
             shutil.copy(recipe / name, ctx / name)
         say("fetching PostgreSQL's Debian packages with the host's apt")
         debs = postgres_debs(builder, base, ctx / "debs")
-        parts = [base_id, *((ctx / name).read_bytes() for name in ("Dockerfile", "entrypoint.sh")), *debs]
+        recipe_files = [(ctx / name).read_bytes() for name in ("Dockerfile", "entrypoint.sh")]
+        parts: list[bytes | str] = [base_id, *recipe_files, *debs]
         tag = content_tag(POSTGRES_REPO, *parts, buildargs={"BASE": base})
         if builder.exists(tag):
             say(f"{tag} is up to date")
