@@ -33,7 +33,7 @@ from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive, owner_id
 from crossaudit.modelserver.builtins import RUNTIMES
 
 LABEL = "crossaudit.modelserver"  # value: the model kind
-SOCKET_DIR = "/run/crossaudit"  # where the images' servers listen (their ENTRYPOINT's --socket)
+SOCKET_DIR = "/run/crossaudit"  # where the images' servers listen (their $CROSSAUDIT_MODEL_SOCKET)
 MODEL_ROOT = "/models"
 MAX_REAP = 200  # containers examined per reaping pass
 CLIENT_TIMEOUT_S = 60

@@ -1,12 +1,15 @@
-"""Container images of the model servers (``images/<kind>/Dockerfile``), built locally.
+"""Container images of the model servers: one recipe (``images/modelserver/Dockerfile``) built once
+per model with the model as its ``MODEL`` build argument, locally, by the one image builder
+(:mod:`crossaudit.imagebuild`).
 
 No image registry is reachable, so an image is ``FROM`` the locally built Python 3.11 base
-(``crossaudit/base:*``, see ``images/base/README.md``) plus two COPYs prepared on the host:
+(``crossaudit/base:*``, see ``images/base/README.md``) plus COPYs prepared on the host:
 
-- ``site/``: the model stack installed with the host's pip (``pip install --target``; the host
+- ``site/``: the model's stack installed with the host's pip (``pip install --target``; the host
   and the base are both CPython 3.11 on the same architecture), so the base needs no pip;
 - ``app/``: the few CrossAudit modules a model server imports (errors, results, crossaudit.modelserver,
-  the generated protos).
+  the generated protos);
+- ``rootfs/``: shared libraries the minimal base lacks, from the base suite's Debian packages.
 
 Models are not baked in: they are mounted read-only at ``/models`` (paths in the Dockerfile's
 ENV). The container runs with no network and listens on a unix socket in a mounted directory::
@@ -21,20 +24,23 @@ ENV). The container runs with no network and listens on a unix socket in a mount
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from crossaudit.imagebuild import ImageBuilder, content_tag, debian_rootfs
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.kernel.resources import image_dir
 from crossaudit.modelserver.builtins import RUNTIMES
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the installed ``crossaudit`` package
-# The server's code: the packages the layering contract lets ``crossaudit.modelserver`` import
-# (pyproject.toml [tool.importlinter]), copied whole; nothing is picked file by file.
+DOCKERFILE = image_dir("modelserver") / "Dockerfile"
+REPO_PREFIX = "crossaudit/modelserver-"  # + the model: one repository per model, one tag per content
+BASE_REPO = "crossaudit/base"
+# The server's code: the packages ``crossaudit.modelserver.server`` imports (the layering contract
+# holds it to them: pyproject.toml [tool.importlinter]), copied whole; nothing is picked file by file.
+# The image builder this module uses runs on the host only.
 APP_PACKAGES = ("kernel", "v1", "modelserver")
 # The builtins with an image: those whose runtime module names its image's packages.
 KINDS = tuple(kind for kind, runtime in RUNTIMES.items() if runtime.image_requirements is not None)
@@ -49,7 +55,11 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
 # rootfs/ and copied over ``/``.
 DEBIAN_PACKAGES = ("libstdc++6",)
 PIP_TIMEOUT_S = 1800
-BUILD_TIMEOUT_S = 1800
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ConfigurationError(f"no model server image for {kind!r} (expected one of {KINDS})")
 
 
 def app_files() -> list[tuple[str, Path]]:
@@ -62,75 +72,66 @@ def app_files() -> list[tuple[str, Path]]:
     return files
 
 
+def requirements(kind: str) -> tuple[str, ...]:
+    """The packages ``kind``'s image installs into site/: the server's, then the model's."""
+    _check_kind(kind)
+    return (*REQUIREMENTS["_common"], *REQUIREMENTS[kind])
+
+
+def build_args(kind: str, base: str) -> dict[str, str]:
+    """The Dockerfile's arguments: the base to build FROM and the model the image serves."""
+    _check_kind(kind)
+    return {"BASE": base, "MODEL": kind}
+
+
 def prepare_context(kind: str, dest: Path) -> Path:
-    """Lay out a build context for ``kind`` in ``dest``: Dockerfile, site/, app/."""
-    if kind not in KINDS:
-        raise ConfigurationError(f"no model server image for {kind!r} (expected one of {KINDS})")
+    """Lay out a build context for ``kind`` in ``dest``: Dockerfile, site/, app/, rootfs/."""
+    reqs = requirements(kind)
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(image_dir(kind) / "Dockerfile", dest / "Dockerfile")
+    shutil.copy(DOCKERFILE, dest / "Dockerfile")
     for rel, source in app_files():
         target = dest / "app" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, target)
-    _debian_rootfs(dest / "rootfs")
+    debian_rootfs(dest / "rootfs", DEBIAN_PACKAGES)
     site = dest / "site"
-    reqs = [*REQUIREMENTS["_common"], *REQUIREMENTS[kind]]
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--target", str(site),
            "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", *reqs]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise ConfigurationError(f"resolving the {kind} image's packages timed out after {PIP_TIMEOUT_S}s") from None
     if proc.returncode != 0:
         raise ConfigurationError(f"resolving the {kind} image's packages failed: {proc.stderr[-2000:]}")
     return dest
 
 
-def _debian_rootfs(rootfs: Path) -> None:
-    rootfs.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ca-debs-") as tmp:
-        got = subprocess.run(["apt-get", "download", *DEBIAN_PACKAGES], cwd=tmp, capture_output=True, text=True,
-                             timeout=PIP_TIMEOUT_S, check=False)
-        if got.returncode != 0:
-            raise ConfigurationError(f"apt-get download {' '.join(DEBIAN_PACKAGES)} failed: {got.stderr[-1000:]}")
-        for deb in sorted(Path(tmp).glob("*.deb")):
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(rootfs)], check=True, timeout=300)
-    for doc in ("usr/share/doc", "usr/share/gcc", "usr/share/gdb"):
-        shutil.rmtree(rootfs / doc, ignore_errors=True)
-
-
 def context_tag(kind: str, base: str) -> str:
-    """Tag by content: the Dockerfile, the app sources, the requirements and the base."""
-    h = hashlib.sha256(base.encode())
-    h.update((image_dir(kind) / "Dockerfile").read_bytes())
+    """Tag by content: the Dockerfile, the app sources, the requirements, and the build arguments
+    (the base and the model), so each model's image of the one recipe has its own tag."""
+    parts: list[bytes | str] = [DOCKERFILE.read_bytes()]
     for rel, source in app_files():
-        h.update(rel.encode())
-        h.update(source.read_bytes())
-    h.update("\n".join((*REQUIREMENTS["_common"], *REQUIREMENTS[kind], *DEBIAN_PACKAGES)).encode())
-    return f"crossaudit/modelserver-{kind}:{h.hexdigest()[:16]}"
+        parts += [rel, source.read_bytes()]
+    parts.append("\n".join((*requirements(kind), *DEBIAN_PACKAGES)))
+    return content_tag(f"{REPO_PREFIX}{kind}", *parts, buildargs=build_args(kind, base))
 
 
-def local_base() -> str:
+def local_base(builder: ImageBuilder | None = None) -> str:
     """The newest local ``crossaudit/base`` image (built by ``make images``)."""
-    out = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "crossaudit/base"],
-                         capture_output=True, text=True, timeout=60, check=False)
-    tags = [t for t in out.stdout.split() if t and "<none>" not in t]
-    if out.returncode != 0 or not tags:
-        raise ConfigurationError("no local crossaudit/base image: run `make images` first")
-    return tags[0]
-
-
-def build(kind: str, base: str | None = None) -> str:
-    """Build (or reuse) the image of ``kind``; returns its tag."""
-    base = base or local_base()
-    tag = context_tag(kind, base)
-    have = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60, check=False)
-    if have.returncode == 0:
-        return tag
-    with tempfile.TemporaryDirectory(prefix=f"ca-img-{kind}-") as tmp:
-        ctx = prepare_context(kind, Path(tmp))
-        proc = subprocess.run(["docker", "build", "--pull=false", "--build-arg", f"BASE={base}", "-t", tag, str(ctx)],
-                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
-        if proc.returncode != 0:
-            raise ConfigurationError(f"docker build of {tag} failed: {proc.stderr[-2000:]}")
+    tag = (builder or ImageBuilder()).newest(BASE_REPO)
+    if tag is None:
+        raise ConfigurationError(f"no local {BASE_REPO} image: run `make images` first")
     return tag
+
+
+def build(kind: str, base: str | None = None, builder: ImageBuilder | None = None) -> str:
+    """Find (by content tag) or build the image of ``kind``; returns its tag."""
+    builder = builder or ImageBuilder()
+    base = base or local_base(builder)
+    return builder.ensure(
+        context_tag(kind, base), lambda ctx: prepare_context(kind, ctx),
+        buildargs=build_args(kind, base),  # the Dockerfile labels it crossaudit.image=modelserver
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,10 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("kind", choices=KINDS)
     c.add_argument("dest")
     args = ap.parse_args(argv)
-    if args.cmd == "build":
-        print(build(args.kind, args.base))
-    else:
-        print(prepare_context(args.kind, Path(args.dest)))
+    try:
+        if args.cmd == "build":
+            print(build(args.kind, args.base))
+        else:
+            print(prepare_context(args.kind, Path(args.dest)))
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -387,7 +387,7 @@ class ModelServerPool:
         t0 = time.monotonic()
         proc: asyncio.subprocess.Process | containers.ContainerProcess
         if self.in_container(model):
-            # The image's ENTRYPOINT names the kind and the socket; the host cannot signal a pid in
+            # The image names the kind and the socket (its MODEL build argument); the host cannot signal a pid in
             # the container's namespace, so the pool (and its atexit hook) removes it instead.
             mounts = dict(self._mounts.get(model, {}))
             proc = await self._spawn_container(model, [*options, "--socket-mode", "666"])

@@ -42,6 +42,10 @@ from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # prompt + response + config of one call
+# The model-server image sets these from its MODEL build argument: one image recipe for every model,
+# whose exec-form ENTRYPOINT cannot expand the argument itself (images/modelserver/Dockerfile).
+ENV_MODEL = "CROSSAUDIT_MODEL_SERVER"
+ENV_SOCKET = "CROSSAUDIT_MODEL_SOCKET"
 LOOPBACK = "127.0.0.1"
 
 
@@ -199,10 +203,12 @@ async def serve(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m crossaudit.modelserver.server", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, choices=sorted(RUNTIMES))
+    model = os.environ.get(ENV_MODEL) or None
+    ap.add_argument("--model", default=model, required=model is None, choices=sorted(RUNTIMES),
+                    help=f"the builtin to serve (default: ${ENV_MODEL})")
     where = ap.add_mutually_exclusive_group()
-    where.add_argument("--socket", help="unix socket path to listen on")
-    where.add_argument("--port", type=int, default=0, help="loopback port (0 = ephemeral, the default)")
+    where.add_argument("--socket", help=f"unix socket path to listen on (default: ${ENV_SOCKET}, else a port)")
+    where.add_argument("--port", type=int, default=None, help="loopback port (0 = ephemeral, the default)")
     ap.add_argument("--workers", type=int, default=int(os.environ.get("CROSSAUDIT_MODEL_WORKERS", "2")))
     ap.add_argument("--max-pending", type=int, default=64)
     ap.add_argument("--socket-mode", type=lambda v: int(v, 8), default=None,
@@ -213,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch-wait-ms", type=float, default=BatchLimits.max_wait_ms,
                     help="longest a call waits for others to join its batch")
     args = ap.parse_args(argv)
+    if args.socket is None and args.port is None:
+        args.socket = os.environ.get(ENV_SOCKET) or None
     try:
         batch = BatchLimits(max_size=args.max_batch_size, max_wait_ms=args.max_batch_wait_ms)
     except ValueError as exc:
@@ -221,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(
             args.model,
             socket_path=args.socket,
-            port=args.port,
+            port=args.port or 0,
             workers=args.workers,
             max_pending=args.max_pending,
             parent_pid=args.parent_pid or None,

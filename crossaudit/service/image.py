@@ -2,8 +2,8 @@
 
 The image is ``FROM`` the locally built Python 3.11 base, so building it needs no image registry
 (``crossaudit/base:*``, ``make images``; see ``images/base/README.md``), like the sandbox
-runner and the model servers. Everything it installs is prepared on the host, so ``docker build``
-needs no network:
+runner and the model servers, and by the same image builder (:mod:`crossaudit.imagebuild`,
+docker-py). Everything it installs is prepared on the host, so the build needs no network:
 
 - ``wheels/own/``: CrossAudit's own wheel built from the working tree (``pip wheel . --no-deps``, in a
   copy of the tree so no ``build/`` is left behind); ``wheels/``: its dependencies and pip itself, fetched
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -42,13 +41,20 @@ import time
 import zipfile
 from pathlib import Path
 
+from crossaudit.imagebuild import (
+    IMAGE_LABEL,
+    TAG_HEX_CHARS,
+    ImageBuilder,
+    content_tag,
+    debian_rootfs,
+)
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.resources import image_dir
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the ``crossaudit`` package
 DOCKERFILE = image_dir("orchestrator") / "Dockerfile"
 REPO = "crossaudit/orchestrator"
-TAG_HEX_CHARS = 16  # a content tag is this many hex digits of a SHA-256
+BASE_REPO = "crossaudit/base"
 CONTENT_TAG = re.compile(rf"[0-9a-f]{{{TAG_HEX_CHARS}}}")
 # Where ``pin`` writes the tag: the kustomization's images entry and every image: line naming REPO.
 KUSTOMIZATION = "kustomization.yaml"
@@ -59,9 +65,7 @@ DEBIAN_PACKAGES = ("libstdc++6",)
 # time zones zoneinfo reads (the minimal base has no /usr/share/zoneinfo).
 IMAGE_EXTRAS = ("pip", "tzdata")
 PIP_TIMEOUT_S = 1800
-BUILD_TIMEOUT_S = 1800
 OWN_WHEEL_DIR = "own"  # wheels/own/: CrossAudit's wheel; wheels/*.whl: its dependencies (two image layers)
-DOCKER_TIMEOUT_S = 60
 # Not part of the wheel's source: kept out of the copy the wheel is built from.
 _SKIP = shutil.ignore_patterns(
     ".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", ".crossaudit", ".pytest_cache", ".ruff_cache",
@@ -125,105 +129,93 @@ def build_wheels(dest: Path, src: Path | None = None, *, say=print) -> Path:  # 
     return own
 
 
-def debian_rootfs(rootfs: Path) -> list[str]:
-    """``DEBIAN_PACKAGES`` of the host's (the base's) suite, unpacked into ``rootfs``; their .deb names."""
-    rootfs.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ca-debs-") as tmp:
-        _run(["apt-get", "download", *DEBIAN_PACKAGES], f"apt-get download {' '.join(DEBIAN_PACKAGES)}",
-             PIP_TIMEOUT_S, cwd=tmp)
-        debs = sorted(Path(tmp).glob("*.deb"))
-        for deb in debs:
-            _run(["dpkg-deb", "-x", str(deb), str(rootfs)], f"dpkg-deb -x {deb.name}", 300)
-    for doc in ("usr/share/doc", "usr/share/gcc", "usr/share/gdb", "usr/share/lintian"):
-        shutil.rmtree(rootfs / doc, ignore_errors=True)
-    return [d.name for d in debs]
-
-
 def prepare_context(dest: Path, src: Path | None = None, *, say=print) -> tuple[Path, list[str]]:  # type: ignore[no-untyped-def]
     """Lay out a build context in ``dest``: Dockerfile, wheels/, rootfs/; returns (own wheel, debs)."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(DOCKERFILE, dest / "Dockerfile")
     (dest / ".dockerignore").write_text("*.deb\n")
     own = build_wheels(dest / "wheels", src, say=say)
-    debs = debian_rootfs(dest / "rootfs")
+    debs = debian_rootfs(dest / "rootfs", DEBIAN_PACKAGES)
     return own, debs
 
 
-def content_tag(context: Path, own_wheel: Path, debs: list[str], base_id: str) -> str:
-    """``crossaudit/orchestrator:<hash>`` of the Dockerfile, the base, CrossAudit's wheel contents (not
-    its zip timestamps) and the names of every other wheel and Debian package."""
-    h = hashlib.sha256()
-    for part in ((context / "Dockerfile").read_bytes(), base_id.encode()):
-        h.update(part)
-        h.update(b"\0")
+def context_tag(context: Path, own_wheel: Path, debs: list[str], base: str, base_id: str) -> str:
+    """``crossaudit/orchestrator:<hash>`` of the Dockerfile, the base (its id and, as the build
+    argument, its name), CrossAudit's wheel contents (not its zip timestamps) and the names of
+    every other wheel and Debian package."""
+    own = hashlib.sha256()
     with zipfile.ZipFile(own_wheel) as zf:
         for name in sorted(zf.namelist()):
-            h.update(name.encode() + b"\0" + zf.read(name) + b"\0")
-    for name in sorted(p.name for p in (context / "wheels").glob("*.whl")) + sorted(debs):
-        h.update(name.encode() + b"\0")
-    return f"{REPO}:{h.hexdigest()[:TAG_HEX_CHARS]}"
+            own.update(name.encode() + b"\0" + zf.read(name) + b"\0")
+    names = sorted(p.name for p in (context / "wheels").glob("*.whl")) + sorted(debs)
+    return content_tag(REPO, (context / "Dockerfile").read_bytes(), base_id, own.hexdigest(), *names,
+                       buildargs={"BASE": base})
 
 
-def _image_id(ref: str) -> str | None:
-    proc = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
-                          timeout=DOCKER_TIMEOUT_S, check=False)
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def local_base() -> str:
+def local_base(builder: ImageBuilder | None = None) -> str:
     """The local base the sandbox runner uses (``make images``), else the newest ``crossaudit/base`` image."""
-    try:
-        from sandbox.docker.images import ImageManager
+    builder = builder or ImageBuilder()
+    from sandbox.docker.images import ImageManager
 
-        tag = ImageManager(client=None, base_image="none").local_base_tag()
-        if _image_id(tag):
-            return tag
-    except Exception:  # the recipe's tag is only a preference
-        pass
-    out = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "crossaudit/base"],
-                         capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False)
-    tags = [t for t in out.stdout.split() if t and "<none>" not in t]
-    if out.returncode != 0 or not tags:
-        raise ConfigurationError("no local crossaudit/base image: run `make images` first")
-    return tags[0]
+    tag = ImageManager(client=None, base_image="none").local_base_tag()
+    if builder.exists(tag):
+        return tag
+    newest = builder.newest(BASE_REPO)
+    if newest is None:
+        raise ConfigurationError(f"no local {BASE_REPO} image: run `make images` first")
+    return newest
 
 
-def build(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True) -> str:  # type: ignore[no-untyped-def]
-    """Build (or find) the orchestrator image; returns its content tag (also tagged ``:latest``)."""
-    base = base or local_base()
-    base_id = _image_id(base)
-    if base_id is None:
+def _say_as_progress(say):  # type: ignore[no-untyped-def]
+    """The builder's (message, fraction) progress as this module's one-argument ``say``: only step
+    lines, which mark where a long build is."""
+    return lambda message, _fraction: say(message) if message.startswith("Step ") else None
+
+
+def _base_id(builder: ImageBuilder, base: str) -> str:
+    found = builder.image_id(base)
+    if found is None:
         raise ConfigurationError(f"base image {base} not found on this Docker daemon (run `make images`)")
+    return found
+
+
+def build(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True,  # type: ignore[no-untyped-def]
+          builder: ImageBuilder | None = None) -> str:
+    """Build (or find) the orchestrator image; returns its content tag (also tagged ``:latest``)."""
+    builder = builder or ImageBuilder()
+    base = base or local_base(builder)
+    base_id = _base_id(builder, base)
     with tempfile.TemporaryDirectory(prefix="ca-img-orchestrator-") as tmp:
         ctx = Path(tmp)
         own, debs = prepare_context(ctx, src, say=say)
-        tag = content_tag(ctx, own, debs, base_id)
-        if _image_id(tag):
+        tag = context_tag(ctx, own, debs, base, base_id)
+        if builder.exists(tag):
             say(f"{tag} is up to date")
         else:
             say(f"building {tag} FROM {base}")
             t0 = time.monotonic()
-            cmd = ["docker", "build", "--pull=false", "--force-rm", "--build-arg", f"BASE={base}"]  # labels: Dockerfile
-            _run([*cmd, "-t", tag, str(ctx)], f"docker build of {tag}", BUILD_TIMEOUT_S)
+            # labels: the Dockerfile's (crossaudit.image, crossaudit.base), and the builder's content hash
+            builder.build(ctx, tag, buildargs={"BASE": base}, progress=_say_as_progress(say))
             say(f"built {tag} in {time.monotonic() - t0:.0f}s")
     if latest:
-        _run(["docker", "tag", tag, f"{REPO}:latest"], "docker tag", DOCKER_TIMEOUT_S)
+        builder.tag(tag, f"{REPO}:latest")
     return tag
 
 
 # --- pinning the Kubernetes manifests to a build -------------------------------------------------
 
 
-def latest_content_tag() -> str:
+def latest_content_tag(builder: ImageBuilder | None = None) -> str:
     """The content tag of the last ``build`` (the one ``crossaudit/orchestrator:latest`` points to)."""
     try:
-        proc = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RepoTags}}", f"{REPO}:latest"],
-                              capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
+        builder = builder or ImageBuilder()
+        image_id = builder.image_id(f"{REPO}:latest")
+    except ConfigurationError:
         raise ConfigurationError("docker did not answer: give the tag to pin (the line `build` printed)") from None
-    if proc.returncode != 0:
+    if image_id is None:
         raise ConfigurationError(f"no {REPO}:latest on this Docker daemon: run `make image` first, or give the tag")
-    tags = [t.split(":", 1)[1] for t in json.loads(proc.stdout or "[]") if t.startswith(f"{REPO}:")]
+    repo_tags = builder.client.api.inspect_image(image_id).get("RepoTags") or []
+    tags = [t.split(":", 1)[1] for t in repo_tags if t.startswith(f"{REPO}:")]
     found = sorted(t for t in tags if CONTENT_TAG.fullmatch(t))
     if len(found) != 1:
         raise ConfigurationError(f"{REPO}:latest carries {len(found)} content tags ({', '.join(found) or 'none'}): "
@@ -261,13 +253,16 @@ POSTGRES_REPO = "crossaudit/postgres"
 POSTGRES_PACKAGES = ("postgresql-15",)
 
 
-def postgres_debs(base: str, dest: Path) -> list[str]:
+def postgres_debs(builder: ImageBuilder, base: str, dest: Path) -> list[str]:
     """``POSTGRES_PACKAGES`` and what they need beyond ``base``, as .debs in ``dest``: the host's apt
     resolves against the base's own dpkg status (so nothing the base has is fetched again)."""
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "partial").mkdir(exist_ok=True)
-    status = _run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "cat", base, "/var/lib/dpkg/status"],
-                  "reading the base's dpkg status", DOCKER_TIMEOUT_S).stdout
+    try:
+        status = builder.client.containers.run(base, ["/var/lib/dpkg/status"], entrypoint="cat", network_mode="none",
+                                               remove=True, stdout=True, stderr=False).decode()
+    except Exception as exc:  # the daemon, or cat in the base, refused
+        raise ConfigurationError(f"reading the base's dpkg status failed: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="ca-pg-") as tmp:
         (Path(tmp) / "status").write_text(status)
         _run(["apt-get", "-q", "-y", "-o", f"Dir::State::status={tmp}/status", "-o", f"Dir::Cache::archives={dest}",
@@ -281,32 +276,30 @@ def postgres_debs(base: str, dest: Path) -> list[str]:
     return debs
 
 
-def build_postgres(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True) -> str:  # type: ignore[no-untyped-def]
+def build_postgres(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True,  # type: ignore[no-untyped-def]
+                   builder: ImageBuilder | None = None) -> str:
     """``crossaudit/postgres:<hash>`` (and ``:latest``) from ``deploy/postgres/`` of the source tree."""
+    builder = builder or ImageBuilder()
     recipe = source_root(src) / "deploy" / "postgres"
-    base = base or local_base()
-    base_id = _image_id(base)
-    if base_id is None:
-        raise ConfigurationError(f"base image {base} not found on this Docker daemon (run `make images`)")
+    base = base or local_base(builder)
+    base_id = _base_id(builder, base)
     with tempfile.TemporaryDirectory(prefix="ca-img-postgres-") as tmp:
         ctx = Path(tmp)
         for name in ("Dockerfile", "entrypoint.sh"):
             shutil.copy(recipe / name, ctx / name)
         say("fetching PostgreSQL's Debian packages with the host's apt")
-        debs = postgres_debs(base, ctx / "debs")
-        h = hashlib.sha256(base_id.encode())
-        for name in ("Dockerfile", "entrypoint.sh"):
-            h.update((ctx / name).read_bytes())
-        h.update("\n".join(debs).encode())
-        tag = f"{POSTGRES_REPO}:{h.hexdigest()[:16]}"
-        if _image_id(tag):
+        debs = postgres_debs(builder, base, ctx / "debs")
+        recipe_files = [(ctx / name).read_bytes() for name in ("Dockerfile", "entrypoint.sh")]
+        parts: list[bytes | str] = [base_id, *recipe_files, *debs]
+        tag = content_tag(POSTGRES_REPO, *parts, buildargs={"BASE": base})
+        if builder.exists(tag):
             say(f"{tag} is up to date")
         else:
             say(f"building {tag} FROM {base}")
-            _run(["docker", "build", "--pull=false", "--force-rm", "--build-arg", f"BASE={base}", "--label",
-                  "crossaudit.image=postgres", "-t", tag, str(ctx)], f"docker build of {tag}", BUILD_TIMEOUT_S)
+            builder.build(ctx, tag, buildargs={"BASE": base}, labels={IMAGE_LABEL: "postgres"},
+                          progress=_say_as_progress(say))
     if latest:
-        _run(["docker", "tag", tag, f"{POSTGRES_REPO}:latest"], "docker tag", DOCKER_TIMEOUT_S)
+        builder.tag(tag, f"{POSTGRES_REPO}:latest")
     return tag
 
 

@@ -8,9 +8,11 @@
 * **deps**: FROM the runner plus one ``COPY`` of a site directory resolved on the host
   (:mod:`sandbox.deps`); labels carry the import names the warm agent preloads.
 
-Every tag is a hash of what went into it, so a build happens once per change, is found again
-by name afterwards (also across processes: builds hold a file lock), and never happens at call
-time. All functions here are blocking (docker-py, subprocess): async callers use an executor.
+Every tag is a hash of what went into it (:func:`crossaudit.imagebuild.content_tag`), so a build
+happens once per change, is found again by name afterwards (also across processes: builds hold a
+file lock), and never happens at call time. The runner and dependency images are built by the one
+image builder (:class:`crossaudit.imagebuild.ImageBuilder`); only the base is imported, not built.
+All functions here are blocking (docker-py, subprocess): async callers use an executor.
 
 CLI (``make images``): ``python -m sandbox.docker build-base [--force]``,
 ``build-deps NAME[SPEC]...``, ``reap``, ``prune``.
@@ -19,10 +21,8 @@ CLI (``make images``): ``python -m sandbox.docker build-base [--force]``,
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossaudit.imagebuild import IMAGE_LABEL, BuildLimits, ImageBuilder, content_hash, content_tag
 from crossaudit.kernel.depspec import Dependency, validate_dependencies
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import DependencyLimits
@@ -40,8 +41,6 @@ from sandbox.base import ProgressCallback
 from sandbox.deps import Wheelhouse, default_cache_dir, file_lock
 from sandbox.streaming import run_streaming
 
-_DOCKER_STEP = re.compile(r"^Step (\d+)/(\d+) :")  # the classic builder's step lines
-
 RUNNER_DIR = image_dir("runner")
 AGENT_DIR = Path(__file__).resolve().parents[1] / "agent"  # copied into the runner image
 AGENT_ENTRY_FILES = frozenset({"__init__.py", "__main__.py", "launch.py"})  # what entry.py needs to run it
@@ -49,7 +48,6 @@ AGENT_ENTRY_FILES = frozenset({"__init__.py", "__main__.py", "launch.py"})  # wh
 DEFAULT_BASE_IMAGE = "python:3.11-slim"
 ENV_BASE_IMAGE = "CROSSAUDIT_BASE_IMAGE"  # a local Python 3.11 image to build FROM instead
 LABEL = "crossaudit.sandbox"  # on every container this backend starts (reaped by label)
-IMAGE_LABEL = "crossaudit.image"  # base | runner | deps
 PRELOAD_LABEL = "crossaudit.preload"
 RUNNER_LABEL = "crossaudit.runner"  # on dependency images: the runner tag they were built FROM
 MAX_PRUNE = 1_000  # images examined per prune pass
@@ -73,14 +71,6 @@ _IMPORT_CHANGES = (
 
 def _noop(_m: str, _f: float) -> None:
     return None
-
-
-def _sha(*parts: bytes | str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode() if isinstance(p, str) else p)
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -115,6 +105,7 @@ class ImageManager:
         self.base_configured = base_image != DEFAULT_BASE_IMAGE
         self.pull_timeout_s = pull_timeout_s
         self.wheelhouse = Wheelhouse(self.cache_dir, self.dep_limits)
+        self.builder = ImageBuilder(client, BuildLimits(build_timeout_s=self.dep_limits.build_timeout_s))
         self._lock = threading.RLock()
         self._runner: str | None = None
         self._pull_failed = False
@@ -122,44 +113,13 @@ class ImageManager:
     # --- helpers ---------------------------------------------------------------------------------
 
     def exists(self, ref: str) -> bool:
-        import docker.errors
-
-        try:
-            self.client.images.get(ref)
-            return True
-        except docker.errors.ImageNotFound:
-            return False
+        return self.builder.exists(ref)
 
     def _image_id(self, ref: str) -> str:
-        return str(self.client.images.get(ref).id)
-
-    def _build(
-        self, context: Path, tag: str, progress: ProgressCallback, frac: float, span: float = 0.0, **kw: Any
-    ) -> None:
-        """``docker build`` streaming each output line as progress; never pulls. Each Dockerfile
-        step (``Step 2/3 : ...``) moves the fraction from ``frac`` towards ``frac + span``, so a
-        client that shows one line per step (or throttles lines of an unmoved fraction) sees it."""
-        deadline = time.monotonic() + self.dep_limits.build_timeout_s
-        start = frac
-        error = None
-        for n, chunk in enumerate(
-            self.client.api.build(
-                path=str(context), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
-                timeout=int(self.dep_limits.build_timeout_s), **kw,
-            )
-        ):
-            if "error" in chunk:
-                error = str(chunk.get("error", "")).strip()
-            line = str(chunk.get("stream", "")).strip()
-            step = _DOCKER_STEP.match(line)
-            if step:
-                frac = max(frac, start + span * (int(step.group(1)) - 1) / max(1, int(step.group(2))))
-            if line and n < 10_000:
-                progress(line[:200], frac)
-            if time.monotonic() > deadline:
-                raise ConfigurationError(f"image build of {tag} exceeded {self.dep_limits.build_timeout_s}s")
-        if error or not self.exists(tag):
-            raise ConfigurationError(f"image build of {tag} failed: {error or 'no image produced'}")
+        found = self.builder.image_id(ref)
+        if found is None:
+            raise ConfigurationError(f"image {ref} is not on this Docker daemon")
+        return found
 
     # --- base ------------------------------------------------------------------------------------
 
@@ -201,7 +161,7 @@ class ImageManager:
         return ok
 
     def local_base_tag(self) -> str:
-        return f"crossaudit/base:{SUITE}-py311-{_sha(SUITE, *_MMDEBSTRAP_ARGS, *_IMPORT_CHANGES)[:12]}"
+        return f"crossaudit/base:{SUITE}-py311-{content_hash(SUITE, *_MMDEBSTRAP_ARGS, *_IMPORT_CHANGES)[:12]}"
 
     def _local_base(self, say: ProgressCallback, *, force: bool) -> str:
         tag = self.local_base_tag()
@@ -244,7 +204,14 @@ class ImageManager:
         ]
         for f in self._agent_files():
             parts += [f.name, f.read_bytes()]
-        return f"crossaudit/runner:{_sha(*parts)[:16]}"
+        return content_tag("crossaudit/runner", *parts, buildargs={"BASE": base})
+
+    def _runner_context(self, ctx: Path) -> None:
+        shutil.copy(RUNNER_DIR / "Dockerfile", ctx / "Dockerfile")
+        shutil.copy(RUNNER_DIR / "entry.py", ctx / "entry.py")
+        (ctx / "agent").mkdir()
+        for f in self._agent_files():
+            shutil.copy(f, ctx / "agent" / f.name)
 
     def ensure_runner(self, progress: ProgressCallback | None = None, *, force: bool = False) -> str:
         """Base + agent image; its tag changes whenever the Dockerfile, the agent or the base changes."""
@@ -258,15 +225,8 @@ class ImageManager:
                 with file_lock(self.cache_dir / "locks" / "runner.lock", self.dep_limits.build_timeout_s):
                     if force or not self.exists(tag):
                         say(f"building runner image {tag}", 0.3)
-                        with tempfile.TemporaryDirectory(prefix="runner-") as tmp:
-                            ctx = Path(tmp)
-                            shutil.copy(RUNNER_DIR / "Dockerfile", ctx / "Dockerfile")
-                            shutil.copy(RUNNER_DIR / "entry.py", ctx / "entry.py")
-                            (ctx / "agent").mkdir()
-                            for f in self._agent_files():
-                                shutil.copy(f, ctx / "agent" / f.name)
-                            self._build(ctx, tag, say, 0.35, 0.05, buildargs={"BASE": base},
-                                        labels={IMAGE_LABEL: "runner"})
+                        self.builder.ensure(tag, self._runner_context, force=True, buildargs={"BASE": base},
+                                            labels={IMAGE_LABEL: "runner"}, progress=say, frac=0.35, span=0.05)
             self._runner = tag
             say(f"runner image {tag} ready", 0.4)
             return tag
@@ -276,7 +236,7 @@ class ImageManager:
     def deps_tag(self, runner: str, deps: tuple[Dependency, ...]) -> str:
         from sandbox.deps import dependency_key
 
-        return f"crossaudit/deps:{_sha(runner, dependency_key(deps))[:16]}"
+        return content_tag("crossaudit/deps", runner, dependency_key(deps))
 
     def find(self, deps: tuple[Dependency, ...]) -> DepsImage | None:
         """The image for this set if it already exists (no build, no network): the call-time path."""
@@ -322,8 +282,8 @@ class ImageManager:
                 )
                 (context / ".dockerignore").write_text(".crossaudit.json\n")
                 say(f"building dependency image {tag}", 0.5)
-                self._build(
-                    context, tag, say, 0.6, 0.3, nocache=force,
+                self.builder.build(
+                    context, tag, progress=say, frac=0.6, span=0.3, nocache=force, force=True,
                     labels={
                         IMAGE_LABEL: "deps",
                         PRELOAD_LABEL: json.dumps(site.preload),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.imagebuild import CONTENT_LABEL
 from sandbox.docker.images import IMAGE_LABEL, ImageManager
 
 pytestmark = [pytest.mark.docker]
@@ -24,12 +25,16 @@ def test_build_steps_move_the_fraction_across_their_span(docker_daemon, tmp_path
     tag = f"crossaudit/test-progress:{uuid.uuid4().hex[:12]}"
     heard: list[tuple[str, float]] = []
     try:
-        mgr._build(tmp_path, tag, lambda m, f: heard.append((m, f)), 0.6, 0.3, labels={IMAGE_LABEL: "test"})
+        mgr.builder.build(tmp_path, tag, progress=lambda m, f: heard.append((m, f)), frac=0.6, span=0.3,
+                          labels={IMAGE_LABEL: "test"})
+        labels = docker_daemon.images.get(tag).labels
     finally:
         if mgr.exists(tag):
             docker_daemon.images.remove(tag, force=True)
+    assert labels[CONTENT_LABEL] == tag.rpartition(":")[2] and labels[IMAGE_LABEL] == "test"
     steps = [(m.split(" :", 1)[0], round(f, 6)) for m, f in heard if m.startswith("Step ")]
-    assert [s for s, _ in steps[:4]] == ["Step 1/5", "Step 2/5", "Step 3/5", "Step 4/5"]  # + the labels= one
+    # the Dockerfile's four steps, then one LABEL step per label: the caller's and the content hash
+    assert [s for s, _ in steps] == [f"Step {n}/6" for n in range(1, 7)]
     fractions = [f for _, f in steps]
     assert fractions == sorted(fractions) and len(set(fractions)) == len(fractions)  # each step moves it
     assert fractions[0] == 0.6 and fractions[-1] < 0.9

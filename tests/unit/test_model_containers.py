@@ -61,3 +61,22 @@ def test_owner_label_names_this_process() -> None:
     assert owner_id().endswith(f":{os.getpid()}")
     assert owner_alive(owner_id())
     assert not owner_alive("nonsense")
+
+
+def test_one_recipe_gives_each_model_its_own_content_tag() -> None:
+    """The model is a build argument of the one Dockerfile, and build arguments are content."""
+    from crossaudit.imagebuild import content_hash
+    from crossaudit.modelserver import images
+
+    base = "crossaudit/base:bookworm-py311-000000000000"
+    tags = {kind: images.context_tag(kind, base) for kind in images.KINDS}
+    assert set(images.KINDS) == {"detoxify", "presidio"}
+    assert {kind: tag.split(":")[0] for kind, tag in tags.items()} == {
+        kind: f"crossaudit/modelserver-{kind}" for kind in images.KINDS}
+    assert len(set(tags.values())) == len(tags)
+    assert images.context_tag("presidio", base) == tags["presidio"]  # stable
+    assert images.context_tag("presidio", base + "1") != tags["presidio"]  # the base is an argument too
+    assert images.build_args("detoxify", base) == {"BASE": base, "MODEL": "detoxify"}
+    assert content_hash("x", buildargs={"A": "1"}) != content_hash("x", buildargs={"A": "2"}) != content_hash("x")
+    with pytest.raises(ConfigurationError, match="langdetect"):
+        images.context_tag("langdetect", base)  # no image: served as a subprocess
