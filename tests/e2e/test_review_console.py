@@ -49,14 +49,10 @@ def need_browser() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
-    srv = ServerProcess(tmp_path_factory.mktemp("console"), keys_text=KEYS_FILE, extra=("--console-port", "0"))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("console"), keys_text=KEYS_FILE, extra=("--console-port", "0")) as srv:
         match = re.search(r"review console on (http://\S+?),", srv.start_line)
         assert match, srv.start_line
         yield srv, match.group(1)
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
