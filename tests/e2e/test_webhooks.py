@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,13 +59,6 @@ def server(tmp: Path, receiver_port: int, *extra: str) -> ServerProcess:
         env={"ACME_SIGNING_SECRET": SIGNING_SECRET, "ACME_HOOK_TOKEN": HOOK_TOKEN},
         extra=extra,
     )
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def wait_state(c: Client, delivery_id: str, state: str, timeout: float = WAIT_S) -> object:
