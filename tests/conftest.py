@@ -42,6 +42,18 @@ def repo_root() -> Path:
     return ROOT
 
 
+@pytest.fixture
+def receiver():
+    """A webhook receiver on loopback (``tests/webhook_receiver.py``), closed after the test."""
+    from tests.webhook_receiver import Receiver
+
+    r = Receiver()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
 @pytest.fixture(scope="session")
 def docker_daemon():
     client = docker_client()

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from crossaudit.store.base import AuditRecord
+from crossaudit.store.base import AuditRecord, ReviewKind, ReviewRecord, ReviewState
 
 
 def audit_record(decision_id: str | None = None, tenant: str = "t1", **fields: Any) -> AuditRecord:
@@ -29,3 +29,20 @@ def audit_record(decision_id: str | None = None, tenant: str = "t1", **fields: A
         **fields,
     }
     return AuditRecord(decision_id=decision_id or str(uuid.uuid4()), tenant=tenant, **values)
+
+
+def review_record(decision_id: str, tenant: str = "t1", **fields: Any) -> ReviewRecord:
+    """An open ``require_review`` review of rule ``r`` of policy ``p`` in production, made now,
+    with a random id."""
+    values: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "policy": "p",
+        "policy_revision": 1,
+        "environment": "production",
+        "rule": "r",
+        "kind": ReviewKind.REQUIRE_REVIEW,
+        "state": ReviewState.OPEN,
+        "created_at": time.time(),
+        **fields,
+    }
+    return ReviewRecord(decision_id=decision_id, tenant=tenant, **values)

@@ -8,6 +8,7 @@ empty, 200. Bound to 127.0.0.1 only.
 from __future__ import annotations
 
 import gzip
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_WAIT_S = 60.0
+
+
+def loopback_grant(*origins: str, signing_env: str) -> str:
+    """A tenant's ``webhooks`` grant in an API-keys file (flow YAML): ``origins`` on loopback,
+    signed with the secret in the server's environment variable ``signing_env``."""
+    grant = {"allow": list(origins), "allow_networks": ["127.0.0.1/32"], "signing_secret": {"env": signing_env}}
+    return json.dumps(grant)
 
 
 @dataclass

@@ -492,12 +492,8 @@ def _run_case(case: Case, root: Path) -> tuple[Window, dict[str, Any]] | str:
 
         if not DockerSandbox.available():
             return "no Docker daemon answers"
-    srv = ServerProcess(root / case.key, sandbox=case.sandbox, env=case.env, extra=case.extra)
-    srv.start()
-    try:
+    with ServerProcess(root / case.key, sandbox=case.sandbox, env=case.env, extra=case.extra) as srv:
         return asyncio.run(_measure(case, srv))
-    finally:
-        srv.stop()
 
 
 def _mean(values: list[float]) -> float:

@@ -131,14 +131,9 @@ def _row(label: str, lat: list[float], wall: float) -> str:
 def main() -> None:
     kind = os.environ.get("CROSSAUDIT_BENCH_SANDBOX", "process")
     variants = (False, True)
-    with tempfile.TemporaryDirectory() as tmp:
-        srv = ServerProcess(Path(tmp), sandbox=kind)
-        srv.start()
-        try:
-            floor = asyncio.run(_transport_floor(srv.address))
-            results = {cached: asyncio.run(_variant(srv.address, kind, cached)) for cached in variants}
-        finally:
-            srv.stop()
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), sandbox=kind) as srv:
+        floor = asyncio.run(_transport_floor(srv.address))
+        results = {cached: asyncio.run(_variant(srv.address, kind, cached)) for cached in variants}
     print(f"10-rule policy, 2 custom evaluators in the {kind} sandbox; server: separate process on loopback")
     print(f"transport floor (health check round trip, 1 client): p50 {floor:.2f} ms")
     for cached in variants:

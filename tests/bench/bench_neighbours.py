@@ -27,55 +27,13 @@ from crossaudit import AsyncClient
 from crossaudit.kernel.errors import CrossAuditError
 from tests.bench import report
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
-from tests.security.test_audit_quotas import bulky_policy
+from tests.e2e.policies import bulky, burner, trivial
 
 SAMPLES = 40  # globex calls per phase
 FLOOD = 120  # acme's concurrent CPU-burning calls
 AUDIT_CLIENTS = 16  # acme's concurrent audit-heavy calls
 RAMP_S = 3.0  # the flood runs this long before globex measures
 LOAD_LIMIT_S = 300.0  # a flood process never outlives this
-
-QUICK = """
-name: quick
-description: a trivial custom evaluator
-version: "1.0"
-evaluators:
-  - name: ok
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 1.0}
-rules:
-  - name: fine
-    evaluator: ok
-    threshold: 0.5
-    action: block
-"""
-
-BURN = """
-name: burn
-description: custom code that burns CPU for ~0.5 s of wall time
-version: "1.0"
-evaluators:
-  - name: burner
-    type: custom
-    config:
-      code: |
-        import datetime
-        def evaluate(prompt, response, context):
-            end = datetime.datetime.now().timestamp() + 0.5
-            n = 0
-            while n < 50000000 and datetime.datetime.now().timestamp() < end:
-                n += 1
-            return {"score": 1.0}
-rules:
-  - name: burned
-    evaluator: burner
-    threshold: 0.5
-    action: block
-"""
-
 
 def _flood(address: str, policy: str, clients: int, stop: Any) -> None:
     """acme's load, in its own process: ``clients`` calls kept in flight until ``stop``."""
@@ -133,9 +91,9 @@ def _server(tmp: Path, *extra: str) -> ServerProcess:
             AsyncClient(srv.address, api_key=TENANT_KEYS["acme"]) as acme,
             AsyncClient(srv.address, api_key=TENANT_KEYS["globex"]) as globex,
         ):
-            await globex.deploy_policy(QUICK, environment="production")
-            await acme.deploy_policy(BURN, environment="production")
-            await acme.deploy_policy(bulky_policy("bulky"), environment="production")
+            await globex.deploy_policy(trivial("quick"), environment="production")
+            await acme.deploy_policy(burner("burn", 0.5, evaluator="burner", rule="burned"), environment="production")
+            await acme.deploy_policy(bulky(), environment="production")
             for _ in range(5):  # warm the sandboxes
                 await globex.evaluate("quick", "p", "r", timeout=60)
             await acme.evaluate("burn", "p", "r", timeout=60)

@@ -55,11 +55,9 @@ def _measure(tmp: Path, store_url: str | None, open_store: Callable[[], Store], 
     try:
         seed(open_store, [("acme", f"{hanging.url}/hook")] * PENDING)
         extra = ("--store", store_url) if store_url else ()
-        srv = ServerProcess(
+        with ServerProcess(
             tmp, keys_text=keys_file(hanging.port, working.port), env={"SIGNING_SECRET": SIGNING_SECRET}, extra=extra
-        )
-        srv.start()
-        try:
+        ) as srv:
             deadline = time.monotonic() + WAIT_S
             while hanging.open_connections() < DeliveryLimits().max_inflight_per_tenant:
                 if time.monotonic() > deadline:
@@ -78,8 +76,6 @@ def _measure(tmp: Path, store_url: str | None, open_store: Callable[[], Store], 
             backend = "postgresql" if store_url else "sqlite"
             print(f"  {backend:10s} server {used:.1%} of a core{extra_text}", flush=True)
             return used
-        finally:
-            srv.stop()
     finally:
         hanging.close()
         working.close()

@@ -81,25 +81,20 @@ def main() -> None:
     ap.add_argument("--native", action="store_true", help="include C/Cython frames (grpc's core)")
     args = ap.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    with tempfile.TemporaryDirectory() as tmp:
-        srv = ServerProcess(Path(tmp), sandbox="process")
-        srv.start()
-        try:
-            assert srv.proc is not None
-            warm_stop = time.monotonic() + 3
-            asyncio.run(_load(srv.address, warm_stop))
-            cmd = [py_spy, "record", "--pid", str(srv.proc.pid), "--rate", str(RATE_HZ), "--format", "raw"]
-            cmd += ["--duration", str(args.seconds), "--output", args.out]
-            if not args.native:  # native unwinding needs the process paused per sample
-                cmd.append("--nonblocking")
-            cmd += [flag for flag, on in (("--idle", args.idle), ("--gil", args.gil), ("--native", args.native)) if on]
-            spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-            t0 = time.monotonic()
-            n = asyncio.run(_load(srv.address, time.monotonic() + args.seconds))
-            print(f"{n} decisions in {time.monotonic() - t0:.1f} s under the profiler ({CLIENTS} clients)")
-            spy.wait(timeout=args.seconds + 30)
-        finally:
-            srv.stop()
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), sandbox="process") as srv:
+        assert srv.proc is not None
+        warm_stop = time.monotonic() + 3
+        asyncio.run(_load(srv.address, warm_stop))
+        cmd = [py_spy, "record", "--pid", str(srv.proc.pid), "--rate", str(RATE_HZ), "--format", "raw"]
+        cmd += ["--duration", str(args.seconds), "--output", args.out]
+        if not args.native:  # native unwinding needs the process paused per sample
+            cmd.append("--nonblocking")
+        cmd += [flag for flag, on in (("--idle", args.idle), ("--gil", args.gil), ("--native", args.native)) if on]
+        spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        n = asyncio.run(_load(srv.address, time.monotonic() + args.seconds))
+        print(f"{n} decisions in {time.monotonic() - t0:.1f} s under the profiler ({CLIENTS} clients)")
+        spy.wait(timeout=args.seconds + 30)
     _summarise(Path(args.out), args.top)
 
 

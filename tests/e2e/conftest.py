@@ -12,7 +12,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+
+from crossaudit import Client
+from crossaudit.v1 import policy_pb2, policy_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 TENANT_KEYS = {
@@ -198,15 +202,33 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(STOP_TIMEOUT_S)
 
+    def __enter__(self) -> ServerProcess:
+        """``with ServerProcess(...) as srv``: started, and stopped (gracefully) on leaving."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("server"))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("server")) as srv:
         yield srv
-    finally:
-        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def acme(server: ServerProcess) -> Iterator[Client]:
+    """A client of the module's server, as tenant acme."""
+    with Client(server.address, api_key=key("acme")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def globex(server: ServerProcess) -> Iterator[Client]:
+    """A client of the module's server, as tenant globex."""
+    with Client(server.address, api_key=key("globex")) as c:
+        yield c
 
 
 def need_docker() -> None:
@@ -218,3 +240,20 @@ def need_docker() -> None:
 
 def key(tenant: str) -> str:
     return TENANT_KEYS[tenant]
+
+
+def raw_deploy(
+    address: str, content: str, *, tenant: str = "acme", filename: str = "policy.yaml", timeout: float = 60.0
+) -> grpc.RpcError | None:
+    """DeployPolicy to production exactly as any gRPC client may send it (nothing inlined or
+    checked on the client's side), as ``tenant``: the RpcError, or None when accepted."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            policy_pb2_grpc.PolicyServiceStub(channel).DeployPolicy(
+                policy_pb2.DeployPolicyRequest(content=content, filename=filename, environment="production"),
+                metadata=(("authorization", f"Bearer {key(tenant)}"),),
+                timeout=timeout,
+            )
+        except grpc.RpcError as e:
+            return e
+    return None

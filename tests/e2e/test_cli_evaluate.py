@@ -11,7 +11,7 @@ import pytest
 
 from crossaudit import Client
 from tests.e2e.conftest import ServerProcess, key, run_cli
-from tests.e2e.policies import KEYWORDS
+from tests.e2e.policies import KEYWORDS, custom_policy, returns
 
 pytestmark = pytest.mark.e2e
 CLI_TIMEOUT_S = 180
@@ -36,23 +36,8 @@ rules:
     action: block
 """
 
-ZERO_POLICY = """
-name: zero
-description: an evaluator that divides by zero
-version: "1.0"
-evaluators:
-  - name: div
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 1 / 0}
-rules:
-  - name: divided
-    evaluator: div
-    threshold: 0.5
-    action: flag
-"""
+# an evaluator that divides by zero
+ZERO_POLICY = custom_policy("zero", returns('{"score": 1 / 0}'), evaluator="div", rules=["divided"], action="flag")
 
 
 def run(

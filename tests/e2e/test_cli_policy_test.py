@@ -15,30 +15,23 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from crossaudit import Client
 from tests.e2e.conftest import ROOT, ServerProcess, key, need_docker, run_cli
-from tests.e2e.policies import UPLOAD_CODE, uses_upload
+from tests.e2e.policies import UPLOAD_CODE, custom_policy, returns, uses_upload
 
 pytestmark = pytest.mark.e2e
 CLI_TIMEOUT_S = 600
 
-ZERO = """
-name: zero
-description: an evaluator that divides by zero on request
-version: "1.0"
-evaluators:
-  - name: div
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            if "divide" in response:
-                return {"score": 1 / 0}
-            return {"score": 0.0 if "bad" in response else 1.0}
-rules:
-  - name: divided
-    evaluator: div
-    threshold: 0.5
-    action: block
-test_cases:
+ZERO = custom_policy(
+    "zero",
+    """
+    def evaluate(prompt, response, context):
+        if "divide" in response:
+            return {"score": 1 / 0}
+        return {"score": 0.0 if "bad" in response else 1.0}
+    """,
+    evaluator="div",
+    rules=["divided"],
+    description="an evaluator that divides by zero on request",
+) + """test_cases:
   - name: fine
     input: {response: "hello"}
     expected_result: pass
@@ -51,23 +44,14 @@ test_cases:
     expected_action: block
 """
 
-WRONG = """
-name: wrong
-description: a case whose expectation is wrong
-version: "1.0"
-evaluators:
-  - name: kw
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 0.25 if "bad" in response else 1.0}
-rules:
-  - name: no_bad
-    evaluator: kw
-    threshold: 0.5
-    action: flag
-test_cases:
+WRONG = custom_policy(
+    "wrong",
+    returns('{"score": 0.25 if "bad" in response else 1.0}'),
+    evaluator="kw",
+    rules=["no_bad"],
+    action="flag",
+    description="a case whose expectation is wrong",
+) + """test_cases:
   - name: ok
     input: {response: "fine"}
     expected_result: pass

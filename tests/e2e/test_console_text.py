@@ -23,12 +23,8 @@ HOSTILE = "<script>alert('x')</script> worse"
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
     """Two tenants (acme, globex), the console, the operator keeping hashes only (the default)."""
-    srv = ServerProcess(tmp_path_factory.mktemp("console-text"), extra=("--console-port", "0"))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("console-text"), extra=("--console-port", "0")) as srv:
         yield srv, console_url(srv.start_line)
-    finally:
-        srv.stop()
 
 
 def test_the_console_says_how_to_keep_the_text_and_shows_kept_text_to_its_tenant_only(

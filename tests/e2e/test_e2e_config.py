@@ -74,17 +74,13 @@ def stub() -> Iterator[OpenAIStub]:
 def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("configured")
     (root / "crossaudit.yaml").write_text(CONFIG)
-    srv = ServerProcess(
+    with ServerProcess(
         root,
         keys_text=KEYS,
         extra=("--config", str(root / "crossaudit.yaml"), "--log-format", "json", "--log-level", "DEBUG"),
         env={"CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES": str(REQUEST_LIMIT)},
-    )
-    srv.start()
-    try:
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def raw_evaluate(address: str, tenant: str, prompt: str) -> grpc.RpcError | None:

@@ -111,9 +111,7 @@ def _state(pid: int) -> str:
 
 
 def _server(tmp: Path, sandbox: str) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp, sandbox=sandbox)
-    srv.start()
-    try:
+    with ServerProcess(tmp, sandbox=sandbox) as srv:
         with Client(srv.address, api_key=key("acme")) as c:
             c.deploy_policy(sleeper(fallback=True))
             c.deploy_policy(sleeper(fallback=False))
@@ -123,8 +121,6 @@ def _server(tmp: Path, sandbox: str) -> Iterator[ServerProcess]:
                     c.evaluate(name, "p", "r", timeout=2.0)
         time.sleep(0.5)
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module", params=["process", "docker"])

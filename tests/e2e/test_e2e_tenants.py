@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import pytest
 
@@ -20,18 +18,6 @@ PUBLIC_SERVICES = [
     for mod in (policy_pb2, evaluation_pb2, evaluator_pb2, review_pb2, audit_pb2)
     for s in mod.DESCRIPTOR.services_by_name.values()
 ]
-
-
-@pytest.fixture(scope="module")
-def acme(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.address, api_key=key("acme")) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def globex(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.address, api_key=key("globex")) as c:
-        yield c
 
 
 def test_tenants_are_isolated_in_every_service(acme: Client, globex: Client) -> None:

@@ -22,6 +22,7 @@ import yaml
 from crossaudit import Client
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError
 from tests.e2e.conftest import ROOT, STOP_TIMEOUT_S, ServerProcess, key, start_process
+from tests.e2e.policies import word_policy
 from tests.e2e.upstream_stub import UpstreamStub
 
 pytestmark = pytest.mark.e2e
@@ -89,22 +90,14 @@ rules:
     action: flag
 """
 
-OTHER = """
-name: proxy-other
-description: blocks the word 'forbidden' at both stages
-version: "1.0"
-evaluators:
-  - name: forbidden
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 0.0 if "forbidden" in response else 1.0}
-rules:
-  - {name: no_forbidden, evaluator: forbidden, action: block}
-"""
 
-GLOBEX_ONLY = OTHER.replace("name: proxy-other", "name: globex-only")
+def blocks_forbidden(name: str) -> str:
+    """Blocks the word 'forbidden' at both stages."""
+    return word_policy(name, "forbidden", evaluator="forbidden", rule="no_forbidden", threshold=None)
+
+
+OTHER = blocks_forbidden("proxy-other")
+GLOBEX_ONLY = blocks_forbidden("globex-only")
 
 
 def closed_port() -> int:
@@ -506,9 +499,7 @@ def test_crossaudit_going_away_fails_closed_without_retries_unless_fail_open(
     """CrossAudit stops while the proxy runs: a fail-closed caller gets one 503 that the openai SDK
     does not retry (x-should-retry: false) and that says why; a fail_open caller passes."""
     upstream.reset()
-    srv = ServerProcess(tmp_path / "server")
-    srv.start()
-    try:
+    with ServerProcess(tmp_path / "server") as srv:
         with Client(srv.address, api_key=key("acme")) as c:
             c.deploy_policy(GUARD, environment="production")
         callers = {
@@ -519,8 +510,6 @@ def test_crossaudit_going_away_fails_closed_without_retries_unless_fail_open(
         }  # fmt: skip
         config = proxy_config(srv.address, upstream.url, callers, limits={"evaluation_timeout_s": 3})
         p = ProxyProcess(tmp_path / "proxy", config, PROXY_ENV).start()  # CrossAudit answers: it starts
-    finally:
-        srv.stop()
     try:
         calls: list[str] = []
         with pytest.raises(openai.InternalServerError) as info:

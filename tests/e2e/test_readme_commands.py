@@ -124,12 +124,8 @@ def _only(reviews: list) -> object:
 
 @pytest.fixture(scope="module")
 def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("readme-server"))  # API keys, process sandbox
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("readme-server")) as srv:  # API keys, process sandbox
         yield srv
-    finally:
-        srv.stop()
 
 
 def workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:

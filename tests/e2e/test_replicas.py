@@ -14,8 +14,8 @@ import pytest
 from crossaudit import Client
 from crossaudit.kernel.errors import CrossAuditError
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key
-from tests.e2e.policies import KEYWORDS
-from tests.webhook_receiver import Receiver
+from tests.e2e.policies import KEYWORDS, webhook_policy
+from tests.webhook_receiver import Receiver, loopback_grant
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,10 +34,7 @@ def keys_text(receiver: Receiver) -> str:
 tenants:
   acme:
     keys: [{acme}]
-    webhooks:
-      allow: ["{receiver.url}"]
-      allow_networks: ["127.0.0.1/32"]
-      signing_secret: {{env: ACME_SIGNING}}
+    webhooks: {loopback_grant(receiver.url, signing_env="ACME_SIGNING")}
   globex: [{globex}]
 """
 
@@ -131,26 +128,9 @@ def test_review_auto_approval_happens_once_across_replicas(replicas: list[Server
 
 
 def test_each_webhook_is_delivered_once_although_every_replica_delivers(replicas, receiver: Receiver) -> None:
-    policy = f"""
-name: hooked
-description: a webhook per bad answer
-version: "1.0"
-evaluators:
-  - name: has_bad
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {{"score": 0.0 if "bad" in response else 1.0}}
-rules:
-  - name: notify
-    evaluator: has_bad
-    threshold: 0.5
-    action: custom
-    action_config:
-      webhook_url: "{receiver.url}/hook"
-      payload: {{rule: "{{{{rule.name}}}}", decision: "{{{{decision.id}}}}"}}
-"""
+    policy = webhook_policy(
+        "hooked", f"{receiver.url}/hook", payload={"rule": "{{rule.name}}", "decision": "{{decision.id}}"}
+    )
     before = len(receiver.requests)
     with Client(replicas[0].address, api_key=key("acme")) as c:
         c.deploy_policy(policy)

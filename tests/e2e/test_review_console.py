@@ -24,6 +24,8 @@ import pytest
 from crossaudit import Client
 from tests.conftest import ROOT, need
 from tests.e2e.conftest import ServerProcess
+from tests.e2e.console_http import csrf_of
+from tests.e2e.console_http import sign_in as http_sign_in
 from tests.e2e.roles import KEYS, KEYS_FILE, MODERATED
 
 pytestmark = pytest.mark.e2e
@@ -49,14 +51,10 @@ def need_browser() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
-    srv = ServerProcess(tmp_path_factory.mktemp("console"), keys_text=KEYS_FILE, extra=("--console-port", "0"))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("console"), keys_text=KEYS_FILE, extra=("--console-port", "0")) as srv:
         match = re.search(r"review console on (http://\S+?),", srv.start_line)
         assert match, srv.start_line
         yield srv, match.group(1)
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -165,27 +163,6 @@ def shot(drv, name: str, *, full: bool = False) -> None:
         assert drv.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
     finally:
         drv.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-
-
-# --- HTTP helpers (what a browser would never send) -------------------------------------------
-
-
-def http_sign_in(url: str, key: str) -> httpx.Client:
-    h = httpx.Client(base_url=url, follow_redirects=False, timeout=10)
-    page = h.get("/signin")
-    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-    assert token, page.text
-    r = h.post("/signin", data={"csrf_token": token.group(1), "api_key": key, "next": "/queue"})
-    assert r.status_code == 303 and r.headers["location"] == "/queue", r.text
-    return h
-
-
-def csrf_of(h: httpx.Client, path: str) -> str:
-    page = h.get(path)
-    assert page.status_code == 200, page.text
-    m = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-    assert m
-    return m.group(1)
 
 
 # --- tests ------------------------------------------------------------------------------------

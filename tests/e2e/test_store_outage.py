@@ -53,16 +53,12 @@ def database() -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, database) -> Iterator[ServerProcess]:
-    srv = ServerProcess(
+    with ServerProcess(
         tmp_path_factory.mktemp("outage"),
         # calls during the outage give up after 2 s instead of 10 (the test's duration only)
         extra=("--store", database.database(), "--set", "postgres_limits.connect_timeout_s=2"),
-    )
-    srv.start()
-    try:
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _status(address: str, service: str = "") -> int:

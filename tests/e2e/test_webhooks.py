@@ -5,20 +5,17 @@ and redelivered from the CLI; and the decision log to JSONL files and to an HTTP
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crossaudit import Client
 from crossaudit.service.outbox import signing
-from tests.e2e.conftest import ROOT, ServerProcess
-from tests.webhook_receiver import Receiver, Reply
+from tests.e2e.conftest import ServerProcess, run_cli
+from tests.e2e.policies import webhook_policy, word_policy
+from tests.webhook_receiver import Receiver, Reply, loopback_grant
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,76 +31,34 @@ tenants:
   acme:
     keys: [{KEY}]
     secrets: {{HOOK_TOKEN: {{env: ACME_HOOK_TOKEN}}}}
-    webhooks:
-      allow: ["http://127.0.0.1:{receiver_port}"]
-      allow_networks: ["127.0.0.1/32"]
-      signing_secret: {{env: ACME_SIGNING_SECRET}}
+    webhooks: {loopback_grant(f"http://127.0.0.1:{receiver_port}", signing_env="ACME_SIGNING_SECRET")}
 """
 
 
-def policy(receiver_port: int, name: str = "hooks") -> str:
-    return f"""
-name: {name}
-description: custom actions send webhooks
-version: "1.0"
-evaluators:
-  - name: has_bad
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {{"score": 0.0 if "bad" in response else 1.0}}
-rules:
-  - name: notify_security
-    evaluator: has_bad
-    threshold: 0.5
-    action: custom
-    action_config:
-      webhook_url: "http://127.0.0.1:{receiver_port}/policy-violation"
-      method: POST
-      headers:
-        Authorization: "Bearer ${{HOOK_TOKEN}}"
-        webhook-signature: "forged"
-      payload:
-        violation_type: "{{{{rule.name}}}}"
-        content_hash: "{{{{content.hash}}}}"
-        timestamp: "{{{{timestamp}}}}"
-"""
-
-
-LOGGED = """
-name: logged
-description: every decision goes to the decision log
-version: "1.0"
-evaluators:
-  - name: has_bad
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 0.0 if "bad" in response else 1.0}
-rules:
-  - name: notify_security
-    evaluator: has_bad
-    threshold: 0.5
-    action: flag
-"""
-
-
-def server(tmp: Path, receiver: Receiver, *extra: str) -> ServerProcess:
-    return ServerProcess(
-        tmp,
-        keys_text=keys_file(receiver.port),
-        env={"ACME_SIGNING_SECRET": SIGNING_SECRET, "ACME_HOOK_TOKEN": HOOK_TOKEN},
-        extra=extra,
+def policy(receiver_port: int) -> str:
+    """'bad' in the response sends a signed webhook with the tenant's granted token and a header
+    the server must replace."""
+    return webhook_policy(
+        "hooks",
+        f"http://127.0.0.1:{receiver_port}/policy-violation",
+        rules=["notify_security"],
+        method="POST",
+        headers={"Authorization": "Bearer ${HOOK_TOKEN}", "webhook-signature": "forged"},
+        payload={"violation_type": "{{rule.name}}", "content_hash": "{{content.hash}}", "timestamp": "{{timestamp}}"},
     )
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
+LOGGED = word_policy("logged", rule="notify_security", action="flag")  # every decision goes to the decision log
+
+
+def server(tmp: Path, receiver_port: int, *extra: str) -> ServerProcess:
+    """A server whose tenant acme may send webhooks to the receiver on ``receiver_port``."""
+    return ServerProcess(
+        tmp,
+        keys_text=keys_file(receiver_port),
+        env={"ACME_SIGNING_SECRET": SIGNING_SECRET, "ACME_HOOK_TOKEN": HOOK_TOKEN},
+        extra=extra,
+    )
 
 
 def wait_state(c: Client, delivery_id: str, state: str, timeout: float = WAIT_S) -> object:
@@ -117,9 +72,7 @@ def wait_state(c: Client, delivery_id: str, state: str, timeout: float = WAIT_S)
 
 
 def test_one_delivery_signed_with_the_rendered_payload_and_granted_secret(tmp_path: Path, receiver: Receiver) -> None:
-    srv = server(tmp_path, receiver)
-    srv.start()
-    try:
+    with server(tmp_path, receiver.port) as srv:
         with Client(srv.address, api_key=KEY) as c:
             c.deploy_policy(policy(receiver.port))
             d = c.evaluate("hooks", "p", "a bad answer", timeout=20)
@@ -132,8 +85,6 @@ def test_one_delivery_signed_with_the_rendered_payload_and_granted_secret(tmp_pa
             assert len(c.list_deliveries()) == 1  # a passing rule sends nothing
         with urllib.request.urlopen(f"http://{srv.metrics_address}/metrics", timeout=10) as resp:
             metrics = resp.read().decode()
-    finally:
-        srv.stop()
     assert 'crossaudit_delivery_attempts_total{kind="webhook",outcome="delivered"} 1.0' in metrics
     assert (req.method, req.path) == ("POST", "/policy-violation")
     assert req.headers["webhook-id"] == delivery.id
@@ -152,32 +103,23 @@ def test_receiver_down_then_up_is_retried_until_delivered(tmp_path: Path) -> Non
     probe = Receiver()
     port = probe.port
     probe.close()  # nothing listens on the port now: connection refused
-    srv = ServerProcess(
-        tmp_path,
-        keys_text=keys_file(port),
-        env={"ACME_SIGNING_SECRET": SIGNING_SECRET, "ACME_HOOK_TOKEN": HOOK_TOKEN},
-    )
-    srv.start()
-    try:
-        with Client(srv.address, api_key=KEY) as c:
-            c.deploy_policy(policy(port))
-            c.evaluate("hooks", "p", "bad", timeout=20)
-            deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline:
-                [m] = c.list_deliveries()
-                if m.attempts >= 2:
-                    break
-                time.sleep(0.2)
-            assert m.state.value == "pending" and m.attempts >= 2 and "Connect" in m.last_error, m
-            up = Receiver(port)  # the receiver comes back on the same port
-            try:
-                up.script = [Reply(503, {"Retry-After": "1"})]  # one more refusal, with Retry-After
-                got = up.wait_for(2, timeout=WAIT_S)
-                final = wait_state(c, m.id, "delivered")
-            finally:
-                up.close()
-    finally:
-        srv.stop()
+    with server(tmp_path, port) as srv, Client(srv.address, api_key=KEY) as c:
+        c.deploy_policy(policy(port))
+        c.evaluate("hooks", "p", "bad", timeout=20)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            [m] = c.list_deliveries()
+            if m.attempts >= 2:
+                break
+            time.sleep(0.2)
+        assert m.state.value == "pending" and m.attempts >= 2 and "Connect" in m.last_error, m
+        up = Receiver(port)  # the receiver comes back on the same port
+        try:
+            up.script = [Reply(503, {"Retry-After": "1"})]  # one more refusal, with Retry-After
+            got = up.wait_for(2, timeout=WAIT_S)
+            final = wait_state(c, m.id, "delivered")
+        finally:
+            up.close()
     assert [r.answered for r in got[:2]] == [503, 200]
     assert got[0].headers["webhook-id"] == got[1].headers["webhook-id"] == m.id  # one id across retries
     assert final.attempts >= 4  # type: ignore[attr-defined]
@@ -186,7 +128,7 @@ def test_receiver_down_then_up_is_retried_until_delivered(tmp_path: Path) -> Non
 def test_kill_9_before_delivery_delivers_after_restart_and_loses_nothing(tmp_path: Path, receiver: Receiver) -> None:
     # The receiver holds its answers, so every delivery is in flight (or not yet tried) at the kill.
     receiver.script = [Reply(200, delay_s=30.0) for _ in range(5)]
-    srv = server(tmp_path, receiver)
+    srv = server(tmp_path, receiver.port)
     srv.start()
     with Client(srv.address, api_key=KEY) as c:
         c.deploy_policy(policy(receiver.port))
@@ -210,54 +152,27 @@ def test_kill_9_before_delivery_delivers_after_restart_and_loses_nothing(tmp_pat
 
 def test_dead_letter_then_redelivery_from_the_cli(tmp_path: Path, receiver: Receiver) -> None:
     receiver.script = [Reply(410)]  # gone: no point retrying
-    srv = server(tmp_path, receiver)
-    srv.start()
-    try:
-        with Client(srv.address, api_key=KEY) as c:
-            c.deploy_policy(policy(receiver.port))
-            c.evaluate("hooks", "p", "bad", timeout=20)
-            [m] = c.list_deliveries()
-            dead = wait_state(c, m.id, "dead")
-            assert dead.attempts == 1 and dead.last_status == 410  # type: ignore[attr-defined]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSAUDIT_")}
-            env |= {"CROSSAUDIT_SERVER": srv.address, "CROSSAUDIT_API_KEY": KEY}
-            cli = [sys.executable, "-m", "crossaudit.cli", "webhooks"]
-            listing = subprocess.run(
-                [*cli, "list", "--state", "dead"],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=ROOT,
-                timeout=60,
-                check=False,
-            )
-            assert listing.returncode == 0 and m.id in listing.stdout and "HTTP 410" in listing.stdout
-            out = subprocess.run(
-                [*cli, "redeliver", m.id], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False
-            )
-            assert out.returncode == 0, out.stderr
-            assert f"delivery {m.id} queued again" in out.stdout
-            wait_state(c, m.id, "delivered")
-            again = subprocess.run(
-                [*cli, "redeliver", "no-such-delivery"],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=ROOT,
-                timeout=60,
-                check=False,
-            )
-            assert again.returncode != 0 and "not found" in again.stderr and "Traceback" not in again.stderr
-    finally:
-        srv.stop()
+    with server(tmp_path, receiver.port) as srv, Client(srv.address, api_key=KEY) as c:
+        c.deploy_policy(policy(receiver.port))
+        c.evaluate("hooks", "p", "bad", timeout=20)
+        [m] = c.list_deliveries()
+        dead = wait_state(c, m.id, "dead")
+        assert dead.attempts == 1 and dead.last_status == 410  # type: ignore[attr-defined]
+        listing = run_cli("webhooks", "list", "--state", "dead", server=srv, api_key=KEY, sandbox=None, timeout=60)
+        assert listing.returncode == 0 and m.id in listing.stdout and "HTTP 410" in listing.stdout
+        out = run_cli("webhooks", "redeliver", m.id, server=srv, api_key=KEY, sandbox=None, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert f"delivery {m.id} queued again" in out.stdout
+        wait_state(c, m.id, "delivered")
+        again = run_cli("webhooks", "redeliver", "no-such-delivery", server=srv, api_key=KEY, sandbox=None, timeout=60)
+        assert again.returncode != 0 and "not found" in again.stderr and "Traceback" not in again.stderr
     assert [r.answered for r in receiver.requests] == [410, 200]
 
 
 def test_decision_log_reaches_jsonl_files_and_an_http_endpoint(tmp_path: Path, receiver: Receiver) -> None:
     log_dir = tmp_path / "decision-log"
-    srv = server(tmp_path, receiver, "--decision-log-dir", str(log_dir), "--decision-log-url", f"{receiver.url}/logs")
-    srv.start()
-    try:
+    logs = ("--decision-log-dir", str(log_dir), "--decision-log-url", f"{receiver.url}/logs")
+    with server(tmp_path, receiver.port, *logs) as srv:
         with Client(srv.address, api_key=KEY) as c:
             c.deploy_policy(LOGGED)
             ids = {c.evaluate("logged", "p", text, timeout=20).decision_id for text in ("bad", "fine", "bad again")}
@@ -278,8 +193,6 @@ def test_decision_log_reaches_jsonl_files_and_an_http_endpoint(tmp_path: Path, r
         while {e["decision_id"] for e in posted} < ids and time.monotonic() < deadline:
             time.sleep(0.2)
             posted = [e for r in receiver.requests if r.path == "/logs" for e in json.loads(r.body)]
-    finally:
-        srv.stop()
     assert {e["decision_id"] for e in entries} == ids == {e["decision_id"] for e in posted}
     for e in entries:
         assert e["schema_version"] == 1 and e["tenant"] == "acme" and e["policy"] == "logged"

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import need
+from tests.e2e.policies import word_policy
 from tests.images import built_tag
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -19,30 +20,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RUN_TIMEOUT_S = 240
 
 # Runs inside the container: start `crossaudit serve --dev` on loopback, wait (bounded) for health,
-# deploy a policy with a custom evaluator, evaluate, print one line per check, stop the server.
+# deploy a policy blocking 'bad' (a custom evaluator), evaluate, print one line per check, stop it.
 PROBE = r"""
 import signal, subprocess, sys, time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from crossaudit import Client
 
-POLICY = '''
-name: probe
-description: d
-version: "1.0"
-evaluators:
-  - name: has_bad
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 0.0 if "bad" in response else 1.0}
-rules:
-  - name: no_bad
-    evaluator: has_bad
-    threshold: 0.5
-    action: block
-'''
+POLICY = __POLICY__
 server = subprocess.Popen(["crossaudit", "serve", "--dev", "--host", "127.0.0.1", "--port", "50051",
                            "--sandbox", "docker", "--data-dir", "/var/lib/crossaudit", "--policies-dir", "/tmp/none"])
 try:
@@ -64,7 +49,7 @@ try:
 finally:
     server.send_signal(signal.SIGTERM)
     print("EXIT", server.wait(30), flush=True)
-"""
+""".replace("__POLICY__", repr(word_policy("probe")))
 
 
 def _docker(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from crossaudit.kernel.errors import StoreUnavailableError
-from crossaudit.store import AuditRecord, OutboxRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore, migrations
+from crossaudit.store import AuditRecord, OutboxRecord, ReviewState, SQLiteStore, migrations
 from crossaudit.store.postgres import PostgresLimits, PostgresStore, mask_url
-from tests.records import audit_record
+from tests.records import audit_record, review_record
 
 pytestmark = pytest.mark.slow
 
@@ -82,19 +82,7 @@ async def test_two_replicas_never_lease_the_same_message(postgres_url: str) -> N
 async def test_auto_approval_fires_once_across_replicas(postgres_url: str) -> None:
     stores = [PostgresStore(postgres_url) for _ in range(3)]
     try:
-        review = ReviewRecord(
-            id="r1",
-            tenant="t",
-            decision_id="d1",
-            policy="p",
-            policy_revision=1,
-            environment="production",
-            rule="r",
-            kind=ReviewKind.REQUIRE_REVIEW,
-            state=ReviewState.OPEN,
-            params={"auto_approve_at": "2020-01-01T00:00:00+00:00"},
-            created_at=time.time(),
-        )
+        review = review_record("d1", "t", id="r1", params={"auto_approve_at": "2020-01-01T00:00:00+00:00"})
         await stores[0].record_decision(_audit("d1"), [review])
         counts = await asyncio.gather(*(s.auto_approve_due("t", time.time()) for s in stores for _ in range(3)))
         assert sum(counts) == 1

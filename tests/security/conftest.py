@@ -1,3 +1,3 @@
-"""Security tests that attack the real service reuse the e2e server fixture."""
+"""Security tests that attack the real service reuse the e2e server fixture (and its clients)."""
 
-from tests.e2e.conftest import server  # noqa: F401 - a fixture, found by pytest by name
+from tests.e2e.conftest import acme, globex, server  # noqa: F401 - fixtures, found by pytest by name

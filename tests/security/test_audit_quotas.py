@@ -18,59 +18,10 @@ from crossaudit.kernel.errors import QuotaExceededError
 from crossaudit.store import AuditRecord
 from crossaudit.store.base import AUDIT_DAY_S, Store, audit_size
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
+from tests.e2e.policies import BULKY_VIOLATIONS, bulky, trivial
 from tests.records import audit_record
 
 pytestmark = pytest.mark.security
-
-VIOLATIONS = 900  # of 1,000 characters each: ~0.9 MB of result, within the sandbox's 1 MiB
-RULES = 6
-
-
-def bulky_policy(name: str = "bulky") -> str:
-    """Six rules over one custom evaluator that returns ~0.9 MB of violations, raw audit on."""
-    rules = "".join(
-        f"""
-  - name: r{i}
-    evaluator: noisy
-    threshold: 0.5
-    action: flag
-"""
-        for i in range(RULES)
-    )
-    return f"""
-name: {name}
-description: an evaluator with a very large result
-version: "1.0"
-settings:
-  audit_all_evaluations: true
-evaluators:
-  - name: noisy
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {{"score": 0.0, "violations": ["v" * 1000] * {VIOLATIONS}}}
-rules:{rules}"""
-
-
-SMALL_POLICY = """
-name: small
-description: a tiny decision
-version: "1.0"
-evaluators:
-  - name: ok
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 1.0}
-rules:
-  - name: fine
-    evaluator: ok
-    threshold: 0.5
-    action: block
-"""
-
 
 def record(tenant: str, now: float, rules: list[dict] | None = None) -> AuditRecord:
     return audit_record(
@@ -99,11 +50,9 @@ async def test_the_store_counts_each_tenants_audit_bytes_per_day(any_store: Stor
 def test_a_tiny_call_cannot_store_a_huge_audit_row_and_the_record_agrees_with_the_answer(
     tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
-    srv = ServerProcess(tmp_path, env=server_store_env)
-    srv.start()
-    try:
+    with ServerProcess(tmp_path, env=server_store_env) as srv:
         with Client(srv.address, api_key=TENANT_KEYS["acme"]) as acme:
-            acme.deploy_policy(bulky_policy(), environment="production")
+            acme.deploy_policy(bulky(), environment="production")
             answer = acme.evaluate("bulky", "a ~100-byte prompt", "and its response", timeout=60)
             rec = acme.get_decision(answer.decision_id)
         assert audit_size(rec) <= 256 * 1024  # the default limits.max_audit_bytes_per_decision
@@ -113,11 +62,9 @@ def test_a_tiny_call_cannot_store_a_huge_audit_row_and_the_record_agrees_with_th
         assert (rec.passed, rec.action) == (answer.passed, answer.action.value)
         assert [r["rule"] for r in rec.rules] == [r.rule for r in answer.rules]
         assert [r["passed"] for r in rec.rules] == [r.passed for r in answer.rules]
-        assert all(e["violations"] == VIOLATIONS for r in rec.rules for e in r["evaluators"])  # counted, not lost
+        assert all(e["violations"] == BULKY_VIOLATIONS for r in rec.rules for e in r["evaluators"])  # counted, not lost
         assert rec.prompt == "a ~100-byte prompt"  # what fits is kept
         assert "Traceback" not in srv.log.read_text()
-    finally:
-        srv.stop()
 
 
 @pytest.mark.e2e
@@ -125,17 +72,15 @@ def test_a_tenant_at_its_daily_audit_quota_is_refused_before_evaluating_and_othe
     tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
     quota = 20_000
-    srv = ServerProcess(
+    with ServerProcess(
         tmp_path, env=server_store_env, extra=("--set", f"limits.max_audit_bytes_per_tenant_per_day={quota}")
-    )
-    srv.start()
-    try:
+    ) as srv:
         with (
             Client(srv.address, api_key=TENANT_KEYS["acme"]) as acme,
             Client(srv.address, api_key=TENANT_KEYS["globex"]) as globex,
         ):
-            acme.deploy_policy(SMALL_POLICY, environment="production")
-            globex.deploy_policy(SMALL_POLICY, environment="production")
+            acme.deploy_policy(trivial("small"), environment="production")
+            globex.deploy_policy(trivial("small"), environment="production")
             answered, refused = [], None
             for _ in range(200):  # bounded: ~1 KB per record, so the quota is reached well before
                 try:
@@ -156,5 +101,3 @@ def test_a_tenant_at_its_daily_audit_quota_is_refused_before_evaluating_and_othe
         assert "Traceback" not in log
         assert log.count("tenant acme: evaluations refused") == 1  # once a minute, not per call
         assert f"limits.max_audit_bytes_per_tenant_per_day ({quota})" in log
-    finally:
-        srv.stop()

@@ -33,12 +33,8 @@ def console(tmp_path: Path, *settings: str) -> Iterator[str]:
     extra: list[str] = ["--console-port", "0"]
     for s in settings:
         extra += ["--set", s]
-    srv = ServerProcess(tmp_path, keys_text=KEYS_FILE, extra=tuple(extra))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path, keys_text=KEYS_FILE, extra=tuple(extra)) as srv:
         yield console_url(srv.start_line)
-    finally:
-        srv.stop()
 
 
 def browser(url: str, address: str = VICTIM_ADDRESS) -> httpx.Client:

@@ -21,6 +21,7 @@ from crossaudit.service.fairness import FairSlots
 from sandbox.base import CodeBundle
 from sandbox.process.backend import ProcessSandbox
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
+from tests.e2e.policies import burner
 
 pytestmark = pytest.mark.security
 
@@ -30,27 +31,8 @@ SLEEP_S = 1.5
 
 
 def policy(name: str, sleep_s: float) -> str:
-    return f"""
-name: {name}
-description: reports when its evaluation started
-version: "1.0"
-evaluators:
-  - name: stamp
-    type: custom
-    config:
-      code: |
-        import datetime
-        def evaluate(prompt, response, context):
-            start = datetime.datetime.now().timestamp()
-            while datetime.datetime.now().timestamp() < start + {sleep_s}:  # burns, bounded by time
-                pass
-            return {{"score": 1.0, "details": {{"start": start}}}}
-rules:
-  - name: stamped
-    evaluator: stamp
-    threshold: 0.5
-    action: block
-"""
+    """Reports when its evaluation started, then burns CPU for ``sleep_s``."""
+    return burner(name, sleep_s, evaluator="stamp", rule="stamped")
 
 
 def started(decision) -> float:
@@ -59,9 +41,7 @@ def started(decision) -> float:
 
 @pytest.mark.e2e
 async def test_a_flooding_tenant_does_not_keep_another_tenant_waiting_behind_its_flood(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path, extra=("--set", f"limits.max_concurrent_evaluations={SLOTS}"))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path, extra=("--set", f"limits.max_concurrent_evaluations={SLOTS}")) as srv:
         async with (
             AsyncClient(srv.address, api_key=TENANT_KEYS["acme"]) as acme,
             AsyncClient(srv.address, api_key=TENANT_KEYS["globex"]) as globex,
@@ -89,8 +69,6 @@ async def test_a_flooding_tenant_does_not_keep_another_tenant_waiting_behind_its
         # admitted at once, not at the flood's next freed slot (before: after one of acme's ended)
         assert globex_starts[0] < acme_starts[0] + SLEEP_S * 0.9, (acme_starts, globex_starts)
         assert "Traceback" not in srv.log.read_text()
-    finally:
-        srv.stop()
 
 
 async def test_freed_slots_go_to_the_tenant_holding_least_for_its_share() -> None:

@@ -15,6 +15,7 @@ import pytest
 from crossaudit import Client
 from crossaudit.kernel.errors import InvalidInputError, PolicyValidationError
 from tests.e2e.conftest import ServerProcess, key
+from tests.e2e.policies import trivial
 
 pytestmark = [pytest.mark.security, pytest.mark.e2e]
 
@@ -25,19 +26,7 @@ CODE = "def evaluate(prompt, response, context):\n    return {'score': 1.0}\n"
 
 def policy(name: str, version: str = "1.0") -> str:
     quoted = name.encode("unicode_escape").decode("ascii").replace('"', '\\"')
-    return f"""name: "{quoted}"
-description: look-alike names
-version: "{version}"
-evaluators:
-  - name: ok
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {{"score": 1.0}}
-rules:
-  - {{name: r, evaluator: ok, action: block}}
-"""
+    return trivial(f'"{quoted}"', version=version, rule="r", threshold=None)
 
 
 @pytest.fixture(scope="module")

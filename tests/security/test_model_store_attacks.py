@@ -21,7 +21,7 @@ import time
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ from crossaudit.modelserver.store import MANIFEST, STAGING, ModelStore, ModelSto
 from crossaudit.service.hosted import hosted_checks
 from orchestrator.evaluators.builtin import PresidioEvaluator
 from orchestrator.policy.validate import load_policy
-from tests.http_files import file_server
+from tests.http_files import file_server, serving
 
 # --- helpers ------------------------------------------------------------------------------------------
 
@@ -70,19 +70,9 @@ def serve(handler: Callable[[BaseHTTPRequestHandler], None], tls: ssl.SSLContext
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    state["url"] = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler, tls) as url:
+        state["url"] = url
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def redirect_to(target: str) -> Callable[[BaseHTTPRequestHandler], None]:

@@ -16,7 +16,6 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,9 +23,7 @@ import pytest
 
 from crossaudit import Client, PolicyTester
 from crossaudit.kernel.errors import PolicyValidationError
-from crossaudit.v1 import policy_pb2 as pol_pb
-from crossaudit.v1 import policy_pb2_grpc as pol_grpc
-from tests.e2e.conftest import ROOT, ServerProcess, key
+from tests.e2e.conftest import ROOT, ServerProcess, key, raw_deploy
 
 pytestmark = pytest.mark.security
 e2e = pytest.mark.e2e
@@ -53,36 +50,12 @@ def by_name_policy(name: str) -> str:
     return policy(f"  - name: {name}\n    type: custom", f"  - {{name: r, evaluator: {name}}}")
 
 
-def raw_deploy(address: str, content: str, filename: str = "policy.yaml") -> grpc.RpcError | None:
-    """DeployPolicy as any gRPC client may send it (nothing inlined); the error, or None."""
-    with grpc.insecure_channel(address) as channel:
-        try:
-            pol_grpc.PolicyServiceStub(channel).DeployPolicy(
-                pol_pb.DeployPolicyRequest(content=content, filename=filename, environment="production"),
-                metadata=(("authorization", f"Bearer {key('acme')}"),),
-                timeout=CALL_TIMEOUT_S,
-            )
-        except grpc.RpcError as e:
-            return e
-    return None
-
-
 def answer(e: grpc.RpcError | None) -> tuple[grpc.StatusCode | None, str, bytes]:
     """Everything the caller learns: code, message, rich details."""
     if e is None:
         return None, "accepted", b""
     rich = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
     return e.code(), e.details(), rich
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("files"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 # --- the exploits -----------------------------------------------------------------------------------

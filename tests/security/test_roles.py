@@ -19,12 +19,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.security]
 
 @pytest.fixture(scope="module")
 def roles_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path_factory.mktemp("roles"), keys_text=KEYS_FILE)
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("roles"), keys_text=KEYS_FILE) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -153,17 +149,13 @@ def test_another_tenants_reviewer_sees_not_found(clients: dict[str, Client]) -> 
 
 
 def test_old_keys_files_still_make_admins(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path)  # tenants: {acme: [key], globex: [key]}: plain strings
-    srv.start()
-    try:
+    with ServerProcess(tmp_path) as srv:  # tenants: {acme: [key], globex: [key]}: plain strings
         from tests.e2e.conftest import key
 
         with Client(srv.address, api_key=key("acme")) as c:
             c.deploy_policy(MODERATED, environment="production")
             d = c.evaluate("moderated", "p", "unsafe", timeout=30)
             assert c.resolve_review(d.review_ids[0], "approved", reviewer="ops").reviewer == "ops"
-    finally:
-        srv.stop()
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -181,18 +180,6 @@ rules:
     threshold: 0.5
     action: block
 """
-
-
-@pytest.fixture(scope="module")
-def acme(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.address, api_key=key("acme")) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def globex(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.address, api_key=key("globex")) as c:
-        yield c
 
 
 def _verdict(c: Client, policy: str, text: str) -> tuple[bool, bool]:

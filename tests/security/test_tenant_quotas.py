@@ -17,17 +17,17 @@ import pytest
 
 from crossaudit import Client
 from crossaudit.kernel.errors import QuotaExceededError
-from crossaudit.store import AuditRecord, ReviewRecord, ReviewState
+from crossaudit.store import AuditRecord, ReviewRecord
 from crossaudit.store.base import (
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
-    ReviewKind,
     Store,
     sha256_text,
 )
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
-from tests.records import audit_record
+from tests.e2e.policies import custom_policy, returns
+from tests.records import audit_record, review_record
 
 pytestmark = pytest.mark.security
 
@@ -66,7 +66,7 @@ async def test_the_store_caps_each_tenants_evaluator_versions_and_code_bytes(any
 def test_uploads_beyond_a_tenants_quotas_are_refused_through_a_real_server(
     tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
-    srv = ServerProcess(
+    with ServerProcess(
         tmp_path,
         env=server_store_env,
         extra=(
@@ -75,9 +75,7 @@ def test_uploads_beyond_a_tenants_quotas_are_refused_through_a_real_server(
             "--set",
             "limits.max_evaluator_code_bytes_per_tenant=20000",
         ),
-    )
-    srv.start()
-    try:
+    ) as srv:
         with (
             Client(srv.address, api_key=TENANT_KEYS["acme"]) as acme,
             Client(srv.address, api_key=TENANT_KEYS["globex"]) as globex,
@@ -99,29 +97,14 @@ def test_uploads_beyond_a_tenants_quotas_are_refused_through_a_real_server(
             assert err.value.setting == "limits.max_evaluator_code_bytes_per_tenant"
             globex.upload_evaluator("small", code(1), timeout=60)  # another tenant is served
         assert "Traceback" not in srv.log.read_text()
-    finally:
-        srv.stop()
 
 
 # --- open reviews -------------------------------------------------------------------------
 
-REVIEW_POLICY = """
-name: reviewed
-description: every answer goes to a reviewer
-version: "1.0"
-evaluators:
-  - name: doubt
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 0.0}
-rules:
-  - name: check
-    evaluator: doubt
-    threshold: 0.5
-    action: require_review
-"""
+# every answer goes to a reviewer
+REVIEW_POLICY = custom_policy(
+    "reviewed", returns('{"score": 0.0}'), evaluator="doubt", rules=["check"], action="require_review"
+)
 
 
 def decision(tenant: str) -> tuple[AuditRecord, list[ReviewRecord]]:
@@ -131,18 +114,7 @@ def decision(tenant: str) -> tuple[AuditRecord, list[ReviewRecord]]:
         did, tenant, action="require_review", created_at=now,
         rules=[{"rule": "check", "passed": False, "action": "require_review"}, {"rule": "other", "passed": True}],
     )
-    review = ReviewRecord(
-        id=str(uuid.uuid4()),
-        tenant=tenant,
-        decision_id=did,
-        policy="p",
-        policy_revision=1,
-        environment="production",
-        rule="check",
-        kind=ReviewKind.REQUIRE_REVIEW,
-        state=ReviewState.OPEN,
-        created_at=now,
-    )
+    review = review_record(did, tenant, rule="check", created_at=now)
     return audit, [review]
 
 
@@ -170,9 +142,7 @@ async def test_the_store_opens_no_review_past_a_tenants_quota_and_keeps_the_deci
 def test_decisions_past_the_open_review_quota_are_answered_and_audited_through_a_real_server(
     tmp_path: Path, server_store_env: dict[str, str]
 ) -> None:
-    srv = ServerProcess(tmp_path, env=server_store_env, extra=("--set", "limits.max_open_reviews_per_tenant=3"))
-    srv.start()
-    try:
+    with ServerProcess(tmp_path, env=server_store_env, extra=("--set", "limits.max_open_reviews_per_tenant=3")) as srv:
         with (
             Client(srv.address, api_key=TENANT_KEYS["acme"]) as acme,
             Client(srv.address, api_key=TENANT_KEYS["globex"]) as globex,
@@ -192,5 +162,3 @@ def test_decisions_past_the_open_review_quota_are_answered_and_audited_through_a
             globex.evaluate("reviewed", "p", "r", timeout=60)
             assert len(globex.list_reviews()) == 1  # another tenant's reviews still open
         assert "Traceback" not in srv.log.read_text()
-    finally:
-        srv.stop()

@@ -20,9 +20,7 @@ import pytest
 
 from crossaudit import Client, PolicyTester
 from crossaudit.kernel.errors import PolicyValidationError
-from crossaudit.v1 import policy_pb2 as pol_pb
-from crossaudit.v1 import policy_pb2_grpc as pol_grpc
-from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key
+from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key, raw_deploy
 from tests.openai_stub import OpenAIStub
 
 pytestmark = pytest.mark.security
@@ -121,21 +119,6 @@ def llm_policy(name: str, config: str) -> str:
     )
 
 
-def raw_deploy(address: str, tenant: str, content: str, filename: str = "policy.yaml") -> grpc.RpcError | None:
-    """DeployPolicy exactly as any gRPC client may send it; the RpcError, or None when accepted."""
-    with grpc.insecure_channel(address) as channel:
-        stub = pol_grpc.PolicyServiceStub(channel)
-        try:
-            stub.DeployPolicy(
-                pol_pb.DeployPolicyRequest(content=content, filename=filename, environment="production"),
-                metadata=(("authorization", f"Bearer {key(tenant)}"),),
-                timeout=EVALUATE_TIMEOUT_S,
-            )
-        except grpc.RpcError as e:
-            return e
-    return None
-
-
 def leaks(text: str) -> list[str]:
     return [v for v in ALL_VALUES if v in text]
 
@@ -155,25 +138,17 @@ def stub() -> Iterator[OpenAIStub]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("secrets")
-    srv = ServerProcess(root, keys_text=KEYS_FILE, env=SERVER_ENV)
     (root / "acme_file_token").write_text(ACME_FILE_V1 + "\n")
-    srv.start()
-    try:
+    with ServerProcess(root, keys_text=KEYS_FILE, env=SERVER_ENV) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """The keys-only file format (no grants) and the same server environment: nothing of that
     environment may be reachable, and no LLM host but the providers' defaults."""
-    srv = ServerProcess(tmp_path_factory.mktemp("plain"), env=SERVER_ENV)
-    srv.start()
-    try:
+    with ServerProcess(tmp_path_factory.mktemp("plain"), env=SERVER_ENV) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def client(srv: ServerProcess, tenant: str) -> Client:
@@ -198,7 +173,7 @@ def test_tenant_cannot_expand_a_server_environment_variable(plain_server: Server
 
 @e2e
 def test_tenant_cannot_expand_a_variable_meant_for_another_tenant(plain_server: ServerProcess) -> None:
-    e = raw_deploy(plain_server.address, "acme", probe_policy("${CA_GLOBEX_TOKEN}"))
+    e = raw_deploy(plain_server.address, probe_policy("${CA_GLOBEX_TOKEN}"))
     assert e is not None and e.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "CA_GLOBEX_TOKEN" in e.details() and not leaks(e.details())
 
@@ -206,7 +181,7 @@ def test_tenant_cannot_expand_a_variable_meant_for_another_tenant(plain_server: 
 @e2e
 def test_server_wide_provider_key_never_goes_to_a_tenants_host(plain_server: ServerProcess, stub: OpenAIStub) -> None:
     # No api_key: the provider's OPENAI_API_KEY, which the server has but did not grant anyone.
-    e = raw_deploy(plain_server.address, "acme", llm_policy("llm-default-key", f'base_url: "{stub.url}"'))
+    e = raw_deploy(plain_server.address, llm_policy("llm-default-key", f'base_url: "{stub.url}"'))
     if e is None:  # accepted: then the call must not send the server's key
         with client(plain_server, "acme") as c:
             c.evaluate("llm-default-key", "p", "r", timeout=EVALUATE_TIMEOUT_S)
@@ -218,7 +193,7 @@ def test_server_wide_provider_key_never_goes_to_a_tenants_host(plain_server: Ser
 @e2e
 def test_tenant_cannot_expand_another_tenants_secret(server: ServerProcess) -> None:
     for reference in ("${GLOBEX_TOKEN}", "${CA_GLOBEX_TOKEN}", "x-${GLOBEX_TOKEN}-y"):
-        e = raw_deploy(server.address, "acme", probe_policy(reference))
+        e = raw_deploy(server.address, probe_policy(reference))
         assert e is not None and e.code() is grpc.StatusCode.INVALID_ARGUMENT, reference
         assert "evaluators[0].config.probe" in e.details() and reference[reference.index("{") + 1 :].split("}")[0] in (
             e.details()
@@ -231,16 +206,16 @@ def test_tenant_cannot_expand_another_tenants_secret(server: ServerProcess) -> N
         '  - {name: r, evaluator: e, action: custom, action_config: {webhook_url: "https://hooks.example/x", '
         'headers: {Authorization: "Bearer ${GLOBEX_TOKEN}"}}}',
     )
-    e = raw_deploy(server.address, "acme", hooked)
+    e = raw_deploy(server.address, hooked)
     assert e is not None and e.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "rules[0].action_config.headers.Authorization" in e.details() and "GLOBEX_TOKEN" in e.details()
     # the owner may use it
-    assert raw_deploy(server.address, "globex", probe_policy("${GLOBEX_TOKEN}")) is None
+    assert raw_deploy(server.address, probe_policy("${GLOBEX_TOKEN}"), tenant="globex") is None
 
 
 @e2e
 def test_unknown_secret_name_is_invalid_argument_naming_it_and_its_location(server: ServerProcess) -> None:
-    e = raw_deploy(server.address, "acme", llm_policy("unknown-secret", 'api_key: "${NOPE_SECRET}"'))
+    e = raw_deploy(server.address, llm_policy("unknown-secret", 'api_key: "${NOPE_SECRET}"'))
     assert e is not None and e.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "policy.yaml:7:" in e.details() and "evaluators[0].config.api_key" in e.details()
     assert "secret NOPE_SECRET is not granted" in e.details()
@@ -334,7 +309,7 @@ def test_server_wide_provider_key_is_not_a_tenants_default(server: ServerProcess
     assert judge.status.value == "error" and "no API key" in (judge.error or "")
     assert f"Bearer {SERVER_OPENAI_KEY}" not in stub.authorizations
     text = llm_policy("llm-ref", f'base_url: "{stub.url}", api_key: "${{OPENAI_API_KEY}}"')
-    e = raw_deploy(server.address, "globex", text)
+    e = raw_deploy(server.address, text, tenant="globex")
     assert e is not None and e.code() is grpc.StatusCode.INVALID_ARGUMENT and "OPENAI_API_KEY" in e.details()
 
 
@@ -342,7 +317,7 @@ def test_server_wide_provider_key_is_not_a_tenants_default(server: ServerProcess
 def test_llm_base_url_outside_the_allowlist_is_refused(server: ServerProcess, stub: OpenAIStub) -> None:
     for url in (UNROUTABLE_URL, f"http://localhost:{stub.port}/v1", "file:///etc/hostname"):
         text = llm_policy("llm-elsewhere", f'base_url: "{url}", api_key: "${{OPENAI_API_KEY}}"')
-        e = raw_deploy(server.address, "acme", text)
+        e = raw_deploy(server.address, text)
         assert e is not None and e.code() is grpc.StatusCode.INVALID_ARGUMENT, url
         assert "evaluators[0].config.base_url" in e.details() and "base_url" in e.details()
     # a host that only a granted secret reveals is checked at call time, and not named

@@ -12,7 +12,6 @@ through a local resolver hook (``WebhookSender(resolve=...)``).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
 
 import pytest
 
@@ -151,15 +150,6 @@ def test_a_literal_ipv6_url_is_refused_at_deploy(monkeypatch: pytest.MonkeyPatch
 
 
 # -- the sender's real path, names resolved by a local hook -------------------------------------
-
-
-@pytest.fixture()
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def _record(url: str) -> OutboxRecord:

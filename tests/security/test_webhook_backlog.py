@@ -29,8 +29,9 @@ from crossaudit.service.outbox.webhooks import webhook_payload
 from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
 from crossaudit.store.base import Store
 from tests.e2e.conftest import ServerProcess
+from tests.e2e.policies import webhook_policy
 from tests.records import audit_record
-from tests.webhook_receiver import HangingReceiver, Receiver
+from tests.webhook_receiver import HangingReceiver, Receiver, loopback_grant
 
 pytestmark = pytest.mark.security
 
@@ -46,16 +47,10 @@ def keys_file(hanging: int, working: int) -> str:
 tenants:
   acme:
     keys: [acme-key-0123456789abcdef]
-    webhooks:
-      allow: ["http://127.0.0.1:{hanging}"]
-      allow_networks: ["127.0.0.1/32"]
-      signing_secret: {{env: SIGNING_SECRET}}
+    webhooks: {loopback_grant(f"http://127.0.0.1:{hanging}", signing_env="SIGNING_SECRET")}
   globex:
     keys: [globex-key-0123456789abcdef]
-    webhooks:
-      allow: ["http://127.0.0.1:{working}"]
-      allow_networks: ["127.0.0.1/32"]
-      signing_secret: {{env: SIGNING_SECRET}}
+    webhooks: {loopback_grant(f"http://127.0.0.1:{working}", signing_env="SIGNING_SECRET")}
 """
 
 
@@ -121,11 +116,9 @@ def test_a_backlog_to_a_hanging_receiver_leaves_the_server_idle_and_others_serve
         lambda: SQLiteStore(data / "crossaudit.db"),
         [("acme", f"{hanging.url}/hook")] * PENDING + [("globex", f"{working.url}/hook")] * 5,
     )
-    srv = ServerProcess(
+    with ServerProcess(
         tmp_path, keys_text=keys_file(hanging.port, working.port), env={"SIGNING_SECRET": SIGNING_SECRET}
-    )
-    srv.start()
-    try:
+    ) as srv:
         share = DeliveryLimits().max_inflight_per_tenant
         # another tenant's webhooks go out while acme's backlog hangs
         working.wait_for(5, WAIT_S)
@@ -140,8 +133,6 @@ def test_a_backlog_to_a_hanging_receiver_leaves_the_server_idle_and_others_serve
         print(f"\nidle CPU of the server with {PENDING} pending deliveries to a hanging receiver: {used:.1%} of a core")
         assert hanging.open_connections() <= share
         assert used < CPU_BOUND, f"the delivery worker spins: {used:.0%} of a core with no caller"
-    finally:
-        srv.stop()
 
 
 # --- the store, both backends ------------------------------------------------------------------
@@ -204,30 +195,7 @@ async def test_pending_webhooks_are_capped_per_tenant_and_the_decision_is_always
 
 
 def hook_policy(url: str, rules: int = 1) -> str:
-    rule_text = "".join(
-        f"""
-  - name: notify_{i}
-    evaluator: has_bad
-    threshold: 0.5
-    action: custom
-    action_config:
-      webhook_url: "{url}/hook"
-      payload: {{rule: "{{{{rule.name}}}}"}}
-"""
-        for i in range(rules)
-    )
-    return f"""
-name: hooks{rules}
-description: failed rules send webhooks
-version: "1.0"
-evaluators:
-  - name: has_bad
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {{"score": 0.0 if "bad" in response else 1.0}}
-rules:{rule_text}"""
+    return webhook_policy(f"hooks{rules}", f"{url}/hook", rules=[f"notify_{i}" for i in range(rules)])
 
 
 @pytest.mark.e2e
@@ -235,7 +203,7 @@ def test_a_tenant_over_its_pending_quota_still_gets_and_keeps_its_decisions(
     tmp_path: Path, receivers: tuple[HangingReceiver, Receiver]
 ) -> None:
     hanging, working = receivers
-    srv = ServerProcess(
+    with ServerProcess(
         tmp_path,
         keys_text=keys_file(hanging.port, working.port),
         env={"SIGNING_SECRET": SIGNING_SECRET},
@@ -245,9 +213,7 @@ def test_a_tenant_over_its_pending_quota_still_gets_and_keeps_its_decisions(
             "--set",
             "delivery_limits.max_webhook_rules_per_policy=4",
         ),
-    )
-    srv.start()
-    try:
+    ) as srv:
         with Client(srv.address, api_key="acme-key-0123456789abcdef") as acme:
             with pytest.raises(
                 QuotaExceededError,
@@ -272,8 +238,6 @@ def test_a_tenant_over_its_pending_quota_still_gets_and_keeps_its_decisions(
         assert 'crossaudit_outbox_refused_total{kind="webhook"} 3.0' in text
         log = srv.log.read_text()
         assert "delivery_limits.max_pending_per_tenant (3)" in log and "Traceback" not in log
-    finally:
-        srv.stop()
 
 
 async def test_replicas_claiming_in_turns_never_lease_a_row_twice(postgres_url: str) -> None:

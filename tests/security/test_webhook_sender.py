@@ -13,7 +13,6 @@ import ipaddress
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,15 +33,6 @@ pytestmark = pytest.mark.security
 
 SIGNING = "a-signing-secret-of-32-characters"
 BAD_WHSEC = "whsec_this!is*not~base64=="
-
-
-@pytest.fixture()
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def _send(receiver: Receiver, tmp_path: Path, token: str, signing_secret: str = SIGNING, **headers: str) -> Attempt:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crossaudit import Client
 from crossaudit.kernel.errors import NotFoundError, PolicyValidationError
 from tests.e2e.conftest import ServerProcess
-from tests.webhook_receiver import Receiver, Reply
+from tests.e2e.policies import returns, webhook_policy
+from tests.webhook_receiver import Receiver, Reply, loopback_grant
 
 pytestmark = [pytest.mark.security, pytest.mark.e2e, pytest.mark.slow]
 
@@ -20,28 +22,12 @@ ACME, INITECH, GLOBEX = "acme-key-0123456789abcdef", "initech-key-0123456789abcd
 WAIT_S = 30.0
 
 
-def hook_policy(url: str, name: str = "hook", headers: str = "") -> str:
-    return f"""
-name: {name}
-description: sends a webhook on every answer
-version: "1.0"
-evaluators:
-  - name: always_fails
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {{"score": 0.0}}
-rules:
-  - name: call_out
-    evaluator: always_fails
-    threshold: 0.5
-    action: custom
-    action_config:
-      webhook_url: "{url}"
-      headers: {{{headers}}}
-      payload: {{rule: "{{{{rule.name}}}}"}}
-"""
+def hook_policy(url: str, name: str = "hook", headers: dict[str, str] | None = None, **kw: Any) -> str:
+    """Sends a webhook to ``url`` on every answer."""
+    return webhook_policy(
+        name, url, code=returns('{"score": 0.0}'), evaluator="always_fails", rules=["call_out"],
+        headers=headers or {}, **kw,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, receivers: tuple[Receiver, 
 tenants:
   acme:
     keys: [{ACME}]
-    webhooks:
-      allow: ["{a.url}", "{b.url}"]
-      allow_networks: ["127.0.0.1/32"]
-      signing_secret: {{env: ACME_SIGNING}}
+    webhooks: {loopback_grant(a.url, b.url, signing_env="ACME_SIGNING")}
   initech:
     keys: [{INITECH}]
     webhooks:
@@ -70,14 +53,12 @@ tenants:
       signing_secret: {{env: ACME_SIGNING}}
   globex: [{GLOBEX}]
 """
-    srv = ServerProcess(
+    with ServerProcess(
         tmp_path_factory.mktemp("ssrf"),
         keys_text=keys,
         env={"ACME_SIGNING": "a-signing-secret-of-32-characters", "SERVER_ONLY_SECRET": "operator-only-value"},
-    )
-    srv.start()
-    yield srv
-    srv.stop()
+    ) as srv:
+        yield srv
 
 
 def _dead(c: Client, timeout: float = WAIT_S) -> object:
@@ -108,7 +89,7 @@ def test_destinations_outside_the_grant_are_refused_at_deploy(
 
 
 def test_the_servers_environment_is_not_a_header_source(server: ServerProcess, receivers) -> None:
-    policy = hook_policy(receivers[0].url + "/", headers='X-Leak: "${SERVER_ONLY_SECRET}"')
+    policy = hook_policy(receivers[0].url + "/", headers={"X-Leak": "${SERVER_ONLY_SECRET}"})
     with Client(server.address, api_key=ACME) as c, pytest.raises(PolicyValidationError, match="SERVER_ONLY_SECRET"):
         c.deploy_policy(policy)
 
@@ -151,9 +132,7 @@ def test_another_tenants_deliveries_are_invisible(server: ServerProcess) -> None
 def test_an_oversized_payload_is_refused_not_sent(tmp_path: Path, server: ServerProcess, receivers) -> None:
     a, _ = receivers
     # Template fields are short (names, hashes, times), so only the policy's own text can be big.
-    big = hook_policy(a.url + "/", name="big").replace(
-        'payload: {rule: "{{rule.name}}"}', f'payload: {{blob: "{"x" * 300_000}"}}'
-    )
+    big = hook_policy(a.url + "/", name="big", payload={"blob": "x" * 300_000})
     before = len(a.requests)
     with Client(server.address, api_key=ACME) as c:
         c.deploy_policy(big)

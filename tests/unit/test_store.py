@@ -10,6 +10,7 @@ import pytest
 from crossaudit.kernel.errors import ErrorCode, InvalidInputError, NotFoundError
 from crossaudit.store import AuditRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore
 from crossaudit.store.base import ReviewAlreadyResolvedError, sha256_text
+from tests.records import review_record
 
 
 @pytest.fixture
@@ -45,19 +46,7 @@ def audit(decision_id: str, tenant: str = "t1", rules: list | None = None) -> Au
 
 
 def review(decision_id: str, rid: str, tenant: str = "t1") -> ReviewRecord:
-    return ReviewRecord(
-        id=rid,
-        tenant=tenant,
-        decision_id=decision_id,
-        policy="p",
-        policy_revision=1,
-        environment="production",
-        rule="r1",
-        kind=ReviewKind.FLAG,
-        state=ReviewState.OPEN,
-        params={"severity": "high"},
-        created_at=time.time(),
-    )
+    return review_record(decision_id, tenant, id=rid, rule="r1", kind=ReviewKind.FLAG, params={"severity": "high"})
 
 
 async def test_versions_are_numbered_and_identical_content_is_reused(store: SQLiteStore) -> None:
