@@ -232,16 +232,18 @@ def debian_rootfs(rootfs: Path, packages: tuple[str, ...], limits: BuildLimits |
     timeout = (limits or BuildLimits()).apt_timeout_s
     rootfs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ca-debs-") as tmp:
-        _run(["apt-get", "download", *packages], f"apt-get download {' '.join(packages)}", timeout, cwd=tmp)
+        run_tool(["apt-get", "download", *packages], f"apt-get download {' '.join(packages)}", timeout, cwd=tmp)
         debs = sorted(Path(tmp).glob("*.deb"))
         for deb in debs:
-            _run(["dpkg-deb", "-x", str(deb), str(rootfs)], f"dpkg-deb -x {deb.name}", timeout)
+            run_tool(["dpkg-deb", "-x", str(deb), str(rootfs)], f"dpkg-deb -x {deb.name}", timeout)
     for doc in ("usr/share/doc", "usr/share/gcc", "usr/share/gdb", "usr/share/lintian"):
         shutil.rmtree(rootfs / doc, ignore_errors=True)
     return [d.name for d in debs]
 
 
-def _run(cmd: list[str], what: str, timeout: float, **kw: Any) -> subprocess.CompletedProcess[str]:
+def run_tool(cmd: list[str], what: str, timeout: float, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """A build tool (pip, apt-get, dpkg-deb) run to completion; its failure a ConfigurationError quoting
+    the end of its output."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kw)
     except subprocess.TimeoutExpired:

@@ -34,7 +34,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from crossaudit.imagebuild import (
     ImageBuilder,
     content_tag,
     debian_rootfs,
+    run_tool,
 )
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.resources import image_dir
@@ -71,19 +71,6 @@ _SKIP = shutil.ignore_patterns(
     ".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", ".crossaudit", ".pytest_cache", ".ruff_cache",
     ".mypy_cache", "tests", "docs", "policies", "deploy", "tools",
 )
-
-
-def _run(cmd: list[str], what: str, timeout: float, **kw: object) -> subprocess.CompletedProcess[str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kw)  # type: ignore[call-overload]
-    except subprocess.TimeoutExpired:
-        raise ConfigurationError(f"{what} timed out after {timeout:.0f}s") from None
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what}: {cmd[0]} is not installed") from None
-    if proc.returncode != 0:
-        tail = "\n".join(s.strip()[-2000:] for s in (proc.stdout, proc.stderr) if s and s.strip())
-        raise ConfigurationError(f"{what} failed (exit {proc.returncode}):\n{tail}")
-    return proc
 
 
 def source_root(src: Path | None = None) -> Path:
@@ -113,11 +100,11 @@ def build_wheels(dest: Path, src: Path | None = None, *, say=print) -> Path:  # 
         copy = Path(tmp) / "src"
         shutil.copytree(root, copy, ignore=_SKIP)
         say("building the crossaudit wheel from the working tree")
-        _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(copy)],
+        run_tool([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(copy)],
              "pip wheel . --no-deps", PIP_TIMEOUT_S)
     (built,) = sorted(dest.glob("crossaudit-*.whl"))
     say("fetching the dependencies' wheels with the host's pip")
-    _run([*pip, "wheel", "--prefer-binary", "-q", "-w", str(dest), str(built), *IMAGE_EXTRAS],
+    run_tool([*pip, "wheel", "--prefer-binary", "-q", "-w", str(dest), str(built), *IMAGE_EXTRAS],
          "pip wheel (dependencies)", PIP_TIMEOUT_S)
     if not list(dest.glob("pip-*.whl")):
         raise ConfigurationError("pip wheel produced no wheel of pip itself")
@@ -265,7 +252,7 @@ def postgres_debs(builder: ImageBuilder, base: str, dest: Path) -> list[str]:
         raise ConfigurationError(f"reading the base's dpkg status failed: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="ca-pg-") as tmp:
         (Path(tmp) / "status").write_text(status)
-        _run(["apt-get", "-q", "-y", "-o", f"Dir::State::status={tmp}/status", "-o", f"Dir::Cache::archives={dest}",
+        run_tool(["apt-get", "-q", "-y", "-o", f"Dir::State::status={tmp}/status", "-o", f"Dir::Cache::archives={dest}",
               "-o", "Debug::NoLocking=1", "-o", "APT::Install-Recommends=false", "install", "--download-only",
               *POSTGRES_PACKAGES], "apt-get install --download-only " + " ".join(POSTGRES_PACKAGES), PIP_TIMEOUT_S)
     shutil.rmtree(dest / "partial", ignore_errors=True)
