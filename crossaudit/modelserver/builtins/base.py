@@ -51,6 +51,7 @@ class ModelRuntime(abc.ABC):
     batching: ClassVar[bool] = False
 
     def __init__(self, max_loaded: int = MAX_LOADED_MODELS) -> None:
+        self._max_loaded = max(1, max_loaded)  # also bounds what a runtime keeps per model (Detoxify's precision)
         # an evicted model is only dropped (the GC frees it) with its load time
         self._models: EvictingLRU[tuple[str, ...], Any] = EvictingLRU(
             max_loaded, lambda key, _model: self.load_ms.pop(key, None)
