@@ -66,9 +66,7 @@ def limits_tables() -> str:
     hints = {name: section_of(hint) for name, hint in typing.get_type_hints(ServerConfig, include_extras=True).items()}
     for section, fields in _sections().items():
         cls = hints[section]
-        rows = [
-            f"| `{f.key}` | `{f.env}` | {shown(f.default, f.key)} | {_cell(f.description)} |" for f in fields
-        ]
+        rows = [f"| `{f.key}` | `{f.env}` | {shown(f.default, f.key)} | {_cell(f.description)} |" for f in fields]
         parts.append(
             f"### `{section}` ({cls.__name__ if cls else section})\n\n"
             "| key | env | default | what it bounds |\n| --- | --- | --- | --- |\n" + "\n".join(rows)

@@ -67,7 +67,6 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
     pr.set_defaults(func=cmd_policy_rollback)
 
 
-
 def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``evaluator upload|list|get``."""
     ev = subparsers.add_parser("evaluator", help="upload and inspect custom evaluators")
@@ -97,7 +96,6 @@ def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.
     eg.set_defaults(func=cmd_evaluator_get)
 
 
-
 def register_audit(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``audit list|get``."""
     au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
@@ -110,7 +108,6 @@ def register_audit(subparsers: argparse._SubParsersAction, common: argparse.Argu
     ag = asub.add_parser("get", parents=[common], help="one decision's audit record (JSON)")
     ag.add_argument("decision_id")
     ag.set_defaults(func=cmd_audit_get)
-
 
 
 def register_review(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -129,7 +126,6 @@ def register_review(subparsers: argparse._SubParsersAction, common: argparse.Arg
     rr.add_argument("--reviewer", default="")
     rr.add_argument("--note", default="")
     rr.set_defaults(func=cmd_review_resolve)
-
 
 
 def register_webhooks(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

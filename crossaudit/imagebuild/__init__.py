@@ -137,9 +137,7 @@ class ImageBuilder:
 
     # --- building ----------------------------------------------------------------------------
 
-    def ensure(
-        self, tag: str, prepare: Callable[[Path], object], *, force: bool = False, **build: Any
-    ) -> str:
+    def ensure(self, tag: str, prepare: Callable[[Path], object], *, force: bool = False, **build: Any) -> str:
         """``tag`` if the daemon has it; else a context laid out by ``prepare(dir)`` in a temporary
         directory, built as ``tag`` (``build``: :meth:`build`'s keywords). For images whose tag is
         known before their context is made, so a found image costs no preparation."""
@@ -181,8 +179,16 @@ class ImageBuilder:
         with _context(Path(context)) as source:
             try:
                 stream = self.client.api.build(
-                    **source, tag=tag, buildargs=dict(buildargs or {}), labels=all_labels, nocache=nocache,
-                    rm=True, forcerm=True, pull=False, decode=True, timeout=int(lim.build_timeout_s),
+                    **source,
+                    tag=tag,
+                    buildargs=dict(buildargs or {}),
+                    labels=all_labels,
+                    nocache=nocache,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    decode=True,
+                    timeout=int(lim.build_timeout_s),
                 )
                 for n, chunk in enumerate(stream):
                     if "error" in chunk:
@@ -192,7 +198,7 @@ class ImageBuilder:
                     if step:
                         frac = max(frac, start + span * (int(step.group(1)) - 1) / max(1, int(step.group(2))))
                     if line:
-                        tail = [*tail[-(lim.error_tail_lines - 1):], line[: lim.max_line_chars]]
+                        tail = [*tail[-(lim.error_tail_lines - 1) :], line[: lim.max_line_chars]]
                         if n < lim.max_progress_lines:
                             say(line[: lim.max_line_chars], frac)
                     if time.monotonic() > deadline:
