@@ -29,6 +29,10 @@ def register(psub: argparse._SubParsersAction) -> None:
     s = psub.add_parser("schema", help="print the policy JSON Schema")
     s.set_defaults(func=_cmd_schema)
 
+    from crossaudit.cli import policydiff
+
+    policydiff.register(psub)
+
 
 def _print_indented(prefix: str, text: str) -> None:
     """``prefix`` + the first line, the rest of a multi-line message indented under it."""
