@@ -102,3 +102,13 @@ def test_long_values_are_shown_by_size_and_digest() -> None:
     assert show("x" * MAX_SHOWN_CHARS) == '"' + "x" * MAX_SHOWN_CHARS + '"'
     long = show("x" * (MAX_SHOWN_CHARS + 1))
     assert long.startswith(f"<{MAX_SHOWN_CHARS + 1} chars, 1 line, sha256 ") and "xxx" not in long
+
+
+def test_hostile_keys_reach_no_terminal_raw() -> None:
+    """Keys the author chose (a test case's context) are quoted when they are not plain names:
+    an escape sequence in one never reaches a terminal raw."""
+    case = '\ntest_cases:\n  - name: c\n    input: {response: "x", context: {%s: 1}}\n    expected_result: pass\n'
+    old, new = OLD + case % "plain_key", OLD + case % '"\\e[31mred"'
+    texts_ = [c.describe() for c in diff_policies(policy(old), policy(new))]
+    assert len(texts_) == 2 and all("\x1b" not in t for t in texts_), texts_
+    assert any('input.context."\\u001b[31mred"' in t for t in texts_), texts_
