@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from crossaudit.kernel.dsl import Policy
+from orchestrator.policy.yamlsafe import shown_key
 
 Kind = Literal["added", "removed", "changed"]
 MAX_SHOWN_CHARS = 80  # a longer value is shown as its size and digest
-PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a config key shown as it is; any other is quoted (JSON)
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def _fields(area: str, name: str, prefix: str, old: Any, new: Any) -> list[Polic
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[PolicyChange] = []
         for key in [*old, *(k for k in new if k not in old)]:
-            shown = key if PLAIN_KEY.fullmatch(str(key)) else json.dumps(str(key))  # no escape codes reach a terminal
+            shown = shown_key(key)  # no escape sequence reaches a terminal
             path = f"{prefix}.{shown}" if prefix else shown
             out += _fields(area, name, path, old.get(key), new.get(key))
         return out

@@ -14,6 +14,8 @@ graph ourselves, event by event, so that:
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,13 +66,23 @@ class SourceMap:
         return PolicyIssue(message=message, path=format_path(path), file=self.file, line=line, column=col)
 
 
+PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a key shown as it is in a path; any other is quoted (JSON)
+
+
+def shown_key(key: object) -> str:
+    """A mapping key as a path shows it: quoted unless plain, so a key holding an escape sequence,
+    a dot or a newline never reaches a terminal or a log raw, nor reads as two path parts."""
+    text = str(key)
+    return text if PLAIN_KEY.fullmatch(text) else json.dumps(text)
+
+
 def format_path(path: Path) -> str:
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + shown_key(part)
     return out
 
 

@@ -112,3 +112,16 @@ def test_hostile_keys_reach_no_terminal_raw() -> None:
     texts_ = [c.describe() for c in diff_policies(policy(old), policy(new))]
     assert len(texts_) == 2 and all("\x1b" not in t for t in texts_), texts_
     assert any('input.context."\\u001b[31mred"' in t for t in texts_), texts_
+
+
+def test_a_validation_issue_never_carries_a_raw_escape_sequence_in_its_path() -> None:
+    """The same rule for validation: ``policy validate`` printed an unknown key's path raw, so a
+    policy could write escape sequences into the terminal of whoever validated it."""
+    from crossaudit.kernel.errors import PolicyValidationError
+
+    hostile = OLD.replace('system_prompt: "Rate safety"', 'system_prompt: "Rate safety", "\\e[31mred": 1')
+    with pytest.raises(PolicyValidationError) as err:
+        policy(hostile)
+    (issue,) = err.value.issues
+    assert issue.path == 'evaluators[0].config."\\u001b[31mred"'
+    assert "\x1b" not in str(issue)
