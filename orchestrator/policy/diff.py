@@ -119,10 +119,16 @@ def show(value: Any) -> str:
     """A value as a reviewer reads it: short JSON, or its size and digest when long."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
     if len(text) <= MAX_SHOWN_CHARS and "\n" not in text:
-        return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else text
+        return _printable(json.dumps(value, ensure_ascii=False) if isinstance(value, str) else text)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     lines = text.count("\n") + 1
     return f"<{len(text)} chars, {lines} line{'s' if lines != 1 else ''}, sha256 {digest}>"
+
+
+def _printable(text: str) -> str:
+    """JSON escapes only C0 controls: DEL, C1 controls (an 8-bit CSI or OSC), bidi overrides and
+    line separators would reach a terminal raw, or make a diff read as something it is not."""
+    return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
 
 
 def _summary(doc: Any) -> str:

@@ -125,3 +125,17 @@ def test_a_validation_issue_never_carries_a_raw_escape_sequence_in_its_path() ->
     (issue,) = err.value.issues
     assert issue.path == 'evaluators[0].config."\\u001b[31mred"'
     assert "\x1b" not in str(issue)
+
+
+def test_no_control_bidi_or_separator_character_is_shown_raw() -> None:
+    """JSON leaves DEL, C1 controls (an 8-bit CSI/OSC), bidi overrides and U+2028 raw: a policy's
+    description or metadata could rewrite a reviewer's terminal, or make the diff read as
+    something it is not."""
+    hostile = "x\u202eevil\x7f\x9d0;pwned\x9c\x9b1;31m\u2028y"
+    new = OLD.replace(
+        "description: blocks unsafe answers", f'description: "{hostile.encode("unicode_escape").decode()}"'
+    )
+    (change,) = diff_policies(policy(OLD), policy(new))
+    text = change.describe()
+    assert all(ch.isprintable() for ch in text), ascii(text)
+    assert "\\u202e" in text and "\\u009b" in text
