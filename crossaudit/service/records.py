@@ -20,6 +20,7 @@ from crossaudit.service.config import ServiceLimits
 from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import (
+    NUL_REPLACEMENT,
     AuditRecord,
     FeedbackRecord,
     PolicyVersionRecord,
@@ -115,8 +116,8 @@ def audit_record(
         context_sha256=sha256_json(dict(context or {})),
         created_at=now,
         request_id=request_id,
-        prompt=prompt if raw else None,
-        response=response if raw else None,
+        prompt=prompt.replace("\0", NUL_REPLACEMENT) if raw else None,  # measured as stored (PostgreSQL)
+        response=response.replace("\0", NUL_REPLACEMENT) if raw else None,
         modified_response_sha256=sha256_text(d.modified_response) if d.modified_response is not None else None,
     )
 
@@ -200,9 +201,11 @@ def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int, str]:
         if not (i == 0 and bulk is not None and bulk > cap):  # that cut is made already
             rec = step(rec)
         cut.append(name)
+        # the note saying what went is part of the record: it is measured with it
+        note = f"{AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)"
+        rec = dataclasses.replace(rec, truncated=note)
         if audit_size(rec) <= cap:
             break
-    rec = dataclasses.replace(rec, truncated=f"{AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)")
     rules_json = audit_rules_json(rec)
     return rec, audit_size(rec, rules_json), rules_json
 

@@ -161,6 +161,9 @@ class OutboxRecord:
     delivered_at: float | None = None
 
 
+# What a NUL (U+0000) is stored as: PostgreSQL text cannot hold one. Audit texts are written with
+# it already replaced on every backend, so their measured size is what is stored.
+NUL_REPLACEMENT = "\ufffd"
 AUDIT_DAY_S = 86_400  # audit quotas count per UTC day: day = int(created_at // AUDIT_DAY_S)
 AUDIT_ROW_BYTES = 512  # an audit row's fixed part (ids, hashes, names, numbers), counted for every record
 

@@ -39,7 +39,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.limits import SETTINGS_SECTION, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from crossaudit.store import migrations
-from crossaudit.store.base import StoreUnavailableError
+from crossaudit.store.base import NUL_REPLACEMENT, StoreUnavailableError
 from crossaudit.store.sql import CLOSED, Conn, SqlStore
 
 T = TypeVar("T")
@@ -106,9 +106,8 @@ def _sql(query: str) -> str:
 
 # PostgreSQL text cannot hold NUL (U+0000): psycopg refuses such a parameter with an untyped
 # DataError, so a tenant's id, filter or raw prompt holding one would fail its call (or lose an
-# answered decision's audit record). Written and looked up as U+FFFD instead, on every statement,
-# so a value stored this way is found again by the same string.
-NUL_REPLACEMENT = "\ufffd"
+# answered decision's audit record). Written and looked up as NUL_REPLACEMENT (store/base.py)
+# instead, on every statement, so a value stored this way is found again by the same string.
 
 
 def _params(params: Sequence[Any]) -> tuple[Any, ...]:

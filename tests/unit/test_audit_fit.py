@@ -7,9 +7,18 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from crossaudit.kernel.results import Action, Decision
 from crossaudit.service import records
 from crossaudit.store.base import audit_size
 from tests.records import audit_record
+
+
+class _Version:
+    """What an audit record reads of the policy version it was decided under."""
+
+    version = 1
+    digest = "0" * 64
+
 
 ALPHABET = 'ab"\\\n\t\u00e9\u4e2d\U0001f600 x\x00'
 
@@ -46,11 +55,10 @@ def _fit_by_encoding_everything(rec, cap):
     for name, step in records._CUTS:
         rec = step(rec)
         cut.append(name)
+        note = f"{records.AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)"
+        rec = dataclasses.replace(rec, truncated=note)  # the note is measured with the record
         if audit_size(rec) <= cap:
             break
-    rec = dataclasses.replace(
-        rec, truncated=f"{records.AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)"
-    )
     rules_json = records.audit_rules_json(rec)
     return rec, audit_size(rec, rules_json), rules_json
 
@@ -76,3 +84,31 @@ def test_records_without_raw_violations_are_measured_as_before() -> None:
     rec = audit_record(rules=[{"rule": "r", "evaluators": [{"evaluator": "e", "violations": 3}]}])
     assert records._violations_json_bytes(rec) is None
     assert records.fit_audit(rec, 100_000) == _fit_by_encoding_everything(rec, 100_000)
+
+
+def test_a_cut_record_is_within_the_cap_its_note_included() -> None:
+    """The note saying what was cut is part of the record: measured without it, a record cut
+    just under the cap was stored over it (found by an attack on the cap). Over the cap only
+    when nothing more can go."""
+    rng = random.Random(5)
+    last_cut = records._CUTS[-1][0]
+    for _ in range(300):
+        rec = _random_record(rng)
+        floor = audit_size(records.fit_audit(rec, 0)[0])  # everything cut: about the least it can be
+        for cap in (floor, floor + 1, floor + 37, 1_000, 3_000):
+            kept, size, _ = records.fit_audit(rec, cap)
+            assert size == audit_size(kept)
+            everything_went = kept.truncated.endswith(f"{last_cut} (was {audit_size(rec)} bytes)")
+            assert size <= cap or everything_went, (cap, size, kept.truncated)
+
+
+def test_nul_in_raw_texts_is_measured_as_stored() -> None:
+    """PostgreSQL stores NUL as U+FFFD (3 bytes): the raw texts carry it already, on every
+    backend, so a prompt of NULs is not stored at three times its measured size."""
+    from crossaudit.service.records import audit_record as build
+    from crossaudit.store.base import NUL_REPLACEMENT
+
+    decision = Decision(policy="p", policy_version="1", passed=True, action=Action.ALLOW, rules=[])
+    rec = build("t", decision, _Version(), "production", "\0" * 10, "a\0b", {}, raw=True, request_id="", now=0.0)
+    assert rec.prompt == NUL_REPLACEMENT * 10 and rec.response == f"a{NUL_REPLACEMENT}b"
+    assert audit_size(rec) - audit_size(dataclasses.replace(rec, prompt="", response="")) == 3 * 10 + 5
