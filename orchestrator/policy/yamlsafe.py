@@ -156,6 +156,19 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
     return data, smap
 
 
+def _scalar(loader: Any, node: Any, path: Path, smap: SourceMap) -> Any:
+    """A scalar's value; one Python cannot hold (an integer of more than 4300 digits, a date out
+    of range) is a located issue, not an internal error."""
+    try:
+        return loader.construct_object(node, deep=True)
+    except (ValueError, OverflowError) as e:
+        line, col = _pos(node)
+        why = "a number too long" if "digits" in str(e) else "a value that cannot be read"
+        raise PolicyValidationError(
+            [PolicyIssue(f"{why}: {node.value[:40]!r}", format_path(path), smap.file, line, col)]
+        ) from None
+
+
 def _reader_issue(text: str, file: str, e: yaml.reader.ReaderError) -> PolicyIssue:
     """A character YAML refuses (NUL, other control characters, a raw surrogate), located."""
     pos = e.position if isinstance(e.position, int) and 0 <= e.position <= len(text) else None
@@ -209,7 +222,7 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
                     PolicyIssue("mapping keys must be plain scalars", format_path(path), smap.file, line, col)
                 )
                 continue
-            key = "<<" if key_node.tag == "tag:yaml.org,2002:merge" else str(loader.construct_object(key_node))
+            key = "<<" if key_node.tag == "tag:yaml.org,2002:merge" else str(_scalar(loader, key_node, path, smap))
             if _lone_surrogate(key):
                 line, col = _pos(key_node)
                 issues.append(PolicyIssue(_SURROGATE, format_path(path), smap.file, line, col))
@@ -235,7 +248,7 @@ def _to_python(node: yaml.Node, path: Path, smap: SourceMap, loader: _Bounded) -
         return [_to_python(child, (*path, i), smap, loader) for i, child in enumerate(node.value)]
     if node.tag == "tag:yaml.org,2002:bool" and node.value.lower() not in ("true", "false"):
         return node.value  # YAML 1.2: yes/no/on/off are strings (a rule may be named "off")
-    value = loader.construct_object(node, deep=True)
+    value = _scalar(loader, node, path, smap)
     if _lone_surrogate(value):
         line, col = _pos(node)
         raise PolicyValidationError([PolicyIssue(_SURROGATE, format_path(path), smap.file, line, col)])

@@ -143,3 +143,19 @@ def test_policy_validate_prints_the_located_sentence(tmp_path: Path, monkeypatch
     out = capsys.readouterr()
     assert CASES[0][2] in out.out + out.err
     assert "while parsing" not in out.out + out.err and "Traceback" not in out.out + out.err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("description: " + "9" * 5_000, "a number too long"),  # Python refuses ints of > 4300 digits
+        ("? " + "9" * 5_000 + "\n: 1", "a number too long"),  # ... as a key too
+        ("description: 2026-13-45", "a value that cannot be read"),  # a date out of range
+    ],
+)
+def test_a_scalar_python_cannot_hold_is_a_located_issue(text: str, said: str) -> None:
+    """Before: an untyped ValueError (INTERNAL on the server, "internal error" in the CLI)."""
+    with pytest.raises(PolicyValidationError) as err:
+        load_policy(text, "p.yaml")
+    (issue,) = err.value.issues
+    assert said in issue.message and issue.file == "p.yaml" and issue.line == 1
