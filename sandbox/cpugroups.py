@@ -6,16 +6,20 @@ per tenant counts tenants instead: the scheduler first splits the CPU between th
 weight (the tenant's ``share:`` from the API-keys file, default 1), then within a group between
 its processes. A tenant running one call beside a flood of another's gets its share at once.
 
-Layout: ``<parent>/crossaudit-<pid>/t-<hash of the tenant>``, where ``<parent>`` is the
-server's own cgroup in the ``cpu`` hierarchy (cgroup v1: ``cpu.shares``; v2: ``cpu.weight``).
-Every process of the server sits in one such tree, removed when it closes; trees of servers that
-died are removed at the next start. Where the hierarchy is not writable (an unprivileged server,
-a container without a delegated cgroup), the groups are off, the reason is in the sandbox's
-``info()`` and niceness alone applies (docs/threat-model.md).
+Layout: ``<parent>/crossaudit-<pid namespace>-<pid>/t-<hash of the tenant>``, where ``<parent>``
+is the server's own cgroup in the ``cpu`` hierarchy (cgroup v1: ``cpu.shares``; v2:
+``cpu.weight``). Every server process has one such tree, removed when it closes; trees of
+servers that died are removed at the next start, only those of this pid namespace (a pid seen
+from here says nothing of a server in another namespace sharing the cgroup).
+
+Where the hierarchy is not writable (an unprivileged server, a container without a delegated
+cgroup; on cgroup v2 also a server whose own cgroup holds processes, which may not hand the cpu
+controller down), the groups are off, the reason is in the sandbox's ``info()`` and niceness
+alone applies (docs/threat-model.md).
 
 Docker sandboxes get the same split through the daemon: each container is created under a
-``cgroup_parent`` of its tenant (:meth:`TenantCpuGroups.docker_parent`), equal between tenants;
-weights are written there too when this process can reach the daemon's hierarchy.
+``cgroup_parent`` of its tenant (:func:`docker_parent`), equal between tenants (``share:`` is not
+applied there: the parents are the daemon's, and it sets their weight).
 """
 
 from __future__ import annotations
@@ -32,11 +36,22 @@ from sandbox.procfs import pid_exists
 log = logging.getLogger("crossaudit.sandbox")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-TREE_PREFIX = "crossaudit-"  # + the server's pid
+TREE_PREFIX = "crossaudit-"  # + the server's pid namespace and pid
 DOCKER_PARENT = "crossaudit"  # docker cgroupfs driver: /crossaudit/t-<hash> under each controller
 V1_BASE_SHARES = 1024  # cpu.shares of share 1 (v1: 2..262144)
 V2_BASE_WEIGHT = 100  # cpu.weight of share 1 (v2: 1..10000)
 MAX_STALE_TREES = 1_000  # stale trees examined at start
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def tree_name(pid: int | None = None) -> str:
+    return f"{TREE_PREFIX}{_pid_namespace()}-{os.getpid() if pid is None else pid}"
 
 
 def group_name(tenant: str) -> str:
@@ -100,7 +115,7 @@ class TenantCpuGroups:
                 if version == 2:
                     self._enable_v2(parent)
                 _sweep_stale(parent)
-                tree = parent / f"{TREE_PREFIX}{os.getpid()}"
+                tree = parent / tree_name()
                 tree.mkdir(exist_ok=True)
                 if version == 2:
                     self._enable_v2(tree)
@@ -149,8 +164,19 @@ class TenantCpuGroups:
             return False
         try:
             (path / "cgroup.procs").write_text(str(pid))
-        except (ProcessLookupError, FileNotFoundError):
+        except ProcessLookupError:
             return False  # gone already: its start fails on its own
+        except FileNotFoundError:  # the group was removed under us: made again, once
+            log.warning("a tenant's cpu group was removed by someone else: made again")
+            self._groups.pop(tenant, None)
+            path = self.group(tenant)
+            try:
+                if path is not None:
+                    (path / "cgroup.procs").write_text(str(pid))
+                    return True
+            except OSError:
+                pass
+            return False
         except OSError as e:
             log.warning("a sandbox process could not join its tenant's cpu group: %s", e.strerror)
             return False
@@ -181,9 +207,10 @@ def docker_parent(tenant: str, cgroup_driver: str) -> str:
 
 
 def _sweep_stale(parent: Path) -> None:
-    """Remove the (empty) trees of servers that died."""
-    for tree in list(parent.glob(f"{TREE_PREFIX}*"))[:MAX_STALE_TREES]:
-        pid = tree.name[len(TREE_PREFIX) :]
+    """Remove the (empty) trees of servers of this pid namespace that died."""
+    ours = f"{TREE_PREFIX}{_pid_namespace()}-"
+    for tree in list(parent.glob(f"{ours}*"))[:MAX_STALE_TREES]:
+        pid = tree.name[len(ours) :]
         if not pid.isdigit() or int(pid) == os.getpid() or pid_exists(int(pid)):
             continue
         for group in tree.glob("t-*"):

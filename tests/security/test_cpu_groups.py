@@ -13,7 +13,7 @@ import pytest
 
 from crossaudit.kernel.limits import SandboxLimits
 from sandbox.base import CodeBundle
-from sandbox.cpugroups import CGROUP_ROOT, TenantCpuGroups, docker_parent, group_name
+from sandbox.cpugroups import CGROUP_ROOT, TenantCpuGroups, docker_parent, group_name, tree_name
 from sandbox.docker.container import container_spec
 from sandbox.process.backend import ProcessSandbox
 
@@ -38,19 +38,19 @@ def test_v1_groups_are_weighted_by_share_and_removed_on_close(tmp_path: Path) ->
     assert groups.enabled and groups.version == 1
     gold, plain = groups.group("gold"), groups.group("plain")
     assert gold is not None and plain is not None and gold != plain
-    assert gold.parent == cpu / f"crossaudit-{os.getpid()}"
+    assert gold.parent == cpu / tree_name()
     assert (gold / "cpu.shares").read_text() == "3072" and (plain / "cpu.shares").read_text() == "1024"
     assert groups.place(4242, "gold") and (gold / "cgroup.procs").read_text() == "4242"
     for f in (gold / "cpu.shares", gold / "cgroup.procs", plain / "cpu.shares"):
         f.unlink()  # a real cgroup directory has no files to remove: rmdir is enough
     groups.close()
-    assert not (cpu / f"crossaudit-{os.getpid()}").exists() and not groups.enabled
+    assert not (cpu / tree_name()).exists() and not groups.enabled
 
 
 def test_v2_hands_the_cpu_controller_down(tmp_path: Path) -> None:
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids")
     (tmp_path / "cgroup.subtree_control").write_text("")
-    tree = tmp_path / f"crossaudit-{os.getpid()}"
+    tree = tmp_path / tree_name()
     tree.mkdir()
     (tree / "cgroup.subtree_control").write_text("")
     groups = TenantCpuGroups({"half": 0.5}, root=tmp_path, own="/")
@@ -80,10 +80,23 @@ def test_no_writable_hierarchy_turns_groups_off_with_a_reason(tmp_path: Path) ->
 
 def test_stale_trees_of_dead_servers_are_swept(tmp_path: Path) -> None:
     cpu = v1_tree(tmp_path)
-    dead = cpu / "crossaudit-999999999"
+    dead = cpu / tree_name(999_999_999)
     (dead / "t-0000").mkdir(parents=True)
+    other_namespace = cpu / "crossaudit-1-999999999"  # a server this pid namespace cannot see
+    (other_namespace / "t-0000").mkdir(parents=True)
     TenantCpuGroups(root=tmp_path, own="/")
     assert not dead.exists()
+    assert other_namespace.exists()  # a pid seen from here says nothing of it
+
+
+def test_a_group_removed_under_the_server_is_made_again(tmp_path: Path) -> None:
+    v1_tree(tmp_path)
+    groups = TenantCpuGroups(root=tmp_path, own="/")
+    path = groups.group("t")
+    assert path is not None
+    (path / "cpu.shares").unlink()
+    path.rmdir()  # another server's sweep, or an operator
+    assert groups.place(4242, "t") and (path / "cgroup.procs").read_text() == "4242"
 
 
 def test_docker_containers_go_under_their_tenants_parent() -> None:
