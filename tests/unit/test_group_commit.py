@@ -78,7 +78,7 @@ async def test_batches_are_bounded_and_in_arrival_order() -> None:
     assert seen == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # all queued before the first flush began
 
 
-async def test_a_failing_batch_is_retried_one_by_one() -> None:
+async def test_a_failing_batch_is_retried_in_halves_until_the_bad_write_fails_alone() -> None:
     attempts: list[list[str]] = []
 
     async def run_batch(batch):
@@ -89,7 +89,7 @@ async def test_a_failing_batch_is_retried_one_by_one() -> None:
     gc: GroupCommit[str] = GroupCommit(run_batch)
     out = await asyncio.gather(*(gc.commit(w) for w in ("a", "b", "bad", "c")), return_exceptions=True)
     assert [type(x).__name__ for x in out] == ["NoneType", "NoneType", "StoreUnavailableError", "NoneType"]
-    assert attempts == [["a", "b", "bad", "c"], ["a"], ["b"], ["bad"], ["c"]]
+    assert attempts == [["a", "b", "bad", "c"], ["a", "b"], ["bad", "c"], ["bad"], ["c"]]
 
 
 async def test_shutting_the_flush_down_releases_every_waiter() -> None:
@@ -202,3 +202,24 @@ async def test_a_write_larger_than_the_batch_bytes_goes_alone() -> None:
     gc = GroupCommit(run, max_batch_bytes=100, key=lambda w: w[0], size=lambda w: w[1])
     await asyncio.gather(*(gc.commit((f"t{i}", 500)) for i in range(3)))
     assert sum(seen) == 3 and max(seen) == 1
+
+
+async def test_a_tenant_whose_writes_fail_costs_others_few_transactions() -> None:
+    """Failed batches are retried in halves: a tenant whose every write fails, present in every
+    batch by its turn, costs the others a few transactions per batch, not one per write (before:
+    300 good writes took 413 transactions beside it, 10 without it)."""
+    transactions = 0
+
+    async def run(batch) -> None:
+        nonlocal transactions
+        transactions += 1
+        await asyncio.sleep(0)
+        if any(tenant == "bad" for tenant, _ in batch):
+            raise InvalidInputError("refused")
+
+    gc = GroupCommit(run, max_batch=64, key=lambda w: w[0])
+    good = [gc.commit(("good", i)) for i in range(300)]
+    bad = [gc.commit(("bad", i)) for i in range(30)]
+    results = await asyncio.gather(*good, *bad, return_exceptions=True)
+    assert all(r is None for r in results[:300]) and all(isinstance(r, InvalidInputError) for r in results[300:])
+    assert transactions < 150, transactions
