@@ -90,6 +90,7 @@ class ServiceLimits:
     max_concurrent_evaluations_tenant_fraction: Annotated[
         PositiveFloat,
         Field(
+            le=1,  # a share of the slots: above 1 would mean no cap at all, said as one
             description=(
                 "the most of those slots one tenant holds (rounded down, at least one), even when the rest are free: "
                 "the rest stay open to other tenants, admitted at once beside a flood rather than at its next freed "

@@ -163,3 +163,12 @@ async def test_process_sandbox_code_runs_below_the_orchestrator() -> None:
         assert verdict.details["nice"] == 7 + os.nice(0)
     finally:
         await box.aclose()
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "nan", "-0.5"])
+def test_a_tenant_fraction_outside_0_to_1_is_refused_naming_the_setting(value: str) -> None:
+    from crossaudit.service.settings import load_settings, parse_set
+
+    key = "limits.max_concurrent_evaluations_tenant_fraction"
+    with pytest.raises(ConfigurationError, match=key.replace(".", r"\.")):
+        load_settings(None, [parse_set(f"{key}={value}")])
