@@ -28,6 +28,8 @@ import contextlib
 import hashlib
 import logging
 import os
+import signal
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,6 +43,8 @@ DOCKER_PARENT = "crossaudit"  # docker cgroupfs driver: /crossaudit/t-<hash> und
 V1_BASE_SHARES = 1024  # cpu.shares of share 1 (v1: 2..262144)
 V2_BASE_WEIGHT = 100  # cpu.weight of share 1 (v2: 1..10000)
 MAX_STALE_TREES = 1_000  # stale trees examined at start
+CLOSE_WAIT_ROUNDS = 50  # at close, a group's leftover processes are killed and waited for this many times ...
+CLOSE_WAIT_STEP_S = 0.02  # ... this long apart (one second in all at most)
 
 
 def _pid_namespace() -> int:
@@ -183,11 +187,13 @@ class TenantCpuGroups:
         return True
 
     def close(self) -> None:
-        """Remove the groups (their processes are gone by now; a busy group is left for the next
-        start's sweep)."""
+        """Remove the groups. The sandbox has killed its agents; what they forked may still be
+        exiting, and anything left in a group is tenant code of this server: killed, then the
+        group removed once empty (bounded wait; a group still busy is left for the next start's sweep)."""
         if self.tree is None:
             return
         for path in self._groups.values():
+            _empty(path)
             with contextlib.suppress(OSError):
                 path.rmdir()
         self._groups.clear()
@@ -195,6 +201,36 @@ class TenantCpuGroups:
             self.tree.rmdir()
         self.tree = None
         self.reason = "closed"
+
+
+def _empty(group: Path) -> None:
+    """SIGKILL every process left in ``group`` and wait (bounded) until the kernel lists none."""
+    for _ in range(CLOSE_WAIT_ROUNDS):
+        try:
+            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        if not pids:
+            return
+        for pid in pids:
+            _kill_if_in(group, pid)
+        time.sleep(CLOSE_WAIT_STEP_S)
+
+
+def _kill_if_in(group: Path, pid: int) -> None:
+    """SIGKILL ``pid`` only while it is still in ``group``: a pid file descriptor pins the process,
+    so a pid reused by another process after the listing is never signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already (or no pidfd on this kernel: it is waited for, not killed)
+    try:
+        if f"/{group.name}" in Path(f"/proc/{pid}/cgroup").read_text():
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def docker_parent(tenant: str, cgroup_driver: str) -> str:

@@ -159,3 +159,27 @@ def test_docker_parents_only_where_the_daemon_can_make_them() -> None:
     assert cgroup_driver(Client({"CgroupDriver": "systemd"})) == "systemd"
     assert cgroup_driver(Client({"CgroupDriver": "systemd", "SecurityOptions": ["name=rootless"]})) == ""
     assert cgroup_driver(Client({"CgroupDriver": "none"})) == ""
+
+
+def test_close_kills_what_is_left_in_a_group_and_removes_it() -> None:
+    """What an agent forked may outlive it; at close it is killed and the group removed (before:
+    a group still holding a call's process was left behind, busy)."""
+    import subprocess
+
+    if not _kernel_groups_writable():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true: the kernel's cpu cgroup hierarchy is not writable here")
+        pytest.skip("the cpu cgroup hierarchy is not writable here (needs root)")
+    groups = TenantCpuGroups()
+    leftover = subprocess.Popen(["sleep", "60"])
+    try:
+        assert groups.place(leftover.pid, "t")
+        tree = groups.tree
+        assert tree is not None
+        groups.close()
+        assert leftover.wait(timeout=5) == -9
+        assert not tree.exists()
+    finally:
+        leftover.kill()
+        leftover.wait()
+        groups.close()
