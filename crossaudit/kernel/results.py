@@ -225,6 +225,9 @@ class EvaluatorResult(BaseModel):
     cached: bool = False
     error: str | None = None  # human-readable reason for error/timeout
     error_type: str | None = None  # the CrossAuditError class name
+    # What produced the verdict (the engine's cache identity: tenant scope, evaluator identity,
+    # config); "" when the evaluator could not be built. Replay reuses a recorded result by it.
+    identity: str = ""
 
     @field_validator("error")
     @classmethod

@@ -492,7 +492,7 @@ class Engine:
             cache_key = hashlib.sha256(material.encode()).hexdigest()
             hit = self.cache.get(cache_key)
             if hit is not None:
-                return self._result(name, kind, hit, t0, attempts=0, cached=True)
+                return self._result(name, kind, hit, t0, attempts=0, cached=True, identity=identity)
         attempts = 0
 
         async def attempt() -> Verdict:
@@ -512,10 +512,11 @@ class Engine:
                 error_type=type(last).__name__,
                 attempts=attempts,
                 latency_ms=(self.clock() - t0) * 1000,
+                identity=identity,
             )
         if cache_key:
             self.cache.put(cache_key, verdict, ttl)
-        return self._result(name, kind, verdict, t0, attempts=attempts)
+        return self._result(name, kind, verdict, t0, attempts=attempts, identity=identity)
 
     def _retrying(self, req: _Request, retries: int) -> AsyncRetrying:
         """The one retry policy of evaluator calls: a retryable error is tried again, at most
@@ -562,7 +563,7 @@ class Engine:
             raise EvaluatorError(f"{type(e).__name__}: {e}") from e
 
     def _result(
-        self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False
+        self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False, identity: str = ""
     ) -> EvaluatorResult:
         return EvaluatorResult(
             evaluator=name,
@@ -576,6 +577,7 @@ class Engine:
             latency_ms=(self.clock() - t0) * 1000,
             attempts=attempts,
             cached=cached,
+            identity=identity,
         )
 
     # -- the decision -------------------------------------------------------------------------
