@@ -35,6 +35,9 @@ EXAMPLES: dict[type[CrossAuditError], Callable[[], CrossAuditError]] = {
     E.QuotaExceededError: lambda: E.QuotaExceededError(
         "10000 webhooks pending, at most 10000", setting="delivery_limits.max_pending_per_tenant"
     ),
+    E.NotReplayableError: lambda: E.NotReplayableError(
+        "evaluator 'judge' (llm) changed: not called again without --rerun-llm", reason="llm_changed"
+    ),
 }
 
 

@@ -35,6 +35,7 @@ module stays transport-neutral.
     ├── ServerUnavailableError            unavailable              yes      (client side: no answer)
     ├── ReviewAlreadyResolvedError        failed_precondition
     ├── DeliveryPendingError              failed_precondition
+    ├── NotReplayableError                failed_precondition               (reason)
     └── EvaluatorError                    internal
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
@@ -272,6 +273,20 @@ class DownloadError(ConfigurationError):
     CLI reads it where the download ran."""
 
     entry: tuple[str, str] | None = None
+
+
+class NotReplayableError(CrossAuditError):
+    """A recorded decision cannot be re-evaluated faithfully under a candidate policy (replay):
+    ``reason`` is a stable code (``orchestrator.engine.replay.Unreplayable``) that replay counts
+    decisions by. The message names evaluators, never the decision's text."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+    wire_fields = ("reason",)
+    reason: str = ""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StoreUnavailableError(CrossAuditError):

@@ -55,6 +55,7 @@ from crossaudit.kernel.errors import (
     EvaluatorError,
     EvaluatorTimeoutError,
     InvalidInputError,
+    NotReplayableError,
 )
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.lru import EvictingLRU
@@ -72,6 +73,7 @@ from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
 from orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, local_limiter
+from orchestrator.engine.replay import Replay, Unreplayable, unreplayable_reason
 from orchestrator.engine.thresholds import FeedbackStats, rule_threshold
 from orchestrator.evaluators.base import EvaluationInput, Evaluator, EvaluatorFactory
 
@@ -134,6 +136,9 @@ class _Request:
     raw_context: Mapping[str, Any]
     deadline: float
     decision_id: str
+    replay: Replay | None = None
+    # replay only: evaluators this request could not run faithfully, by name -> (reason, why)
+    unreplayable: dict[str, tuple[Unreplayable, str]] = field(default_factory=dict)
     calls: dict[tuple[str, float, int, float], asyncio.Task[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Task[RuleResult]] = field(default_factory=dict)
 
@@ -222,8 +227,12 @@ class Engine:
         timeout: float | None = None,
         decision_id: str | None = None,
         stage: str = "",
+        replay: Replay | None = None,
     ) -> Decision:
-        """``stage``: ``input`` or ``output`` runs only that stage's rules; "" runs every rule."""
+        """``stage``: ``input`` or ``output`` runs only that stage's rules; "" runs every rule.
+        ``replay``: re-evaluate a recorded decision (:mod:`orchestrator.engine.replay`): recorded
+        verdicts are reused by identity, the clock is the decision's; raises NotReplayableError
+        when an applied rule needed a verdict it could not faithfully get."""
         start = self.clock()
         if stage and stage not in EVALUATION_STAGES:
             raise InvalidInputError(f"unknown stage {stage[:64]!r}: input, output, or none (every rule)")
@@ -238,13 +247,15 @@ class Engine:
                 f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
                 "takes (engine_limits.max_content_bytes)"
             )
-        ctx = build_context(context, response, timezone=policy.settings.timezone, now=self.now())
+        now = replay.at if replay is not None else self.now()
+        ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
         req = _Request(
             policy=policy,
             inp=EvaluationInput(prompt=prompt, response=response, context=ctx),
             raw_context=dict(context or {}),
             deadline=start + budget,
             decision_id=decision_id or str(uuid.uuid4()),
+            replay=replay,
         )
         order = [r for r in plan(policy) if applies_at(r, stage)] if stage else plan(policy)
         for rule in order:
@@ -273,6 +284,8 @@ class Engine:
                 results.append(_skipped(rule, "disabled"))
             elif not applies_at(rule, stage):
                 results.append(_skipped(rule, f"not applied at the {stage} stage (stage: {rule.stage.value})"))
+        if req.unreplayable:
+            _raise_unreplayable(req, results)
         return self._decide(req, results, start)
 
     @staticmethod
@@ -476,6 +489,8 @@ class Engine:
             evaluator, identity = built.evaluator, built.identity
         except Exception as e:  # a misconfigured evaluator fails its rules (closed), not the request
             err = e if isinstance(e, CrossAuditError) else EvaluatorError(f"{type(e).__name__}: {e}")
+            if req.replay is not None:
+                req.unreplayable.setdefault(name, (Unreplayable.BUILD_FAILED, f"evaluator {name!r} did not build"))
             return EvaluatorResult(
                 evaluator=name,
                 kind=req.policy.evaluator(name).kind.value,
@@ -484,6 +499,22 @@ class Engine:
                 error_type=type(err).__name__,
             )
         kind = evaluator.kind
+        if req.replay is not None:
+            recorded = req.replay.results.get(identity)
+            if recorded is not None:  # the verdict this very evaluator gave this decision: no call
+                return recorded.model_copy(update={"evaluator": name, "cached": False, "attempts": 0})
+            if not req.replay.may_run(kind):
+                reason = unreplayable_reason(kind, name, req.replay.results)
+                why = f"evaluator {name!r} ({kind}) has no recorded verdict and may not run again ({reason.value})"
+                req.unreplayable.setdefault(name, (reason, why))
+                return EvaluatorResult(
+                    evaluator=name,
+                    kind=kind,
+                    status=Status.ERROR,
+                    error=why,
+                    error_type=NotReplayableError.__name__,
+                    identity=identity,
+                )
         cache_key = ""
         if ttl > 0:
             material = json.dumps(
@@ -504,6 +535,9 @@ class Engine:
             verdict: Verdict = await self._retrying(req, retries)(attempt)
         except CrossAuditError as last:
             status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR
+            if req.replay is not None:  # what it would decide is unknown: not a flip
+                why = f"evaluator {name!r} ran again and gave no verdict ({type(last).__name__})"
+                req.unreplayable.setdefault(name, (Unreplayable.EVALUATOR_FAILED, why))
             return EvaluatorResult(
                 evaluator=name,
                 kind=kind,
@@ -584,7 +618,7 @@ class Engine:
 
     def _decide(self, req: _Request, results: list[RuleResult], start: float) -> Decision:
         policy = req.policy
-        moment = self.now()
+        moment = req.replay.at if req.replay is not None else self.now()
         outcomes: list[ActionOutcome] = []
         edits: list[tuple[ModifyConfig, RuleResult]] = []
         worst = Action.ALLOW
@@ -646,6 +680,15 @@ class Engine:
             latency_ms=(self.clock() - start) * 1000,
             decision_id=req.decision_id,
         )
+
+
+def _raise_unreplayable(req: _Request, results: list[RuleResult]) -> None:
+    """Raise NotReplayableError when a rule that was applied used an evaluator the replay could
+    not run faithfully (a rule stopped or skipped before it did not: its verdict was not needed)."""
+    used = {e.evaluator for r in results if r.status is not Status.SKIPPED for e in r.evaluators}
+    for name, (reason, why) in req.unreplayable.items():
+        if name in used:
+            raise NotReplayableError(why, reason=reason.value)
 
 
 def _own_copy(result: EvaluatorResult) -> EvaluatorResult:

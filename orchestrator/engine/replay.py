@@ -1,0 +1,61 @@
+"""Evaluating a recorded decision again under another policy version (``policy replay``).
+
+The engine takes a :class:`Replay` beside the request: the verdicts recorded with the decision,
+keyed by the engine's cache identity (tenant scope, evaluator identity, spec as written: what
+:attr:`EvaluatorResult.identity` carries), the decision's recorded time, and what may run.
+
+- An evaluator whose identity has a recorded verdict is not called: the recorded result stands
+  (no call, no result cache, no rate-limit token). A threshold-only change runs no evaluator.
+- One without a recorded verdict runs for real when ``may_run(kind)`` allows it (custom code and
+  builtins by default; LLM judges only with ``--rerun-llm``); otherwise the decision is not
+  replayable (:class:`Unreplayable`), raised as ``NotReplayableError`` with that reason.
+- ``time.*`` and every timestamp of the decision are those of ``at``, the recorded time, so
+  time-of-day conditions and thresholds see the hour the decision was made in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from crossaudit.kernel.results import EvaluatorResult
+
+LLM_KIND = "llm"
+
+
+class Unreplayable(StrEnum):
+    """Why a recorded decision was not re-evaluated: the stable codes a replay counts by."""
+
+    NOT_RETAINED = "not_retained"  # the policy did not retain this decision's inputs
+    EXPIRED = "expired"  # retained, but the retention period is over
+    ERASED = "erased"  # retained, then erased on request (audit erase)
+    LLM_CHANGED = "llm_changed"  # an LLM judge changed (its recorded verdict is another identity's), no --rerun-llm
+    LLM_NOT_RECORDED = "llm_not_recorded"  # an LLM judge the recorded decision never asked (its rule was not
+    # reached: stopped, skipped), no --rerun-llm
+    EVALUATOR_CHANGED = "evaluator_changed"  # another evaluator without a recorded verdict, not allowed to run
+    BUILD_FAILED = "evaluator_build_failed"  # the candidate's evaluator could not be built here
+    EVALUATOR_FAILED = "evaluator_failed"  # an evaluator that ran again gave no verdict (error, timeout, rate limit)
+    INVALID_INPUT = "invalid_input"  # the retained inputs are refused by the engine's limits now
+
+
+def llm_only_with_permission(rerun_llm: bool) -> Callable[[str], bool]:
+    """The run permission of a replay: every kind may run again except LLM judges, which only
+    with ``rerun_llm`` (they cost money and answer differently from one call to the next)."""
+    return lambda kind: rerun_llm or kind != LLM_KIND
+
+
+@dataclass(frozen=True)
+class Replay:
+    results: Mapping[str, EvaluatorResult]  # recorded verdicts by identity
+    at: dt.datetime  # when the decision was made (aware)
+    may_run: Callable[[str], bool] = field(default=llm_only_with_permission(False))
+
+
+def unreplayable_reason(kind: str, name: str, results: Mapping[str, EvaluatorResult]) -> Unreplayable:
+    """Why evaluator ``name`` of ``kind``, with no recorded verdict of its identity, may not run."""
+    if kind != LLM_KIND:
+        return Unreplayable.EVALUATOR_CHANGED
+    asked = any(r.evaluator == name for r in results.values())
+    return Unreplayable.LLM_CHANGED if asked else Unreplayable.LLM_NOT_RECORDED
