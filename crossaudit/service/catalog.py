@@ -125,6 +125,17 @@ class PolicyCatalog:
         log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
         return version, deployment, created
 
+    async def candidate(
+        self, tenant: str, content: str, *, filename: str = "", progress: ProgressCallback | None = None
+    ) -> Policy:
+        """A policy validated and made runnable exactly as a deploy would (located issues, uploads
+        resolved, custom evaluators prepared), but stored nowhere: what replay evaluates."""
+        policy = await self.parse(tenant, content, filename or "<candidate>", models=True)
+        self._check_webhook_rules(policy)
+        await self._resolve_uploads(tenant, policy)
+        await self._prepare(tenant, policy, strict=True, progress=progress)
+        return policy
+
     def _check_webhook_rules(self, policy: Policy) -> None:
         """Each failed ``custom`` rule writes one outbox row per decision: their number per policy
         is a named cap, so one decision cannot write an unbounded number of webhooks."""

@@ -230,6 +230,33 @@ class ServiceLimits:
             )
         ),
     ] = 1.0
+    max_replay_decisions: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "audit records one `policy replay` reads at most (its `--limit` is capped by it); a range holding more "
+                "is reported as `more` with the most recent ones replayed ([replay.md](replay.md))"
+            )
+        ),
+    ] = 100_000
+    replay_page_size: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "audit records a replay reads, and retained inputs it loads and decrypts, per page (keyset-paged: "
+                "a deep page costs what the first does); progress is reported once per page"
+            )
+        ),
+    ] = 500
+    replay_concurrency: Annotated[
+        PositiveInt, Field(description="decisions one replay re-evaluates at once (within a page)")
+    ] = 32
+    max_replay_samples: Annotated[
+        PositiveInt, Field(description="sample decision ids a replay report lists per category (a request's cap)")
+    ] = 20
+    max_concurrent_replays_per_tenant: Annotated[
+        PositiveInt, Field(description="replays of one tenant running at once; one more is RESOURCE_EXHAUSTED")
+    ] = 2
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from crossaudit.service.models import (
     ServerInfo,
     UploadedEvaluator,
 )
+from crossaudit.service.replaydiff import Bucket, LLMEstimate, ReplayProgress, ReplayReport, RuleDiff
 from crossaudit.store.base import (
     AuditRecord,
     DeploymentRecord,
@@ -57,6 +58,7 @@ from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import evaluator_pb2 as evr_pb
 from crossaudit.v1 import info_pb2 as info_pb
 from crossaudit.v1 import policy_pb2 as pol_pb
+from crossaudit.v1 import replay_pb2 as rpl_pb
 from crossaudit.v1 import review_pb2 as rev_pb
 from orchestrator.reviews import timing
 
@@ -663,3 +665,118 @@ def server_info_from_pb(m: info_pb.ServerInfo) -> ServerInfo:
         isolation=m.isolation,
         weaker_isolation=m.weaker_isolation,
     )
+
+
+def _samples_to_pb(b: Bucket) -> rpl_pb.ReplaySamples:
+    return rpl_pb.ReplaySamples(count=b.count, decision_ids=b.samples)
+
+
+def _samples_from_pb(m: rpl_pb.ReplaySamples) -> Bucket:
+    return Bucket(count=m.count, samples=list(m.decision_ids))
+
+
+def replay_progress_to_pb(p: ReplayProgress) -> rpl_pb.ReplayEvent:
+    return rpl_pb.ReplayEvent(
+        progress=rpl_pb.ReplayProgress(
+            read=p.read, replayed=p.replayed, not_replayable=p.not_replayable, limit=p.limit, message=p.message
+        )
+    )
+
+
+def replay_progress_from_pb(m: rpl_pb.ReplayProgress) -> ReplayProgress:
+    return ReplayProgress(
+        read=m.read, replayed=m.replayed, not_replayable=m.not_replayable, limit=m.limit, message=m.message
+    )
+
+
+def replay_report_to_pb(r: ReplayReport) -> rpl_pb.ReplayEvent:
+    msg = rpl_pb.ReplayReport(
+        policy=r.policy,
+        candidate=r.candidate,
+        environment=r.environment,
+        since=r.since,
+        until=r.until,
+        read=r.read,
+        replayed=r.replayed,
+        unchanged=r.unchanged,
+        changed=_samples_to_pb(r.changed),
+        pass_to_fail=_samples_to_pb(r.pass_to_fail),
+        fail_to_pass=_samples_to_pb(r.fail_to_pass),
+        more=r.more,
+        evaluator_runs=r.evaluator_runs,
+        hint=r.hint,
+    )
+    for key, b in r.action_changes.items():
+        msg.action_changes[key].CopyFrom(_samples_to_pb(b))
+    for key, b in r.not_replayable.items():
+        msg.not_replayable[key].CopyFrom(_samples_to_pb(b))
+    for d in r.sorted_rules():
+        msg.rules.append(
+            rpl_pb.ReplayRuleDiff(
+                rule=d.rule,
+                change=d.change,
+                compared=d.compared,
+                pass_to_fail=_samples_to_pb(d.pass_to_fail),
+                fail_to_pass=_samples_to_pb(d.fail_to_pass),
+                score_shifts=_samples_to_pb(d.score_shifts),
+                mean_shift=d.mean_shift,
+                max_shift=d.max_shift,
+            )
+        )
+    if r.estimate is not None:
+        e = r.estimate
+        msg.estimate.CopyFrom(
+            rpl_pb.LLMEstimate(
+                calls=e.calls,
+                decisions=e.decisions,
+                prompt_tokens=e.prompt_tokens,
+                completion_tokens=e.completion_tokens,
+                cost_usd=e.cost_usd,
+                unpriced_models=sorted(e.unpriced_models),
+            )
+        )
+    return rpl_pb.ReplayEvent(report=msg)
+
+
+def replay_report_from_pb(m: rpl_pb.ReplayReport) -> ReplayReport:
+    report = ReplayReport(
+        policy=m.policy,
+        candidate=m.candidate,
+        environment=m.environment,
+        since=m.since if m.HasField("since") else None,
+        until=m.until if m.HasField("until") else None,
+        read=m.read,
+        replayed=m.replayed,
+        unchanged=m.unchanged,
+        changed=_samples_from_pb(m.changed),
+        pass_to_fail=_samples_from_pb(m.pass_to_fail),
+        fail_to_pass=_samples_from_pb(m.fail_to_pass),
+        action_changes={k: _samples_from_pb(v) for k, v in m.action_changes.items()},
+        not_replayable={k: _samples_from_pb(v) for k, v in m.not_replayable.items()},
+        more=m.more,
+        evaluator_runs=m.evaluator_runs,
+        hint=m.hint,
+    )
+    for d in m.rules:
+        diff = RuleDiff(
+            rule=d.rule,
+            change=d.change,
+            compared=d.compared,
+            pass_to_fail=_samples_from_pb(d.pass_to_fail),
+            fail_to_pass=_samples_from_pb(d.fail_to_pass),
+            score_shifts=_samples_from_pb(d.score_shifts),
+            max_shift=d.max_shift,
+        )
+        diff.total_shift = d.mean_shift * diff.score_shifts.count
+        report.rules[d.rule] = diff
+    if m.HasField("estimate"):
+        e = m.estimate
+        report.estimate = LLMEstimate(
+            calls=e.calls,
+            decisions=e.decisions,
+            prompt_tokens=e.prompt_tokens,
+            completion_tokens=e.completion_tokens,
+            cost_usd=e.cost_usd,
+            unpriced_models=list(e.unpriced_models),
+        )
+    return report

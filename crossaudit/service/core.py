@@ -5,6 +5,7 @@
 - :mod:`~crossaudit.service.admission`: evaluations (concurrency, deadlines, audit before answer);
 - :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
+- :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy;
 - :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox).
 
 Servicers (``servicers.py``) only convert messages and map errors, calling this one object;

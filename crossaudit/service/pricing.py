@@ -65,3 +65,16 @@ def price_for(prices: Mapping[str, LLMPrice], model: str) -> LLMPrice | None:
 
 def cost_usd(price: LLMPrice, prompt_tokens: int, completion_tokens: int) -> float:
     return (prompt_tokens * price.prompt + completion_tokens * price.completion) / MILLION
+
+
+# Replay's cost estimate of calling LLM judges again (``policy replay --rerun-llm``) counts tokens
+# before any call, from the text alone: its length over CHARS_PER_TOKEN (a rough average of
+# English text for the providers' tokenizers), plus PROMPT_OVERHEAD_TOKENS of framing per call
+# (roles, the JSON instruction); completions at each judge's max_tokens, so the cost is an upper
+# bound rather than a guess that could come in low.
+CHARS_PER_TOKEN = 4
+PROMPT_OVERHEAD_TOKENS = 64
+
+
+def estimated_prompt_tokens(*texts: str) -> int:
+    return PROMPT_OVERHEAD_TOKENS + -(-sum(len(t) for t in texts) // CHARS_PER_TOKEN)

@@ -58,6 +58,8 @@ LIST_REVIEWS = rpc("ReviewService", "ListReviews")
 RESOLVE_REVIEW = rpc("ReviewService", "ResolveReview")
 GET_DECISION = rpc("AuditService", "GetDecision")
 LIST_DECISIONS = rpc("AuditService", "ListDecisions")
+# Admin only (listed for no role below), as DeployPolicy: it reads the tenant's retained text.
+REPLAY = rpc("ReplayService", "Replay")
 
 ALL_METHODS = "*"
 # THE permission table: the methods each role may call (deny unless listed).

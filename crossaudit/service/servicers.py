@@ -27,6 +27,8 @@ from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
 from crossaudit.service.models import DeployResult, PolicyInfo, RollbackResult, ServerInfo
+from crossaudit.service.replay import ReplayRequest
+from crossaudit.service.replaydiff import ReplayReport
 from crossaudit.store.base import ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
@@ -40,6 +42,8 @@ from crossaudit.v1 import info_pb2 as info_pb
 from crossaudit.v1 import info_pb2_grpc as info_grpc
 from crossaudit.v1 import policy_pb2 as pol_pb
 from crossaudit.v1 import policy_pb2_grpc as pol_grpc
+from crossaudit.v1 import replay_pb2 as rpl_pb
+from crossaudit.v1 import replay_pb2_grpc as rpl_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
 
@@ -384,6 +388,31 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
         return audit_pb.ListDecisionsResponse(decisions=[convert.audit_to_pb(r) for r in recs])
 
 
+class ReplayServicer(_Base, rpl_grpc.ReplayServiceServicer):
+    """Admin only, as DeployPolicy (principals.PERMISSIONS lists it for no other role): a replay
+    reads the retained text of the tenant's decisions."""
+
+    @streaming
+    async def Replay(self, tenant: str, request: rpl_pb.ReplayRequest, context: Any) -> AsyncIterator[Any]:
+        req = ReplayRequest(
+            content=request.content,
+            against=request.against,
+            filename=request.filename,
+            environment=request.environment,
+            since=request.since if request.HasField("since") else None,
+            until=request.until if request.HasField("until") else None,
+            limit=request.limit,
+            rerun_llm=request.rerun_llm,
+            samples=request.samples,
+            estimate_only=request.estimate_only,
+        )
+        async for item in self.svc.replay(tenant, req):
+            if isinstance(item, ReplayReport):
+                yield convert.replay_report_to_pb(item)
+            else:
+                yield convert.replay_progress_to_pb(item)
+
+
 class InfoServicer(_Base, info_grpc.InfoServiceServicer):
     """Version and isolation of this server, so a caller can tell a weaker sandbox apart."""
 
@@ -432,6 +461,7 @@ def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Aut
     rev_grpc.add_ReviewServiceServicer_to_server(ReviewServicer(service, auth), server)
     audit_grpc.add_AuditServiceServicer_to_server(AuditServicer(service, auth), server)
     dlv_grpc.add_DeliveryServiceServicer_to_server(DeliveryServicer(service, auth), server)
+    rpl_grpc.add_ReplayServiceServicer_to_server(ReplayServicer(service, auth), server)
     return [
         info_pb.DESCRIPTOR.services_by_name["InfoService"].full_name,
         audit_pb.DESCRIPTOR.services_by_name["AuditService"].full_name,
@@ -440,4 +470,5 @@ def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Aut
         evr_pb.DESCRIPTOR.services_by_name["EvaluatorService"].full_name,
         rev_pb.DESCRIPTOR.services_by_name["ReviewService"].full_name,
         dlv_pb.DESCRIPTOR.services_by_name["DeliveryService"].full_name,
+        rpl_pb.DESCRIPTOR.services_by_name["ReplayService"].full_name,
     ]

@@ -111,6 +111,12 @@ class Tenants:
             self._engines[tenant] = eng
         return eng
 
+    def dedicated_engine(self, tenant: str) -> DecisionEngine:
+        """A new engine of ``tenant`` that no request shares (its own evaluator instances and
+        result cache; same scope, so its evaluators have the identities live ones have): replay
+        evaluates candidates on one, then closes it."""
+        return self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
+
     def uploads(self, tenant: str) -> UploadedEvaluators:
         up = self._uploads.get(tenant)
         if up is None:

@@ -327,6 +327,23 @@ class Store(abc.ABC):
         record is always answered), sizes read before any record is."""
 
     @abc.abstractmethod
+    async def page_decisions(
+        self,
+        tenant: str,
+        *,
+        policy: str,
+        environment: str,
+        since: float | None,
+        until: float | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> list[AuditRecord]:
+        """One page of ``tenant``'s records of ``policy`` in ``environment``, most recent first
+        (``created_at`` descending, then ``decision_id``), ``since``/``until`` inclusive;
+        ``after``: the (created_at, decision_id) of the previous page's last record (keyset paging,
+        so a page costs the same however deep it is and records written meanwhile never shift it)."""
+
+    @abc.abstractmethod
     async def count_decisions(self, tenant: str | None = None) -> int: ...
 
     @abc.abstractmethod

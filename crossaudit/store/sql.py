@@ -737,6 +737,35 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
+    async def page_decisions(
+        self,
+        tenant: str,
+        *,
+        policy: str,
+        environment: str,
+        since: float | None,
+        until: float | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> list[AuditRecord]:
+        def tx(c: Conn) -> list[AuditRecord]:
+            sql, args = _listing(
+                "decisions",
+                tenant,
+                {"policy=?": policy, "environment=?": environment},
+                since=since,
+                until=until,
+                order="created_at DESC, decision_id",
+                limit=limit,
+            )
+            if after is not None:  # the keyset: strictly after the previous page's last record
+                head, _, tail = sql.partition(" ORDER BY ")
+                sql = f"{head} AND (created_at<? OR (created_at=? AND decision_id>?)) ORDER BY {tail}"
+                args[-1:-1] = [float(after[0]), float(after[0]), str(after[1])]
+            return [_record(AuditRecord, r) for r in c.execute(sql, args)]
+
+        return await self._run(tx)
+
     async def count_decisions(self, tenant: str | None = None) -> int:
         def tx(c: Conn) -> int:
             if tenant is None:

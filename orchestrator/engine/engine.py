@@ -181,6 +181,10 @@ class Engine:
     def evaluator_for(self, policy: Policy, name: str) -> Evaluator:
         return self._evaluator(policy, name).evaluator
 
+    def identity_of(self, policy: Policy, name: str) -> str:
+        """The identity results of evaluator ``name`` carry (it is built once, as a call would)."""
+        return self._evaluator(policy, name).identity
+
     def _evaluator(self, policy: Policy, name: str) -> _Built:
         """The built evaluator, its cache identity and its rate limiter (once per policy version)."""
         key = (policy.digest or str(id(policy)), name)
