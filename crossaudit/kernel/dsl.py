@@ -431,6 +431,51 @@ Duration = Annotated[
 ]
 
 
+RETENTION_OFF = ("off", "0")  # a retention duration that retains nothing
+
+
+def retention_seconds(value: Any) -> float | None:
+    """Seconds of a retention duration (``7d``, ``12h``; ``0`` or ``off``: 0); None when unset.
+    ValueError naming the problem otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError("expected a duration such as 7d or 12h, or 0/off")
+    text = str(value).strip().lower()
+    if text in RETENTION_OFF or (isinstance(value, int | float) and value == 0):
+        return 0.0
+    if not re.match(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not a duration such as 7d or 12h, or 0/off")
+    seconds = duration_seconds(text)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"duration {text!r} is longer than the maximum of {MAX_DURATION_S // 86400}d")
+    return seconds
+
+
+class RetentionSettings(Strict):
+    inputs: str | None = Field(
+        default=None,
+        description=(
+            "Retain this policy's evaluation inputs (prompt, response, context, verdicts) for replay this long, "
+            "e.g. 7d or 12h; 0 or off: never. Never longer than the tenant's retention in the API-keys file "
+            "(nothing without one) or the server's retention.max_inputs_s (docs/retention.md)"
+        ),
+        examples=["7d", "12h", "off"],
+    )
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        retention_seconds(v)  # ValueError: a located validation error
+        return str(v).strip()
+
+    def inputs_seconds(self) -> float | None:
+        """Seconds asked for (0: off), None when the policy leaves it to the tenant's setting."""
+        return retention_seconds(self.inputs)
+
+
 class FlagConfig(ActionConfigBase):
     severity: Severity = Field(default=Severity.MEDIUM, description="low, medium, high, critical")
     assignee: str | None = Field(default=None, description="Team or person to review the flag")
@@ -555,6 +600,10 @@ class PolicySettings(Strict):
     timezone: str = Field(default="UTC", description="IANA timezone for time.* condition fields")
     stop_on_block: bool = Field(
         default=True, description="A failed block rule skips lower-priority rules (one that got no verdict does not)"
+    )
+    retention: RetentionSettings | None = Field(
+        default=None,
+        description="Retained evaluation inputs for replay (a CrossAudit extension; docs/retention.md)",
     )
 
 

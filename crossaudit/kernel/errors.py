@@ -36,6 +36,8 @@ module stays transport-neutral.
     ├── ReviewAlreadyResolvedError        failed_precondition
     ├── DeliveryPendingError              failed_precondition
     ├── NotReplayableError                failed_precondition               (reason)
+    ├── RetentionKeyError                 failed_precondition               (operator key missing or not the one)
+    ├── RetainedInputsTamperedError       failed_precondition               (a retained row fails authentication)
     └── EvaluatorError                    internal
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
@@ -321,6 +323,21 @@ class ReviewAlreadyResolvedError(CrossAuditError):
 
 class DeliveryPendingError(CrossAuditError):
     """A webhook or decision-log message is still pending: there is nothing to redeliver yet."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class RetentionKeyError(CrossAuditError):
+    """Retained inputs need an operator key that is not configured, or a tenant's data key is
+    wrapped by another operator key than the ones configured (docs/retention.md). The message
+    names key ids, never key material."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class RetainedInputsTamperedError(CrossAuditError):
+    """A retained row (or a wrapped tenant key) failed AES-GCM authentication: altered, or moved
+    to another tenant or decision. Never answered as garbage; the message names the decision only."""
 
     code = ErrorCode.FAILED_PRECONDITION
 

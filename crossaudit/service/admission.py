@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -20,6 +21,7 @@ from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, fit_audit, review_records
+from crossaudit.service.retention import Retention
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AUDIT_DAY_S, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
 from orchestrator.policy import Policy
@@ -61,8 +63,10 @@ class Admission:
         audit_raw_text: bool,
         deliveries: Deliveries | None = None,
         shares: Mapping[str, float] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.store = store
+        self.retention = retention
         self.tenants = tenants
         self.catalog = catalog
         self.limits = limits
@@ -145,8 +149,9 @@ class Admission:
             rec, pol, decision = task.result()
             decision.decision_id = decision_id
             outcome = await self._record(
-                tenant, rec, pol, decision, env, prompt, response, context, request_id=request_id, encode=encode
-            )
+                tenant, rec, pol, decision, env, prompt, response, context, request_id=request_id, encode=encode,
+                stage=stage,
+            )  # fmt: skip
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
             if log.isEnabledFor(logging.DEBUG):
                 verdict = "passed" if decision.passed else "failed"
@@ -202,6 +207,7 @@ class Admission:
         *,
         request_id: str,
         encode: Callable[[EvaluationOutcome], Any] | None,
+        stage: str = "",
     ) -> EvaluationOutcome:
         """The answer, then its audit record, reviews and outbox rows in one write: the audit log
         never holds a decision that could not be sent, and the answer names only what was kept."""
@@ -221,7 +227,17 @@ class Admission:
             request_id=request_id,
             now=time.time(),
         )
+        # the inputs, sealed when the tenant and policy retain them: written with the record
+        retained = None
+        if self.retention is not None:
+            retained = await self.retention.seal(
+                tenant, pol, decision, env, prompt, response, context, stage=stage, now=audit.created_at
+            )
+            if retained is not None:
+                audit = dataclasses.replace(audit, inputs_retained_until=retained.expires_at)
         audit, size, rules_json = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
+        if retained is not None:
+            size += retained.size  # retained bytes count toward the tenant's audit quota
         messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
         # a webhook over its tenant's pending quota is not written; the decision always is
         quotas = self.deliveries.quotas if self.deliveries else None
@@ -233,6 +249,7 @@ class Admission:
             audit_bytes=size,
             rules_json=rules_json,
             max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
+            retained=retained,
         )
         not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}
         if not_opened:  # the open-reviews quota: the answer names only the reviews that opened

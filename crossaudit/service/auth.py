@@ -54,7 +54,14 @@ from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, Unauth
 from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
 from crossaudit.service.errors import abort
-from crossaudit.service.grants import LLM_HOSTS_KEY, TenantGrants, parse_hosts, parse_share, parse_tenant_entry
+from crossaudit.service.grants import (
+    LLM_HOSTS_KEY,
+    TenantGrants,
+    parse_hosts,
+    parse_retention,
+    parse_share,
+    parse_tenant_entry,
+)
 from crossaudit.service.principals import (
     PRINCIPAL_NAME,
     Principal,
@@ -240,6 +247,7 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
     tenant_hosts: dict[str, tuple[str, ...]] = {}
     webhooks: dict[str, Any] = {}
     shares: dict[str, float] = {}
+    retention: dict[str, float] = {}
     for tenant, entry in doc["tenants"].items():
         if not isinstance(tenant, str) or not TENANT_NAME.match(tenant):
             raise ConfigurationError(f"API keys file {p}: invalid tenant name {tenant!r}")
@@ -247,6 +255,7 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
             entry, f"API keys file {p}: tenant {tenant!r}", p.parent
         )
         shares[tenant] = parse_share(entry, f"API keys file {p}: tenant {tenant!r}")
+        retention[tenant] = parse_retention(entry, f"API keys file {p}: tenant {tenant!r}")
         if isinstance(keys, str):
             keys = [keys]
         if not isinstance(keys, list) or not keys:
@@ -279,6 +288,7 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
         tenant_llm_hosts=tenant_hosts,
         webhooks=webhooks,
         shares=shares,
+        retention={t: s for t, s in retention.items() if s > 0},
     )
     return TenantsFile(out, grants, principals)
 

@@ -359,6 +359,64 @@ class MetricsLimits:
 
 
 @dataclass(frozen=True)
+class RetentionConfig:
+    """Retained evaluation inputs: the operator key, the server's ceiling, the purge worker
+    (docs/retention.md). Nothing is retained until an operator key is configured."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    operator_key_file: Annotated[
+        Path | None,
+        Field(
+            description="file (owner-only) holding the operator key: 32 random bytes, base64; wraps each tenant's key"
+        ),
+    ] = None
+    operator_key_env: Annotated[
+        str | None, Field(description="... or the name of the environment variable holding it (not both)")
+    ] = None
+    previous_operator_key_file: Annotated[
+        Path | None,
+        Field(description="during a rotation, the key being replaced: tenant keys it wrapped are rewrapped at start"),
+    ] = None
+    previous_operator_key_env: Annotated[str | None, Field(description="... or the variable holding it")] = None
+    max_inputs_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "the longest any input is retained, whatever a tenant's `retention: {inputs: ...}` (API-keys file) or "
+                "a policy's `settings.retention.inputs` ask"
+            )
+        ),
+    ] = 30 * 86_400.0
+    max_inputs_bytes_per_decision: Annotated[
+        PositiveInt,
+        Field(
+            description="a decision whose sealed inputs are larger is answered and audited, its inputs not retained"
+        ),
+    ] = 1024 * 1024
+    max_index_fields: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "top-level scalar context fields of one decision indexed for `audit erase --context-field` (by name,"
+                " in sorted order); fields beyond are retained but not findable by field"
+            )
+        ),
+    ] = 32
+    max_load_ids: Annotated[
+        PositiveInt, Field(description="decision ids one `Retention.load` call (one store round trip) may ask for")
+    ] = 500
+    purge_interval_s: Annotated[PositiveFloat, Field(description="the purge worker runs this often")] = 60.0
+    purge_batch: Annotated[PositiveInt, Field(description="expired rows deleted per transaction")] = 1_000
+    max_purge_batches: Annotated[
+        PositiveInt, Field(description="transactions one purge run makes at most (the rest waits for the next run)")
+    ] = 100
+    rewrap_batch: Annotated[
+        PositiveInt, Field(description="tenant keys rewrapped per transaction during an operator-key rotation")
+    ] = 100
+
+
+@dataclass(frozen=True)
 class CLI:
     """Marks a server setting that ``crossaudit serve`` takes as a flag of its own (every setting
     also takes ``--set KEY=VALUE``): ``--<key with dashes>`` unless ``flag`` names another."""
@@ -525,6 +583,9 @@ class ServerConfig:
     postgres_limits: Annotated[PostgresLimits, Field(description="the PostgreSQL store")] = field(
         default_factory=PostgresLimits
     )
+    retention: Annotated[
+        RetentionConfig, Field(description="retained evaluation inputs (docs/retention.md)")
+    ] = field(default_factory=RetentionConfig)
     model_server_limits: Annotated[ModelServerLimits, Field(description="the builtins' model servers")] = field(
         default_factory=ModelServerLimits
     )

@@ -5,8 +5,9 @@
 - :mod:`~crossaudit.service.admission`: evaluations (concurrency, deadlines, audit before answer);
 - :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
-- :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy;
-- :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox).
+- :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox);
+- :mod:`~crossaudit.service.retention`: retained inputs (sealed, purged, erased; read by replay);
+- :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy.
 
 Servicers (``servicers.py``) only convert messages and map errors, calling this one object;
 everything works on plain models and the :class:`~crossaudit.store.Store`.
@@ -17,11 +18,13 @@ from __future__ import annotations
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
-from crossaudit.service.config import ServiceLimits
+from crossaudit.service.config import RetentionConfig, ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.records import Records
+from crossaudit.service.replay import Replays
+from crossaudit.service.retention import Retention
 from crossaudit.service.tenants import EngineProvider, Tenants
 from crossaudit.service.uploads import Uploads
 from crossaudit.store.base import Store
@@ -42,6 +45,7 @@ class CrossAuditService:
         audit_raw_text: bool = False,
         grants: TenantGrants | None = None,
         delivery: DeliveryConfig | None = None,
+        retention: RetentionConfig | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -73,6 +77,7 @@ class CrossAuditService:
         )
         self.records = Records(store, self.tenants, limits=self.limits)
         self.deliveries = Deliveries(store, self.grants, delivery, registry=self.metrics.registry)
+        self.retention = Retention(store, self.grants, retention)
         self.admission = Admission(
             store,
             self.tenants,
@@ -82,6 +87,10 @@ class CrossAuditService:
             audit_raw_text=audit_raw_text,
             deliveries=self.deliveries,
             shares=self.grants.shares,
+            retention=self.retention,
+        )
+        self.replays = Replays(
+            store, self.tenants, self.catalog, self.retention, limits=self.limits, prices=self.metrics.prices
         )
 
         # The API the servicers call; each method belongs to one component.
@@ -105,11 +114,16 @@ class CrossAuditService:
         self.resolve_review = self.records.resolve_review
         self.list_deliveries = self.deliveries.list_deliveries
         self.redeliver = self.deliveries.redeliver
+        self.erase_inputs = self.retention.erase
+        self.replay = self.replays.replay
 
     def start(self) -> None:
-        """Start the background work (webhook and decision-log delivery); needs a running loop."""
+        """Start the background work (webhook and decision-log delivery, the retained inputs'
+        purge); needs a running loop."""
         self.deliveries.start()
+        self.retention.start()
 
     async def aclose(self) -> None:
+        await self.retention.aclose()
         await self.deliveries.aclose()
         await self.tenants.aclose()

@@ -12,6 +12,7 @@ Both live in the API-keys file, next to each tenant's keys::
         llm_base_url_hosts: ["vllm.acme.internal:8000"]   # this tenant only
         webhooks: {allow: ["https://hooks.acme.example"], signing_secret: {env: ACME_HOOK_SIGNING}}
         share: 2                                           # its weight in fair admission (default 1)
+        retention: {inputs: 7d}                            # retained inputs' ceiling (docs/retention.md)
       globex: [globex-key-at-least-16-chars]               # the short form: keys only
 
 A tenant's ``${NAME}`` (and an LLM provider's standard variable such as ``OPENAI_API_KEY``)
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from crossaudit.kernel.dsl import retention_seconds
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
 from orchestrator.secrets import (
@@ -44,8 +46,9 @@ from orchestrator.secrets import (
 
 LLM_HOSTS_KEY = "llm_base_url_hosts"
 SHARE_KEY = "share"
+RETENTION_KEY = "retention"
 MAX_SHARE = 1_000.0  # a tenant's share is a weight in (0, MAX_SHARE]: see crossaudit.service.fairness
-TENANT_ENTRY_KEYS = frozenset({"keys", "secrets", LLM_HOSTS_KEY, WEBHOOKS_KEY, SHARE_KEY})
+TENANT_ENTRY_KEYS = frozenset({"keys", "secrets", LLM_HOSTS_KEY, WEBHOOKS_KEY, SHARE_KEY, RETENTION_KEY})
 MAX_SECRETS_PER_TENANT = 256  # secrets one tenant may be granted
 MAX_LLM_HOSTS = 1_000  # host patterns in one list
 
@@ -59,6 +62,8 @@ class TenantGrants:
     max_secret_bytes: int = MAX_SECRET_BYTES
     webhooks: Mapping[str, WebhookGrant] = field(default_factory=dict)  # where each tenant's webhooks may go
     shares: Mapping[str, float] = field(default_factory=dict)  # weights in fair admission; unlisted = 1
+    # seconds each tenant's inputs may be retained (its ceiling and default); unlisted = never
+    retention: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def dev(cls) -> TenantGrants:
@@ -145,6 +150,19 @@ def parse_share(entry: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_SHARE:
         raise ConfigurationError(f"{where}: share must be a number above 0 and at most {MAX_SHARE:g}")
     return float(value)
+
+
+def parse_retention(entry: Any, where: str) -> float:
+    """A tenant's ``retention: {inputs: 7d}`` in seconds (0 when absent or ``off``)."""
+    value = entry.get(RETENTION_KEY) if isinstance(entry, dict) else None
+    if value is None:
+        return 0.0
+    if not isinstance(value, dict) or set(value) - {"inputs"}:
+        raise ConfigurationError(f"{where}: retention must be {{inputs: DURATION}} (e.g. 7d, 12h, or off)")
+    try:
+        return retention_seconds(value.get("inputs")) or 0.0
+    except ValueError as exc:
+        raise ConfigurationError(f"{where}: retention.inputs: {exc}") from None
 
 
 def parse_tenant_entry(

@@ -31,9 +31,9 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from crossaudit.kernel.dsl import LLMConfig
 from crossaudit.kernel.errors import (
@@ -48,6 +48,7 @@ from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, estimated_prompt_tokens, price_for
 from crossaudit.service.replaydiff import LLMEstimate, RecordedDecision, ReplayProgress, ReplayReport
+from crossaudit.service.retention import RetainedInputs, Retention
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AuditRecord, Store
 from orchestrator.engine.engine import Engine
@@ -58,29 +59,11 @@ from orchestrator.policy import Policy
 log = logging.getLogger("crossaudit.service")
 
 RETENTION_HINT = (
-    "{n} decision(s) had no retained inputs: policy {policy!r} did not keep them. Turn retention on "
-    "(`settings: retention: {{inputs: 7d}}` in the policy, or the tenant's entry of the API-keys file) "
-    "and deploy it; decisions made after that can be replayed (docs/replay.md)"
+    "{n} decision(s) had no retained inputs: policy {policy!r} did not keep them. Retention is opt-in: the "
+    "tenant's `retention: {{inputs: 7d}}` in the API-keys file, an operator key (retention.operator_key_file) and, "
+    "for this policy alone, `settings: retention: {{inputs: ...}}`; decisions made after that can be replayed "
+    "(docs/retention.md, docs/replay.md)"
 )
-
-
-class RetainedLike(Protocol):
-    """What replay reads of one decision's retained inputs (the retention component's record)."""
-
-    @property
-    def prompt(self) -> str: ...
-    @property
-    def response(self) -> str: ...
-    @property
-    def context(self) -> Mapping[str, Any]: ...
-    @property
-    def stage(self) -> str: ...
-    @property
-    def results(self) -> Mapping[str, Mapping[str, Any]]: ...
-
-
-class RetainedSource(Protocol):
-    async def load(self, tenant: str, decision_ids: Sequence[str]) -> Mapping[str, RetainedLike]: ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +86,7 @@ class Replays:
         store: Store,
         tenants: Tenants,
         catalog: PolicyCatalog,
-        retention: RetainedSource,
+        retention: Retention,
         *,
         limits: ServiceLimits,
         prices: Mapping[str, LLMPrice] = DEFAULT_LLM_PRICES,
@@ -207,7 +190,7 @@ class Replays:
                 break
             after = (records[-1].created_at, records[-1].decision_id)
             report.read += len(records)
-            retained = await self.retention.load(tenant, [r.decision_id for r in records])
+            retained = await self._load(tenant, [r.decision_id for r in records])
             await asyncio.gather(
                 *(
                     self._one(engine, policy, report, rec, retained.get(rec.decision_id), may_run, slots, judges)
@@ -224,6 +207,14 @@ class Replays:
             )
             if len(records) < want:
                 break
+
+    async def _load(self, tenant: str, ids: list[str]) -> dict[str, RetainedInputs]:
+        """One page's retained inputs, in loads of at most retention.max_load_ids."""
+        batch = self.retention.config.max_load_ids
+        found: dict[str, RetainedInputs] = {}
+        for i in range(0, len(ids), batch):
+            found.update(await self.retention.load(tenant, ids[i : i + batch]))
+        return found
 
     async def _page(
         self,
@@ -250,7 +241,7 @@ class Replays:
         policy: Policy,
         report: ReplayReport,
         rec: AuditRecord,
-        kept: RetainedLike | None,
+        kept: RetainedInputs | None,
         may_run: Any,
         slots: asyncio.Semaphore,
         judges: list[_Judge],
@@ -264,7 +255,7 @@ class Replays:
         async with slots:
             await self._evaluate(engine, policy, report, rec, kept, may_run)
 
-    def _estimate(self, estimate: LLMEstimate, kept: RetainedLike, judges: list[_Judge]) -> None:
+    def _estimate(self, estimate: LLMEstimate, kept: RetainedInputs, judges: list[_Judge]) -> None:
         calls = [j for j in judges if j.identity not in kept.results]
         if not calls:
             return
@@ -282,7 +273,7 @@ class Replays:
                 estimate.cost_usd += cost_usd(price, prompt, j.max_tokens)
 
     async def _evaluate(
-        self, engine: Any, policy: Policy, report: ReplayReport, rec: AuditRecord, kept: RetainedLike, may_run: Any
+        self, engine: Any, policy: Policy, report: ReplayReport, rec: AuditRecord, kept: RetainedInputs, may_run: Any
     ) -> None:
         try:
             results = {k: EvaluatorResult.model_validate(v) for k, v in kept.results.items()}
@@ -339,10 +330,8 @@ def _judges(engine: Any, policy: Policy) -> list[_Judge]:
 
 def _missing_reason(rec: AuditRecord, now: float) -> Unreplayable:
     """Why a record has no retained inputs, as far as the record knows."""
-    erased = getattr(rec, "inputs_erased_at", None)
-    if erased is not None:
+    if rec.inputs_erased_at is not None:
         return Unreplayable.ERASED
-    until = getattr(rec, "inputs_retained_until", None)
-    if until is not None:
-        return Unreplayable.EXPIRED if until <= now else Unreplayable.NOT_RETAINED
+    if rec.inputs_retained_until is not None and rec.inputs_retained_until <= now:
+        return Unreplayable.EXPIRED
     return Unreplayable.NOT_RETAINED

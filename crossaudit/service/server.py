@@ -429,6 +429,7 @@ def build_service(
             decision_log_dir=config.decision_log_dir,
             limits=config.delivery_limits,
         ),
+        retention=config.retention,
     )
 
 

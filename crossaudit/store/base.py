@@ -99,6 +99,10 @@ class AuditRecord:
     # What was cut to keep the record within limits.max_audit_bytes_per_decision ("" = nothing):
     # the setting, its value, the parts removed and the size before.
     truncated: str = ""
+    # Its retained inputs (docs/retention.md): kept until then (None: never retained), and when
+    # an erasure removed them and the raw text above (None: never erased). Replay says which.
+    inputs_retained_until: float | None = None
+    inputs_erased_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,58 @@ class OutboxRecord:
     delivered_at: float | None = None
 
 
+@dataclass(frozen=True)
+class RetainedRecord:
+    """A decision's retained inputs, sealed (crossaudit.service.vault): only ciphertext is stored.
+    ``index``: blind-index digests of its context's top-level scalar fields (erasure by field)."""
+
+    tenant: str
+    decision_id: str
+    policy: str
+    environment: str
+    created_at: float
+    expires_at: float
+    key_id: str  # the tenant data key that sealed it
+    nonce: bytes
+    ciphertext: bytes
+    index: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        """Bytes it costs its tenant's audit quota: ciphertext, nonce, index digests, fixed part."""
+        return RETAINED_ROW_BYTES + len(self.ciphertext) + len(self.nonce) + sum(len(d) for d in self.index)
+
+
+@dataclass(frozen=True)
+class TenantKeyRecord:
+    """A tenant's data key, wrapped by the operator key ``operator_key_id`` (never stored bare)."""
+
+    tenant: str
+    key_id: str
+    operator_key_id: str
+    wrapped: bytes
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ErasureRecord:
+    """One erasure of retained inputs: what asked for it, never the value it matched."""
+
+    id: str
+    tenant: str
+    selector_kind: str  # "decision" or "context_field"
+    selector_digest: str  # a digest of the selector (a keyed one for a context field's value)
+    decisions: int  # decisions whose inputs and raw text were removed
+    created_at: float
+    actor: str
+
+
 # What a NUL (U+0000) is stored as: PostgreSQL text cannot hold one. Audit texts are written with
 # it already replaced on every backend, so their measured size is what is stored.
 NUL_REPLACEMENT = "\ufffd"
 AUDIT_DAY_S = 86_400  # audit quotas count per UTC day: day = int(created_at // AUDIT_DAY_S)
 AUDIT_ROW_BYTES = 512  # an audit row's fixed part (ids, hashes, names, numbers), counted for every record
+RETAINED_ROW_BYTES = 256  # a retained row's fixed part (ids, names, times), counted like AUDIT_ROW_BYTES
 
 
 def audit_rules_json(rec: AuditRecord) -> str:
@@ -287,6 +338,7 @@ class Store(abc.ABC):
         audit_bytes: int | None = None,
         max_open_reviews: int | None = None,
         rules_json: str | None = None,
+        retained: RetainedRecord | None = None,
     ) -> list[OutboxRecord | ReviewRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
         sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
@@ -302,7 +354,10 @@ class Store(abc.ABC):
 
         ``max_open_reviews``: when the decision's reviews would take its tenant's open reviews
         past it, none of them is opened; the audit record is written all the same, each of its
-        rules that asked for a review saying ``review_not_opened`` (:data:`OPEN_REVIEWS_QUOTA`)."""
+        rules that asked for a review saying ``review_not_opened`` (:data:`OPEN_REVIEWS_QUOTA`).
+
+        ``retained``: the decision's sealed inputs and their blind index, written in the same
+        transaction (the caller counts their size in ``audit_bytes``)."""
 
     @abc.abstractmethod
     async def audit_bytes(self, tenant: str, day: int) -> int:
@@ -383,6 +438,48 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]: ...
+
+    # --- retained inputs (docs/retention.md) ----------------------------------------------
+
+    @abc.abstractmethod
+    async def get_tenant_key(self, tenant: str) -> TenantKeyRecord | None: ...
+
+    @abc.abstractmethod
+    async def put_tenant_key(self, rec: TenantKeyRecord) -> TenantKeyRecord:
+        """Store ``rec`` unless its tenant has a key already; returns the tenant's key either way
+        (two replicas creating one at once agree on the first)."""
+
+    @abc.abstractmethod
+    async def rewrap_tenant_key(self, tenant: str, old_operator_key_id: str, rec: TenantKeyRecord) -> bool:
+        """Replace the tenant's wrapped key (same data key, rewrapped) if it is still wrapped by
+        ``old_operator_key_id``; False when another writer did it first."""
+
+    @abc.abstractmethod
+    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int) -> list[TenantKeyRecord]:
+        """Up to ``limit`` tenants' keys wrapped by another operator key than ``not_wrapped_by``."""
+
+    @abc.abstractmethod
+    async def load_retained(self, tenant: str, decision_ids: Sequence[str], now: float) -> list[RetainedRecord]:
+        """The tenant's retained rows of ``decision_ids`` that have not expired at ``now`` (erased
+        rows are gone), in one transaction; ``index`` is left empty."""
+
+    @abc.abstractmethod
+    async def erase_inputs(
+        self, erasure: ErasureRecord, *, decision_id: str | None = None, blind_index: str | None = None
+    ) -> ErasureRecord:
+        """Remove the retained inputs and the audit records' raw prompt/response of the tenant's
+        decision ``decision_id`` (NotFoundError when the tenant has no such decision) or of every
+        decision whose retained context has ``blind_index``; mark those decisions erased; record
+        ``erasure`` with the count, all in one transaction. Returns the recorded erasure."""
+
+    @abc.abstractmethod
+    async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
+        """Most recent first."""
+
+    @abc.abstractmethod
+    async def purge_retained(self, now: float, *, limit: int) -> int:
+        """Delete up to ``limit`` rows (every tenant's) that expired before ``now``, with their
+        index; returns how many."""
 
     # --- outbox (every tenant's: the delivery workers are the operator's) -----------------
 

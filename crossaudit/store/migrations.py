@@ -90,6 +90,35 @@ CREATE TABLE IF NOT EXISTS audit_usage (
     PRIMARY KEY (tenant, day, writer)
 );
 """,
+    # 6: retained inputs (docs/retention.md): sealed rows, their blind index for erasure by
+    # context field, the tenants' wrapped data keys, the erasures done; the decisions say until
+    # when their inputs are kept and when they were erased
+    """
+ALTER TABLE decisions ADD COLUMN inputs_retained_until REAL;
+ALTER TABLE decisions ADD COLUMN inputs_erased_at REAL;
+CREATE TABLE IF NOT EXISTS retained_inputs (
+    tenant TEXT NOT NULL, decision_id TEXT NOT NULL, policy TEXT NOT NULL, environment TEXT NOT NULL,
+    created_at REAL NOT NULL, expires_at REAL NOT NULL, key_id TEXT NOT NULL,
+    nonce BLOB NOT NULL, ciphertext BLOB NOT NULL,
+    PRIMARY KEY (tenant, decision_id)
+);
+CREATE INDEX IF NOT EXISTS retained_inputs_expiry ON retained_inputs (expires_at);
+CREATE TABLE IF NOT EXISTS retained_index (
+    tenant TEXT NOT NULL, digest TEXT NOT NULL, decision_id TEXT NOT NULL,
+    PRIMARY KEY (tenant, digest, decision_id)
+);
+CREATE INDEX IF NOT EXISTS retained_index_decision ON retained_index (tenant, decision_id);
+CREATE TABLE IF NOT EXISTS tenant_keys (
+    tenant TEXT PRIMARY KEY, key_id TEXT NOT NULL, operator_key_id TEXT NOT NULL,
+    wrapped BLOB NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tenant_keys_operator ON tenant_keys (operator_key_id);
+CREATE TABLE IF NOT EXISTS erasures (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, selector_kind TEXT NOT NULL, selector_digest TEXT NOT NULL,
+    decisions INTEGER NOT NULL, created_at REAL NOT NULL, actor TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS erasures_tenant ON erasures (tenant, created_at);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -167,5 +196,32 @@ CREATE TABLE audit_usage (
     tenant TEXT NOT NULL, day INTEGER NOT NULL, writer TEXT NOT NULL, bytes BIGINT NOT NULL,
     PRIMARY KEY (tenant, day, writer)
 );
+""",
+    # 5: retained inputs (SQLite's step 6)
+    """
+ALTER TABLE decisions ADD COLUMN inputs_retained_until DOUBLE PRECISION;
+ALTER TABLE decisions ADD COLUMN inputs_erased_at DOUBLE PRECISION;
+CREATE TABLE retained_inputs (
+    tenant TEXT NOT NULL, decision_id TEXT NOT NULL, policy TEXT NOT NULL, environment TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL, key_id TEXT NOT NULL,
+    nonce BYTEA NOT NULL, ciphertext BYTEA NOT NULL,
+    PRIMARY KEY (tenant, decision_id)
+);
+CREATE INDEX retained_inputs_expiry ON retained_inputs (expires_at);
+CREATE TABLE retained_index (
+    tenant TEXT NOT NULL, digest TEXT NOT NULL, decision_id TEXT NOT NULL,
+    PRIMARY KEY (tenant, digest, decision_id)
+);
+CREATE INDEX retained_index_decision ON retained_index (tenant, decision_id);
+CREATE TABLE tenant_keys (
+    tenant TEXT PRIMARY KEY, key_id TEXT NOT NULL, operator_key_id TEXT NOT NULL,
+    wrapped BYTEA NOT NULL, created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX tenant_keys_operator ON tenant_keys (operator_key_id);
+CREATE TABLE erasures (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, selector_kind TEXT NOT NULL, selector_digest TEXT NOT NULL,
+    decisions INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, actor TEXT NOT NULL
+);
+CREATE INDEX erasures_tenant ON erasures (tenant, created_at);
 """,
 )

@@ -35,17 +35,20 @@ from crossaudit.store.base import (
     OPEN_REVIEWS_QUOTA,
     AuditRecord,
     DeploymentRecord,
+    ErasureRecord,
     EvaluatorRecord,
     FeedbackRecord,
     OutboxRecord,
     OutboxState,
     PolicySummaryRecord,
     PolicyVersionRecord,
+    RetainedRecord,
     ReviewAlreadyResolvedError,
     ReviewRecord,
     ReviewState,
     Store,
     StoreUnavailableError,
+    TenantKeyRecord,
     audit_rules_json,
     audit_size,
     sha256_text,
@@ -90,6 +93,8 @@ TABLES: dict[type, str] = {
     ReviewRecord: "reviews",
     FeedbackRecord: "feedback",
     OutboxRecord: "outbox",
+    TenantKeyRecord: "tenant_keys",
+    ErasureRecord: "erasures",
 }
 
 
@@ -114,6 +119,8 @@ def _codec(tp: Any) -> Codec:
         return tp, (lambda v: v.value)
     if tp is bool:
         return bool, int
+    if tp is bytes:
+        return bytes, _same  # PostgreSQL may answer a memoryview
     return _same, _same
 
 
@@ -240,6 +247,7 @@ class _DecisionWrite:
     rules_json: str | None = None  # the audit record's rules, already encoded
     refused: list[OutboxRecord | ReviewRecord] = dataclasses.field(default_factory=list)
     max_open_reviews: int | None = None
+    retained: RetainedRecord | None = None  # the decision's sealed inputs (docs/retention.md)
 
 
 # The tenants with pending messages of a kind, one index seek each (a loose index scan on
@@ -309,6 +317,36 @@ def _pending_count(c: Conn, tenant: str, kind: str) -> int:
         "SELECT COUNT(*) FROM outbox WHERE tenant=? AND kind=? AND state=?", (tenant, kind, OutboxState.PENDING.value)
     ).fetchone()
     return int(row[0])
+
+
+_RETAINED_COLUMNS = (
+    "tenant", "decision_id", "policy", "environment", "created_at", "expires_at", "key_id", "nonce", "ciphertext"
+)  # fmt: skip
+
+
+def _insert_retained(c: Conn, rec: RetainedRecord) -> None:
+    c.execute(
+        f"INSERT INTO retained_inputs ({', '.join(_RETAINED_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(_RETAINED_COLUMNS))})",
+        [getattr(rec, name) for name in _RETAINED_COLUMNS],
+    )
+    if rec.index:
+        c.executemany(
+            "INSERT INTO retained_index (tenant, digest, decision_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            [(rec.tenant, digest, rec.decision_id) for digest in sorted(set(rec.index))],
+        )
+
+
+def _retained(row: Row) -> RetainedRecord:
+    return RetainedRecord(
+        **{name: row[name] for name in _RETAINED_COLUMNS if name not in ("nonce", "ciphertext")},
+        nonce=bytes(row["nonce"]),
+        ciphertext=bytes(row["ciphertext"]),
+    )
+
+
+# The decisions an erasure matches, as a subquery with one bound value (the tenant comes first).
+_ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
 
 
 class SqlStore(Store):
@@ -617,9 +655,10 @@ class SqlStore(Store):
         audit_bytes: int | None = None,
         max_open_reviews: int | None = None,
         rules_json: str | None = None,
+        retained: RetainedRecord | None = None,
     ) -> list[OutboxRecord | ReviewRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
-        for rec in (*reviews, *outbox):
+        for rec in (*reviews, *outbox, *((retained,) if retained else ())):
             if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
                 raise InvalidInputError("a review or message must belong to the decision it is recorded with")
         if self._decisions is None:
@@ -631,6 +670,7 @@ class SqlStore(Store):
         size = audit_size(audit, rules_json) if audit_bytes is None else audit_bytes
         write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}), size, rules_json)
         write.max_open_reviews = max_open_reviews
+        write.retained = retained
         await self._decisions.commit(write)
         return write.refused
 
@@ -661,6 +701,8 @@ class SqlStore(Store):
                 _insert(c, audit, encoded={"rules": write.rules_json} if audit is write.records[0] else None)
                 for rec in reviews:
                     _insert(c, rec)
+                if write.retained is not None:
+                    _insert_retained(c, write.retained)
                 key = (audit.tenant, int(audit.created_at // AUDIT_DAY_S))
                 usage[key] = usage.get(key, 0) + write.audit_bytes
                 for msg in write.outbox:
@@ -872,6 +914,112 @@ class SqlStore(Store):
             q = _listing("feedback", tenant, {"decision_id=?": decision_id or None}, order="created_at, id")
             rows = c.execute(*q).fetchall()
             return [_record(FeedbackRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    # --- retained inputs ------------------------------------------------------------------
+
+    async def get_tenant_key(self, tenant: str) -> TenantKeyRecord | None:
+        def tx(c: Conn) -> TenantKeyRecord | None:
+            row = c.execute("SELECT * FROM tenant_keys WHERE tenant=?", (tenant,)).fetchone()
+            return None if row is None else _record(TenantKeyRecord, row)
+
+        return await self._run(tx)
+
+    async def put_tenant_key(self, rec: TenantKeyRecord) -> TenantKeyRecord:
+        def tx(c: Conn) -> TenantKeyRecord:
+            _insert(c, rec, "ON CONFLICT (tenant) DO NOTHING")
+            row = c.execute("SELECT * FROM tenant_keys WHERE tenant=?", (rec.tenant,)).fetchone()
+            return _record(TenantKeyRecord, row)
+
+        return await self._run(tx)
+
+    async def rewrap_tenant_key(self, tenant: str, old_operator_key_id: str, rec: TenantKeyRecord) -> bool:
+        if rec.tenant != tenant:
+            raise InvalidInputError("a tenant's key is rewrapped for that tenant only")
+
+        def tx(c: Conn) -> bool:
+            cur = c.execute(
+                "UPDATE tenant_keys SET operator_key_id=?, wrapped=? WHERE tenant=? AND operator_key_id=? AND key_id=?",
+                (rec.operator_key_id, rec.wrapped, tenant, old_operator_key_id, rec.key_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(tx)
+
+    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int) -> list[TenantKeyRecord]:
+        def tx(c: Conn) -> list[TenantKeyRecord]:
+            rows = c.execute(
+                "SELECT * FROM tenant_keys WHERE operator_key_id<>? ORDER BY tenant LIMIT ?",
+                (not_wrapped_by, _page(limit)),
+            ).fetchall()
+            return [_record(TenantKeyRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    async def load_retained(self, tenant: str, decision_ids: Sequence[str], now: float) -> list[RetainedRecord]:
+        ids = list(dict.fromkeys(decision_ids))
+        if not ids:
+            return []
+
+        def tx(c: Conn) -> list[RetainedRecord]:
+            rows = _keyed(c, "retained_inputs", tenant, "decision_id", ids)
+            return [_retained(r) for r in rows if float(r["expires_at"]) > now]
+
+        return await self._run(tx)
+
+    async def erase_inputs(
+        self, erasure: ErasureRecord, *, decision_id: str | None = None, blind_index: str | None = None
+    ) -> ErasureRecord:
+        if (decision_id is None) == (blind_index is None):
+            raise InvalidInputError("an erasure names a decision or a context field, exactly one")
+        tenant = erasure.tenant
+
+        def tx(c: Conn) -> ErasureRecord:
+            if decision_id is not None:
+                _one(c, "decisions", tenant, {"decision_id": decision_id}, f"decision {decision_id!r} not found",
+                     columns="decision_id")  # fmt: skip
+                match, args = "decision_id=?", (decision_id,)
+            else:
+                match, args = f"decision_id IN ({_ERASE_BY_INDEX})", (tenant, blind_index)
+            # the decisions first (the subquery reads the index, removed last)
+            cur = c.execute(
+                f"UPDATE decisions SET prompt=NULL, response=NULL, inputs_erased_at=? WHERE tenant=? AND {match}",
+                (erasure.created_at, tenant, *args),
+            )
+            count = cur.rowcount
+            c.execute(f"DELETE FROM retained_inputs WHERE tenant=? AND {match}", (tenant, *args))
+            if decision_id is not None:
+                c.execute("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", (tenant, decision_id))
+            else:
+                c.execute(
+                    f"DELETE FROM retained_index WHERE tenant=? AND decision_id IN ({_ERASE_BY_INDEX})",
+                    (tenant, tenant, blind_index),
+                )
+            rec = dataclasses.replace(erasure, decisions=int(count))
+            _insert(c, rec)
+            return rec
+
+        return await self._run(tx)
+
+    async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
+        def tx(c: Conn) -> list[ErasureRecord]:
+            q = _listing("erasures", tenant, order="created_at DESC, id", limit=limit)
+            return [_record(ErasureRecord, r) for r in c.execute(*q).fetchall()]
+
+        return await self._run(tx)
+
+    async def purge_retained(self, now: float, *, limit: int) -> int:
+        def tx(c: Conn) -> int:
+            rows = c.execute(
+                "SELECT tenant, decision_id FROM retained_inputs WHERE expires_at<=? ORDER BY expires_at LIMIT ?",
+                (now, _page(limit)),
+            ).fetchall()
+            keys = [(r[0], r[1]) for r in rows]
+            if keys:
+                c.executemany("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", keys)
+                c.executemany("DELETE FROM retained_inputs WHERE tenant=? AND decision_id=?", keys)
+            return len(keys)
 
         return await self._run(tx)
 
