@@ -68,6 +68,7 @@ from crossaudit.service.models import (
     ServerInfo,
     UploadedEvaluator,
 )
+from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.store.base import (
     AuditRecord,
     EvaluatorRecord,
@@ -88,6 +89,8 @@ from crossaudit.v1 import info_pb2 as info_pb
 from crossaudit.v1 import info_pb2_grpc as info_grpc
 from crossaudit.v1 import policy_pb2 as pol_pb
 from crossaudit.v1 import policy_pb2_grpc as pol_grpc
+from crossaudit.v1 import replay_pb2 as rpl_pb
+from crossaudit.v1 import replay_pb2_grpc as rpl_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
 
@@ -155,6 +158,21 @@ def _evaluate_request(
     return req
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What :meth:`Client.replay_policy` replays: the range (epoch seconds, inclusive), at most
+    ``limit`` records (0: the server's cap), whether LLM judges are called again, how many
+    sample ids per category, or only the estimate of those calls."""
+
+    environment: str = DEFAULT_ENVIRONMENT
+    since: float | None = None
+    until: float | None = None
+    limit: int = 0
+    rerun_llm: bool = False
+    samples: int = 0
+    estimate_only: bool = False
+
+
 class ClientBase(abc.ABC):
     """What both clients share: the stubs, and for each method the call it makes (request and
     decoding). A subclass opens its channel and runs :class:`Unary` and :class:`Stream` calls."""
@@ -195,6 +213,7 @@ class ClientBase(abc.ABC):
         self._audit = audit_grpc.AuditServiceStub(self._channel)
         self._info = info_grpc.InfoServiceStub(self._channel)
         self._deliveries = dlv_grpc.DeliveryServiceStub(self._channel)
+        self._replays = rpl_grpc.ReplayServiceStub(self._channel)
 
     @abc.abstractmethod
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> Any:
@@ -256,6 +275,48 @@ class ClientBase(abc.ABC):
             return None
 
         return Stream(self._policies.DeployPolicyStream, req, decode, timeout, failed)
+
+    def _replay(
+        self,
+        path_or_text: PathOrText,
+        against: str,
+        options: ReplayOptions,
+        base_dir: PathOrText | None,
+        timeout: float | None,
+        progress: Callable[[ReplayProgress], None] | None,
+    ) -> Stream[ReplayReport | None]:
+        text, filename, inlined = policy_upload(path_or_text, base_dir)
+
+        def failed(e: CrossAuditError) -> CrossAuditError:  # lines of the author's file, not of the inlined text
+            return inlined.relocate(e, filename) if isinstance(e, PolicyValidationError) else e
+
+        req = rpl_pb.ReplayRequest(
+            content=text,
+            filename=filename,
+            against=against,
+            environment=options.environment,
+            since=options.since,
+            until=options.until,
+            limit=options.limit,
+            rerun_llm=options.rerun_llm,
+            samples=options.samples,
+            estimate_only=options.estimate_only,
+        )
+
+        def decode(event: rpl_pb.ReplayEvent) -> ReplayReport | None:
+            if event.HasField("report"):
+                return convert.replay_report_from_pb(event.report)
+            if event.HasField("progress") and progress is not None:
+                progress(convert.replay_progress_from_pb(event.progress))
+            return None
+
+        return Stream(self._replays.Replay, req, decode, timeout, failed)
+
+    @staticmethod
+    def _replayed(result: ReplayReport | None) -> ReplayReport:
+        if result is None:
+            raise CrossAuditError("the server ended the replay without a report")
+        return result
 
     @staticmethod
     def _deployed(result: DeployResult | None) -> DeployResult:
@@ -462,6 +523,22 @@ class Client(ClientBase):
     def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
         return self._unary(self._get_policy(name, environment, version))
 
+    def replay_policy(
+        self,
+        path_or_text: PathOrText,
+        against: str,
+        options: ReplayOptions | None = None,
+        *,
+        base_dir: PathOrText | None = None,
+        progress: Callable[[ReplayProgress], None] | None = None,
+        timeout: float | None = None,
+    ) -> ReplayReport:
+        """What the candidate policy (a file or text, code inlined as deploy does) would have
+        decided on the recorded, retained decisions of ``against`` (docs/replay.md). Nothing is
+        deployed or written. ``progress`` hears each page; ``timeout`` None: no deadline."""
+        call = self._replay(path_or_text, against, options or ReplayOptions(), base_dir, timeout, progress)
+        return self._replayed(self._last(call))
+
     def list_policies(self, environment: str = "") -> list[PolicySummaryRecord]:
         return self._unary(self._list_policies(environment))
 
@@ -632,6 +709,20 @@ class AsyncClient(ClientBase):
 
     async def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
         return await self._unary(self._get_policy(name, environment, version))
+
+    async def replay_policy(
+        self,
+        path_or_text: PathOrText,
+        against: str,
+        options: ReplayOptions | None = None,
+        *,
+        base_dir: PathOrText | None = None,
+        progress: Callable[[ReplayProgress], None] | None = None,
+        timeout: float | None = None,
+    ) -> ReplayReport:
+        """As :meth:`Client.replay_policy`; ``progress`` is called on the event loop's thread."""
+        call = self._replay(path_or_text, against, options or ReplayOptions(), base_dir, timeout, progress)
+        return self._replayed(await self._last(call))
 
     async def list_policies(self, environment: str = "") -> list[PolicySummaryRecord]:
         return await self._unary(self._list_policies(environment))
