@@ -1,5 +1,5 @@
 """Client commands of the ``crossaudit`` CLI, each a call to a running server: ``policy
-deploy|list|get|rollback``, ``evaluator upload|list|get``, ``audit list|get``, ``review
+deploy|list|get|rollback``, ``evaluator upload|list|get``, ``audit list|get|erase``, ``review
 list|resolve``, ``webhooks list|redeliver``.
 
 Server address and key come from ``--server``/``--api-key`` or ``CROSSAUDIT_SERVER``/
@@ -97,7 +97,7 @@ def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.
 
 
 def register_audit(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``audit list|get``."""
+    """``audit list|get|erase``."""
     au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
     asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     asub.required = True
@@ -108,6 +108,20 @@ def register_audit(subparsers: argparse._SubParsersAction, common: argparse.Argu
     ag = asub.add_parser("get", parents=[common], help="one decision's audit record (JSON)")
     ag.add_argument("decision_id")
     ag.set_defaults(func=cmd_audit_get)
+    ae = asub.add_parser(
+        "erase",
+        parents=[common],
+        help="erase retained inputs and raw audit text (a data-subject request; admin keys)",
+        description=(
+            "Remove the retained inputs (docs/retention.md) and the raw prompt/response of the matching audit "
+            "records (their hashes stay) and record the erasure. --context-field matches decisions whose "
+            "retained request context had that top-level field with that value."
+        ),
+    )
+    which = ae.add_mutually_exclusive_group(required=True)
+    which.add_argument("--decision", metavar="ID", default="", help="one decision")
+    which.add_argument("--context-field", metavar="NAME=VALUE", default="", help="e.g. user_id=u-123")
+    ae.set_defaults(func=cmd_audit_erase)
 
 
 def register_review(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -302,6 +316,27 @@ DECISION_COLUMNS = [
 def cmd_audit_get(args: argparse.Namespace) -> int:
     with _client(args) as c:
         _print_json(c.get_decision(args.decision_id))
+    return EXIT_OK
+
+
+def cmd_audit_erase(args: argparse.Namespace) -> int:
+    field = None
+    if args.context_field:
+        name, sep, value = args.context_field.partition("=")
+        if not sep or not name:
+            raise InvalidInputError("--context-field takes NAME=VALUE, e.g. user_id=u-123")
+        field = (name, value)
+    with _client(args) as c:
+        erasure = c.erase_inputs(decision_id=args.decision, context_field=field)
+    if args.json:
+        _print_json(erasure)
+        return EXIT_OK
+    what = f"decision {args.decision}" if field is None else f"context field {field[0]!r}"  # never the value
+    print(
+        f"erased the retained inputs and raw audit text of {erasure.decisions} decision(s) matching {what}\n"
+        f"erasure {erasure.id} by {erasure.actor} at {display.when(erasure.created_at)} "
+        f"(selector digest {erasure.selector_digest[:16]}...)"
+    )
     return EXIT_OK
 
 

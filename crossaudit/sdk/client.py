@@ -71,6 +71,7 @@ from crossaudit.service.models import (
 from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.store.base import (
     AuditRecord,
+    ErasureRecord,
     EvaluatorRecord,
     OutboxRecord,
     OutboxState,
@@ -443,6 +444,14 @@ class ClientBase(abc.ABC):
         req = audit_pb.GetDecisionRequest(decision_id=decision_id)
         return Unary(self._audit.GetDecision, req, convert.audit_from_pb)
 
+    def _erase_inputs(self, decision_id: str, context_field: tuple[str, str] | None) -> Unary[ErasureRecord]:
+        if context_field is not None:
+            name, value = context_field
+            req = audit_pb.EraseInputsRequest(context_field=audit_pb.ContextField(name=name, value=value))
+        else:
+            req = audit_pb.EraseInputsRequest(decision_id=decision_id)
+        return Unary(self._audit.EraseInputs, req, convert.erasure_from_pb)
+
     def _list_decisions(self, policy: str, limit: int) -> Unary[list[AuditRecord]]:
         req = audit_pb.ListDecisionsRequest(policy=policy, limit=limit)
         return Unary(self._audit.ListDecisions, req, lambda r: [convert.audit_from_pb(d) for d in r.decisions])
@@ -631,6 +640,11 @@ class Client(ClientBase):
         """The audit record of an answered decision."""
         return self._unary(self._get_decision(decision_id))
 
+    def erase_inputs(self, decision_id: str = "", context_field: tuple[str, str] | None = None) -> ErasureRecord:
+        """Erase the retained inputs and raw audit text of one decision, or of every decision whose
+        retained context has ``context_field`` (name, value); admin keys only (docs/retention.md)."""
+        return self._unary(self._erase_inputs(decision_id, context_field))
+
     def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditRecord]:
         """Audit records, most recent first (``limit`` 0 = the server's cap)."""
         return self._unary(self._list_decisions(policy, limit))
@@ -808,6 +822,9 @@ class AsyncClient(ClientBase):
     # audit
     async def get_decision(self, decision_id: str) -> AuditRecord:
         return await self._unary(self._get_decision(decision_id))
+
+    async def erase_inputs(self, decision_id: str = "", context_field: tuple[str, str] | None = None) -> ErasureRecord:
+        return await self._unary(self._erase_inputs(decision_id, context_field))
 
     async def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditRecord]:
         return await self._unary(self._list_decisions(policy, limit))

@@ -43,6 +43,7 @@ from crossaudit.service.replaydiff import Bucket, LLMEstimate, ReplayProgress, R
 from crossaudit.store.base import (
     AuditRecord,
     DeploymentRecord,
+    ErasureRecord,
     EvaluatorRecord,
     OutboxRecord,
     OutboxState,
@@ -546,6 +547,10 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
         msg.prompt = a.prompt
     if a.response is not None:
         msg.response = a.response
+    if a.inputs_retained_until is not None:
+        msg.inputs_retained_until.CopyFrom(timestamp(a.inputs_retained_until))
+    if a.inputs_erased_at is not None:
+        msg.inputs_erased_at.CopyFrom(timestamp(a.inputs_erased_at))
     return msg
 
 
@@ -572,6 +577,31 @@ def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:
         response=_opt(m, "response"),
         modified_response_sha256=m.modified_response_sha256 or None,
         truncated=m.truncated,
+        inputs_retained_until=seconds(m.inputs_retained_until) if m.HasField("inputs_retained_until") else None,
+        inputs_erased_at=seconds(m.inputs_erased_at) if m.HasField("inputs_erased_at") else None,
+    )
+
+
+def erasure_to_pb(e: ErasureRecord) -> audit_pb.Erasure:
+    return audit_pb.Erasure(
+        id=e.id,
+        selector_kind=e.selector_kind,
+        selector_digest=e.selector_digest,
+        decisions=e.decisions,
+        created_at=timestamp(e.created_at),
+        actor=e.actor,
+    )
+
+
+def erasure_from_pb(m: audit_pb.Erasure) -> ErasureRecord:
+    return ErasureRecord(
+        id=m.id,
+        tenant="",
+        selector_kind=m.selector_kind,
+        selector_digest=m.selector_digest,
+        decisions=m.decisions,
+        created_at=seconds(m.created_at),
+        actor=m.actor,
     )
 
 

@@ -387,6 +387,19 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
         recs = await self.svc.list_decisions(tenant, policy=request.policy, limit=request.limit)
         return audit_pb.ListDecisionsResponse(decisions=[convert.audit_to_pb(r) for r in recs])
 
+    @unary
+    async def EraseInputs(self, tenant: str, request: audit_pb.EraseInputsRequest, context: Any):
+        # admin keys only: the permission table lists EraseInputs for no other role
+        which = request.WhichOneof("selector")
+        field = (request.context_field.name, request.context_field.value) if which == "context_field" else None
+        erasure = await self.svc.erase_inputs(
+            tenant,
+            actor=self.auth.principal(context).describe(),
+            decision_id=request.decision_id if which == "decision_id" else "",
+            context_field=field,
+        )
+        return convert.erasure_to_pb(erasure)
+
 
 class ReplayServicer(_Base, rpl_grpc.ReplayServiceServicer):
     """Admin only, as DeployPolicy (principals.PERMISSIONS lists it for no other role): a replay

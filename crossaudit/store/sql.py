@@ -976,9 +976,10 @@ class SqlStore(Store):
         tenant = erasure.tenant
 
         def tx(c: Conn) -> ErasureRecord:
+            args: tuple[Any, ...]
             if decision_id is not None:
-                _one(c, "decisions", tenant, {"decision_id": decision_id}, f"decision {decision_id!r} not found",
-                     columns="decision_id")  # fmt: skip
+                missing = f"decision {decision_id!r} not found"
+                _one(c, "decisions", tenant, {"decision_id": decision_id}, missing, columns="decision_id")
                 match, args = "decision_id=?", (decision_id,)
             else:
                 match, args = f"decision_id IN ({_ERASE_BY_INDEX})", (tenant, blind_index)

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63rossaudit/v1/audit.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x04\n\x0e\x44\x65\x63isionRecord\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\t\x12\x15\n\rpolicy_digest\x18\x05 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x06 \x01(\t\x12\x0e\n\x06passed\x18\x07 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x08 \x01(\t\x12&\n\x05rules\x18\t \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rerrored_rules\x18\n \x03(\t\x12\x12\n\nlatency_ms\x18\x0b \x01(\x01\x12\x15\n\rprompt_sha256\x18\x0c \x01(\t\x12\x17\n\x0fresponse_sha256\x18\r \x01(\t\x12\x16\n\x0e\x63ontext_sha256\x18\x0e \x01(\t\x12 \n\x18modified_response_sha256\x18\x0f \x01(\t\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x11 \x01(\t\x12\x13\n\x06prompt\x18\x12 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08response\x18\x13 \x01(\tH\x01\x88\x01\x01\x12\x11\n\ttruncated\x18\x14 \x01(\tB\t\n\x07_promptB\x0b\n\t_response\")\n\x12GetDecisionRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\"5\n\x14ListDecisionsRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"I\n\x15ListDecisionsResponse\x12\x30\n\tdecisions\x18\x01 \x03(\x0b\x32\x1d.crossaudit.v1.DecisionRecord2\xbb\x01\n\x0c\x41uditService\x12O\n\x0bGetDecision\x12!.crossaudit.v1.GetDecisionRequest\x1a\x1d.crossaudit.v1.DecisionRecord\x12Z\n\rListDecisions\x12#.crossaudit.v1.ListDecisionsRequest\x1a$.crossaudit.v1.ListDecisionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63rossaudit/v1/audit.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x05\n\x0e\x44\x65\x63isionRecord\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\t\x12\x15\n\rpolicy_digest\x18\x05 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x06 \x01(\t\x12\x0e\n\x06passed\x18\x07 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x08 \x01(\t\x12&\n\x05rules\x18\t \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rerrored_rules\x18\n \x03(\t\x12\x12\n\nlatency_ms\x18\x0b \x01(\x01\x12\x15\n\rprompt_sha256\x18\x0c \x01(\t\x12\x17\n\x0fresponse_sha256\x18\r \x01(\t\x12\x16\n\x0e\x63ontext_sha256\x18\x0e \x01(\t\x12 \n\x18modified_response_sha256\x18\x0f \x01(\t\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x11 \x01(\t\x12\x13\n\x06prompt\x18\x12 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08response\x18\x13 \x01(\tH\x01\x88\x01\x01\x12\x11\n\ttruncated\x18\x14 \x01(\t\x12>\n\x15inputs_retained_until\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x02\x88\x01\x01\x12\x39\n\x10inputs_erased_at\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x03\x88\x01\x01\x42\t\n\x07_promptB\x0b\n\t_responseB\x18\n\x16_inputs_retained_untilB\x13\n\x11_inputs_erased_at\")\n\x12GetDecisionRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\"5\n\x14ListDecisionsRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"I\n\x15ListDecisionsResponse\x12\x30\n\tdecisions\x18\x01 \x03(\x0b\x32\x1d.crossaudit.v1.DecisionRecord\"+\n\x0c\x43ontextField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"m\n\x12\x45raseInputsRequest\x12\x15\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\tH\x00\x12\x34\n\rcontext_field\x18\x02 \x01(\x0b\x32\x1b.crossaudit.v1.ContextFieldH\x00\x42\n\n\x08selector\"\x97\x01\n\x07\x45rasure\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rselector_kind\x18\x02 \x01(\t\x12\x17\n\x0fselector_digest\x18\x03 \x01(\t\x12\x11\n\tdecisions\x18\x04 \x01(\x05\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x06 \x01(\t2\x85\x02\n\x0c\x41uditService\x12O\n\x0bGetDecision\x12!.crossaudit.v1.GetDecisionRequest\x1a\x1d.crossaudit.v1.DecisionRecord\x12Z\n\rListDecisions\x12#.crossaudit.v1.ListDecisionsRequest\x1a$.crossaudit.v1.ListDecisionsResponse\x12H\n\x0b\x45raseInputs\x12!.crossaudit.v1.EraseInputsRequest\x1a\x16.crossaudit.v1.Erasureb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,13 +34,19 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'crossaudit.v1.audit_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DECISIONRECORD']._serialized_start=108
-  _globals['_DECISIONRECORD']._serialized_end=630
-  _globals['_GETDECISIONREQUEST']._serialized_start=632
-  _globals['_GETDECISIONREQUEST']._serialized_end=673
-  _globals['_LISTDECISIONSREQUEST']._serialized_start=675
-  _globals['_LISTDECISIONSREQUEST']._serialized_end=728
-  _globals['_LISTDECISIONSRESPONSE']._serialized_start=730
-  _globals['_LISTDECISIONSRESPONSE']._serialized_end=803
-  _globals['_AUDITSERVICE']._serialized_start=806
-  _globals['_AUDITSERVICE']._serialized_end=993
+  _globals['_DECISIONRECORD']._serialized_end=800
+  _globals['_GETDECISIONREQUEST']._serialized_start=802
+  _globals['_GETDECISIONREQUEST']._serialized_end=843
+  _globals['_LISTDECISIONSREQUEST']._serialized_start=845
+  _globals['_LISTDECISIONSREQUEST']._serialized_end=898
+  _globals['_LISTDECISIONSRESPONSE']._serialized_start=900
+  _globals['_LISTDECISIONSRESPONSE']._serialized_end=973
+  _globals['_CONTEXTFIELD']._serialized_start=975
+  _globals['_CONTEXTFIELD']._serialized_end=1018
+  _globals['_ERASEINPUTSREQUEST']._serialized_start=1020
+  _globals['_ERASEINPUTSREQUEST']._serialized_end=1129
+  _globals['_ERASURE']._serialized_start=1132
+  _globals['_ERASURE']._serialized_end=1283
+  _globals['_AUDITSERVICE']._serialized_start=1286
+  _globals['_AUDITSERVICE']._serialized_end=1547
 # @@protoc_insertion_point(module_scope)

@@ -44,6 +44,11 @@ class AuditServiceStub:
                 request_serializer=crossaudit_dot_v1_dot_audit__pb2.ListDecisionsRequest.SerializeToString,
                 response_deserializer=crossaudit_dot_v1_dot_audit__pb2.ListDecisionsResponse.FromString,
                 _registered_method=True)
+        self.EraseInputs = channel.unary_unary(
+                '/crossaudit.v1.AuditService/EraseInputs',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.EraseInputsRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.Erasure.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -62,6 +67,15 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseInputs(self, request, context):
+        """Erase retained inputs (docs/retention.md) and the raw prompt/response of the matching audit
+        records (their hashes stay), for a data-subject request; the erasure is recorded and returned.
+        Admin keys only. A decision id of another tenant (or none) is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +88,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.ListDecisions,
                     request_deserializer=crossaudit_dot_v1_dot_audit__pb2.ListDecisionsRequest.FromString,
                     response_serializer=crossaudit_dot_v1_dot_audit__pb2.ListDecisionsResponse.SerializeToString,
+            ),
+            'EraseInputs': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseInputs,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.EraseInputsRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.Erasure.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +149,33 @@ class AuditService:
             '/crossaudit.v1.AuditService/ListDecisions',
             crossaudit_dot_v1_dot_audit__pb2.ListDecisionsRequest.SerializeToString,
             crossaudit_dot_v1_dot_audit__pb2.ListDecisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseInputs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/EraseInputs',
+            crossaudit_dot_v1_dot_audit__pb2.EraseInputsRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.Erasure.FromString,
             options,
             channel_credentials,
             insecure,
