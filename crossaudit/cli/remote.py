@@ -1,6 +1,6 @@
 """Client commands of the ``crossaudit`` CLI, each a call to a running server: ``policy
-deploy|list|get|rollback``, ``evaluator upload|list|get``, ``audit list|get|erase``, ``review
-list|resolve``, ``webhooks list|redeliver``.
+deploy|list|get|rollback|replay`` (``crossaudit.cli.replay``), ``evaluator upload|list|get``,
+``audit list|get|erase``, ``review list|resolve``, ``webhooks list|redeliver``.
 
 Server address and key come from ``--server``/``--api-key`` or ``CROSSAUDIT_SERVER``/
 ``CROSSAUDIT_API_KEY``. Errors are raised as typed CrossAuditErrors, which ``crossaudit.cli.main``
@@ -65,6 +65,9 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
     pr.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
     pr.add_argument("--to-version", type=int, default=0, help="default: the previously deployed version")
     pr.set_defaults(func=cmd_policy_rollback)
+    from crossaudit.cli import replay
+
+    replay.register(policy_subparsers, common)
 
 
 def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

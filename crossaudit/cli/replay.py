@@ -1,0 +1,340 @@
+"""``crossaudit policy replay CANDIDATE.yaml --against NAME``: what a candidate policy would have
+decided on recorded traffic (docs/replay.md), as a summary, ``--json`` or a self-contained
+``--html`` report.
+
+Exit codes: 0 done (flips within ``--fail-on-flips``, or not asked), 1 more flips than
+``--fail-on-flips`` (or a failure on the server's side), 2 bad input: arguments, an invalid
+candidate (its located issues printed), a policy this tenant does not have. ``--rerun-llm``
+first asks the server what calling the changed LLM judges again would cost, then for a
+confirmation (``--yes`` answers it: needed when stdin is not a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import html
+import io
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli.render import printable
+from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.service.config import DEFAULT_ENVIRONMENT
+from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
+
+PLOT_RULES = 20  # the plot shows the rules with the most flips, at most this many
+TABLE_SAMPLES = 5  # sample ids a human summary prints per category (all of them in --json/--html)
+
+
+def register(policy_subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    r = policy_subparsers.add_parser(
+        "replay",
+        parents=[common],
+        help="what a candidate policy would have decided on recorded, retained traffic",
+        description=(
+            "Re-evaluate the retained decisions of a deployed policy under a candidate file and report what "
+            "changes: pass->fail, fail->pass, action changes, per-rule flips and score shifts (docs/replay.md)."
+        ),
+    )
+    r.add_argument("file", metavar="CANDIDATE", help="the candidate policy file (code inlined as deploy does)")
+    r.add_argument("--against", required=True, metavar="NAME", help="the deployed policy whose decisions replay")
+    r.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    r.add_argument("--since", default="7d", metavar="WHEN", help="a duration back from now (7d, 12h) or ISO time")
+    r.add_argument("--until", default=None, metavar="WHEN", help="default: now; a duration back or ISO time")
+    r.add_argument("--limit", type=int, default=0, metavar="N", help="records read at most (default: server cap)")
+    r.add_argument("--samples", type=int, default=0, metavar="N", help="sample decision ids per category")
+    r.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
+    r.add_argument("--fail-on-flips", type=int, default=None, metavar="N", help="exit 1 when more than N flip")
+    r.add_argument("--rerun-llm", action="store_true", help="call changed LLM judges again (estimated cost first)")
+    r.add_argument("--yes", action="store_true", help="confirm --rerun-llm's cost without asking")
+    r.set_defaults(func=cmd_policy_replay)
+
+
+def parse_when(text: str | None, now: float, what: str) -> float | None:
+    """Epoch seconds of ``--since``/``--until``: a duration back from ``now`` or an ISO-8601 time
+    (a time without zone is UTC)."""
+    if text is None or text == "":
+        return None
+    value = text.strip()
+    if re.fullmatch(DURATION_PATTERN, value):
+        return now - duration_seconds(value)
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInputError(f"--{what} {text!r}: give a duration such as 7d or 12h, or an ISO time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
+
+
+def cmd_policy_replay(args: argparse.Namespace) -> int:
+    try:
+        options = _options(args)
+        return _run(args, options)
+    except (PolicyValidationError, InvalidInputError, NotFoundError) as e:  # bad input: exit 2
+        print(f"error: {e}" if isinstance(e, PolicyValidationError) else f"error: {e.message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from crossaudit.sdk.client import ReplayOptions
+
+    if args.json and args.html:
+        raise InvalidInputError("--json and --html exclude each other")
+    if args.limit < 0 or args.samples < 0:
+        raise InvalidInputError("--limit and --samples must not be negative")
+    if args.fail_on_flips is not None and args.fail_on_flips < 0:
+        raise InvalidInputError("--fail-on-flips must not be negative")
+    if args.yes and not args.rerun_llm:
+        raise InvalidInputError("--yes confirms --rerun-llm's cost: give --rerun-llm too")
+    if not Path(args.file).is_file():
+        raise InvalidInputError(f"candidate policy file {args.file} not found")
+    now = time.time()
+    since, until = parse_when(args.since, now, "since"), parse_when(args.until, now, "until")
+    return ReplayOptions(
+        environment=args.environment, since=since, until=until, limit=args.limit, samples=args.samples
+    )
+
+
+def _run(args: argparse.Namespace, options: Any) -> int:
+    import dataclasses
+
+    from crossaudit.cli.connect import client
+
+    with client(args) as c:
+        if args.rerun_llm:
+            estimate = c.replay_policy(Path(args.file), args.against, dataclasses.replace(options, estimate_only=True))
+            if not _confirmed(args, estimate):
+                print("not replayed: the LLM calls were not confirmed", file=sys.stderr)
+                return EXIT_FAIL
+            options = dataclasses.replace(options, rerun_llm=True)
+        with _progress(quiet=args.json) as update:
+            report = c.replay_policy(Path(args.file), args.against, options, progress=update, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print_summary(report)
+    if args.html:
+        Path(args.html).write_text(html_report(report), encoding="utf-8")
+        print(f"wrote {args.html}")
+    if args.fail_on_flips is not None and report.flips > args.fail_on_flips:
+        print(f"{report.flips} decision(s) flipped, more than --fail-on-flips {args.fail_on_flips}", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def _confirmed(args: argparse.Namespace, report: ReplayReport) -> bool:
+    e = report.estimate
+    if e is None or e.calls == 0:
+        print("no LLM judge needs calling again: nothing to pay for", file=sys.stderr)
+        return True
+    unpriced = f"; not priced: {', '.join(map(printable, e.unpriced_models))}" if e.unpriced_models else ""
+    print(
+        f"--rerun-llm would make up to {e.calls} LLM call(s) for {e.decisions} decision(s): about "
+        f"{e.prompt_tokens} prompt + {e.completion_tokens} completion tokens, at most ${e.cost_usd:.4f}{unpriced}",
+        file=sys.stderr,
+    )
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print("confirm with --yes (stdin is not a terminal)", file=sys.stderr)
+        return False
+    answer = input("call them? [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+class _progress:
+    """A rich progress bar on a terminal (records read of the limit), nothing elsewhere."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.on = not quiet and sys.stderr.isatty()
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.on:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("replaying"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        task = self.bar.add_task("", total=None)
+        self.bar.start()
+
+        def update(p: ReplayProgress) -> None:
+            self.bar.update(
+                task, total=p.limit, completed=p.read, description=f"{p.not_replayable} not replayable"
+            )
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# --- the human summary -----------------------------------------------------------------------
+
+
+def _ids(samples: list[str]) -> str:
+    shown = ", ".join(printable(s) for s in samples[:TABLE_SAMPLES])
+    return f" (e.g. {shown})" if shown else ""
+
+
+def summary_lines(r: ReplayReport) -> list[str]:
+    """The summary as lines of plain text (every name from the server printed, never interpreted)."""
+    out = [
+        f"replayed {printable(r.candidate)!r} against {printable(r.policy)!r} ({printable(r.environment)}): "
+        f"{r.read} record(s) read, {r.replayed} replayed, {r.not_replayable_count} not replayable"
+        + (" (limit reached: more in the range)" if r.more else ""),
+        f"  unchanged      {r.unchanged}",
+        f"  flipped        {r.flips}{_ids(r.changed.samples)}",
+        f"  pass -> fail   {r.pass_to_fail.count}{_ids(r.pass_to_fail.samples)}",
+        f"  fail -> pass   {r.fail_to_pass.count}{_ids(r.fail_to_pass.samples)}",
+    ]
+    for pair, b in sorted(r.action_changes.items()):
+        out.append(f"  action {printable(pair):<18} {b.count}{_ids(b.samples)}")
+    if r.not_replayable:
+        out.append("not replayable:")
+        out += [f"  {printable(k):<24} {b.count}{_ids(b.samples)}" for k, b in sorted(r.not_replayable.items())]
+    changed_rules = [
+        d
+        for d in r.sorted_rules()
+        if d.pass_to_fail.count or d.fail_to_pass.count or d.score_shifts.count or d.change != "same"
+    ]
+    if changed_rules:
+        out.append("rules:")
+        for d in changed_rules:
+            tag = f" [{d.change}]" if d.change != "same" else ""
+            out.append(
+                f"  {printable(d.rule)}{tag}: pass->fail {d.pass_to_fail.count}, fail->pass {d.fail_to_pass.count}, "
+                f"score shifts {d.score_shifts.count} (mean {d.mean_shift:+.3f}, max {d.max_shift:.3f})"
+            )
+    if r.evaluator_runs:
+        out.append(f"evaluator calls made: {r.evaluator_runs} (changed evaluators ran again)")
+    if r.hint:
+        out.append(f"hint: {printable(r.hint)}")
+    return out
+
+
+def print_summary(r: ReplayReport) -> None:
+    print("\n".join(summary_lines(r)))
+
+
+# --- the HTML report -------------------------------------------------------------------------
+
+
+def _plot_png(r: ReplayReport) -> bytes | None:
+    """Per-rule pass->fail and fail->pass as a horizontal bar chart (PNG), None with no rule."""
+    rules = r.sorted_rules()[:PLOT_RULES]
+    if not rules:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        raise InvalidInputError(
+            "--html draws its plot with matplotlib: pip install 'crossaudit[report]'"
+        ) from None
+    names = [d.rule if len(d.rule) <= 40 else d.rule[:39] + "…" for d in rules][::-1]
+    p2f = [d.pass_to_fail.count for d in rules][::-1]
+    f2p = [d.fail_to_pass.count for d in rules][::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rules) + 1.5))
+    try:
+        ys = range(len(rules))
+        ax.barh([y + 0.2 for y in ys], p2f, height=0.4, label="pass → fail", color="#c0392b")
+        ax.barh([y - 0.2 for y in ys], f2p, height=0.4, label="fail → pass", color="#27ae60")
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels(names)  # matplotlib draws text as glyphs: nothing in it is interpreted
+        ax.set_xlabel("decisions")
+        ax.set_title("per-rule flips under the candidate")
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=96)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _samples_cell(samples: list[str]) -> str:
+    return "<br>".join(f"<code>{_e(s)}</code>" for s in samples)
+
+
+def html_report(r: ReplayReport) -> str:
+    """A self-contained page (inline CSS, the plot as a data: URI, no script): every value from
+    the server escaped, since rule names and ids are the tenant's text."""
+    rows = [
+        ("records read", r.read, []),
+        ("replayed", r.replayed, []),
+        ("unchanged", r.unchanged, []),
+        ("flipped (passed or action differs)", r.flips, r.changed.samples),
+        ("pass → fail", r.pass_to_fail.count, r.pass_to_fail.samples),
+        ("fail → pass", r.fail_to_pass.count, r.fail_to_pass.samples),
+        *((f"action {pair}", b.count, b.samples) for pair, b in sorted(r.action_changes.items())),
+        *((f"not replayable: {k}", b.count, b.samples) for k, b in sorted(r.not_replayable.items())),
+    ]
+    summary = "".join(
+        f"<tr><th>{_e(k)}</th><td>{_e(v)}</td><td>{_samples_cell(s)}</td></tr>" for k, v, s in rows
+    )
+    rules = "".join(
+        f"<tr><td>{_e(d.rule)}</td><td>{_e(d.change)}</td><td>{d.compared}</td><td>{d.pass_to_fail.count}</td>"
+        f"<td>{d.fail_to_pass.count}</td><td>{d.score_shifts.count}</td><td>{d.mean_shift:+.4f}</td>"
+        f"<td>{d.max_shift:.4f}</td><td>{_samples_cell(d.pass_to_fail.samples + d.fail_to_pass.samples)}</td></tr>"
+        for d in r.sorted_rules()
+    )
+    png = _plot_png(r)
+    plot = (
+        f'<img alt="per-rule flips" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png else ""
+    )
+    window = " to ".join(
+        _e(dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")) if t is not None else "…"
+        for t in (r.since, r.until)
+    )
+    hint = f"<p class=hint>{_e(r.hint)}</p>" if r.hint else ""
+    more = "<p class=hint>The limit was reached: the range holds more records.</p>" if r.more else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<title>Replay of {_e(r.candidate)} against {_e(r.policy)}</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }}
+th {{ background: #f4f4f4; }}
+code {{ font-size: 12px; }}
+.hint {{ background: #fff8e1; padding: 8px; }}
+</style></head><body>
+<h1>Replay of {_e(r.candidate)} against {_e(r.policy)}</h1>
+<p>Environment <b>{_e(r.environment)}</b>, decisions from {window}.
+{r.evaluator_runs} evaluator call(s) made; everything else reused the recorded verdicts.</p>
+{hint}{more}
+<h2>Summary</h2>
+<table><tr><th>what</th><th>decisions</th><th>samples</th></tr>{summary}</table>
+<h2>Per rule</h2>
+<table><tr><th>rule</th><th>in the candidate</th><th>compared</th><th>pass → fail</th><th>fail → pass</th>
+<th>score shifts</th><th>mean shift</th><th>max shift</th><th>samples</th></tr>{rules}</table>
+{plot}
+</body></html>
+"""
