@@ -118,7 +118,7 @@ class ReplayReport:
     not_replayable: dict[str, Bucket] = field(default_factory=dict)  # reason -> bucket
     rules: dict[str, RuleDiff] = field(default_factory=dict)
     more: bool = False  # the limit was reached with records left in the range
-    evaluator_runs: int = 0  # evaluator results the candidate got by running (not recorded)
+    evaluator_runs: int = 0  # evaluator calls the candidate made (what was not recorded), per decision added up
     hint: str = ""  # what to do about what was not replayable (turning retention on)
     estimate: LLMEstimate | None = None  # estimate_only: the LLM calls a --rerun-llm replay would make
     max_samples: int = 10
@@ -138,7 +138,10 @@ class ReplayReport:
         """Add one replayed decision: ``recorded`` as audited, ``candidate`` as re-evaluated."""
         n, did = self.max_samples, recorded.decision_id
         self.replayed += 1
-        self.evaluator_runs += sum(1 for r in candidate.rules for e in r.evaluators if e.attempts > 0 and not e.cached)
+        # evaluators called (rules sharing one call count it once); recorded results have no attempts
+        self.evaluator_runs += len(
+            {e.evaluator for r in candidate.rules for e in r.evaluators if e.attempts > 0 and not e.cached}
+        )
         action = candidate.action.value
         if recorded.passed and not candidate.passed:
             self.pass_to_fail.add(did, n)
