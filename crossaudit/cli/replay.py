@@ -253,7 +253,7 @@ def _plot_png(r: ReplayReport) -> bytes | None:
         raise InvalidInputError(
             "--html draws its plot with matplotlib: pip install 'crossaudit[report]'"
         ) from None
-    names = [d.rule if len(d.rule) <= 40 else d.rule[:39] + "…" for d in rules][::-1]
+    names = [printable(d.rule if len(d.rule) <= 40 else d.rule[:39] + "…") for d in rules][::-1]
     p2f = [d.pass_to_fail.count for d in rules][::-1]
     f2p = [d.fail_to_pass.count for d in rules][::-1]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rules) + 1.5))
