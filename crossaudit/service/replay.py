@@ -175,38 +175,58 @@ class Replays:
         env: str,
         limit: int,
     ) -> AsyncIterator[ReplayProgress]:
+        """Each page is read (records, then retained inputs) while the one before it is evaluated:
+        the store's round trips overlap the engine, and at most two pages of text are held."""
         may_run = llm_only_with_permission(request.rerun_llm)
         judges = _judges(engine, policy) if request.estimate_only else []
-        slots = asyncio.Semaphore(self.limits.replay_concurrency)
-        after: tuple[float, str] | None = None
-        pages = -(-limit // self.limits.replay_page_size) + 1  # the bound of the loop: one more finds the end
-        for _ in range(pages):
-            want = min(self.limits.replay_page_size, limit - report.read)
-            if want <= 0:  # the limit is reached: is there more in the range?
-                report.more = bool(await self._page(tenant, report, request, env, after, 1))
-                break
-            records = await self._page(tenant, report, request, env, after, want)
-            if not records:
-                break
-            after = (records[-1].created_at, records[-1].decision_id)
-            report.read += len(records)
-            retained = await self._load(tenant, [r.decision_id for r in records])
-            await asyncio.gather(
-                *(
-                    self._one(engine, policy, report, rec, retained.get(rec.decision_id), may_run, slots, judges)
-                    for rec in records
+        workers = self.limits.replay_concurrency
+        page_size = self.limits.replay_page_size
+        fetch = asyncio.create_task(self._fetch(tenant, report, request, env, None, min(page_size, limit)))
+        try:
+            for _ in range(-(-limit // page_size)):  # pages within the limit: the loop's bound
+                records, retained, want = await fetch
+                if not records:
+                    return
+                report.read += len(records)
+                after = (records[-1].created_at, records[-1].decision_id)
+                left = limit - report.read
+                if len(records) == want and left > 0:
+                    fetch = asyncio.create_task(self._fetch(tenant, report, request, env, after, min(page_size, left)))
+                elif len(records) == want:  # the limit is reached: is there more in the range?
+                    report.more = bool(await self._page(tenant, report, request, env, after, 1))
+                todo = iter([(rec, retained.get(rec.decision_id)) for rec in records])
+
+                async def worker() -> None:  # replay_concurrency workers per page, not a task per record
+                    for rec, kept in todo:  # noqa: B023 - the page's own iterator, consumed before the next
+                        await self._one(engine, policy, report, rec, kept, may_run, judges)
+
+                await asyncio.gather(*(worker() for _ in range(min(workers, len(records)))))
+                del retained  # this page's text leaves memory
+                yield ReplayProgress(
+                    read=report.read,
+                    replayed=report.replayed,
+                    not_replayable=report.not_replayable_count,
+                    limit=limit,
+                    message=f"{report.read} record(s) read",
                 )
-            )
-            del retained  # this page's text leaves memory before the next is read
-            yield ReplayProgress(
-                read=report.read,
-                replayed=report.replayed,
-                not_replayable=report.not_replayable_count,
-                limit=limit,
-                message=f"{report.read} record(s) read",
-            )
-            if len(records) < want:
-                break
+                if len(records) < want or left <= 0:
+                    return
+        finally:
+            if not fetch.done():  # a prefetch nobody will read (the replay was cancelled or failed)
+                fetch.cancel()
+            fetch.add_done_callback(_consumed)
+
+    async def _fetch(
+        self,
+        tenant: str,
+        report: ReplayReport,
+        request: ReplayRequest,
+        env: str,
+        after: tuple[float, str] | None,
+        want: int,
+    ) -> tuple[list[AuditRecord], dict[str, RetainedInputs], int]:
+        records = await self._page(tenant, report, request, env, after, want)
+        return records, await self._load(tenant, [r.decision_id for r in records]), want
 
     async def _load(self, tenant: str, ids: list[str]) -> dict[str, RetainedInputs]:
         """One page's retained inputs, in loads of at most retention.max_load_ids."""
@@ -243,7 +263,6 @@ class Replays:
         rec: AuditRecord,
         kept: RetainedInputs | None,
         may_run: Any,
-        slots: asyncio.Semaphore,
         judges: list[_Judge],
     ) -> None:
         if kept is None:
@@ -252,8 +271,7 @@ class Replays:
         if report.estimate is not None:
             self._estimate(report.estimate, kept, judges)
             return
-        async with slots:
-            await self._evaluate(engine, policy, report, rec, kept, may_run)
+        await self._evaluate(engine, policy, report, rec, kept, may_run)
 
     def _estimate(self, estimate: LLMEstimate, kept: RetainedInputs, judges: list[_Judge]) -> None:
         calls = [j for j in judges if j.identity not in kept.results]
@@ -326,6 +344,12 @@ def _judges(engine: Any, policy: Policy) -> list[_Judge]:
             continue
         found.append(_Judge(identity, cfg.model, cfg.max_tokens, cfg.system_prompt or ""))
     return found
+
+
+def _consumed(task: asyncio.Task[Any]) -> None:
+    """Retrieve a dropped prefetch's outcome, so its failure is not reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _missing_reason(rec: AuditRecord, now: float) -> Unreplayable:

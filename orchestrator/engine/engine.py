@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from crossaudit.kernel.dsl import (
@@ -140,7 +141,7 @@ class _Request:
     # replay only: evaluators this request could not run faithfully, by name -> (reason, why)
     unreplayable: dict[str, tuple[Unreplayable, str]] = field(default_factory=dict)
     calls: dict[tuple[str, float, int, float], asyncio.Task[EvaluatorResult]] = field(default_factory=dict)
-    rule_tasks: dict[str, asyncio.Task[RuleResult]] = field(default_factory=dict)
+    rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
 
 
 class Engine:
@@ -175,6 +176,8 @@ class Engine:
             self.limits.evaluator_instances, self._close_evicted
         )
         self._closing: set[asyncio.Task[None]] = set()
+        # plans by policy object (kept beside it, so a reused id never answers another's plan)
+        self._plans: LRUCache[int, tuple[Policy, list[Rule]]] = LRUCache(max(1, self.limits.evaluator_instances))
 
     # -- evaluators ---------------------------------------------------------------------------
 
@@ -199,6 +202,14 @@ class Engine:
         limiter = self.limiters(f"{self.scope}/{policy.name}/{name}", rpm, burst, name) if rpm else None
         built = self._evaluators[key] = _Built(ev, self._cache_identity(ev, spec.model_dump(mode="json")), limiter)
         return built
+
+    def _plan(self, policy: Policy) -> list[Rule]:
+        """:func:`plan` of ``policy``, computed once per policy object (a replay evaluates one
+        policy thousands of times; the live path one deployed version many times)."""
+        hit = self._plans.get(id(policy))
+        if hit is None or hit[0] is not policy:
+            hit = self._plans[id(policy)] = (policy, plan(policy))
+        return hit[1]
 
     def _close_evicted(self, _key: tuple[str, str], built: _Built) -> None:
         """An evaluator evicted for room is closed off the request path (it may hold a sandbox
@@ -261,13 +272,16 @@ class Engine:
             decision_id=decision_id or str(uuid.uuid4()),
             replay=replay,
         )
-        order = [r for r in plan(policy) if applies_at(r, stage)] if stage else plan(policy)
-        for rule in order:
-            req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
+        order = [r for r in self._plan(policy) if applies_at(r, stage)] if stage else self._plan(policy)
         results: list[RuleResult] = []
         stopped_by: str | None = None
-        try:
+        if replay is None:
             for rule in order:
+                req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
+        try:
+            if replay is not None:
+                await self._replay_rules(req, order, results)
+            for rule in order if replay is None else ():
                 task = req.rule_tasks[rule.name]
                 if stopped_by is not None:
                     task.cancel()
@@ -291,6 +305,24 @@ class Engine:
         if req.unreplayable:
             _raise_unreplayable(req, results)
         return self._decide(req, results, start)
+
+    async def _replay_rules(self, req: _Request, order: list[Rule], results: list[RuleResult]) -> None:
+        """Replay runs the rules one after the other in plan order (readers after what they read),
+        without a task each: their verdicts are mostly recorded, so there is nothing to overlap, and
+        a replay overlaps decisions instead. A rule after one that stops processing is skipped, as
+        the live path's cancelled rule is."""
+        loop = asyncio.get_running_loop()
+        for i, rule in enumerate(order):
+            res = await self._run_rule(req, rule)
+            results.append(res)
+            done: asyncio.Future[RuleResult] = loop.create_future()
+            done.set_result(res)
+            req.rule_tasks[rule.name] = done  # what a reader of previous_rule.<name> awaits: already done
+            if not res.passed and self._stops(req.policy, rule, res):
+                results.extend(
+                    _skipped(r, f"not applied: rule {rule.name!r} stopped processing") for r in order[i + 1 :]
+                )
+                return
 
     @staticmethod
     def _stops(policy: Policy, rule: Rule, res: RuleResult) -> bool:
@@ -460,6 +492,12 @@ class Engine:
 
     async def _call(self, req: _Request, rule: Rule, name: str) -> EvaluatorResult:
         """One evaluator's result for this request, shared between rules that ask alike."""
+        if req.replay is not None:
+            recorded = self._recorded(req, name)
+            if recorded is not None:  # the verdict this very evaluator gave this decision: no call, no task
+                mine = _own_copy(recorded)
+                mine.evaluator, mine.cached, mine.attempts = name, False, 0
+                return mine
         spec = req.policy.evaluator(name)
         cfg_timeout = getattr(spec.typed_config, "timeout", None)
         per_call = rule.settings.timeout or cfg_timeout or self.limits.default_rule_timeout_s
@@ -486,6 +524,16 @@ class Engine:
         # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
         return _own_copy(task.result() if task.done() else await asyncio.shield(task))
 
+    def _recorded(self, req: _Request, name: str) -> EvaluatorResult | None:
+        """Replay: the verdict recorded with the decision for this evaluator's identity, if any
+        (an evaluator that does not build has none: ``_invoke`` reports it)."""
+        assert req.replay is not None
+        try:
+            identity = self._evaluator(req.policy, name).identity
+        except Exception:
+            return None
+        return req.replay.results.get(identity)
+
     async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
         t0 = self.clock()
         try:
@@ -503,22 +551,18 @@ class Engine:
                 error_type=type(err).__name__,
             )
         kind = evaluator.kind
-        if req.replay is not None:
-            recorded = req.replay.results.get(identity)
-            if recorded is not None:  # the verdict this very evaluator gave this decision: no call
-                return recorded.model_copy(update={"evaluator": name, "cached": False, "attempts": 0})
-            if not req.replay.may_run(kind):
-                reason = unreplayable_reason(kind, name, req.replay.results)
-                why = f"evaluator {name!r} ({kind}) has no recorded verdict and may not run again ({reason.value})"
-                req.unreplayable.setdefault(name, (reason, why))
-                return EvaluatorResult(
-                    evaluator=name,
-                    kind=kind,
-                    status=Status.ERROR,
-                    error=why,
-                    error_type=NotReplayableError.__name__,
-                    identity=identity,
-                )
+        if req.replay is not None and not req.replay.may_run(kind):  # recorded ones never get here (_call)
+            reason = unreplayable_reason(kind, name, req.replay.results)
+            why = f"evaluator {name!r} ({kind}) has no recorded verdict and may not run again ({reason.value})"
+            req.unreplayable.setdefault(name, (reason, why))
+            return EvaluatorResult(
+                evaluator=name,
+                kind=kind,
+                status=Status.ERROR,
+                error=why,
+                error_type=NotReplayableError.__name__,
+                identity=identity,
+            )
         cache_key = ""
         if ttl > 0:
             material = json.dumps(
@@ -631,6 +675,10 @@ class Engine:
             if res.passed or res.action is None:
                 continue
             rule = by_name[res.rule]
+            if res.action.severity > worst.severity:
+                worst = res.action
+            if req.replay is not None:  # replay compares verdicts and actions: nothing is rendered or sent
+                continue
             fields = TemplateFields(
                 rule_name=rule.name,
                 rule_score=res.score,
@@ -656,8 +704,6 @@ class Engine:
             if res.action is Action.MODIFY:
                 cfg = rule.typed_action_config
                 edits.append((cfg if isinstance(cfg, ModifyConfig) else ModifyConfig(), res))
-            if res.action.severity > worst.severity:
-                worst = res.action
         passed = all(r.passed or r.action in (Action.CONTINUE, Action.ALLOW) for r in results)
         errored = [
             r.rule

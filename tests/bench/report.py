@@ -57,6 +57,13 @@ TARGETS = (
         "another tenant's p50, one tenant at 120 CPU-burning calls: <= 2x idle",
     ),
     Target("ratio.neighbours.audit", "ratio", 2.0, True, "another tenant's p50, one tenant flooding audit: <= 2x idle"),
+    Target(
+        "replay.threshold",
+        "throughput",
+        2000,
+        False,
+        "replay of a threshold-only change (recorded verdicts, nothing re-run): >= 2,000 decisions/s",
+    ),
 )
 
 SCENARIOS: dict[str, Scenario] = {}

@@ -174,3 +174,45 @@ async def test_time_conditions_see_the_recorded_time() -> None:
     assert d.rule("toxicity").status.value == "fail"  # 23:30 recorded, though it is noon now
     live = await engine.evaluate(pol, "p", "0.4", {})
     assert live.rule("toxicity").status.value == "skipped"
+
+
+async def test_replay_agrees_with_the_live_decision_on_chained_and_stopping_rules() -> None:
+    """Replay runs the rules one after another: readers of previous_rule see what they read, a
+    block stops what follows, and the decision equals the live one on the same verdicts."""
+    chained = load_policy(
+        """
+name: P
+description: d
+version: "1"
+evaluators:
+  - name: tox
+    type: custom
+    config: {code: "def evaluate(p, r, c): return {}"}
+  - name: judge
+    type: llm
+    config: {provider: openai, model: gpt-4o-mini, system_prompt: "Rate the response"}
+rules:
+  - {name: first, evaluator: tox, priority: 100, threshold: 0.5, action: continue}
+  - name: reader
+    evaluator: judge
+    priority: 90
+    threshold: 0.5
+    action: block
+    conditions: [{field: previous_rule.first.score, operator: less_than, value: 0.5}]
+  - {name: after, evaluator: tox, priority: 10, threshold: 0.1, action: warn}
+"""
+    )
+    for response in ("0.4", "0.7"):
+        factory = Factory()
+        live = Engine(factory, scope="tenant-a")
+        d = await live.evaluate(chained, "p", response, {})
+        recorded = {e.identity: e for r in d.rules for e in r.evaluators}
+        replayed = await Engine(Factory(), scope="tenant-a").evaluate(
+            chained, "p", response, {}, replay=Replay(recorded, AT)
+        )
+        strip = {"latency_ms", "outcome", "reason"}
+        assert [r.model_dump(exclude=strip | {"evaluators"}) for r in replayed.rules] == [
+            r.model_dump(exclude=strip | {"evaluators"}) for r in d.rules
+        ]
+        assert (replayed.passed, replayed.action) == (d.passed, d.action)
+    assert d.rule("reader").status.value == "skipped"  # 0.7: the condition does not hold
