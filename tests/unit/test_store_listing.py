@@ -161,3 +161,32 @@ async def test_policies_deployments_and_evaluators_by_their_filters(store) -> No
     assert [(e.name, e.version) for e in await store.list_evaluators("t1", "e2")] == [("e2", 1)]
     assert all(e.code == "" for e in await store.list_evaluators("t1"))  # listings never carry code
     assert await store.list_evaluators("t2") == []
+
+
+async def test_decisions_are_keyset_paged_by_policy_environment_and_range(store) -> None:
+    """page_decisions (replay): most recent first, ties in created_at broken by id, every record
+    once however the pages fall; another policy, environment or tenant is never on a page."""
+    same = 1_000_000.0
+    mine = [audit_record(f"d{i}", created_at=same if i < 4 else same + i) for i in range(7)]
+    others = [
+        audit_record("other-policy", policy="q", created_at=same),
+        audit_record("other-env", environment="staging", created_at=same),
+        audit_record("other-tenant", tenant="t2", created_at=same),
+        audit_record("too-old", created_at=same - 10),
+    ]
+    for rec in [*mine, *others]:
+        await store.record_decision(rec, [])
+    seen, after = [], None
+    for _ in range(10):
+        page = await store.page_decisions(
+            "t1", policy="p", environment="production", since=same, until=None, after=after, limit=2
+        )
+        if not page:
+            break
+        seen += [r.decision_id for r in page]
+        after = (page[-1].created_at, page[-1].decision_id)
+    assert seen == ["d6", "d5", "d4", "d0", "d1", "d2", "d3"]
+    newest = await store.page_decisions(
+        "t1", policy="p", environment="production", since=None, until=same + 4, after=None, limit=10
+    )
+    assert [r.decision_id for r in newest] == ["d4", "d0", "d1", "d2", "d3", "too-old"]
