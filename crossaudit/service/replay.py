@@ -42,7 +42,6 @@ from crossaudit.kernel.errors import (
     NotReplayableError,
     QuotaExceededError,
 )
-from crossaudit.kernel.results import EvaluatorResult
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
@@ -53,7 +52,7 @@ from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AuditRecord, Store
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.ratelimit import local_limiter
-from orchestrator.engine.replay import LLM_KIND, Replay, Unreplayable, llm_only_with_permission
+from orchestrator.engine.replay import LLM_KIND, RecordedResults, Replay, Unreplayable, llm_only_with_permission
 from orchestrator.policy import Policy
 
 log = logging.getLogger("crossaudit.service")
@@ -294,7 +293,7 @@ class Replays:
         self, engine: Any, policy: Policy, report: ReplayReport, rec: AuditRecord, kept: RetainedInputs, may_run: Any
     ) -> None:
         try:
-            results = {k: EvaluatorResult.model_validate(v) for k, v in kept.results.items()}
+            results = RecordedResults(kept.results)
             decision = await engine.evaluate(
                 policy,
                 kept.prompt,

@@ -495,9 +495,7 @@ class Engine:
         if req.replay is not None:
             recorded = self._recorded(req, name)
             if recorded is not None:  # the verdict this very evaluator gave this decision: no call, no task
-                mine = _own_copy(recorded)
-                mine.evaluator, mine.cached, mine.attempts = name, False, 0
-                return mine
+                return _own_copy(recorded, evaluator=name, cached=False, attempts=0)
         spec = req.policy.evaluator(name)
         cfg_timeout = getattr(spec.typed_config, "timeout", None)
         per_call = rule.settings.timeout or cfg_timeout or self.limits.default_rule_timeout_s
@@ -741,9 +739,10 @@ def _raise_unreplayable(req: _Request, results: list[RuleResult]) -> None:
             raise NotReplayableError(why, reason=reason.value)
 
 
-def _own_copy(result: EvaluatorResult) -> EvaluatorResult:
-    """A rule's own copy of a result that rules share (each sets its copy's status). Containers
-    are copied; nested details deeply, only when there are any (spans are immutable)."""
+def _own_copy(result: EvaluatorResult, **changes: Any) -> EvaluatorResult:
+    """A rule's own copy of a result that rules share (each sets its copy's status), with
+    ``changes``. Containers are copied; nested details deeply, only when there are any (spans are
+    immutable)."""
     details = result.details
     nested = any(isinstance(v, dict | list) for v in details.values())
     return result.model_copy(
@@ -751,6 +750,7 @@ def _own_copy(result: EvaluatorResult) -> EvaluatorResult:
             "violations": list(result.violations),
             "details": copy.deepcopy(details) if nested else dict(details),
             "spans": list(result.spans),
+            **changes,
         }
     )
 

@@ -16,9 +16,10 @@ keyed by the engine's cache identity (tenant scope, evaluator identity, spec as 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from crossaudit.kernel.results import EvaluatorResult
 
@@ -44,6 +45,30 @@ def llm_only_with_permission(rerun_llm: bool) -> Callable[[str], bool]:
     """The run permission of a replay: every kind may run again except LLM judges, which only
     with ``rerun_llm`` (they cost money and answer differently from one call to the next)."""
     return lambda kind: rerun_llm or kind != LLM_KIND
+
+
+class RecordedResults(Mapping[str, EvaluatorResult]):
+    """Recorded evaluator results by identity, as retained (JSON documents), each validated into
+    an :class:`EvaluatorResult` the first time it is asked for: a replay asks for few of them."""
+
+    def __init__(self, documents: Mapping[str, Mapping[str, Any]]) -> None:
+        self._documents = documents
+        self._results: dict[str, EvaluatorResult] = {}
+
+    def __getitem__(self, identity: str) -> EvaluatorResult:
+        found = self._results.get(identity)
+        if found is None:
+            found = self._results[identity] = EvaluatorResult.model_validate(self._documents[identity])
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._documents)
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def __contains__(self, identity: object) -> bool:
+        return identity in self._documents
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ DECISIONS retained decisions of a policy with two custom evaluators and three ru
 
 side by side in one run. The figure is replayed decisions over the wall time of the whole
 Replay call (candidate validated, records paged, inputs decrypted, evaluated, compared); the
-latencies are each page's time per decision, from the progress events.
+latencies are each page's time per decision, from the progress events. Beside it, decisions per
+CPU-second of the server process (from /proc; the sandbox's processes not included): on a
+shared, loaded machine the wall figure measures the neighbours too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from crossaudit import Client
 from crossaudit.sdk.client import ReplayOptions
 from tests.bench import report
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key
+from tests.security.test_webhook_backlog import cpu_seconds
 
 DECISIONS = 5_000
 FULL_DECISIONS = 500
@@ -59,8 +62,9 @@ def policy(threshold: float = 0.4, mark: str = "", cache: bool = True) -> str:
     return POLICY.format(threshold=threshold, mark=f"# {mark}" if mark else "", cache=str(cache).lower())
 
 
-def _replay(c: Client, candidate: str, name: str, label: str, limit: int) -> report.Scenario:
+def _replay(c: Client, srv: ServerProcess, candidate: str, name: str, label: str, limit: int) -> report.Scenario:
     pages: list[tuple[float, int]] = []  # (time, records read) at each progress event
+    cpu0 = cpu_seconds(srv.pid)
     t0 = time.perf_counter()
     r = c.replay_policy(
         candidate,
@@ -69,13 +73,19 @@ def _replay(c: Client, candidate: str, name: str, label: str, limit: int) -> rep
         progress=lambda p: pages.append((time.perf_counter(), p.read)),
     )
     wall = time.perf_counter() - t0
+    cpu = cpu_seconds(srv.pid) - cpu0
     assert r.replayed == limit, (r.replayed, r.not_replayable)
     latencies, last_t, last_n = [], t0, 0
     for t, n in pages:
         latencies += [(t - last_t) * 1000 / max(1, n - last_n)] * (n - last_n)
         last_t, last_n = t, n
-    print(f"  {label}: {r.replayed:,} decisions in {wall:.2f}s, {r.flips:,} flipped, {r.evaluator_runs:,} calls")
-    s = report.record(name, label, latencies, wall, unit="decisions/s", concurrency=1, group="replay")
+    print(
+        f"  {label}: {r.replayed:,} decisions in {wall:.2f}s ({r.replayed / wall:,.0f}/s; "
+        f"{r.replayed / cpu:,.0f} per server CPU-second), {r.flips:,} flipped, {r.evaluator_runs:,} calls"
+    )
+    s = report.record(
+        name, label, latencies, wall, unit="decisions/s", concurrency=1, group="replay", per_cpu_s=r.replayed / cpu
+    )
     s.samples = r.replayed
     return s
 
@@ -101,11 +111,13 @@ def main() -> None:
         failed = [a for a in c.evaluate_many("replayed", items) if isinstance(a, Exception)]
         assert not failed, failed[:3]
         print(f"  recorded {DECISIONS:,} retained decisions in {time.perf_counter() - t0:.1f}s")
+        print(f"  load average before replaying: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         fast = _replay(
-            c, policy(threshold=0.3), "replay.threshold", "threshold-only change (recorded verdicts)", DECISIONS
+            c, srv, policy(threshold=0.3), "replay.threshold", "threshold-only change (recorded verdicts)", DECISIONS
         )
         full = _replay(
             c,
+            srv,
             policy(mark="changed", cache=False),
             "replay.full",
             "code change, no cache (every evaluator runs again)",
