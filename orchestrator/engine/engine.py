@@ -312,12 +312,14 @@ class Engine:
         a replay overlaps decisions instead. A rule after one that stops processing is skipped, as
         the live path's cancelled rule is."""
         loop = asyncio.get_running_loop()
+        read = {dep for r in order for dep in r.depends_on}
         for i, rule in enumerate(order):
             res = await self._run_rule(req, rule)
             results.append(res)
-            done: asyncio.Future[RuleResult] = loop.create_future()
-            done.set_result(res)
-            req.rule_tasks[rule.name] = done  # what a reader of previous_rule.<name> awaits: already done
+            if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
+                done: asyncio.Future[RuleResult] = loop.create_future()
+                done.set_result(res)
+                req.rule_tasks[rule.name] = done
             if not res.passed and self._stops(req.policy, rule, res):
                 results.extend(
                     _skipped(r, f"not applied: rule {rule.name!r} stopped processing") for r in order[i + 1 :]

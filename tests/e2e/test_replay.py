@@ -131,6 +131,8 @@ def test_a_changed_evaluator_runs_again(srv: ServerProcess, recorded: dict[str, 
     assert set(r.fail_to_pass.samples) == flipped and r.rules["quality"].score_shifts.count == len(SCORES)
     assert r.rules["quality"].mean_shift == pytest.approx((0.2 * 6 + 0.1) / 7)
     assert r.rules["quality"].max_shift == pytest.approx(0.2)
+    with Client(srv.address, api_key=key("acme")) as acme:  # the live path is untouched by the replay's engine
+        assert acme.evaluate("scored", "p", "r", {"s": 0.9}).passed
 
 
 def test_another_tenants_policy_is_not_found_and_its_records_never_read(
@@ -197,6 +199,6 @@ def test_retained_text_never_reaches_the_log(srv: ServerProcess, recorded: dict[
     # a changed evaluator that fails quoting the text it was given: every re-run fails with it
     leaky = scored(0.5).replace('return {"score": float(context["s"])}', "raise ValueError(response)")
     r = replay(srv, leaky)
-    assert r.not_replayable["evaluator_failed"].count == len(SCORES) and r.replayed == 0
+    assert r.not_replayable["evaluator_failed"].count == r.read - 2 and r.replayed == 0  # all but two unretained
     assert SECRET not in json.dumps(r.to_json())
     assert SECRET not in srv.log.read_text()
