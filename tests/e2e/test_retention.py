@@ -53,7 +53,8 @@ def operator_key_text() -> str:
 
 
 def start(tmp: Path, store_env: dict[str, str], operator_key: str | None) -> ServerProcess:
-    env = {**store_env, "CROSSAUDIT_RETENTION__PURGE_INTERVAL_S": "0.2"}
+    # DEBUG: the most the server ever logs is scanned for retained text
+    env = {**store_env, "CROSSAUDIT_RETENTION__PURGE_INTERVAL_S": "0.2", "CROSSAUDIT_LOG_LEVEL": "DEBUG"}
     if operator_key is not None:
         env |= {"CROSSAUDIT_RETENTION__OPERATOR_KEY_ENV": "TEST_OPERATOR_KEY", "TEST_OPERATOR_KEY": operator_key}
     srv = ServerProcess(tmp, keys_text=KEYS_FILE, env=env)
@@ -250,3 +251,10 @@ async def test_the_service_loads_what_a_real_evaluation_retained(
         assert await retention.load("globex", [d.decision_id]) == {}
     finally:
         await running.stop(0)
+
+
+def test_erase_refuses_a_context_field_without_a_value_before_calling() -> None:
+    res = run_cli("audit", "erase", "--context-field", "user_id", env={"CROSSAUDIT_SERVER": "127.0.0.1:9"})
+    assert res.returncode == 1 and "NAME=VALUE" in res.stderr, res.stderr
+    res = run_cli("audit", "erase", env={"CROSSAUDIT_SERVER": "127.0.0.1:9"})
+    assert res.returncode == 2 and "--decision" in res.stderr, res.stderr
