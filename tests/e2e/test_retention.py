@@ -258,3 +258,13 @@ def test_erase_refuses_a_context_field_without_a_value_before_calling() -> None:
     assert res.returncode == 1 and "NAME=VALUE" in res.stderr, res.stderr
     res = run_cli("audit", "erase", env={"CROSSAUDIT_SERVER": "127.0.0.1:9"})
     assert res.returncode == 2 and "--decision" in res.stderr, res.stderr
+
+
+def test_a_malformed_operator_key_stops_the_server_before_it_starts(tmp_path: Path) -> None:
+    env = {"CROSSAUDIT_RETENTION__OPERATOR_KEY_ENV": "TEST_OPERATOR_KEY", "TEST_OPERATOR_KEY": "c2hvcnQ="}
+    srv = ServerProcess(tmp_path, keys_text=KEYS_FILE, env=env)
+    with pytest.raises(RuntimeError, match="did not start"):
+        srv.start()
+    log = srv.log.read_text()
+    assert "retention operator key ($TEST_OPERATOR_KEY): 5 bytes, an operator key is 32 bytes" in log
+    assert "c2hvcnQ=" not in log and "Traceback" not in log
