@@ -21,6 +21,7 @@ import pytest
 from crossaudit import Client
 from crossaudit.kernel.errors import NotFoundError, PermissionDeniedError
 from crossaudit.service.vault import OperatorKey, OperatorKeys, TenantKey
+from crossaudit.store.base import AUDIT_DAY_S, audit_size
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.e2e.policies import word_policy
 
@@ -249,6 +250,14 @@ async def test_the_service_loads_what_a_real_evaluation_retained(
         assert result["identity"] == identity and result["evaluator"] == "has_bad" and result["score"] == 0.0
         assert got[ok.decision_id].results[identity]["score"] == 1.0  # same evaluator and config: same identity
         assert await retention.load("globex", [d.decision_id]) == {}
+        # the sealed rows count toward the tenant's audit bytes of the day, beside the records
+        store = running.service.store
+        records = [await store.get_decision("acme", i) for i in (d.decision_id, ok.decision_id)]
+        rows = await store.load_retained("acme", [d.decision_id, ok.decision_id], time.time())
+        day = int(records[0].created_at // AUDIT_DAY_S)
+        index = 64  # d's one context field, as its blind-index digest (load_retained leaves the index out)
+        total = sum(map(audit_size, records)) + sum(r.size for r in rows) + index
+        assert await store.audit_bytes("acme", day) == total
     finally:
         await running.stop(0)
 
