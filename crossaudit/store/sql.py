@@ -660,7 +660,7 @@ class SqlStore(Store):
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox, *((retained,) if retained else ())):
             if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
-                raise InvalidInputError("a review or message must belong to the decision it is recorded with")
+                raise InvalidInputError("a review, message or retained row must belong to its decision")
         if self._decisions is None:
             self._decisions = GroupCommit(
                 self._record_decisions, key=lambda w: w.records[0].tenant, size=lambda w: w.audit_bytes
