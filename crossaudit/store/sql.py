@@ -345,6 +345,19 @@ def _retained(row: Row) -> RetainedRecord:
     )
 
 
+def _violations_counted(rules: list[Any]) -> bool:
+    """Replace each evaluator's ``violations`` list (kept raw with the audit's raw text: it may
+    quote the prompt or response) by its count, as a record without raw text holds it; True when
+    anything changed."""
+    changed = False
+    for rule in rules:
+        for ev in rule.get("evaluators") or () if isinstance(rule, dict) else ():
+            if isinstance(ev, dict) and isinstance(ev.get("violations"), list):
+                ev["violations"] = len(ev["violations"])
+                changed = True
+    return changed
+
+
 # The decisions an erasure matches, as a subquery with one bound value (the tenant comes first).
 _ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
 
@@ -954,7 +967,17 @@ class SqlStore(Store):
                 match, args = "decision_id=?", (decision_id,)
             else:
                 match, args = f"decision_id IN ({_ERASE_BY_INDEX})", (tenant, blind_index)
-            # the decisions first (the subquery reads the index, removed last)
+            # the decisions first (the subquery reads the index, removed last); raw violations are
+            # derived text (a quoted span), counted like a record kept without raw text
+            scrubbed = []
+            for row in c.execute(
+                f"SELECT decision_id, rules FROM decisions WHERE tenant=? AND {match}", (tenant, *args)
+            ).fetchall():
+                rules = json.loads(row[1])
+                if _violations_counted(rules):
+                    scrubbed.append((_json(rules), tenant, row[0]))
+            if scrubbed:
+                c.executemany("UPDATE decisions SET rules=? WHERE tenant=? AND decision_id=?", scrubbed)
             cur = c.execute(
                 f"UPDATE decisions SET prompt=NULL, response=NULL, inputs_erased_at=? WHERE tenant=? AND {match}",
                 (erasure.created_at, tenant, *args),

@@ -63,7 +63,7 @@ def audit(decision_id: str, tenant: str, now: float, **kw: object) -> AuditRecor
         environment="production",
         passed=False,
         action="block",
-        rules=[],
+        rules=[{"rule": "r", "evaluators": [{"evaluator": "e1", "violations": [f"quoted {MARKER}"]}]}],
         errored_rules=[],
         latency_ms=1.0,
         prompt_sha256=sha256_text(MARKER),
@@ -160,6 +160,7 @@ async def test_erase_by_decision_removes_inputs_and_raw_text_and_records_it(stor
     assert list(await ret.load("acme", ["d1", "d2"])) == ["d2"]
     rec = await store.get_decision("acme", "d1")
     assert rec.prompt is None and rec.response is None and rec.prompt_sha256 == sha256_text(MARKER)  # hashes stay
+    assert rec.rules == [{"rule": "r", "evaluators": [{"evaluator": "e1", "violations": 1}]}]  # quoted text: counted
     assert rec.inputs_erased_at == erasure.created_at
     assert (await store.get_decision("acme", "d2")).prompt == MARKER
     assert [e.id for e in await ret.list_erasures("acme")] == [erasure.id]
