@@ -358,6 +358,10 @@ def _violations_counted(rules: list[Any]) -> bool:
     return changed
 
 
+# Outbox kinds of the decision log ("decision_log:http", "decision_log:file"): their payload is a
+# copy of the audit record, raw text included when the record has it.
+DECISION_LOG_KIND_PREFIX = "decision_log:"
+
 # The decisions an erasure matches, as a subquery with one bound value (the tenant comes first).
 _ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
 
@@ -978,6 +982,19 @@ class SqlStore(Store):
                     scrubbed.append((_json(rules), tenant, row[0]))
             if scrubbed:
                 c.executemany("UPDATE decisions SET rules=? WHERE tenant=? AND decision_id=?", scrubbed)
+            # the decision log's copies of those records (outbox payloads), sent or not
+            copies = []
+            for row in c.execute(
+                f"SELECT id, payload FROM outbox WHERE tenant=? AND kind LIKE ? AND {match}",
+                (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
+            ).fetchall():
+                entry = json.loads(row[1])
+                raw = entry.pop("prompt", None) is not None
+                raw = entry.pop("response", None) is not None or raw
+                if _violations_counted(entry.get("rules") or []) or raw:
+                    copies.append((_json({**entry, "inputs_erased_at": erasure.created_at}), row[0]))
+            if copies:
+                c.executemany("UPDATE outbox SET payload=? WHERE id=?", copies)
             cur = c.execute(
                 f"UPDATE decisions SET prompt=NULL, response=NULL, inputs_erased_at=? WHERE tenant=? AND {match}",
                 (erasure.created_at, tenant, *args),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import json
 import os
 import time
 
@@ -16,9 +17,10 @@ from crossaudit.kernel.errors import InvalidInputError, NotFoundError, RetainedI
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
+from crossaudit.service.outbox import decisionlog
 from crossaudit.service.retention import RetainedInputs, Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
-from crossaudit.store.base import AUDIT_DAY_S, AuditRecord, Store, audit_size, sha256_text
+from crossaudit.store.base import AUDIT_DAY_S, AuditRecord, OutboxRecord, Store, audit_size, sha256_text
 from orchestrator.policy import load_policy
 
 MARKER = "zq-retained-marker-7f3a"
@@ -93,7 +95,16 @@ async def record(
     )
     assert sealed is not None
     rec = audit(decision_id, tenant, now, inputs_retained_until=sealed.expires_at)
-    await store.record_decision(rec, [], audit_bytes=audit_size(rec) + sealed.size, retained=sealed)
+    log_copy = OutboxRecord(  # the decision log's copy of the record, raw text included
+        id=f"log-{decision_id}",
+        tenant=tenant,
+        kind="decision_log:file",
+        decision_id=decision_id,
+        rule="",
+        payload={**decisionlog.entry(rec)},
+        created_at=now,
+    )
+    await store.record_decision(rec, [], [log_copy], audit_bytes=audit_size(rec) + sealed.size, retained=sealed)
     return rec
 
 
@@ -161,6 +172,10 @@ async def test_erase_by_decision_removes_inputs_and_raw_text_and_records_it(stor
     rec = await store.get_decision("acme", "d1")
     assert rec.prompt is None and rec.response is None and rec.prompt_sha256 == sha256_text(MARKER)  # hashes stay
     assert rec.rules == [{"rule": "r", "evaluators": [{"evaluator": "e1", "violations": 1}]}]  # quoted text: counted
+    copies = {m.decision_id: m.payload for m in await store.list_outbox("acme")}
+    assert "prompt" not in copies["d1"] and "response" not in copies["d1"] and MARKER not in json.dumps(copies["d1"])
+    assert copies["d1"]["rules"] == rec.rules and copies["d1"]["inputs_erased_at"] == erasure.created_at
+    assert copies["d2"]["prompt"] == MARKER  # another decision's copy: untouched
     assert rec.inputs_erased_at == erasure.created_at
     assert (await store.get_decision("acme", "d2")).prompt == MARKER
     assert [e.id for e in await ret.list_erasures("acme")] == [erasure.id]
