@@ -439,6 +439,8 @@ def retention_seconds(value: Any) -> float | None:
     ValueError naming the problem otherwise."""
     if value is None:
         return None
+    if value is False:  # YAML 1.1 reads a bare ``off`` as false
+        return 0.0
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError("expected a duration such as 7d or 12h, or 0/off")
     text = str(value).strip().lower()
@@ -469,7 +471,7 @@ class RetentionSettings(Strict):
         if v is None:
             return None
         retention_seconds(v)  # ValueError: a located validation error
-        return str(v).strip()
+        return "off" if v is False else str(v).strip()
 
     def inputs_seconds(self) -> float | None:
         """Seconds asked for (0: off), None when the policy leaves it to the tenant's setting."""

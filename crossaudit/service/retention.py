@@ -44,6 +44,7 @@ log = logging.getLogger("crossaudit.service.retention")
 
 PAYLOAD_VERSION = 1
 LOAD_IDS_KEY = "retention.max_load_ids"
+MAX_DECISION_ID = 256  # a decision id named in an erasure request (the server's are UUIDs)
 MAX_FIELD_NAME = 256  # a context field named in an erasure request
 MAX_FIELD_VALUE = 64 * 1024  # ... and its value
 SKIPPED_LOG_INTERVAL_S = 60.0  # a tenant whose inputs could not be sealed is logged at most this often
@@ -101,7 +102,7 @@ class Retention:
         self._skipped_logged: dict[str, float] = {}
         self._worker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
-        self.purged = 0  # rows the purge worker deleted (tests, metrics)
+        self.purged = 0  # rows the purge worker deleted since start
 
     @property
     def enabled(self) -> bool:
@@ -284,7 +285,7 @@ class Retention:
             raise InvalidInputError("erase needs a decision id or a context field (name=value), exactly one")
         now = time.time()
         if decision_id:
-            decision_id = inputs.required(decision_id, "decision id", MAX_FIELD_NAME)
+            decision_id = inputs.required(decision_id, "decision id", MAX_DECISION_ID)
             digest = hashlib.sha256(f"decision\0{decision_id}".encode()).hexdigest()
             rec = ErasureRecord(str(uuid.uuid4()), tenant, SELECTOR_DECISION, digest, 0, now, actor)
             erased = await self.store.erase_inputs(rec, decision_id=decision_id)

@@ -109,6 +109,9 @@ def check_config(config: ServerConfig) -> None:
     from crossaudit.service.console import check_console_config
 
     check_console_config(config)  # the review console (--console-port)
+    from crossaudit.service.retention import load_operator_keys
+
+    load_operator_keys(config.retention)  # a missing or malformed operator key fails here, nothing opened yet
 
 
 def check_process_sandbox_allowed(config: ServerConfig) -> None:

@@ -48,8 +48,12 @@ _INDEX_INFO = b"crossaudit/blind-index/v1"
 
 
 def _aad(label: bytes, *parts: str) -> bytes:
-    """``label`` and ``parts`` unambiguously (a JSON list): no two part lists share an AAD."""
-    return label + b"\0" + json.dumps(list(parts), ensure_ascii=True).encode()
+    """``label`` and ``parts`` unambiguously (each part length-prefixed): no two part lists share an AAD."""
+    out = [label]
+    for part in parts:
+        raw = part.encode("utf-8", "surrogatepass")
+        out += [len(raw).to_bytes(4, "big"), raw]
+    return b"".join(out)
 
 
 def key_id(key: bytes) -> str:
@@ -73,9 +77,9 @@ class OperatorKey:
         return cls(raw, key_id(raw))
 
     @classmethod
-    def load(cls, file: Path | None, env: str | None, what: str, environ: Mapping[str, str] | None = None) -> (
-        OperatorKey | None
-    ):
+    def load(
+        cls, file: Path | None, env: str | None, what: str, environ: Mapping[str, str] | None = None
+    ) -> OperatorKey | None:
         """From ``file`` (owner-only) or the variable named ``env``; None when neither is set."""
         if file is not None and env:
             raise ConfigurationError(f"{what}: set its file or its environment variable, not both")
@@ -143,6 +147,10 @@ class TenantKey:
     id: str
     key: bytes = field(repr=False)
     index_key: bytes = field(repr=False, default=b"")
+    _aead: AESGCM = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_aead", AESGCM(self.key))  # built once: rows are sealed on the hot path
 
     @classmethod
     def of(cls, tenant: str, key_id_: str, key: bytes) -> TenantKey:
@@ -152,11 +160,11 @@ class TenantKey:
     def seal(self, decision_id: str, plaintext: bytes) -> tuple[bytes, bytes]:
         """(nonce, ciphertext) of ``plaintext`` bound to this tenant and ``decision_id``."""
         nonce = os.urandom(NONCE_BYTES)
-        return nonce, AESGCM(self.key).encrypt(nonce, plaintext, _aad(_ROW_AAD, self.tenant, decision_id))
+        return nonce, self._aead.encrypt(nonce, plaintext, _aad(_ROW_AAD, self.tenant, decision_id))
 
     def open(self, decision_id: str, nonce: bytes, ciphertext: bytes) -> bytes:
         try:
-            return AESGCM(self.key).decrypt(nonce, ciphertext, _aad(_ROW_AAD, self.tenant, decision_id))
+            return self._aead.decrypt(nonce, ciphertext, _aad(_ROW_AAD, self.tenant, decision_id))
         except (InvalidTag, ValueError):
             raise RetainedInputsTamperedError(
                 f"the retained inputs of decision {decision_id} fail authentication (altered, or copied from another "
@@ -164,8 +172,10 @@ class TenantKey:
             ) from None
 
     def blind(self, name: str, value: Any) -> str:
-        """The blind index of context field ``name`` = ``value`` (hex)."""
-        msg = json.dumps([name, index_value(value)], ensure_ascii=False).encode("utf-8", "surrogatepass")
+        """The blind index of context field ``name`` = ``value`` (hex): HMAC of the name's length,
+        the name and the value, so no two (name, value) pairs share a message."""
+        raw = name.encode("utf-8", "surrogatepass")
+        msg = len(raw).to_bytes(4, "big") + raw + index_value(value).encode("utf-8", "surrogatepass")
         return hmac.new(self.index_key, msg, hashlib.sha256).hexdigest()
 
 

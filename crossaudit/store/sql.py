@@ -345,6 +345,23 @@ def _retained(row: Row) -> RetainedRecord:
     )
 
 
+def _violations_counted(rules: list[Any]) -> bool:
+    """Replace each evaluator's ``violations`` list (kept raw with the audit's raw text: it may
+    quote the prompt or response) by its count, as a record without raw text holds it; True when
+    anything changed."""
+    changed = False
+    for rule in rules:
+        for ev in rule.get("evaluators") or () if isinstance(rule, dict) else ():
+            if isinstance(ev, dict) and isinstance(ev.get("violations"), list):
+                ev["violations"] = len(ev["violations"])
+                changed = True
+    return changed
+
+
+# Outbox kinds of the decision log ("decision_log:http", "decision_log:file"): their payload is a
+# copy of the audit record, raw text included when the record has it.
+DECISION_LOG_KIND_PREFIX = "decision_log:"
+
 # The decisions an erasure matches, as a subquery with one bound value (the tenant comes first).
 _ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
 
@@ -660,7 +677,7 @@ class SqlStore(Store):
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox, *((retained,) if retained else ())):
             if rec.tenant != audit.tenant or rec.decision_id != audit.decision_id:
-                raise InvalidInputError("a review or message must belong to the decision it is recorded with")
+                raise InvalidInputError("a review, message or retained row must belong to its decision")
         if self._decisions is None:
             self._decisions = GroupCommit(
                 self._record_decisions, key=lambda w: w.records[0].tenant, size=lambda w: w.audit_bytes
@@ -983,7 +1000,30 @@ class SqlStore(Store):
                 match, args = "decision_id=?", (decision_id,)
             else:
                 match, args = f"decision_id IN ({_ERASE_BY_INDEX})", (tenant, blind_index)
-            # the decisions first (the subquery reads the index, removed last)
+            # the decisions first (the subquery reads the index, removed last); raw violations are
+            # derived text (a quoted span), counted like a record kept without raw text
+            scrubbed = []
+            for row in c.execute(
+                f"SELECT decision_id, rules FROM decisions WHERE tenant=? AND {match}", (tenant, *args)
+            ).fetchall():
+                rules = json.loads(row[1])
+                if _violations_counted(rules):
+                    scrubbed.append((_json(rules), tenant, row[0]))
+            if scrubbed:
+                c.executemany("UPDATE decisions SET rules=? WHERE tenant=? AND decision_id=?", scrubbed)
+            # the decision log's copies of those records (outbox payloads), sent or not
+            copies = []
+            for row in c.execute(
+                f"SELECT id, payload FROM outbox WHERE tenant=? AND kind LIKE ? AND {match}",
+                (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
+            ).fetchall():
+                entry = json.loads(row[1])
+                raw = entry.pop("prompt", None) is not None
+                raw = entry.pop("response", None) is not None or raw
+                if _violations_counted(entry.get("rules") or []) or raw:
+                    copies.append((_json({**entry, "inputs_erased_at": erasure.created_at}), row[0]))
+            if copies:
+                c.executemany("UPDATE outbox SET payload=? WHERE id=?", copies)
             cur = c.execute(
                 f"UPDATE decisions SET prompt=NULL, response=NULL, inputs_erased_at=? WHERE tenant=? AND {match}",
                 (erasure.created_at, tenant, *args),
