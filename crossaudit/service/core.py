@@ -32,6 +32,7 @@ from sandbox.base import Sandbox
 
 
 class CrossAuditService:
+    # Long: the one place the components are composed and their methods exposed, a line each.
     def __init__(
         self,
         store: Store,

@@ -7,7 +7,7 @@ import pytest
 
 from crossaudit import Client
 from crossaudit.kernel.errors import NotFoundError, PolicyValidationError, UnauthenticatedError
-from crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, review_pb2
+from crossaudit.v1 import audit_pb2, evaluation_pb2, evaluator_pb2, policy_pb2, replay_pb2, review_pb2
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import KEYWORDS, UPLOAD_CODE, uses_upload
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 PUBLIC_SERVICES = [
     s
-    for mod in (policy_pb2, evaluation_pb2, evaluator_pb2, review_pb2, audit_pb2)
+    for mod in (policy_pb2, evaluation_pb2, evaluator_pb2, review_pb2, audit_pb2, replay_pb2)
     for s in mod.DESCRIPTOR.services_by_name.values()
 ]
 
@@ -92,7 +92,7 @@ def _call(channel: grpc.Channel, service: object, method: object, metadata: tupl
 )
 def test_every_method_rejects_a_missing_or_wrong_key(server: ServerProcess, metadata: tuple) -> None:
     methods = [(s, m) for s in PUBLIC_SERVICES for m in s.methods]
-    assert len(methods) == 17  # AuditService.EraseInputs is the 17th
+    assert len(methods) == 18  # ReplayService.Replay is the 18th
     with grpc.insecure_channel(server.address) as ch:
         codes = {f"{s.name}.{m.name}": _call(ch, s, m, metadata) for s, m in methods}
     assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, codes
