@@ -202,3 +202,17 @@ def test_retained_text_never_reaches_the_log(srv: ServerProcess, recorded: dict[
     assert r.not_replayable["evaluator_failed"].count == r.read - 2 and r.replayed == 0  # all but two unretained
     assert SECRET not in json.dumps(r.to_json())
     assert SECRET not in srv.log.read_text()
+
+
+def test_the_cli_rerun_llm_asks_first(srv: ServerProcess, recorded: dict[str, str], tmp_path: Path) -> None:
+    """``--rerun-llm`` estimates first; with no LLM judge to call again it says so and replays."""
+    cand = tmp_path / "candidate.yaml"
+    cand.write_text(scored(0.3))
+    args = ("policy", "replay", str(cand), "--against", "scored")
+    res = run_cli(*args, "--rerun-llm", "--yes", "--json", server=srv, api_key=key("acme"))
+    assert res.returncode == 0, res.stderr
+    assert "no LLM judge needs calling again" in res.stderr and json.loads(res.stdout)["flips"] == 3
+    res = run_cli(*args, "--yes", server=srv, api_key=key("acme"))
+    assert res.returncode == 2 and "--rerun-llm" in res.stderr
+    res = run_cli(*args, "--json", "--html", str(tmp_path / "r.html"), server=srv, api_key=key("acme"))
+    assert res.returncode == 2 and "exclude each other" in res.stderr
