@@ -35,6 +35,7 @@ module stays transport-neutral.
     ├── ServerUnavailableError            unavailable              yes      (client side: no answer)
     ├── ReviewAlreadyResolvedError        failed_precondition
     ├── DeliveryPendingError              failed_precondition
+    ├── CandidateStateError               failed_precondition
     └── EvaluatorError                    internal
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
@@ -306,6 +307,13 @@ class ReviewAlreadyResolvedError(CrossAuditError):
 
 class DeliveryPendingError(CrossAuditError):
     """A webhook or decision-log message is still pending: there is nothing to redeliver yet."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class CandidateStateError(CrossAuditError):
+    """A shadow or canary candidate cannot start or end in its policy's current state (one is
+    already running, none is running, or it is the version already active)."""
 
     code = ErrorCode.FAILED_PRECONDITION
 

@@ -3,6 +3,7 @@
 - :mod:`~crossaudit.service.tenants`: each tenant's engine, uploaded evaluators and feedback;
 - :mod:`~crossaudit.service.catalog`: policies (validate, deploy, roll back, the loaded versions);
 - :mod:`~crossaudit.service.admission`: evaluations (concurrency, deadlines, audit before answer);
+- :mod:`~crossaudit.service.rollout`: shadow and canary candidates (promote, discard, report);
 - :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
 - :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox).
@@ -16,11 +17,12 @@ from __future__ import annotations
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
-from crossaudit.service.config import ServiceLimits
+from crossaudit.service.config import RolloutLimits, ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.records import Records
+from crossaudit.service.rollout import Rollout
 from crossaudit.service.tenants import EngineProvider, Tenants
 from crossaudit.service.uploads import Uploads
 from crossaudit.store.base import Store
@@ -41,6 +43,7 @@ class CrossAuditService:
         audit_raw_text: bool = False,
         grants: TenantGrants | None = None,
         delivery: DeliveryConfig | None = None,
+        rollout_limits: RolloutLimits | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -72,6 +75,16 @@ class CrossAuditService:
         )
         self.records = Records(store, self.tenants, limits=self.limits)
         self.deliveries = Deliveries(store, self.grants, delivery, registry=self.metrics.registry)
+        self.rollout = Rollout(
+            store,
+            self.tenants,
+            self.catalog,
+            grants=self.grants,
+            limits=self.limits,
+            rollout=rollout_limits or RolloutLimits(),
+            delivery=delivery_limits,
+            metrics=self.metrics,
+        )
         self.admission = Admission(
             store,
             self.tenants,
@@ -81,6 +94,7 @@ class CrossAuditService:
             audit_raw_text=audit_raw_text,
             deliveries=self.deliveries,
             shares=self.grants.shares,
+            rollout=self.rollout,
         )
 
         # The API the servicers call; each method belongs to one component.
@@ -89,6 +103,10 @@ class CrossAuditService:
         self.get_policy = self.catalog.get_policy
         self.list_policies = self.catalog.list_policies
         self.rollback_policy = self.catalog.rollback_policy
+        self.deploy_candidate = self.rollout.deploy_candidate
+        self.promote_policy = self.rollout.promote
+        self.discard_candidate = self.rollout.discard
+        self.shadow_report = self.rollout.report
         self.bootstrap = self.catalog.bootstrap
         self.warm = self.catalog.warm
         self.budget = self.admission.budget
@@ -108,7 +126,9 @@ class CrossAuditService:
     def start(self) -> None:
         """Start the background work (webhook and decision-log delivery); needs a running loop."""
         self.deliveries.start()
+        self.rollout.start()
 
     async def aclose(self) -> None:
+        await self.rollout.aclose()
         await self.deliveries.aclose()
         await self.tenants.aclose()

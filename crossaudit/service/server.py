@@ -424,6 +424,7 @@ def build_service(
         audit_raw_text=config.audit_raw_text,
         grants=grants,
         dependency_limits=config.dependency_limits,
+        rollout_limits=config.rollout_limits,
         delivery=DeliveryConfig(
             decision_log_url=config.decision_log_url,
             decision_log_dir=config.decision_log_dir,

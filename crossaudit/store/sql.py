@@ -26,7 +26,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
-from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
+from crossaudit.kernel.errors import (
+    CandidateStateError,
+    DeliveryPendingError,
+    InvalidInputError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from crossaudit.store.base import (
     AUDIT_DAY_S,
     AUDIT_ROW_BYTES,
@@ -34,9 +40,13 @@ from crossaudit.store.base import (
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
     AuditRecord,
+    CandidateMode,
+    CandidateRecord,
+    CandidateState,
     DeploymentRecord,
     EvaluatorRecord,
     FeedbackRecord,
+    HistoryRecord,
     OutboxRecord,
     OutboxState,
     PolicySummaryRecord,
@@ -44,6 +54,7 @@ from crossaudit.store.base import (
     ReviewAlreadyResolvedError,
     ReviewRecord,
     ReviewState,
+    ShadowDiffRecord,
     Store,
     StoreUnavailableError,
     audit_rules_json,
@@ -90,6 +101,8 @@ TABLES: dict[type, str] = {
     ReviewRecord: "reviews",
     FeedbackRecord: "feedback",
     OutboxRecord: "outbox",
+    CandidateRecord: "candidates",
+    ShadowDiffRecord: "shadow_diffs",
 }
 
 
@@ -144,6 +157,9 @@ _RECORD_SIZE = (
     "(LENGTH(rules) + LENGTH(errored_rules) + COALESCE(LENGTH(prompt), 0) + COALESCE(LENGTH(response), 0) "
     f"+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + {int(AUDIT_ROW_BYTES)})"
 )
+# The history kinds that made a version active (a candidate's start, discard or automatic
+# rollback is in the history too, but never was the answering version): what rollback goes back to.
+DEPLOYED_KINDS = "('deploy', 'rollback', 'promote')"
 # Values bound in one IN (...) list: below every SQLite build's variable limit (999 before 3.32).
 _IN_CHUNK = 500
 
@@ -311,6 +327,49 @@ def _pending_count(c: Conn, tenant: str, kind: str) -> int:
     return int(row[0])
 
 
+def _store_version(
+    c: Conn, tenant: str, name: str, declared_version: str, description: str, content: str, now: float
+) -> tuple[PolicyVersionRecord, bool]:
+    """The version holding ``content`` (reused by digest) or a new one numbered after the last."""
+    digest = sha256_text(content)
+    row = c.execute(
+        "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
+        (tenant, name, digest),
+    ).fetchone()
+    if row is not None:
+        return _record(PolicyVersionRecord, row), False
+    (latest,) = c.execute(
+        "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
+    ).fetchone()
+    version = PolicyVersionRecord(
+        tenant=tenant,
+        name=name,
+        version=latest + 1,
+        declared_version=declared_version,
+        digest=digest,
+        description=description,
+        content=content,
+        created_at=now,
+    )
+    _insert(c, version)
+    return version, True
+
+
+def _history(c: Conn, tenant: str, name: str, environment: str, version: int, kind: str, now: float) -> None:
+    c.execute(
+        "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
+        (tenant, name, environment, version, kind, now),
+    )
+
+
+def _running(c: Conn, tenant: str, name: str, environment: str, lock: str = "") -> CandidateRecord | None:
+    row = c.execute(
+        f"SELECT * FROM candidates WHERE tenant=? AND name=? AND environment=? AND state=?{lock}",
+        (tenant, name, environment, CandidateState.RUNNING.value),
+    ).fetchone()
+    return None if row is None else _record(CandidateRecord, row)
+
+
 class SqlStore(Store):
     """Every store operation as SQL; subclasses run the transactions (:meth:`_tx`)."""
 
@@ -368,32 +427,10 @@ class SqlStore(Store):
         content: str,
         environment: str,
     ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
-        digest = sha256_text(content)
         now = time.time()
 
         def tx(c: Conn) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
-            row = c.execute(
-                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
-                (tenant, name, digest),
-            ).fetchone()
-            created = row is None
-            if created:
-                (latest,) = c.execute(
-                    "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
-                ).fetchone()
-                version = PolicyVersionRecord(
-                    tenant=tenant,
-                    name=name,
-                    version=latest + 1,
-                    declared_version=declared_version,
-                    digest=digest,
-                    description=description,
-                    content=content,
-                    created_at=now,
-                )
-                _insert(c, version)
-            else:
-                version = _record(PolicyVersionRecord, row)
+            version, created = _store_version(c, tenant, name, declared_version, description, content, now)
             deployment = self._set_deployment(c, tenant, name, environment, version.version, "deploy", now)
             return version, deployment, created
 
@@ -412,10 +449,7 @@ class SqlStore(Store):
             "ON CONFLICT (tenant, name, environment) "
             "DO UPDATE SET version=excluded.version, deployed_at=excluded.deployed_at",
         )
-        c.execute(
-            "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
-            (tenant, name, environment, version, kind, now),
-        )
+        _history(c, tenant, name, environment, version, kind, now)
         return deployment
 
     async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
@@ -494,7 +528,7 @@ class SqlStore(Store):
             if target is None:
                 row = c.execute(
                     "SELECT version FROM deployment_history WHERE tenant=? AND name=? AND environment=? "
-                    "AND version != ? ORDER BY seq DESC LIMIT 1",
+                    f"AND version != ? AND kind IN {DEPLOYED_KINDS} ORDER BY seq DESC LIMIT 1",
                     (tenant, name, environment, cur),
                 ).fetchone()
                 if row is None:
@@ -508,6 +542,213 @@ class SqlStore(Store):
             if exists is None:
                 raise NotFoundError(f"policy {name!r} has no version {target}")
             return self._set_deployment(c, tenant, name, environment, target, "rollback", now), cur
+
+        return await self._run(tx)
+
+    # --- shadow and canary candidates ------------------------------------------------------
+
+    async def start_candidate(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        declared_version: str,
+        description: str,
+        content: str,
+        environment: str,
+        mode: CandidateMode,
+        share: float,
+        canary_key: str = "",
+        notify_url: str = "",
+        bounds: Mapping[str, Any] | None = None,
+    ) -> tuple[PolicyVersionRecord, CandidateRecord, bool]:
+        now = time.time()
+
+        def tx(c: Conn) -> tuple[PolicyVersionRecord, CandidateRecord, bool]:
+            active = c.execute(
+                f"SELECT version FROM deployments WHERE tenant=? AND name=? AND environment=?{self.FOR_UPDATE}",
+                (tenant, name, environment),
+            ).fetchone()
+            if active is None:
+                raise NotFoundError(
+                    f"policy {name!r} is not deployed in environment {environment!r}: a {mode.value} candidate is "
+                    "tried beside an active version (deploy one first)"
+                )
+            running = _running(c, tenant, name, environment)
+            if running is not None:
+                raise CandidateStateError(
+                    f"policy {name!r} already has a running {running.mode.value} candidate (v{running.version}) in "
+                    f"{environment!r}: promote or discard it first"
+                )
+            version, created = _store_version(c, tenant, name, declared_version, description, content, now)
+            if version.version == active["version"]:
+                raise CandidateStateError(
+                    f"this candidate is v{version.version} of {name!r}, the version already active in {environment!r}"
+                )
+            cand = CandidateRecord(
+                id=str(uuid.uuid4()),
+                tenant=tenant,
+                name=name,
+                environment=environment,
+                mode=mode,
+                version=version.version,
+                active_version=int(active["version"]),
+                share=float(share),
+                canary_key=canary_key,
+                notify_url=notify_url,
+                bounds=dict(bounds or {}),
+                state=CandidateState.RUNNING,
+                started_at=now,
+            )
+            _insert(c, cand)
+            _history(c, tenant, name, environment, version.version, mode.value, now)
+            return version, cand, created
+
+        return await self._run(tx)
+
+    async def get_candidate(self, tenant: str, name: str, environment: str) -> CandidateRecord:
+        def tx(c: Conn) -> CandidateRecord:
+            found = _running(c, tenant, name, environment)
+            if found is not None:
+                return found
+            row = c.execute(
+                "SELECT * FROM candidates WHERE tenant=? AND name=? AND environment=? ORDER BY started_at DESC LIMIT 1",
+                (tenant, name, environment),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"policy {name!r} has no shadow or canary candidate in environment {environment!r}")
+            return _record(CandidateRecord, row)
+
+        return await self._run(tx)
+
+    async def running_candidate(self, tenant: str, name: str, environment: str) -> CandidateRecord | None:
+        return await self._run(lambda c: _running(c, tenant, name, environment))
+
+    async def end_candidate(
+        self,
+        tenant: str,
+        name: str,
+        environment: str,
+        *,
+        state: CandidateState,
+        reason: str = "",
+        candidate_id: str | None = None,
+        outbox: Sequence[OutboxRecord] = (),
+    ) -> tuple[CandidateRecord, DeploymentRecord | None]:
+        if state is CandidateState.RUNNING:
+            raise InvalidInputError("a candidate ends promoted, discarded or rolled back")
+        now = time.time()
+        kind = {CandidateState.PROMOTED: "promote", CandidateState.DISCARDED: "discard"}.get(state, "canary_rollback")
+
+        def tx(c: Conn) -> tuple[CandidateRecord, DeploymentRecord | None]:
+            cand = _running(c, tenant, name, environment, self.FOR_UPDATE)
+            if cand is None or (candidate_id is not None and cand.id != candidate_id):
+                raise CandidateStateError(
+                    f"policy {name!r} has no running shadow or canary candidate in environment {environment!r}"
+                )
+            c.execute(
+                "UPDATE candidates SET state=?, ended_at=?, reason=? WHERE tenant=? AND id=?",
+                (state.value, now, reason, tenant, cand.id),
+            )
+            deployment = None
+            if state is CandidateState.PROMOTED:
+                deployment = self._set_deployment(c, tenant, name, environment, cand.version, kind, now)
+            else:
+                _history(c, tenant, name, environment, cand.version, kind, now)
+            for msg in outbox:
+                _insert(c, msg)
+            return dataclasses.replace(cand, state=state, ended_at=now, reason=reason), deployment
+
+        return await self._run(tx)
+
+    async def record_shadow_diff(
+        self, diff: ShadowDiffRecord | None, *, candidate_id: str, tenant: str, dropped: int = 0, max_diffs: int
+    ) -> None:
+        def tx(c: Conn) -> None:
+            row = c.execute(
+                f"SELECT diffs_stored FROM candidates WHERE tenant=? AND id=? AND state=?{self.FOR_UPDATE}",
+                (tenant, candidate_id, CandidateState.RUNNING.value),
+            ).fetchone()
+            if row is None:
+                return
+            if diff is None:
+                c.execute("UPDATE candidates SET dropped=dropped+? WHERE id=?", (dropped, candidate_id))
+                return
+            keep = int(row[0]) < max_diffs
+            if keep:
+                _insert(c, diff)
+            answer_same = diff.live_passed == diff.candidate_passed and diff.live_action == diff.candidate_action
+            ok = not diff.error
+            c.execute(
+                "UPDATE candidates SET evaluated=evaluated+1, agreed=agreed+?, pass_to_fail=pass_to_fail+?, "
+                "fail_to_pass=fail_to_pass+?, action_changes=action_changes+?, errors=errors+?, "
+                "dropped=dropped+?, diffs_stored=diffs_stored+? WHERE id=?",
+                (
+                    int(ok and answer_same),
+                    int(ok and diff.live_passed and not diff.candidate_passed),
+                    int(ok and not diff.live_passed and diff.candidate_passed),
+                    int(ok and diff.live_action != diff.candidate_action),
+                    int(not ok),
+                    dropped,
+                    int(keep),
+                    candidate_id,
+                ),
+            )
+            flips = [(tenant, candidate_id, r["rule"], 1) for r in diff.rules if r.get("flipped")]
+            c.executemany(
+                "INSERT INTO shadow_rule_flips (tenant, candidate_id, rule, flips) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (candidate_id, rule) DO UPDATE SET flips=shadow_rule_flips.flips+excluded.flips",
+                flips,
+            )
+
+        await self._run(tx)
+
+    async def shadow_rule_flips(self, tenant: str, candidate_id: str) -> dict[str, int]:
+        def tx(c: Conn) -> dict[str, int]:
+            rows = c.execute(
+                "SELECT rule, flips FROM shadow_rule_flips WHERE tenant=? AND candidate_id=? ORDER BY rule",
+                (tenant, candidate_id),
+            ).fetchall()
+            return {r[0]: int(r[1]) for r in rows}
+
+        return await self._run(tx)
+
+    async def list_shadow_diffs(
+        self, tenant: str, candidate_id: str, *, changed_only: bool = True, limit: int = 100
+    ) -> list[ShadowDiffRecord]:
+        def tx(c: Conn) -> list[ShadowDiffRecord]:
+            filters = {"candidate_id=?": candidate_id, "changed=?": 1 if changed_only else None}
+            q = _listing("shadow_diffs", tenant, filters, order="created_at DESC, decision_id", limit=limit)
+            return [_record(ShadowDiffRecord, r) for r in c.execute(*q).fetchall()]
+
+        return await self._run(tx)
+
+    async def revision_counts(
+        self, tenant: str, name: str, environment: str, since: float, revisions: Sequence[int]
+    ) -> dict[int, tuple[int, int, int]]:
+        def tx(c: Conn) -> dict[int, tuple[int, int, int]]:
+            marks = ", ".join("?" * len(revisions))
+            rows = c.execute(
+                "SELECT policy_revision, COUNT(*), SUM(CASE WHEN errored_rules != '[]' THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN action = 'block' THEN 1 ELSE 0 END) FROM decisions "
+                f"WHERE tenant=? AND policy=? AND environment=? AND created_at>=? AND policy_revision IN ({marks}) "
+                "GROUP BY policy_revision",
+                (tenant, name, environment, since, *revisions),
+            ).fetchall()
+            return {int(r[0]): (int(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows}
+
+        if not revisions:
+            return {}
+        return await self._run(tx)
+
+    async def list_history(self, tenant: str, name: str, environment: str, *, limit: int = 100) -> list[HistoryRecord]:
+        def tx(c: Conn) -> list[HistoryRecord]:
+            rows = c.execute(
+                "SELECT name, environment, version, kind, at FROM deployment_history "
+                "WHERE tenant=? AND name=? AND environment=? ORDER BY seq DESC LIMIT ?",
+                (tenant, name, environment, _page(limit)),
+            ).fetchall()
+            return [HistoryRecord(r[0], r[1], int(r[2]), r[3], float(r[4])) for r in rows]
 
         return await self._run(tx)
 
