@@ -14,6 +14,8 @@ everything works on plain models and the :class:`~crossaudit.store.Store`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
@@ -99,10 +101,8 @@ class CrossAuditService:
 
         # The API the servicers call; each method belongs to one component.
         self.validate_policy = self.catalog.validate_policy
-        self.deploy_policy = self.catalog.deploy_policy
         self.get_policy = self.catalog.get_policy
         self.list_policies = self.catalog.list_policies
-        self.rollback_policy = self.catalog.rollback_policy
         self.deploy_candidate = self.rollout.deploy_candidate
         self.promote_policy = self.rollout.promote
         self.discard_candidate = self.rollout.discard
@@ -122,6 +122,18 @@ class CrossAuditService:
         self.resolve_review = self.records.resolve_review
         self.list_deliveries = self.deliveries.list_deliveries
         self.redeliver = self.deliveries.redeliver
+
+    async def deploy_policy(self, tenant: str, content: str, **options: Any) -> Any:
+        """:meth:`PolicyCatalog.deploy_policy`; a running candidate there ends with it (superseded)."""
+        version, deployment, created = await self.catalog.deploy_policy(tenant, content, **options)
+        self.rollout.forget(tenant, version.name, deployment.environment)
+        return version, deployment, created
+
+    async def rollback_policy(self, tenant: str, name: str, **options: Any) -> Any:
+        """:meth:`PolicyCatalog.rollback_policy`; a running candidate there ends with it (superseded)."""
+        deployment, previous = await self.catalog.rollback_policy(tenant, name, **options)
+        self.rollout.forget(tenant, deployment.name, deployment.environment)
+        return deployment, previous
 
     def start(self) -> None:
         """Start the background work (webhook and decision-log delivery); needs a running loop."""

@@ -58,6 +58,7 @@ LIST_REVIEWS = rpc("ReviewService", "ListReviews")
 RESOLVE_REVIEW = rpc("ReviewService", "ResolveReview")
 GET_DECISION = rpc("AuditService", "GetDecision")
 LIST_DECISIONS = rpc("AuditService", "ListDecisions")
+SHADOW_REPORT = rpc("PolicyService", "ShadowReport")  # admin-only (not listed below); the console checks it
 
 ALL_METHODS = "*"
 # THE permission table: the methods each role may call (deny unless listed).

@@ -281,6 +281,11 @@ class Rollout:
             canary, active = await self._counts(cand)
         return ShadowReport(cand, flips, tuple(samples), tuple(history), canary, active)
 
+    def forget(self, tenant: str, name: str, env: str) -> None:
+        """A deploy or rollback here ended any running candidate (the store did it in the same
+        transaction): stop routing to it at once in this process."""
+        self._candidates.pop((tenant, name, env), None)
+
     # --- per decision (admission) -----------------------------------------------------------
 
     async def candidate(self, tenant: str, policy: str, env: str) -> CandidateRecord | None:
@@ -343,6 +348,11 @@ class Rollout:
     def queued(self) -> int:
         return 0 if self._queue is None else self._queue.qsize()
 
+    async def drain(self) -> None:
+        """Wait until every queued sample is evaluated and recorded (shutdown, tests)."""
+        if self._queue is not None:
+            await self._queue.join()
+
     async def _work(self) -> None:
         assert self._queue is not None
         while True:
@@ -364,7 +374,7 @@ class Rollout:
         timeout = self.config.shadow_timeout_s
         try:
             _, policy = await self.catalog.version_policy(cand.tenant, cand.name, cand.version)
-            engine = self.tenants.engine(cand.tenant)
+            engine = self.tenants.shadow_engine(cand.tenant)
             async with asyncio.timeout(timeout + self.limits.answer_margin_s):
                 decided = await engine.evaluate(
                     policy,

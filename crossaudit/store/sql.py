@@ -440,6 +440,14 @@ class SqlStore(Store):
     def _set_deployment(
         c: Conn, tenant: str, name: str, environment: str, version: int, kind: str, now: float
     ) -> DeploymentRecord:
+        if kind != "promote":  # a candidate is tried against the version it started beside: a new one ends it
+            cand = _running(c, tenant, name, environment)
+            if cand is not None:
+                c.execute(
+                    "UPDATE candidates SET state=?, ended_at=?, reason=? WHERE tenant=? AND id=?",
+                    (CandidateState.DISCARDED.value, now, f"superseded by a {kind} to v{version}", tenant, cand.id),
+                )
+                _history(c, tenant, name, environment, cand.version, "discard", now)
         deployment = DeploymentRecord(
             tenant=tenant, name=name, environment=environment, version=version, deployed_at=now
         )

@@ -17,6 +17,7 @@ from crossaudit import Client
 from crossaudit.kernel.errors import CandidateStateError, NotFoundError
 from crossaudit.service.outbox import signing
 from tests.e2e.conftest import ServerProcess, key, run_cli
+from tests.e2e.console_http import console_url, sign_in
 from tests.e2e.policies import custom_policy, returns, webhook_policy
 from tests.webhook_receiver import Receiver, loopback_grant
 
@@ -71,10 +72,16 @@ def test_shadow_never_changes_an_answer_or_fires_an_action_and_reports_the_flips
     cand_file.write_text(candidate)
     bad = sum("bad" in r for r in RESPONSES)
     meh = sum("meh" in r for r in RESPONSES)
-    with server(tmp_path / "srv", receiver, server_store_env) as srv, Client(srv.address, api_key=key("acme")) as c:
+    console = ("--console-port", "0")
+    with (
+        server(tmp_path / "srv", receiver, server_store_env, *console) as srv,
+        Client(srv.address, api_key=key("acme")) as c,
+    ):
         c.deploy_policy(live)
         before = [answer(c.evaluate("hooks", "p", r, timeout=30)) for r in RESPONSES]
-        res = run_cli("policy", "deploy", str(cand_file), "--shadow", "--sample", "1.0", server=srv, api_key=key("acme"))
+        res = run_cli(
+            "policy", "deploy", str(cand_file), "--shadow", "--sample", "1.0", server=srv, api_key=key("acme")
+        )
         assert res.returncode == 0 and "shadow candidate 'hooks' v2" in res.stdout, res.stderr
         assert c.get_policy("hooks").version.version == 1  # stored, not active
         during = [c.evaluate("hooks", "p", r, timeout=30) for r in RESPONSES]
@@ -97,17 +104,25 @@ def test_shadow_never_changes_an_answer_or_fires_an_action_and_reports_the_flips
         assert len(c.list_deliveries(limit=100)) == 2 * bad
         cli = run_cli("policy", "shadow-report", "hooks", server=srv, api_key=key("acme"))
         assert cli.returncode == 0 and f"pass -> fail: {meh}" in cli.stdout and "rule notify" in cli.stdout, cli.stderr
+        check_console(srv, meh, meh_ids)
         # Another tenant's candidate does not exist for globex.
         with Client(srv.address, api_key=key("globex")) as g:
             for call in (g.shadow_report, g.promote, g.discard):
                 with pytest.raises(NotFoundError):
                     call("hooks")
+        # An invalid candidate is refused with located errors, as a deploy is; nothing starts.
+        bad_file = tmp_path / "bad.yaml"
+        bad_file.write_text(candidate.replace("threshold: 0.5", "threshold: 7"))
+        res = run_cli("policy", "deploy", str(bad_file), "--shadow", server=srv, api_key=key("acme"))
+        assert res.returncode == 1 and "bad.yaml:" in res.stderr and "threshold" in res.stderr, res.stderr
     # A restart in the middle of the shadow keeps it running, with its totals.
     with server(tmp_path / "srv", receiver, server_store_env) as srv, Client(srv.address, api_key=key("acme")) as c:
         report = c.shadow_report("hooks")
         assert report.candidate.state.value == "running" and report.candidate.evaluated == len(RESPONSES)
         c.evaluate("hooks", "p", "meh once more", timeout=30)
-        report = wait_report(c, "hooks", lambda r: r.candidate.evaluated == len(RESPONSES) + 1, "the sample after restart")
+        report = wait_report(
+            c, "hooks", lambda r: r.candidate.evaluated == len(RESPONSES) + 1, "the sample after restart"
+        )
         assert report.candidate.pass_to_fail == meh + 1
         promoted = c.promote("hooks")
         assert (promoted.deployment.version, promoted.candidate.state.value) == (2, "promoted")
@@ -117,6 +132,23 @@ def test_shadow_never_changes_an_answer_or_fires_an_action_and_reports_the_flips
         with pytest.raises(CandidateStateError):
             c.discard("hooks")  # nothing running any more
         assert c.rollback("hooks").deployment.version == 1  # rollback skips the candidate's entries
+
+
+def check_console(srv: ServerProcess, meh: int, meh_ids: set[str]) -> None:
+    """The console's rollout page: the same report, the signed-in tenant's policies only, escaped."""
+    h = sign_in(console_url(srv.start_line), key("acme"))
+    g = sign_in(console_url(srv.start_line), key("globex"))
+    try:
+        page = h.get("/rollout", params={"policy": "hooks"})
+        assert page.status_code == 200, page.text
+        assert f'id="pass-to-fail">{meh}<' in page.text and 'class="rule-flip"><td>notify</td>' in page.text
+        assert all(i in page.text for i in meh_ids)
+        hostile = h.get("/rollout", params={"policy": "<script>alert(1)</script>"})
+        assert hostile.status_code in (400, 404) and "<script>alert(1)" not in hostile.text
+        assert g.get("/rollout", params={"policy": "hooks"}).status_code == 404
+    finally:
+        h.close()
+        g.close()
 
 
 HEALTHY = custom_policy("gate", returns('{"score": 1.0}'), evaluator="ok", rules=["fine"])
@@ -153,31 +185,31 @@ def test_canary_is_sticky_names_its_revision_and_survives_a_restart(
 def test_a_canary_that_errors_is_rolled_back_with_an_audit_event_and_a_webhook(
     tmp_path: Path, receiver: Receiver, server_store_env: dict[str, str]
 ) -> None:
-    with server(tmp_path, receiver, server_store_env, "--set", "rollout_limits.canary_min_decisions=5") as srv:
-        with Client(srv.address, api_key=key("acme")) as c:
-            c.deploy_policy(HEALTHY)
-            with pytest.raises(Exception, match="allowlist"):  # --notify is checked against the tenant's grant
-                c.deploy_policy(FAILING, canary=0.5, canary_key="user_id", notify="http://127.0.0.1:9/elsewhere")
-            c.deploy_policy(FAILING, canary=0.5, canary_key="user_id", notify=f"{receiver.url}/canary")
-            deadline = time.monotonic() + WAIT_S
-            revisions: list[int] = []
-            while time.monotonic() < deadline and c.shadow_report("gate").candidate.state.value == "running":
-                for u in USERS[:10]:
-                    revisions.append(c.evaluate("gate", "p", "r", context={"user_id": u}, timeout=30).policy_revision)
-            report = c.shadow_report("gate")
-            assert report.candidate.state.value == "rolled_back", report
-            assert "evaluator-error rate" in report.candidate.reason
-            assert "rollout_limits.canary_max_error_rate_increase" in report.candidate.reason
-            assert report.canary.decisions >= 5 and report.canary.errored == report.canary.decisions
-            assert 2 in revisions
-            assert report.history[0].kind == "canary_rollback" and report.history[0].version == 2
-            # The active version answers everyone now.
-            assert {c.evaluate("gate", "p", "r", context={"user_id": u}, timeout=30).policy_revision for u in USERS} == {1}
-            assert c.get_policy("gate").version.version == 1
-            [hook] = receiver.wait_for(1, answered=200)
-            signing.verify(SIGNING_SECRET, hook.headers, hook.body)
-            body = json.loads(hook.body)
-            assert body["event"] == "canary_rolled_back" and body["policy"] == "gate"
-            assert (body["candidate_version"], body["active_version"]) == (2, 1)
-            assert body["reason"] == report.candidate.reason
-            assert [m.rule for m in c.list_deliveries()] == ["canary_rollback"]
+    limits = ("--set", "rollout_limits.canary_min_decisions=5")
+    with server(tmp_path, receiver, server_store_env, *limits) as srv, Client(srv.address, api_key=key("acme")) as c:
+        c.deploy_policy(HEALTHY)
+        with pytest.raises(Exception, match="allowlist"):  # --notify is checked against the tenant's grant
+            c.deploy_policy(FAILING, canary=0.5, canary_key="user_id", notify="http://127.0.0.1:9/elsewhere")
+        c.deploy_policy(FAILING, canary=0.5, canary_key="user_id", notify=f"{receiver.url}/canary")
+        deadline = time.monotonic() + WAIT_S
+        revisions: list[int] = []
+        while time.monotonic() < deadline and c.shadow_report("gate").candidate.state.value == "running":
+            for u in USERS[:10]:
+                revisions.append(c.evaluate("gate", "p", "r", context={"user_id": u}, timeout=30).policy_revision)
+        report = c.shadow_report("gate")
+        assert report.candidate.state.value == "rolled_back", report
+        assert "evaluator-error rate" in report.candidate.reason
+        assert "rollout_limits.canary_max_error_rate_increase" in report.candidate.reason
+        assert report.canary.decisions >= 5 and report.canary.errored == report.canary.decisions
+        assert 2 in revisions
+        assert report.history[0].kind == "canary_rollback" and report.history[0].version == 2
+        # The active version answers everyone now.
+        assert {c.evaluate("gate", "p", "r", context={"user_id": u}, timeout=30).policy_revision for u in USERS} == {1}
+        assert c.get_policy("gate").version.version == 1
+        [hook] = receiver.wait_for(1, answered=200)
+        signing.verify(SIGNING_SECRET, hook.headers, hook.body)
+        body = json.loads(hook.body)
+        assert body["event"] == "canary_rolled_back" and body["policy"] == "gate"
+        assert (body["candidate_version"], body["active_version"]) == (2, 1)
+        assert body["reason"] == report.candidate.reason
+        assert [m.rule for m in c.list_deliveries()] == ["canary_rollback"]
