@@ -32,6 +32,8 @@ from sandbox.base import Sandbox
 
 
 class CrossAuditService:
+    # Long: the whole composition in one place, one assignment per component and one alias per API
+    # method; split, a reader would have to assemble it again.
     def __init__(
         self,
         store: Store,
