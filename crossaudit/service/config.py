@@ -251,6 +251,15 @@ class RolloutLimits:
     shadow_workers: Annotated[
         PositiveInt, Field(description="shadow evaluations run at once per process (off the answer path)")
     ] = 2
+    shadow_write_backlog: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "evaluated shadow diffs waiting to be written (one transaction per batch); past it one is dropped and "
+                "counted like a full queue"
+            )
+        ),
+    ] = 10_000
     shadow_timeout_s: Annotated[
         PositiveFloat, Field(description="one shadow evaluation; past it the diff records a timeout")
     ] = 10.0

@@ -175,6 +175,10 @@ class Rollout:
         self._queue: asyncio.Queue[_Sample] | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._dropped: dict[str, tuple[str, int]] = {}  # candidate id -> (tenant, dropped not yet written)
+        self._unwritten: list[ShadowDiffRecord] = []  # evaluated, waiting for the writer
+        self._writing = False
+        self._wake = asyncio.Event()  # the writer has something to write
+        self._idle = asyncio.Event()  # the writer has written everything handed to it
         self._checked: TTLCache[str, float] = TTLCache(rollout.candidate_cache_entries, rollout.canary_check_interval_s)
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -185,19 +189,27 @@ class Rollout:
         if self._queue is not None:
             return
         self._queue = asyncio.Queue(self.config.shadow_queue_size)
-        self._workers = [
+        self._workers = [asyncio.create_task(self._write(), name="shadow-writer")]
+        self._workers += [
             asyncio.create_task(self._work(), name=f"shadow-{i}") for i in range(self.config.shadow_workers)
         ]
 
     async def aclose(self) -> None:
+        """Stop the workers; what they evaluated and the drops counted are written first (a
+        sample still queued is lost: it never decided anything)."""
+        if self._queue is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.shadow_timeout_s):
+                    while self._unwritten or self._writing or self._dropped:
+                        self._wake.set()
+                        self._idle.clear()
+                        await self._idle.wait()
         for task in [*self._workers, *self._tasks]:
             task.cancel()
         for task in [*self._workers, *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._workers.clear()
-        with contextlib.suppress(CrossAuditError):
-            await self._flush_dropped()
 
     # --- the authors' operations ------------------------------------------------------------
 
@@ -341,33 +353,36 @@ class Rollout:
         try:
             self._queue.put_nowait(sample)
         except asyncio.QueueFull:
-            tenant, n = self._dropped.get(sample.candidate.id, (sample.tenant, 0))
-            self._dropped[sample.candidate.id] = (tenant, n + 1)
+            self._count_dropped(sample.candidate.id, sample.tenant, 1)
             self.metrics.shadow_sample(sample.tenant, "dropped")
 
     def queued(self) -> int:
         return 0 if self._queue is None else self._queue.qsize()
 
     async def drain(self) -> None:
-        """Wait until every queued sample is evaluated and recorded (shutdown, tests)."""
-        if self._queue is not None:
-            await self._queue.join()
+        """Wait until every queued sample is evaluated and its diff written (shutdown, tests)."""
+        if self._queue is None:
+            return
+        await self._queue.join()
+        while self._unwritten or self._writing:  # each turn the writer has written a batch
+            self._wake.set()
+            await self._idle.wait()
 
     async def _work(self) -> None:
         assert self._queue is not None
         while True:
             sample = await self._queue.get()
             try:
-                await self._shadow(sample)
+                self._written(await self._shadow(sample))
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("shadow evaluation for candidate %s failed to record", sample.candidate.id)
+                log.exception("shadow evaluation for candidate %s failed", sample.candidate.id)
             finally:
                 self._queue.task_done()
 
-    async def _shadow(self, sample: _Sample) -> None:
-        """Evaluate one sample under the candidate and record the diff (its error, if any)."""
+    async def _shadow(self, sample: _Sample) -> ShadowDiffRecord:
+        """One sample evaluated under the candidate: its diff (the candidate's error, if any)."""
         cand = sample.candidate
         decision_id = sample.live.decision_id
         error, decided = "", None
@@ -392,36 +407,44 @@ class Rollout:
         except Exception as exc:  # a candidate's failure is recorded, never raised
             error = f"{type(exc).__name__}"
         self.metrics.shadow_sample(cand.tenant, "errored" if error else "evaluated")
-        diff = shadow_diff(sample, decision_id, decided, error)
-        _, dropped = self._dropped.pop(cand.id, (cand.tenant, 0))
-        try:
-            await self.store.record_shadow_diff(
-                diff,
-                candidate_id=cand.id,
-                tenant=cand.tenant,
-                dropped=dropped,
-                max_diffs=self.config.max_shadow_diffs_per_candidate,
-            )
-        except CrossAuditError:
-            self._keep_dropped(cand, dropped)
-            raise
+        return shadow_diff(sample, decision_id, decided, error)
 
-    def _keep_dropped(self, cand: CandidateRecord, n: int) -> None:
-        if n:
-            tenant, m = self._dropped.get(cand.id, (cand.tenant, 0))
-            self._dropped[cand.id] = (tenant, m + n)
+    def _written(self, diff: ShadowDiffRecord) -> None:
+        """Hand a diff to the writer: diffs are written in batches, one transaction each, so the
+        shadow adds far fewer store transactions than it evaluates samples (the live decisions'
+        audit writes share the store). A writer that far behind drops the diff (counted)."""
+        if len(self._unwritten) >= self.config.shadow_write_backlog:
+            self._count_dropped(diff.candidate_id, diff.tenant, 1)
+            self.metrics.shadow_sample(diff.tenant, "dropped")
+        else:
+            self._unwritten.append(diff)
+        self._idle.clear()
+        self._wake.set()
 
-    async def _flush_dropped(self) -> None:
-        """Write the drops counted since the last diff (at shutdown): they survive a restart."""
-        pending, self._dropped = self._dropped, {}
-        for cand_id, (tenant, n) in pending.items():
-            await self.store.record_shadow_diff(
-                None,
-                candidate_id=cand_id,
-                tenant=tenant,
-                dropped=n,
-                max_diffs=self.config.max_shadow_diffs_per_candidate,
-            )
+    async def _write(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._unwritten = self._unwritten, []
+            dropped, self._dropped = self._dropped, {}
+            if batch or dropped:
+                self._writing = True
+                try:
+                    await self.store.record_shadow_diffs(
+                        batch, dropped=dropped, max_diffs=self.config.max_shadow_diffs_per_candidate
+                    )
+                except CrossAuditError as exc:  # the store is down: the diffs are lost, the drops kept
+                    log.warning("shadow diffs not written (%d lost): %s", len(batch), exc.message)
+                    for cid, (tenant, n) in dropped.items():
+                        self._count_dropped(cid, tenant, n)
+                finally:
+                    self._writing = False
+            if not self._unwritten:
+                self._idle.set()
+
+    def _count_dropped(self, candidate_id: str, tenant: str, n: int) -> None:
+        owner, m = self._dropped.get(candidate_id, (tenant, 0))
+        self._dropped[candidate_id] = (owner, m + n)
 
     # --- canary -----------------------------------------------------------------------------
 

@@ -551,12 +551,17 @@ class Store(abc.ABC):
         CandidateStateError when none is running."""
 
     @abc.abstractmethod
-    async def record_shadow_diff(
-        self, diff: ShadowDiffRecord | None, *, candidate_id: str, tenant: str, dropped: int = 0, max_diffs: int
+    async def record_shadow_diffs(
+        self,
+        diffs: Sequence[ShadowDiffRecord],
+        *,
+        dropped: Mapping[str, tuple[str, int]] | None = None,
+        max_diffs: int,
     ) -> None:
-        """Add one shadow evaluation (and ``dropped`` samples not evaluated) to the candidate's
-        totals and per-rule flips; store the diff itself while the candidate holds fewer than
-        ``max_diffs``. Nothing is written for a candidate no longer running."""
+        """Add shadow evaluations (and ``dropped``: candidate id -> (tenant, samples not
+        evaluated)) to their candidates' totals and per-rule flips in one transaction; store the
+        diffs themselves while a candidate holds fewer than ``max_diffs``. Nothing is added to a
+        candidate no longer running, nor to one of another tenant."""
 
     @abc.abstractmethod
     async def shadow_rule_flips(self, tenant: str, candidate_id: str) -> dict[str, int]: ...

@@ -370,6 +370,21 @@ def _running(c: Conn, tenant: str, name: str, environment: str, lock: str = "") 
     return None if row is None else _record(CandidateRecord, row)
 
 
+def _shadow_totals(diffs: Sequence[ShadowDiffRecord]) -> tuple[int, int, int, int, int, int]:
+    """(evaluated, agreed, pass_to_fail, fail_to_pass, action_changes, errors) of ``diffs``."""
+    agreed = p2f = f2p = actions = errors = 0
+    for d in diffs:
+        if d.error:
+            errors += 1
+            continue
+        same = d.live_passed == d.candidate_passed and d.live_action == d.candidate_action
+        agreed += same
+        p2f += d.live_passed and not d.candidate_passed
+        f2p += not d.live_passed and d.candidate_passed
+        actions += d.live_action != d.candidate_action
+    return len(diffs), agreed, p2f, f2p, actions, errors
+
+
 class SqlStore(Store):
     """Every store operation as SQL; subclasses run the transactions (:meth:`_tx`)."""
 
@@ -669,47 +684,49 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def record_shadow_diff(
-        self, diff: ShadowDiffRecord | None, *, candidate_id: str, tenant: str, dropped: int = 0, max_diffs: int
+    async def record_shadow_diffs(
+        self,
+        diffs: Sequence[ShadowDiffRecord],
+        *,
+        dropped: Mapping[str, tuple[str, int]] | None = None,
+        max_diffs: int,
     ) -> None:
         def tx(c: Conn) -> None:
-            row = c.execute(
-                f"SELECT diffs_stored FROM candidates WHERE tenant=? AND id=? AND state=?{self.FOR_UPDATE}",
-                (tenant, candidate_id, CandidateState.RUNNING.value),
-            ).fetchone()
-            if row is None:
-                return
-            if diff is None:
-                c.execute("UPDATE candidates SET dropped=dropped+? WHERE id=?", (dropped, candidate_id))
-                return
-            keep = int(row[0]) < max_diffs
-            if keep:
-                _insert(c, diff)
-            answer_same = diff.live_passed == diff.candidate_passed and diff.live_action == diff.candidate_action
-            ok = not diff.error
-            c.execute(
-                "UPDATE candidates SET evaluated=evaluated+1, agreed=agreed+?, pass_to_fail=pass_to_fail+?, "
-                "fail_to_pass=fail_to_pass+?, action_changes=action_changes+?, errors=errors+?, "
-                "dropped=dropped+?, diffs_stored=diffs_stored+? WHERE id=?",
-                (
-                    int(ok and answer_same),
-                    int(ok and diff.live_passed and not diff.candidate_passed),
-                    int(ok and not diff.live_passed and diff.candidate_passed),
-                    int(ok and diff.live_action != diff.candidate_action),
-                    int(not ok),
-                    dropped,
-                    int(keep),
-                    candidate_id,
-                ),
-            )
-            flips = [(tenant, candidate_id, r["rule"], 1) for r in diff.rules if r.get("flipped")]
-            c.executemany(
-                "INSERT INTO shadow_rule_flips (tenant, candidate_id, rule, flips) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (candidate_id, rule) DO UPDATE SET flips=shadow_rule_flips.flips+excluded.flips",
-                flips,
-            )
+            mine: dict[str, list[ShadowDiffRecord]] = {}
+            for d in diffs:
+                mine.setdefault(d.candidate_id, []).append(d)
+            owners = {cid: group[0].tenant for cid, group in mine.items()}
+            owners.update({cid: tenant for cid, (tenant, _) in (dropped or {}).items() if cid not in owners})
+            for cid, tenant in owners.items():
+                row = c.execute(
+                    f"SELECT diffs_stored FROM candidates WHERE tenant=? AND id=? AND state=?{self.FOR_UPDATE}",
+                    (tenant, cid, CandidateState.RUNNING.value),
+                ).fetchone()
+                if row is None:  # ended (or not this tenant's): nothing more is added to it
+                    continue
+                group = [d for d in mine.get(cid, ()) if d.tenant == tenant]
+                kept = group[: max(0, max_diffs - int(row[0]))]
+                for d in kept:
+                    _insert(c, d, "ON CONFLICT (candidate_id, decision_id) DO NOTHING")
+                t = _shadow_totals(group)
+                c.execute(
+                    "UPDATE candidates SET evaluated=evaluated+?, agreed=agreed+?, pass_to_fail=pass_to_fail+?, "
+                    "fail_to_pass=fail_to_pass+?, action_changes=action_changes+?, errors=errors+?, "
+                    "dropped=dropped+?, diffs_stored=diffs_stored+? WHERE id=?",
+                    (*t, (dropped or {}).get(cid, (tenant, 0))[1], len(kept), cid),
+                )
+                flips: dict[str, int] = {}
+                for d in group:
+                    for r in d.rules:
+                        if r.get("flipped"):
+                            flips[str(r["rule"])] = flips.get(str(r["rule"]), 0) + 1
+                c.executemany(
+                    "INSERT INTO shadow_rule_flips (tenant, candidate_id, rule, flips) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (candidate_id, rule) DO UPDATE SET flips=shadow_rule_flips.flips+excluded.flips",
+                    [(tenant, cid, rule, n) for rule, n in sorted(flips.items())],
+                )
 
-        await self._run(tx)
+        await self._run(tx, contended=True)
 
     async def shadow_rule_flips(self, tenant: str, candidate_id: str) -> dict[str, int]:
         def tx(c: Conn) -> dict[str, int]:

@@ -57,6 +57,20 @@ TARGETS = (
         "another tenant's p50, one tenant at 120 CPU-burning calls: <= 2x idle",
     ),
     Target("ratio.neighbours.audit", "ratio", 2.0, True, "another tenant's p50, one tenant flooding audit: <= 2x idle"),
+    Target(
+        "ratio.shadow.cached.c16",
+        "ratio",
+        1.05,
+        True,
+        "live p50 with a shadow at --sample 0.1, 16 clients, cached evaluators: <= 1.05x shadow off",
+    ),
+    Target(
+        "ratio.shadow.uncached.c16",
+        "ratio",
+        1.05,
+        True,
+        "live p50 with a shadow at --sample 0.1, 16 clients, evaluators run: <= 1.05x shadow off",
+    ),
 )
 
 SCENARIOS: dict[str, Scenario] = {}

@@ -5,6 +5,7 @@ the canary's bounds. The same behaviour through a real server: tests/e2e/test_ro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from typing import Any
 
@@ -82,23 +83,26 @@ async def test_shadow_totals_flips_and_the_diff_cap(store: Any) -> None:
     await store.deploy_policy("t1", name="p", declared_version="1", description="", content="a", environment=ENV)
     cand = await start(store)
     cases = [(True, False, True), (False, True, True), (True, True, False)]
-    for i, (live, new, flipped) in enumerate(cases):
-        d = diff(cand, f"d{i}", live=live, candidate=new, rule_flipped=flipped)
-        await store.record_shadow_diff(d, candidate_id=cand.id, tenant="t1", dropped=i, max_diffs=2)
+    first = [diff(cand, f"d{i}", live=live, candidate=new, rule_flipped=f) for i, (live, new, f) in enumerate(cases)]
+    await store.record_shadow_diffs(first, dropped={cand.id: ("t1", 3)}, max_diffs=2)
     errored = ShadowDiffRecord("t1", cand.id, "e", 9.0, True, "allow", True, "", [], error="boom", changed=True)
-    await store.record_shadow_diff(errored, candidate_id=cand.id, tenant="t1", max_diffs=10)
-    await store.record_shadow_diff(None, candidate_id=cand.id, tenant="t1", dropped=4, max_diffs=10)
+    await store.record_shadow_diffs([errored], max_diffs=10)
+    await store.record_shadow_diffs([], dropped={cand.id: ("t1", 4)}, max_diffs=10)
+    # another tenant cannot add to it, even knowing its id
+    await store.record_shadow_diffs(
+        [dataclasses.replace(errored, tenant="t2")], dropped={cand.id: ("t2", 9)}, max_diffs=10
+    )
     got = await store.get_candidate("t1", "p", ENV)
     totals = (got.evaluated, got.agreed, got.pass_to_fail, got.fail_to_pass, got.action_changes, got.errors)
     assert totals == (4, 1, 1, 1, 2, 1)
-    assert (got.dropped, got.diffs_stored) == (0 + 1 + 2 + 4, 3)  # the third diff was past the cap of 2
+    assert (got.dropped, got.diffs_stored) == (3 + 4, 3)  # the third diff was past the cap of 2
     assert await store.shadow_rule_flips("t1", cand.id) == {"r": 2}
     # changed ones, most recent first (d2 agreed, and was past the cap anyway)
     assert [d.decision_id for d in await store.list_shadow_diffs("t1", cand.id)] == ["e", "d1", "d0"]
     assert await store.list_shadow_diffs("t2", cand.id) == []
     await store.end_candidate("t1", "p", ENV, state=CandidateState.PROMOTED)
     late = diff(cand, "late", live=True, candidate=False, rule_flipped=True)
-    await store.record_shadow_diff(late, candidate_id=cand.id, tenant="t1", max_diffs=10)  # ended: nothing written
+    await store.record_shadow_diffs([late], max_diffs=10)  # ended: nothing written
     assert (await store.get_candidate("t1", "p", ENV)).evaluated == 4
 
 

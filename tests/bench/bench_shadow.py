@@ -1,0 +1,118 @@
+"""The live answer's p50 at 16 concurrent clients with a shadow candidate at ``--sample 0.1``,
+side by side with shadow off, in one run on one server (docs/rollout.md; target: at most 5% added).
+
+Two policies with the same text but their name: ``shadow-off`` answers alone, ``shadow-on`` has a
+threshold-only candidate shadowing it. Rounds alternate between them (off, on, off, on, ...) so
+that a drift of the machine during the run falls on both. Two variants: evaluator results cached
+(what is measured is the service, the engine and the store; the shadow's own engine caches too)
+and not cached (every live decision and every sampled shadow runs both evaluators in the process
+sandbox: the shadow's real cost, CPU the live answers share).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from crossaudit.sdk.client import AsyncClient
+from tests.bench import report
+from tests.e2e.conftest import ServerProcess, key
+from tests.e2e.policies import ten_rules
+
+CLIENTS = 16
+SAMPLE = 0.1
+ROUNDS = 3  # per mode, alternating
+ROUND_S = 4.0
+WARMUP = 64
+MAX_CALLS_PER_ROUND = 20_000  # bound
+RESPONSES = [f"An ordinary answer number {i} about renewable energy and its trade-offs." for i in range(64)]
+
+
+def _policies(cached: bool) -> tuple[str, str, str]:
+    """(shadow-off policy, shadow-on policy, its candidate: the same with a threshold moved)."""
+    text = ten_rules(cached=cached)
+    name = "ten-rules-cached" if cached else "ten-rules"
+    off = text.replace(f"name: {name}", "name: shadow-off")
+    on = text.replace(f"name: {name}", "name: shadow-on")
+    return off, on, on.replace("threshold: 0.5", "threshold: 0.6")
+
+
+async def _round(c: AsyncClient, policy: str, latencies: list[float]) -> tuple[int, float]:
+    stop = time.perf_counter() + ROUND_S
+    per_client = MAX_CALLS_PER_ROUND // CLIENTS
+    done = 0
+
+    async def worker(w: int) -> None:
+        nonlocal done
+        for i in range(per_client):
+            if time.perf_counter() > stop:
+                return
+            t0 = time.perf_counter()
+            await c.evaluate(policy, "p", RESPONSES[(w * per_client + i) % len(RESPONSES)], timeout=30)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            done += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(CLIENTS)))
+    return done, time.perf_counter() - t0
+
+
+async def _measure(address: str, cached: bool) -> dict[str, tuple[list[float], float, int]]:
+    off, on, candidate = _policies(cached)
+    async with AsyncClient(address, api_key=key("acme")) as c:
+        await c.deploy_policy(off)
+        await c.deploy_policy(on)
+        await c.deploy_policy(candidate, shadow=SAMPLE)
+        for i in range(WARMUP):
+            await c.evaluate("shadow-off", "p", RESPONSES[i % len(RESPONSES)], timeout=30)
+            await c.evaluate("shadow-on", "p", RESPONSES[i % len(RESPONSES)], timeout=30)
+        out: dict[str, tuple[list[float], float, int]] = {"shadow-off": ([], 0.0, 0), "shadow-on": ([], 0.0, 0)}
+        for _ in range(ROUNDS):
+            for policy in ("shadow-off", "shadow-on"):
+                lat, wall, n = out[policy]
+                got, took = await _round(c, policy, lat)
+                out[policy] = (lat, wall + took, n + got)
+        await asyncio.sleep(2.0)  # let the shadow queue drain before the report
+        shadow = (await c.shadow_report("shadow-on")).candidate
+    print(
+        f"  shadow-on's candidate: {shadow.evaluated} evaluated of {out['shadow-on'][2]} live decisions "
+        f"({shadow.evaluated / max(1, out['shadow-on'][2]):.1%} sampled), {shadow.dropped} dropped, "
+        f"{shadow.errors} errors, {shadow.pass_to_fail + shadow.fail_to_pass} flips"
+    )
+    return out
+
+
+def main() -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-shadow-"))
+    print(f"{CLIENTS} clients, {ROUNDS} alternating rounds of {ROUND_S:g} s per mode, 10-rule policy, sample {SAMPLE}")
+    print(f"{'variant':<10} {'mode':<12} {'decisions/s':>12} {'p50 ms':>8} {'p95 ms':>8} {'p50 vs off':>11}")
+    for variant, cached in (("cached", True), ("uncached", False)):
+        srv = ServerProcess(root / variant)
+        srv.start()
+        try:
+            results = asyncio.run(_measure(srv.address, cached))
+        finally:
+            srv.stop()
+        base = statistics.median(results["shadow-off"][0])
+        for mode, (lat, wall, _) in results.items():
+            s = report.record(
+                f"shadow.{variant}.{mode}.c{CLIENTS}",
+                f"{variant}, {mode}",
+                lat,
+                wall,
+                unit="decisions/s",
+                concurrency=CLIENTS,
+                group="shadow",
+            )
+            print(
+                f"{variant:<10} {mode:<12} {s.throughput:>12.0f} {s.p50_ms:>8.2f} {s.p95_ms:>8.2f} "
+                f"{s.p50_ms / base:>10.3f}x"
+            )
+        report.ratio(f"ratio.shadow.{variant}.c{CLIENTS}", statistics.median(results["shadow-on"][0]) / base)
+
+
+if __name__ == "__main__":
+    main()
