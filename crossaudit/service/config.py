@@ -248,6 +248,15 @@ class RolloutLimits:
             )
         ),
     ] = 1_000
+    shadow_queue_bytes: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "what the queued samples hold (prompt, response, context), per process; a sample that would take it "
+                "past this is dropped and counted like a full queue"
+            )
+        ),
+    ] = 64 * 1024 * 1024
     shadow_workers: Annotated[
         PositiveInt, Field(description="shadow evaluations run at once per process (off the answer path)")
     ] = 2

@@ -31,7 +31,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from crossaudit.kernel.errors import CandidateStateError, CrossAuditError, InvalidInputError
-from crossaudit.kernel.results import Decision
+from crossaudit.kernel.results import Decision, RuleResult
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RolloutLimits, ServiceLimits
@@ -58,6 +58,8 @@ from sandbox.base import ProgressCallback
 log = logging.getLogger("crossaudit.service.rollout")
 
 MAX_ERROR_CHARS = 300  # of a candidate's error, kept in its diff
+SAMPLE_OVERHEAD_BYTES = 1_024  # a queued sample's fixed part (ids, the slim live decision), for the byte bound
+MAX_NOTIFY_URL_CHARS = 2_048  # a canary's --notify URL (stored with it, sent at each delivery attempt)
 NOTIFY_RULE = "canary_rollback"  # the outbox row's rule: what a receiver and `webhooks list` see
 _HASH_SPACE = float(2**64)
 _SETTING = "rollout_limits."
@@ -95,6 +97,29 @@ class _Sample:
     context: dict[str, Any]
     stage: str
     at: float
+    size: int = 0  # sample_bytes, held against rollout_limits.shadow_queue_bytes while queued
+
+
+def _slim(decision: Decision) -> Decision:
+    """What a diff needs of the live decision (a queued sample must not hold its evaluators'
+    details, violations and spans: up to the sandbox's result size per rule)."""
+    rules = [
+        RuleResult.model_construct(rule=r.rule, status=r.status, passed=r.passed, score=r.score, action=r.action)
+        for r in decision.rules
+    ]
+    return Decision.model_construct(
+        policy=decision.policy,
+        policy_version=decision.policy_version,
+        passed=decision.passed,
+        action=decision.action,
+        rules=rules,
+        decision_id=decision.decision_id,
+    )
+
+
+def sample_bytes(prompt: str, response: str, context: Mapping[str, Any] | None) -> int:
+    """About what a queued sample holds (its texts, its context as written), for the byte bound."""
+    return len(prompt) + len(response) + (len(repr(context)) if context else 0) + SAMPLE_OVERHEAD_BYTES
 
 
 def rule_diffs(live: Decision, cand: Decision) -> list[dict[str, Any]]:
@@ -175,6 +200,7 @@ class Rollout:
         self._queue: asyncio.Queue[_Sample] | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._dropped: dict[str, tuple[str, int]] = {}  # candidate id -> (tenant, dropped not yet written)
+        self._queued_bytes = 0  # sample_bytes of the queued samples
         self._unwritten: list[ShadowDiffRecord] = []  # evaluated, waiting for the writer
         self._writing = False
         self._wake = asyncio.Event()  # the writer has something to write
@@ -239,6 +265,8 @@ class Rollout:
         if len(canary_key) > self.limits.max_name_length:
             raise InvalidInputError(f"canary_key is longer than {self.limits.max_name_length} characters")
         if notify_url:
+            if len(notify_url) > MAX_NOTIFY_URL_CHARS:
+                raise InvalidInputError(f"--notify is longer than {MAX_NOTIFY_URL_CHARS} characters")
             if kind is not CandidateMode.CANARY:
                 raise InvalidInputError("--notify is for a canary (its automatic rollback is what is announced)")
             problem = self.grants.webhook(tenant).url_problem(notify_url)
@@ -316,7 +344,13 @@ class Rollout:
         """The candidate's version when this canary answers the request, else None."""
         if cand.mode is not CandidateMode.CANARY or not canary_routes(cand, context):
             return None
-        return await self.catalog.version_policy(cand.tenant, cand.name, cand.version)
+        try:
+            return await self.catalog.version_policy(cand.tenant, cand.name, cand.version)
+        except CrossAuditError as exc:  # validated at deploy; should it stop loading, the active version answers
+            log.warning(
+                "canary v%d of %s (tenant %s) does not load: %s", cand.version, cand.name, cand.tenant, exc.message
+            )
+            return None
 
     def decided(
         self,
@@ -333,9 +367,10 @@ class Rollout:
         try:
             if cand.mode is CandidateMode.SHADOW:
                 if sampled(decision.decision_id, cand.share):
-                    self._offer(
-                        _Sample(cand.tenant, cand, decision, prompt, response, dict(context or {}), stage, time.time())
-                    )
+                    size = sample_bytes(prompt, response, context)
+                    live = _slim(decision)
+                    ctx = dict(context or {})
+                    self._offer(_Sample(cand.tenant, cand, live, prompt, response, ctx, stage, time.time(), size))
             elif revision == cand.version and cand.id not in self._checked:
                 self._checked[cand.id] = time.monotonic()
                 task = asyncio.create_task(self._check_canary(cand))
@@ -350,9 +385,16 @@ class Rollout:
         if self._queue is None:
             self.start()
         assert self._queue is not None
-        try:
-            self._queue.put_nowait(sample)
-        except asyncio.QueueFull:
+        if self._queued_bytes + sample.size > self.config.shadow_queue_bytes:
+            full = True
+        else:
+            try:
+                self._queue.put_nowait(sample)
+                self._queued_bytes += sample.size
+                full = False
+            except asyncio.QueueFull:
+                full = True
+        if full:
             self._count_dropped(sample.candidate.id, sample.tenant, 1)
             self.metrics.shadow_sample(sample.tenant, "dropped")
 
@@ -372,6 +414,7 @@ class Rollout:
         assert self._queue is not None
         while True:
             sample = await self._queue.get()
+            self._queued_bytes -= sample.size
             try:
                 self._written(await self._shadow(sample))
             except asyncio.CancelledError:

@@ -232,3 +232,54 @@ def test_canary_bounds_after_the_minimum(tmp_path: Any) -> None:
     assert "block rate 15.0%" in r.verdict(c, RevisionCounts(20, 0, 3), RevisionCounts(100, 0, 0))
     assert r.verdict(c, RevisionCounts(20, 0, 3), RevisionCounts(100, 0, 10)) == ""  # the active blocks as much
     asyncio.run(store.aclose())
+
+
+def test_cli_candidate_flags() -> None:
+    import argparse
+
+    from crossaudit.cli.rollout import candidate_kwargs, parse_share
+
+    assert parse_share("5%", "--canary") == 0.05 and parse_share("0.05", "--canary") == 0.05
+    assert parse_share("100%", "--canary") == 1.0
+    for bad in ("0%", "5", "101%", "nan", "x%", "-1%"):
+        with pytest.raises(InvalidInputError, match="--canary"):
+            parse_share(bad, "--canary")
+
+    def flags(**kw: Any) -> argparse.Namespace:
+        return argparse.Namespace(
+            **{"shadow": False, "canary": None, "sample": None, "canary_key": "", "notify": "", **kw}
+        )
+
+    assert candidate_kwargs(flags()) == {}
+    assert candidate_kwargs(flags(shadow=True)) == {"shadow": 0.1}
+    assert candidate_kwargs(flags(shadow=True, sample=0.5)) == {"shadow": 0.5}
+    got = candidate_kwargs(flags(canary="5%", canary_key="user_id", notify="https://h/x"))
+    assert got == {"canary": 0.05, "canary_key": "user_id", "notify": "https://h/x"}
+    for bad, words in [
+        (flags(canary="5%"), "--canary-key"),
+        (flags(canary="5%", canary_key="u", sample=0.1), "--sample is for --shadow"),
+        (flags(sample=0.1), "--sample is an option of --shadow"),
+        (flags(shadow=True, canary_key="u"), "options of --canary"),
+    ]:
+        with pytest.raises(InvalidInputError, match=words):
+            candidate_kwargs(bad)
+
+
+async def test_a_sample_over_the_queue_byte_bound_is_dropped(tmp_path: Any) -> None:
+    from crossaudit.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    limits = RolloutLimits(shadow_queue_bytes=4_096)
+    svc = service(store, ScriptedEngine(), rollout_limits=limits)
+    try:
+        await svc.deploy_policy("t1", POLICY)
+        await svc.deploy_candidate("t1", POLICY_V2, mode="shadow", share=1.0)
+        big = await svc.evaluate("t1", policy="p", prompt="", response="x" * 5_000)
+        small = await svc.evaluate("t1", policy="p", prompt="", response="short")
+        assert big.decision.passed and small.decision.passed  # both answered all the same
+        await svc.rollout.drain()
+        got = (await svc.shadow_report("t1", "p")).candidate
+        assert (got.evaluated, got.dropped) == (1, 1)
+    finally:
+        await svc.aclose()
+        await store.aclose()
