@@ -269,6 +269,15 @@ class RolloutLimits:
             )
         ),
     ] = 10_000
+    shadow_write_interval_s: Annotated[
+        NonNegativeFloat,
+        Field(
+            description=(
+                "the shadow's writer gathers diffs this long before each write (one transaction per batch: the live "
+                "decisions' audit writes share the store); a report may lag by as much"
+            )
+        ),
+    ] = 0.5
     shadow_timeout_s: Annotated[
         PositiveFloat, Field(description="one shadow evaluation; past it the diff records a timeout")
     ] = 10.0

@@ -203,6 +203,7 @@ class Rollout:
         self._queued_bytes = 0  # sample_bytes of the queued samples
         self._unwritten: list[ShadowDiffRecord] = []  # evaluated, waiting for the writer
         self._writing = False
+        self._flushing = False  # drain or close: write at once, do not gather
         self._wake = asyncio.Event()  # the writer has something to write
         self._idle = asyncio.Event()  # the writer has written everything handed to it
         self._checked: TTLCache[str, float] = TTLCache(rollout.candidate_cache_entries, rollout.canary_check_interval_s)
@@ -224,6 +225,7 @@ class Rollout:
         """Stop the workers; what they evaluated and the drops counted are written first (a
         sample still queued is lost: it never decided anything)."""
         if self._queue is not None:
+            self._flushing = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.shadow_timeout_s):
                     while self._unwritten or self._writing or self._dropped:
@@ -406,9 +408,13 @@ class Rollout:
         if self._queue is None:
             return
         await self._queue.join()
-        while self._unwritten or self._writing:  # each turn the writer has written a batch
-            self._wake.set()
-            await self._idle.wait()
+        self._flushing = True
+        try:
+            while self._unwritten or self._writing:  # each turn the writer has written a batch
+                self._wake.set()
+                await self._idle.wait()
+        finally:
+            self._flushing = False
 
     async def _work(self) -> None:
         assert self._queue is not None
@@ -467,6 +473,8 @@ class Rollout:
     async def _write(self) -> None:
         while True:
             await self._wake.wait()
+            if self.config.shadow_write_interval_s and not self._flushing:
+                await asyncio.sleep(self.config.shadow_write_interval_s)  # gather a batch
             self._wake.clear()
             batch, self._unwritten = self._unwritten, []
             dropped, self._dropped = self._dropped, {}
