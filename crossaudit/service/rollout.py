@@ -484,8 +484,9 @@ class Rollout:
                     await self.store.record_shadow_diffs(
                         batch, dropped=dropped, max_diffs=self.config.max_shadow_diffs_per_candidate
                     )
-                except CrossAuditError as exc:  # the store is down: the diffs are lost, the drops kept
-                    log.warning("shadow diffs not written (%d lost): %s", len(batch), exc.message)
+                except Exception as exc:  # the store is down: the diffs are lost, the drops kept; the writer lives on
+                    why = exc.message if isinstance(exc, CrossAuditError) else type(exc).__name__
+                    log.warning("shadow diffs not written (%d lost): %s", len(batch), why)
                     for cid, (tenant, n) in dropped.items():
                         self._count_dropped(cid, tenant, n)
                 finally:
