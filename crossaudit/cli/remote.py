@@ -1,6 +1,7 @@
 """Client commands of the ``crossaudit`` CLI, each a call to a running server: ``policy
-deploy|list|get|rollback|replay`` (``crossaudit.cli.replay``), ``evaluator upload|list|get``,
-``audit list|get|erase``, ``review list|resolve``, ``webhooks list|redeliver``.
+deploy|list|get|rollback`` (``replay``: :mod:`crossaudit.cli.replay`; ``promote|discard|shadow-report``:
+:mod:`crossaudit.cli.rollout`), ``evaluator upload|list|get``, ``audit list|get|erase``, ``review
+list|resolve``, ``webhooks list|redeliver``.
 
 Server address and key come from ``--server``/``--api-key`` or ``CROSSAUDIT_SERVER``/
 ``CROSSAUDIT_API_KEY``. Errors are raised as typed CrossAuditErrors, which ``crossaudit.cli.main``
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli import display, progress
+from crossaudit.cli import display, progress, rollout
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
@@ -51,6 +52,7 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
     d = policy_subparsers.add_parser("deploy", parents=[common], help="deploy a policy file to an environment")
     d.add_argument("file", metavar="FILE")
     d.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
+    rollout.add_deploy_options(d)
     d.set_defaults(func=cmd_policy_deploy)
     pl = policy_subparsers.add_parser("list", parents=[common], help="list deployed policies")
     pl.add_argument("--environment", "-e", default="", help="only policies deployed there")
@@ -68,6 +70,7 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
     from crossaudit.cli import replay
 
     replay.register(policy_subparsers, common)
+    rollout.register(policy_subparsers, common)
 
 
 def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -191,11 +194,14 @@ def _read_text(path: str, what: str) -> str:
 def cmd_policy_deploy(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise InvalidInputError(f"policy file {args.file} not found")
+    candidate = rollout.candidate_kwargs(args)
     with progress.build_progress(quiet=args.json) as update, _client(args) as c:
         kwargs = {"timeout": args.timeout} if args.timeout else {}
-        r = c.deploy_policy(Path(args.file), environment=args.environment, progress=update, **kwargs)
+        r = c.deploy_policy(Path(args.file), environment=args.environment, progress=update, **candidate, **kwargs)
     if args.json:
         _print_json(r)
+    elif r.candidate is not None:
+        print(rollout.describe_candidate(r))
     else:
         what = "new version" if r.created else "existing version"
         print(

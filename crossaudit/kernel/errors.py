@@ -38,6 +38,7 @@ module stays transport-neutral.
     ├── NotReplayableError                failed_precondition               (reason)
     ├── RetentionKeyError                 failed_precondition               (operator key missing or not the one)
     ├── RetainedInputsTamperedError       failed_precondition               (a retained row fails authentication)
+    ├── CandidateStateError               failed_precondition
     └── EvaluatorError                    internal
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
@@ -338,6 +339,13 @@ class RetentionKeyError(CrossAuditError):
 class RetainedInputsTamperedError(CrossAuditError):
     """A retained row (or a wrapped tenant key) failed AES-GCM authentication: altered, or moved
     to another tenant or decision. Never answered as garbage; the message names the decision only."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class CandidateStateError(CrossAuditError):
+    """A shadow or canary candidate cannot start or end in its policy's current state (one is
+    already running, none is running, or it is the version already active)."""
 
     code = ErrorCode.FAILED_PRECONDITION
 

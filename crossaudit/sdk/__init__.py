@@ -18,6 +18,9 @@ _HOMES = {
     "ProgressCallback": "crossaudit.sdk.options",
     # answers: the store's records ...
     "AuditRecord": "crossaudit.store.base",
+    "CandidateRecord": "crossaudit.store.base",
+    "CandidateState": "crossaudit.store.base",
+    "ShadowDiffRecord": "crossaudit.store.base",
     "DeploymentRecord": "crossaudit.store.base",
     "EvaluatorRecord": "crossaudit.store.base",
     "PolicySummaryRecord": "crossaudit.store.base",
@@ -28,6 +31,8 @@ _HOMES = {
     # ... and what the API adds to them
     "DeployResult": "crossaudit.service.models",
     "PolicyInfo": "crossaudit.service.models",
+    "PromoteResult": "crossaudit.service.models",
+    "ShadowReport": "crossaudit.service.models",
     "RemoteDecision": "crossaudit.service.models",
     "ReviewInfo": "crossaudit.service.models",
     "RollbackResult": "crossaudit.service.models",

@@ -62,15 +62,18 @@ from crossaudit.service.errors import from_rpc_error
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
+    PromoteResult,
     RemoteDecision,
     ReviewInfo,
     RollbackResult,
     ServerInfo,
+    ShadowReport,
     UploadedEvaluator,
 )
 from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.store.base import (
     AuditRecord,
+    CandidateRecord,
     ErasureRecord,
     EvaluatorRecord,
     OutboxRecord,
@@ -256,6 +259,7 @@ class ClientBase(abc.ABC):
         base_dir: PathOrText | None,
         timeout: float,
         progress: ProgressCallback | None = None,
+        candidate: pol_pb.CandidateOptions | None = None,
     ) -> Unary[DeployResult] | Stream[DeployResult | None]:
         """Without ``progress`` one unary call; with it DeployPolicyStream, whose progress events go
         to ``progress`` (decoded as None) and whose last event is the answer."""
@@ -264,7 +268,7 @@ class ClientBase(abc.ABC):
         def failed(e: CrossAuditError) -> CrossAuditError:  # lines of the author's file, not of the inlined text
             return inlined.relocate(e, filename) if isinstance(e, PolicyValidationError) else e
 
-        req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename)
+        req = pol_pb.DeployPolicyRequest(content=text, environment=environment, filename=filename, candidate=candidate)
         if progress is None:
             return Unary(self._policies.DeployPolicy, req, convert.deploy_result_from_pb, timeout, failed)
 
@@ -336,6 +340,33 @@ class ClientBase(abc.ABC):
     def _rollback(self, name: str, environment: str, to_version: int) -> Unary[RollbackResult]:
         req = pol_pb.RollbackPolicyRequest(name=name, environment=environment, to_version=to_version)
         return Unary(self._policies.RollbackPolicy, req, convert.rollback_from_pb)
+
+    @staticmethod
+    def _candidate(
+        shadow: float | None, canary: float | None, canary_key: str, notify: str
+    ) -> pol_pb.CandidateOptions | None:
+        """A deploy's candidate options: ``shadow`` (the sampled fraction) or ``canary`` (the share)."""
+        if shadow is not None and canary is not None:
+            raise InvalidInputError("a candidate is a shadow or a canary, not both")
+        if shadow is not None:
+            return pol_pb.CandidateOptions(mode="shadow", share=shadow, notify_url=notify)
+        if canary is not None:
+            return pol_pb.CandidateOptions(mode="canary", share=canary, canary_key=canary_key, notify_url=notify)
+        if canary_key or notify:
+            raise InvalidInputError("canary_key and notify are options of a canary (canary=SHARE)")
+        return None
+
+    def _promote(self, name: str, environment: str) -> Unary[PromoteResult]:
+        req = pol_pb.PromotePolicyRequest(name=name, environment=environment)
+        return Unary(self._policies.PromotePolicy, req, convert.promote_from_pb)
+
+    def _discard(self, name: str, environment: str) -> Unary[CandidateRecord]:
+        req = pol_pb.DiscardCandidateRequest(name=name, environment=environment)
+        return Unary(self._policies.DiscardCandidate, req, lambda r: convert.candidate_from_pb(r.candidate))
+
+    def _shadow_report(self, name: str, environment: str) -> Unary[ShadowReport]:
+        req = pol_pb.ShadowReportRequest(name=name, environment=environment)
+        return Unary(self._policies.ShadowReport, req, convert.shadow_report_from_pb)
 
     # evaluation
     def _evaluate(
@@ -517,17 +548,36 @@ class Client(ClientBase):
         base_dir: PathOrText | None = None,
         progress: ProgressCallback | None = None,
         timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
+        shadow: float | None = None,
+        canary: float | None = None,
+        canary_key: str = "",
+        notify: str = "",
     ) -> DeployResult:
         """Deploy a policy file (or text). ``code_file`` and ``evaluators/<name>.py`` are read here,
         next to the policy file (or in ``base_dir`` for text), and sent inline as ``config.code``.
 
         The server prepares the policy's custom evaluators before it answers, building their
         dependency images the first time (minutes), hence the upload's deadline; ``progress(message,
-        fraction)`` hears each step (``"<evaluator>: <step>"``) as ``upload_evaluator``'s does."""
-        call = self._deploy_policy(path_or_text, environment, base_dir, timeout, progress)
+        fraction)`` hears each step (``"<evaluator>: <step>"``) as ``upload_evaluator``'s does.
+
+        ``shadow=0.1`` or ``canary=0.05, canary_key="user_id"`` (``notify=URL``: where a canary's
+        automatic rollback is announced): stored as a candidate, not made active (docs/rollout.md)."""
+        options = self._candidate(shadow, canary, canary_key, notify)
+        call = self._deploy_policy(path_or_text, environment, base_dir, timeout, progress, options)
         if isinstance(call, Unary):
             return self._unary(call)
         return self._deployed(self._last(call))
+
+    def promote(self, name: str, environment: str = DEFAULT_ENVIRONMENT) -> PromoteResult:
+        """Make the running shadow or canary candidate the active version."""
+        return self._unary(self._promote(name, environment))
+
+    def discard(self, name: str, environment: str = DEFAULT_ENVIRONMENT) -> CandidateRecord:
+        """End the running shadow or canary candidate; the active version stays."""
+        return self._unary(self._discard(name, environment))
+
+    def shadow_report(self, name: str, environment: str = DEFAULT_ENVIRONMENT) -> ShadowReport:
+        return self._unary(self._shadow_report(name, environment))
 
     def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
         return self._unary(self._get_policy(name, environment, version))
@@ -714,12 +764,26 @@ class AsyncClient(ClientBase):
         base_dir: PathOrText | None = None,
         progress: ProgressCallback | None = None,
         timeout: float = DEFAULT_UPLOAD_TIMEOUT_S,
+        shadow: float | None = None,
+        canary: float | None = None,
+        canary_key: str = "",
+        notify: str = "",
     ) -> DeployResult:
         """As :meth:`Client.deploy_policy`; ``progress`` is called on the event loop's thread."""
-        call = self._deploy_policy(path_or_text, environment, base_dir, timeout, progress)
+        options = self._candidate(shadow, canary, canary_key, notify)
+        call = self._deploy_policy(path_or_text, environment, base_dir, timeout, progress, options)
         if isinstance(call, Unary):
             return await self._unary(call)
         return self._deployed(await self._last(call))
+
+    async def promote(self, name: str, environment: str = DEFAULT_ENVIRONMENT) -> PromoteResult:
+        return await self._unary(self._promote(name, environment))
+
+    async def discard(self, name: str, environment: str = DEFAULT_ENVIRONMENT) -> CandidateRecord:
+        return await self._unary(self._discard(name, environment))
+
+    async def shadow_report(self, name: str, environment: str = DEFAULT_ENVIRONMENT) -> ShadowReport:
+        return await self._unary(self._shadow_report(name, environment))
 
     async def get_policy(self, name: str, environment: str = DEFAULT_ENVIRONMENT, version: int = 0) -> PolicyInfo:
         return await self._unary(self._get_policy(name, environment, version))

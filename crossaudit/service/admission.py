@@ -22,8 +22,9 @@ from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, fit_audit, review_records
 from crossaudit.service.retention import Retention
+from crossaudit.service.rollout import Rollout
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import AUDIT_DAY_S, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
+from crossaudit.store.base import AUDIT_DAY_S, CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
 from orchestrator.policy import Policy
 
 AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"
@@ -64,6 +65,7 @@ class Admission:
         deliveries: Deliveries | None = None,
         shares: Mapping[str, float] | None = None,
         retention: Retention | None = None,
+        rollout: Rollout | None = None,
     ) -> None:
         self.store = store
         self.retention = retention
@@ -73,6 +75,7 @@ class Admission:
         self.metrics = metrics
         self.audit_raw_text = audit_raw_text
         self.deliveries = deliveries
+        self.rollout = rollout  # shadow and canary candidates (None: none are looked up)
         self._inflight: dict[str, int] = {}
         self._audit_usage: dict[str, _AuditUsage] = {}
         self._quota_logged: dict[str, float] = {}  # tenant -> when its audit quota refusal was last logged
@@ -146,13 +149,15 @@ class Admission:
                 task.add_done_callback(_consume)
                 stopping = task
                 raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
-            rec, pol, decision = task.result()
+            rec, pol, decision, candidate = task.result()
             decision.decision_id = decision_id
             outcome = await self._record(
                 tenant, rec, pol, decision, env, prompt, response, context, request_id=request_id, encode=encode,
                 stage=stage,
             )  # fmt: skip
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
+            if candidate is not None and self.rollout is not None:  # recorded: a shadow sample, a canary recount
+                self.rollout.decided(candidate, rec.version, decision, prompt, response, context, stage)
             if log.isEnabledFor(logging.DEBUG):
                 verdict = "passed" if decision.passed else "failed"
                 log.debug("decision %s: policy %s %s, %s", decision_id, policy, verdict, decision.action.value)
@@ -175,17 +180,23 @@ class Admission:
         decision_id: str,
         stage: str,
         deadline: float,
-    ) -> tuple[PolicyVersionRecord, Policy, Decision]:
-        """The deployed policy evaluated within what is left until ``deadline`` (monotonic)."""
+    ) -> tuple[PolicyVersionRecord, Policy, Decision, CandidateRecord | None]:
+        """The deployed policy evaluated within what is left until ``deadline`` (monotonic); a
+        canary candidate's version instead when it answers this request (docs/rollout.md)."""
         await self.tenants.load_feedback(tenant)
         rec, pol = await self.catalog.deployed_policy(tenant, policy, env)
+        candidate = await self.rollout.candidate(tenant, policy, env) if self.rollout is not None else None
+        if candidate is not None and self.rollout is not None:
+            routed = await self.rollout.canary_policy(candidate, context)
+            if routed is not None:
+                rec, pol = routed
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceededError("the deadline ran out before the policy could be evaluated")
         decision = await self.tenants.engine(tenant).evaluate(
             pol, prompt, response, dict(context or {}), timeout=left, decision_id=decision_id, stage=stage
         )
-        return rec, pol, decision
+        return rec, pol, decision, candidate
 
     def _hard_stop(self, budget: float, time_remaining: float | None) -> float:
         """Seconds from the start to stop at, just before the caller's deadline, so that the answer

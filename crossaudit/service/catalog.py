@@ -108,10 +108,7 @@ class PolicyCatalog:
         """``progress(message, fraction)`` hears the preparation of the custom evaluators (their
         images may be built first: minutes, the longest part of a deploy)."""
         env = inputs.environment(environment)
-        policy = await self.parse(tenant, content, filename or "<policy>", models=True)
-        self._check_webhook_rules(policy)
-        await self._resolve_uploads(tenant, policy)
-        await self._prepare(tenant, policy, strict=True, progress=progress)
+        policy = await self.prepare_policy(tenant, content, filename, progress)
         version, deployment, created = await self.store.deploy_policy(
             tenant,
             name=policy.name,
@@ -125,16 +122,32 @@ class PolicyCatalog:
         log.info("tenant %s deployed %s v%d to %s", tenant, policy.name, version.version, env)
         return version, deployment, created
 
-    async def candidate(
-        self, tenant: str, content: str, *, filename: str = "", progress: ProgressCallback | None = None
+    async def prepare_policy(
+        self, tenant: str, content: str, filename: str = "", progress: ProgressCallback | None = None
     ) -> Policy:
-        """A policy validated and made runnable exactly as a deploy would (located issues, uploads
-        resolved, custom evaluators prepared), but stored nowhere: what replay evaluates."""
-        policy = await self.parse(tenant, content, filename or "<candidate>", models=True)
+        """What a deploy checks and prepares before storing anything (a candidate's too): the
+        located validation errors, the webhook-rule cap, uploads resolved, sandboxes ready."""
+        policy = await self.parse(tenant, content, filename or "<policy>", models=True)
         self._check_webhook_rules(policy)
         await self._resolve_uploads(tenant, policy)
         await self._prepare(tenant, policy, strict=True, progress=progress)
         return policy
+
+    def remember(self, tenant: str, rec: PolicyVersionRecord, policy: Policy) -> None:
+        """Keep a version just stored (a candidate's) loaded: its first request does not parse it."""
+        self._cache(tenant, rec, policy)
+
+    def deployed(self, tenant: str, name: str, env: str, version: int) -> None:
+        """``version`` became active in ``env`` here (a promoted candidate)."""
+        self._deployed[(tenant, name, env)] = (version, time.monotonic())
+
+    async def version_policy(self, tenant: str, name: str, version: int) -> tuple[PolicyVersionRecord, Policy]:
+        """A stored version (a candidate's), loaded and cached by its immutable number."""
+        hit = self._policies.get((tenant, name, version))
+        if hit is not None:
+            return hit.record, hit.policy
+        rec = await self.store.get_policy_version(tenant, name, version)
+        return rec, await self._load(tenant, rec)
 
     def _check_webhook_rules(self, policy: Policy) -> None:
         """Each failed ``custom`` rule writes one outbox row per decision: their number per policy

@@ -260,6 +260,98 @@ class ServiceLimits:
 
 
 @dataclass(frozen=True)
+class RolloutLimits:
+    """Shadow deployments and canaries (docs/rollout.md): the shadow queue and what a canary is
+    rolled back by."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    shadow_queue_size: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "sampled decisions waiting for a shadow evaluation, per process; one more is dropped and counted "
+                "(crossaudit_shadow_samples_total{outcome=\"dropped\"} and the shadow report), never waited for"
+            )
+        ),
+    ] = 1_000
+    shadow_queue_bytes: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "what the queued samples hold (prompt, response, context), per process; a sample that would take it "
+                "past this is dropped and counted like a full queue"
+            )
+        ),
+    ] = 64 * 1024 * 1024
+    shadow_workers: Annotated[
+        PositiveInt, Field(description="shadow evaluations run at once per process (off the answer path)")
+    ] = 2
+    shadow_write_backlog: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "evaluated shadow diffs waiting to be written (one transaction per batch); past it one is dropped and "
+                "counted like a full queue"
+            )
+        ),
+    ] = 10_000
+    shadow_write_interval_s: Annotated[
+        NonNegativeFloat,
+        Field(
+            description=(
+                "the shadow's writer gathers diffs this long before each write (one transaction per batch: the live "
+                "decisions' audit writes share the store); a report may lag by as much"
+            )
+        ),
+    ] = 0.5
+    shadow_timeout_s: Annotated[
+        PositiveFloat, Field(description="one shadow evaluation; past it the diff records a timeout")
+    ] = 10.0
+    max_shadow_diffs_per_candidate: Annotated[
+        PositiveInt,
+        Field(description="per-decision diffs stored for one candidate; past it only the totals and flips grow"),
+    ] = 10_000
+    shadow_report_samples: Annotated[
+        PositiveInt, Field(description="changed decisions a shadow report lists (most recent first)")
+    ] = 20
+    candidate_cache_entries: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "(tenant, policy, environment) whose candidate (or its absence) a process remembers for "
+                "limits.deployment_recheck_s"
+            )
+        ),
+    ] = 10_000
+    canary_min_decisions: Annotated[
+        PositiveInt, Field(description="decisions a canary answers before its rates are compared with the active's")
+    ] = 100
+    canary_max_error_rate_increase: Annotated[
+        Fraction,
+        Field(
+            description=(
+                "a canary is rolled back when its share of decisions with an errored rule exceeds the active "
+                "version's (same environment, since the canary started) by more than this"
+            )
+        ),
+    ] = 0.05
+    canary_max_block_rate_increase: Annotated[
+        Fraction,
+        Field(
+            description=(
+                "a canary is rolled back when its share of blocked decisions exceeds the active version's by more "
+                "than this"
+            )
+        ),
+    ] = 0.10
+    canary_check_interval_s: Annotated[
+        PositiveFloat,
+        Field(description="a process recounts a canary's rates from the audit log at most this often"),
+    ] = 2.0
+
+
+@dataclass(frozen=True)
 class ConsoleLimits:
     """Caps of the review console (``--console-port``; docs/review-console.md)."""
 
@@ -566,6 +658,9 @@ class ServerConfig:
     ] = "127.0.0.1"
     console_limits: Annotated[ConsoleLimits, Field(description="caps of the review console")] = field(
         default_factory=ConsoleLimits
+    )
+    rollout_limits: Annotated[RolloutLimits, Field(description="shadow deployments and canaries")] = field(
+        default_factory=RolloutLimits
     )
     engine_limits: Annotated[EngineLimits, Field(description="caps of the decision engine")] = field(
         default_factory=EngineLimits

@@ -33,18 +33,25 @@ from crossaudit.service.decoding import depth_message
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
+    PromoteResult,
     RemoteDecision,
     ReviewInfo,
+    RevisionCounts,
     RollbackResult,
     ServerInfo,
+    ShadowReport,
     UploadedEvaluator,
 )
 from crossaudit.service.replaydiff import Bucket, LLMEstimate, ReplayProgress, ReplayReport, RuleDiff
 from crossaudit.store.base import (
     AuditRecord,
+    CandidateMode,
+    CandidateRecord,
+    CandidateState,
     DeploymentRecord,
     ErasureRecord,
     EvaluatorRecord,
+    HistoryRecord,
     OutboxRecord,
     OutboxState,
     PolicySummaryRecord,
@@ -52,6 +59,7 @@ from crossaudit.store.base import (
     ReviewKind,
     ReviewRecord,
     ReviewState,
+    ShadowDiffRecord,
 )
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import delivery_pb2 as dlv_pb
@@ -430,13 +438,169 @@ def summary_from_pb(m: pol_pb.PolicySummary) -> PolicySummaryRecord:
 
 
 def deploy_result_to_pb(r: DeployResult) -> pol_pb.DeployPolicyResponse:
-    return pol_pb.DeployPolicyResponse(
-        version=version_to_pb(r.version), deployment=deployment_to_pb(r.deployment), created=r.created
-    )
+    msg = pol_pb.DeployPolicyResponse(version=version_to_pb(r.version), created=r.created)
+    if r.deployment is not None:
+        msg.deployment.CopyFrom(deployment_to_pb(r.deployment))
+    if r.candidate is not None:
+        msg.candidate.CopyFrom(candidate_to_pb(r.candidate))
+    return msg
 
 
 def deploy_result_from_pb(m: pol_pb.DeployPolicyResponse) -> DeployResult:
-    return DeployResult(version_from_pb(m.version), deployment_from_pb(m.deployment), m.created)
+    return DeployResult(
+        version_from_pb(m.version),
+        deployment_from_pb(m.deployment) if m.HasField("deployment") else None,
+        m.created,
+        candidate_from_pb(m.candidate) if m.HasField("candidate") else None,
+    )
+
+
+def candidate_to_pb(c: CandidateRecord) -> pol_pb.Candidate:
+    msg = pol_pb.Candidate(
+        id=c.id,
+        name=c.name,
+        environment=c.environment,
+        mode=c.mode.value,
+        version=c.version,
+        active_version=c.active_version,
+        share=c.share,
+        canary_key=c.canary_key,
+        notify_url=c.notify_url,
+        state=c.state.value,
+        started_at=timestamp(c.started_at),
+        reason=c.reason,
+        bounds={k: float(v) for k, v in c.bounds.items()},
+    )
+    if c.ended_at is not None:
+        msg.ended_at.CopyFrom(timestamp(c.ended_at))
+    return msg
+
+
+def candidate_from_pb(m: pol_pb.Candidate, totals: pol_pb.ShadowReportResponse | None = None) -> CandidateRecord:
+    """``totals``: a report's shadow totals, which the record carries."""
+    counts = {}
+    if totals is not None:
+        names = ("evaluated", "agreed", "pass_to_fail", "fail_to_pass", "action_changes", "errors", "dropped")
+        counts = {n: int(getattr(totals, n)) for n in (*names, "diffs_stored")}
+    return CandidateRecord(
+        id=m.id,
+        tenant="",
+        name=m.name,
+        environment=m.environment,
+        mode=CandidateMode(m.mode),
+        version=m.version,
+        active_version=m.active_version,
+        share=m.share,
+        canary_key=m.canary_key,
+        notify_url=m.notify_url,
+        bounds=dict(m.bounds),
+        state=CandidateState(m.state),
+        started_at=seconds(m.started_at),
+        ended_at=from_timestamp(m.ended_at, m.HasField("ended_at")),
+        reason=m.reason,
+        **counts,
+    )
+
+
+def promote_to_pb(r: PromoteResult) -> pol_pb.PromotePolicyResponse:
+    return pol_pb.PromotePolicyResponse(
+        deployment=deployment_to_pb(r.deployment), candidate=candidate_to_pb(r.candidate)
+    )
+
+
+def promote_from_pb(m: pol_pb.PromotePolicyResponse) -> PromoteResult:
+    return PromoteResult(deployment_from_pb(m.deployment), candidate_from_pb(m.candidate))
+
+
+def _rule_diff_to_pb(r: dict[str, Any]) -> pol_pb.RuleDiff:
+    return pol_pb.RuleDiff(
+        rule=str(r.get("rule", "")),
+        live_status=str(r.get("live_status", "")),
+        live_score=r.get("live_score"),
+        live_action=str(r.get("live_action", "")),
+        candidate_status=str(r.get("candidate_status", "")),
+        candidate_score=r.get("candidate_score"),
+        candidate_action=str(r.get("candidate_action", "")),
+        flipped=bool(r.get("flipped")),
+    )
+
+
+def _rule_diff_from_pb(m: pol_pb.RuleDiff) -> dict[str, Any]:
+    return {
+        "rule": m.rule,
+        "live_status": m.live_status,
+        "live_score": m.live_score if m.HasField("live_score") else None,
+        "live_action": m.live_action,
+        "candidate_status": m.candidate_status,
+        "candidate_score": m.candidate_score if m.HasField("candidate_score") else None,
+        "candidate_action": m.candidate_action,
+        "flipped": m.flipped,
+    }
+
+
+def _counts_to_pb(c: RevisionCounts) -> pol_pb.RevisionCounts:
+    return pol_pb.RevisionCounts(decisions=c.decisions, errored=c.errored, blocked=c.blocked)
+
+
+def shadow_report_to_pb(r: ShadowReport) -> pol_pb.ShadowReportResponse:
+    c = r.candidate
+    return pol_pb.ShadowReportResponse(
+        candidate=candidate_to_pb(c),
+        evaluated=c.evaluated,
+        agreed=c.agreed,
+        pass_to_fail=c.pass_to_fail,
+        fail_to_pass=c.fail_to_pass,
+        action_changes=c.action_changes,
+        errors=c.errors,
+        dropped=c.dropped,
+        diffs_stored=c.diffs_stored,
+        rule_flips=r.rule_flips,
+        samples=[
+            pol_pb.ShadowDiff(
+                decision_id=d.decision_id,
+                created_at=timestamp(d.created_at),
+                live_passed=d.live_passed,
+                live_action=d.live_action,
+                candidate_passed=d.candidate_passed,
+                candidate_action=d.candidate_action,
+                error=d.error,
+                rules=[_rule_diff_to_pb(x) for x in d.rules],
+            )
+            for d in r.samples
+        ],
+        history=[pol_pb.HistoryEntry(version=h.version, kind=h.kind, at=timestamp(h.at)) for h in r.history],
+        canary=_counts_to_pb(r.canary),
+        active=_counts_to_pb(r.active),
+    )
+
+
+def shadow_report_from_pb(m: pol_pb.ShadowReportResponse) -> ShadowReport:
+    cand = candidate_from_pb(m.candidate, m)
+    samples = tuple(
+        ShadowDiffRecord(
+            tenant="",
+            candidate_id=cand.id,
+            decision_id=d.decision_id,
+            created_at=seconds(d.created_at),
+            live_passed=d.live_passed,
+            live_action=d.live_action,
+            candidate_passed=d.candidate_passed,
+            candidate_action=d.candidate_action,
+            rules=[_rule_diff_from_pb(x) for x in d.rules],
+            error=d.error,
+            changed=True,
+        )
+        for d in m.samples
+    )
+    history = tuple(HistoryRecord(cand.name, cand.environment, h.version, h.kind, seconds(h.at)) for h in m.history)
+    return ShadowReport(
+        candidate=cand,
+        rule_flips=dict(m.rule_flips),
+        samples=samples,
+        history=history,
+        canary=RevisionCounts(m.canary.decisions, m.canary.errored, m.canary.blocked),
+        active=RevisionCounts(m.active.decisions, m.active.errored, m.active.blocked),
+    )
 
 
 def policy_info_to_pb(p: PolicyInfo) -> pol_pb.GetPolicyResponse:

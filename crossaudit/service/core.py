@@ -3,6 +3,7 @@
 - :mod:`~crossaudit.service.tenants`: each tenant's engine, uploaded evaluators and feedback;
 - :mod:`~crossaudit.service.catalog`: policies (validate, deploy, roll back, the loaded versions);
 - :mod:`~crossaudit.service.admission`: evaluations (concurrency, deadlines, audit before answer);
+- :mod:`~crossaudit.service.rollout`: shadow and canary candidates (promote, discard, report);
 - :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
 - :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox);
@@ -15,16 +16,19 @@ everything works on plain models and the :class:`~crossaudit.store.Store`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
-from crossaudit.service.config import RetentionConfig, ServiceLimits
+from crossaudit.service.config import RetentionConfig, RolloutLimits, ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.records import Records
 from crossaudit.service.replay import Replays
 from crossaudit.service.retention import Retention
+from crossaudit.service.rollout import Rollout
 from crossaudit.service.tenants import EngineProvider, Tenants
 from crossaudit.service.uploads import Uploads
 from crossaudit.store.base import Store
@@ -32,7 +36,8 @@ from sandbox.base import Sandbox
 
 
 class CrossAuditService:
-    # Long: the one place the components are composed and their methods exposed, a line each.
+    # Long: the whole composition in one place, one assignment per component and one alias per API
+    # method; split, a reader would have to assemble it again.
     def __init__(
         self,
         store: Store,
@@ -47,6 +52,7 @@ class CrossAuditService:
         grants: TenantGrants | None = None,
         delivery: DeliveryConfig | None = None,
         retention: RetentionConfig | None = None,
+        rollout_limits: RolloutLimits | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -79,6 +85,16 @@ class CrossAuditService:
         self.records = Records(store, self.tenants, limits=self.limits)
         self.deliveries = Deliveries(store, self.grants, delivery, registry=self.metrics.registry)
         self.retention = Retention(store, self.grants, retention)
+        self.rollout = Rollout(
+            store,
+            self.tenants,
+            self.catalog,
+            grants=self.grants,
+            limits=self.limits,
+            rollout=rollout_limits or RolloutLimits(),
+            delivery=delivery_limits,
+            metrics=self.metrics,
+        )
         self.admission = Admission(
             store,
             self.tenants,
@@ -89,6 +105,7 @@ class CrossAuditService:
             deliveries=self.deliveries,
             shares=self.grants.shares,
             retention=self.retention,
+            rollout=self.rollout,
         )
         self.replays = Replays(
             store, self.tenants, self.catalog, self.retention, limits=self.limits, prices=self.metrics.prices
@@ -96,10 +113,12 @@ class CrossAuditService:
 
         # The API the servicers call; each method belongs to one component.
         self.validate_policy = self.catalog.validate_policy
-        self.deploy_policy = self.catalog.deploy_policy
         self.get_policy = self.catalog.get_policy
         self.list_policies = self.catalog.list_policies
-        self.rollback_policy = self.catalog.rollback_policy
+        self.deploy_candidate = self.rollout.deploy_candidate
+        self.promote_policy = self.rollout.promote
+        self.discard_candidate = self.rollout.discard
+        self.shadow_report = self.rollout.report
         self.bootstrap = self.catalog.bootstrap
         self.warm = self.catalog.warm
         self.budget = self.admission.budget
@@ -118,13 +137,27 @@ class CrossAuditService:
         self.erase_inputs = self.retention.erase
         self.replay = self.replays.replay
 
+    async def deploy_policy(self, tenant: str, content: str, **options: Any) -> Any:
+        """:meth:`PolicyCatalog.deploy_policy`; a running candidate there ends with it (superseded)."""
+        version, deployment, created = await self.catalog.deploy_policy(tenant, content, **options)
+        self.rollout.forget(tenant, version.name, deployment.environment)
+        return version, deployment, created
+
+    async def rollback_policy(self, tenant: str, name: str, **options: Any) -> Any:
+        """:meth:`PolicyCatalog.rollback_policy`; a running candidate there ends with it (superseded)."""
+        deployment, previous = await self.catalog.rollback_policy(tenant, name, **options)
+        self.rollout.forget(tenant, deployment.name, deployment.environment)
+        return deployment, previous
+
     def start(self) -> None:
         """Start the background work (webhook and decision-log delivery, the retained inputs'
         purge); needs a running loop."""
         self.deliveries.start()
         self.retention.start()
+        self.rollout.start()
 
     async def aclose(self) -> None:
+        await self.rollout.aclose()
         await self.retention.aclose()
         await self.deliveries.aclose()
         await self.tenants.aclose()

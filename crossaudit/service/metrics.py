@@ -182,6 +182,16 @@ class ServiceMetrics:
             ["tenant", "provider", "model"],
             registry=r,
         )
+        self.shadow_samples = Counter(
+            "crossaudit_shadow_samples_total",
+            "Decisions sampled for a shadow candidate, by outcome (evaluated | errored | dropped: the shadow queue "
+            "was full)",
+            ["tenant", "outcome"],
+            registry=r,
+        )
+        self.canary_rollbacks = Counter(
+            "crossaudit_canary_rollbacks_total", "Canaries rolled back automatically", ["tenant"], registry=r
+        )
         # Labelled children, looked up once (labels() hashes and locks on every call).
         self._children: dict[tuple[Any, ...], Any] = {}
         self._http: Any = None
@@ -192,6 +202,9 @@ class ServiceMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+    def shadow_sample(self, tenant: str, outcome: str) -> None:
+        self._child(self.shadow_samples, self.tenant_label(tenant), outcome).inc()
 
     def watch_sandbox(self, info: Callable[[], dict[str, Any]]) -> None:
         self.registry.register(_SandboxCollector(info))

@@ -8,12 +8,20 @@ its message and back, for the servicers and for the SDK, which re-exports them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
 from crossaudit.kernel.results import Decision
-from crossaudit.store.base import DeploymentRecord, EvaluatorRecord, PolicyVersionRecord, ReviewRecord
+from crossaudit.store.base import (
+    CandidateRecord,
+    DeploymentRecord,
+    EvaluatorRecord,
+    HistoryRecord,
+    PolicyVersionRecord,
+    ReviewRecord,
+    ShadowDiffRecord,
+)
 
 
 class RemoteDecision(Decision):
@@ -43,8 +51,40 @@ class UploadedEvaluator(EvaluatorRecord):
 @dataclass(frozen=True)
 class DeployResult:
     version: PolicyVersionRecord  # without content (the caller sent it)
-    deployment: DeploymentRecord
+    deployment: DeploymentRecord | None  # None for a candidate: nothing was made active
     created: bool  # False when identical content reused an existing version
+    candidate: CandidateRecord | None = None  # a shadow or canary deploy: the candidate it started
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    deployment: DeploymentRecord  # the promoted version, now active
+    candidate: CandidateRecord  # ended: promoted
+
+
+@dataclass(frozen=True)
+class RevisionCounts:
+    """A revision's decisions in a canary's environment since it started (from the audit log)."""
+
+    decisions: int = 0
+    errored: int = 0  # with at least one errored rule
+    blocked: int = 0
+
+    def rate(self, n: int) -> float:
+        return n / self.decisions if self.decisions else 0.0
+
+
+@dataclass(frozen=True)
+class ShadowReport:
+    """A candidate's state, its shadow totals (on ``candidate``), per-rule flips and changed
+    decisions, a canary's counts beside the active version's, and the history entries."""
+
+    candidate: CandidateRecord
+    rule_flips: dict[str, int] = field(default_factory=dict)
+    samples: tuple[ShadowDiffRecord, ...] = ()
+    history: tuple[HistoryRecord, ...] = ()
+    canary: RevisionCounts = RevisionCounts()
+    active: RevisionCounts = RevisionCounts()
 
 
 @dataclass(frozen=True)

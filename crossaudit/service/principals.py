@@ -60,6 +60,7 @@ GET_DECISION = rpc("AuditService", "GetDecision")
 LIST_DECISIONS = rpc("AuditService", "ListDecisions")
 # Admin only (listed for no role below), as DeployPolicy: it reads the tenant's retained text.
 REPLAY = rpc("ReplayService", "Replay")
+SHADOW_REPORT = rpc("PolicyService", "ShadowReport")  # admin-only (not listed below); the console checks it
 
 ALL_METHODS = "*"
 # THE permission table: the methods each role may call (deny unless listed).

@@ -106,7 +106,7 @@ class Replays:
         with self._slot(tenant):
             against = inputs.policy_name(request.against, self.limits.max_name_length)
             await self.catalog.get_policy(tenant, against, environment=env)  # NOT_FOUND names where it is
-            policy = await self.catalog.candidate(tenant, request.content, filename=request.filename)
+            policy = await self.catalog.prepare_policy(tenant, request.content, request.filename or "<candidate>")
             report = ReplayReport(
                 policy=against,
                 candidate=policy.name,

@@ -427,6 +427,7 @@ def build_service(
         audit_raw_text=config.audit_raw_text,
         grants=grants,
         dependency_limits=config.dependency_limits,
+        rollout_limits=config.rollout_limits,
         delivery=DeliveryConfig(
             decision_log_url=config.decision_log_url,
             decision_log_dir=config.decision_log_dir,
@@ -485,7 +486,7 @@ async def start_beside(running: RunningServer, names: list[str]) -> None:
         # before the first start's deploys (which may build images): a busy port fails at once
         from crossaudit.service.console import start_console
 
-        running.console = await start_console(config, service.records, auth)
+        running.console = await start_console(config, service.records, auth, service.rollout)
     problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
     for line in problems:
         log.warning("%s", line)

@@ -26,7 +26,7 @@ from crossaudit.service.auth import Authenticator, UnknownMethodGate
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
-from crossaudit.service.models import DeployResult, PolicyInfo, RollbackResult, ServerInfo
+from crossaudit.service.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
 from crossaudit.service.replay import ReplayRequest
 from crossaudit.service.replaydiff import ReplayReport
 from crossaudit.store.base import ReviewState
@@ -116,25 +116,43 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
             evaluator_count=len(policy.evaluators),
         )
 
+    async def _deploy(
+        self, tenant: str, request: pol_pb.DeployPolicyRequest, progress: Callable[[str, float], None] | None = None
+    ) -> DeployResult:
+        """A deploy, or (``candidate`` set) a shadow or canary candidate that is stored, not made active."""
+        if request.HasField("candidate") and request.candidate.mode:
+            opts = request.candidate
+            version, cand, created = await self.svc.deploy_candidate(
+                tenant,
+                request.content,
+                mode=opts.mode,
+                share=opts.share,
+                environment=request.environment,
+                filename=request.filename,
+                canary_key=opts.canary_key,
+                notify_url=opts.notify_url,
+                progress=progress,
+            )
+            return DeployResult(version, None, created, cand)
+        version, deployment, created = await self.svc.deploy_policy(
+            tenant, request.content, environment=request.environment, filename=request.filename, progress=progress
+        )
+        return DeployResult(version, deployment, created)
+
     @unary
     async def DeployPolicy(self, tenant: str, request: pol_pb.DeployPolicyRequest, context: Any):
-        version, deployment, created = await self.svc.deploy_policy(
-            tenant, request.content, environment=request.environment, filename=request.filename
-        )
-        return convert.deploy_result_to_pb(DeployResult(version, deployment, created))
+        return convert.deploy_result_to_pb(await self._deploy(tenant, request))
 
     @streaming
     async def DeployPolicyStream(
         self, tenant: str, request: pol_pb.DeployPolicyRequest, context: Any
     ) -> AsyncIterator[pol_pb.DeployPolicyEvent]:
         def deploy(progress: Callable[[str, float], None]) -> Awaitable[Any]:
-            return self.svc.deploy_policy(
-                tenant, request.content, environment=request.environment, filename=request.filename, progress=progress
-            )
+            return self._deploy(tenant, request, progress)
 
         async for item in _with_progress(deploy):
             if isinstance(item, _Done):
-                yield pol_pb.DeployPolicyEvent(result=convert.deploy_result_to_pb(DeployResult(*item.value)))
+                yield pol_pb.DeployPolicyEvent(result=convert.deploy_result_to_pb(item.value))
             else:
                 yield pol_pb.DeployPolicyEvent(progress=pol_pb.DeployProgress(message=item[0], fraction=item[1]))
 
@@ -156,6 +174,21 @@ class PolicyServicer(_Base, pol_grpc.PolicyServiceServicer):
             tenant, request.name, environment=request.environment, to_version=request.to_version
         )
         return convert.rollback_to_pb(RollbackResult(dep, previous))
+
+    @unary
+    async def PromotePolicy(self, tenant: str, request: pol_pb.PromotePolicyRequest, context: Any):
+        cand, dep = await self.svc.promote_policy(tenant, request.name, request.environment)
+        return convert.promote_to_pb(PromoteResult(dep, cand))
+
+    @unary
+    async def DiscardCandidate(self, tenant: str, request: pol_pb.DiscardCandidateRequest, context: Any):
+        cand = await self.svc.discard_candidate(tenant, request.name, request.environment)
+        return pol_pb.DiscardCandidateResponse(candidate=convert.candidate_to_pb(cand))
+
+    @unary
+    async def ShadowReport(self, tenant: str, request: pol_pb.ShadowReportRequest, context: Any):
+        report = await self.svc.shadow_report(tenant, request.name, request.environment)
+        return convert.shadow_report_to_pb(report)
 
 
 class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):

@@ -101,6 +101,7 @@ class Tenants:
         self.store = store
         self._engine_provider = engines
         self._engines: dict[str, DecisionEngine] = {}
+        self._shadow_engines: dict[str, DecisionEngine] = {}
         self._uploads: dict[str, UploadedEvaluators] = {}
         self._feedback: dict[str, TenantFeedback] = {}
 
@@ -116,6 +117,19 @@ class Tenants:
         result cache; same scope, so its evaluators have the identities live ones have): replay
         evaluates candidates on one, then closes it."""
         return self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
+
+    def shadow_engine(self, tenant: str) -> DecisionEngine:
+        """A second engine of ``tenant`` for shadow evaluations (crossaudit.service.rollout): its
+        own result cache and its own ``rate_limit`` buckets (its scope says ``shadow``), so a
+        shadow can neither spend the tokens the live answers wait for nor put its verdicts into
+        their cache. The sandbox pools and model servers are the same."""
+        eng = self._shadow_engines.get(tenant)
+        if eng is None:
+            eng = self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
+            if isinstance(getattr(eng, "scope", None), str):
+                eng.scope = f"{eng.scope}/shadow"  # type: ignore[attr-defined]
+            self._shadow_engines[tenant] = eng
+        return eng
 
     def uploads(self, tenant: str) -> UploadedEvaluators:
         up = self._uploads.get(tenant)
@@ -150,7 +164,8 @@ class Tenants:
         return out
 
     async def aclose(self) -> None:
-        engines, self._engines = list(self._engines.values()), {}
+        engines = [*self._engines.values(), *self._shadow_engines.values()]
+        self._engines, self._shadow_engines = {}, {}
         for eng in engines:
             try:
                 await eng.aclose()

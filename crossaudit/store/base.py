@@ -211,6 +211,80 @@ class ErasureRecord:
     actor: str
 
 
+class CandidateState(str, enum.Enum):
+    RUNNING = "running"
+    PROMOTED = "promoted"  # made the active version (a normal deployment)
+    DISCARDED = "discarded"  # ended by its author; the active version never changed
+    ROLLED_BACK = "rolled_back"  # a canary that left its bounds, ended automatically
+
+
+class CandidateMode(str, enum.Enum):
+    SHADOW = "shadow"  # evaluated off the answer path on a sample; never answers
+    CANARY = "canary"  # answers a sticky share of traffic, real actions included
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """A policy version tried beside the active one in one environment (at most one running per
+    tenant, policy and environment). Everything a restart needs is here: the mode, the share, the
+    bounds it started with and the shadow's running totals."""
+
+    id: str
+    tenant: str
+    name: str
+    environment: str
+    mode: CandidateMode
+    version: int  # the candidate's policy revision (stored, never made active until promoted)
+    active_version: int  # the revision that was active when it started
+    share: float  # shadow: the sampled fraction of decisions; canary: the fraction of keys it answers
+    canary_key: str  # canary: the request-context field whose value picks the sticky share
+    notify_url: str  # canary: where its automatic rollback is announced ("" = nowhere)
+    bounds: dict[str, Any]  # canary: the rollback bounds it started with (RolloutLimits' names)
+    state: CandidateState
+    started_at: float
+    ended_at: float | None = None
+    reason: str = ""
+    # shadow totals, added to atomically as the shadow workers record diffs
+    evaluated: int = 0
+    agreed: int = 0
+    pass_to_fail: int = 0
+    fail_to_pass: int = 0
+    action_changes: int = 0
+    errors: int = 0
+    dropped: int = 0
+    diffs_stored: int = 0
+
+
+@dataclass(frozen=True)
+class ShadowDiffRecord:
+    """One sampled decision evaluated under a shadow candidate: the live answer beside the
+    candidate's, per rule. ``error``: the candidate failed to decide (recorded, never raised)."""
+
+    tenant: str
+    candidate_id: str
+    decision_id: str
+    created_at: float
+    live_passed: bool
+    live_action: str
+    candidate_passed: bool
+    candidate_action: str
+    rules: list[dict[str, Any]]  # {rule, live_status, live_score, candidate_status, candidate_score, flipped}
+    error: str = ""
+    changed: bool = False  # the answer or some rule differs, or the candidate errored
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One entry of a policy's deployment history in an environment: deploys, rollbacks and the
+    candidates' lifecycle (``shadow``, ``canary``, ``promote``, ``discard``, ``canary_rollback``)."""
+
+    name: str
+    environment: str
+    version: int
+    kind: str
+    at: float
+
+
 # What a NUL (U+0000) is stored as: PostgreSQL text cannot hold one. Audit texts are written with
 # it already replaced on every backend, so their measured size is what is stored.
 NUL_REPLACEMENT = "\ufffd"
@@ -542,6 +616,85 @@ class Store(abc.ABC):
     ) -> float | None:
         """Reserve one token of bucket ``key`` (created full): the seconds until it is due, or None
         when that would exceed ``max_wait_s`` (nothing reserved). Atomic across processes."""
+
+    # --- shadow and canary candidates ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start_candidate(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        declared_version: str,
+        description: str,
+        content: str,
+        environment: str,
+        mode: CandidateMode,
+        share: float,
+        canary_key: str = "",
+        notify_url: str = "",
+        bounds: Mapping[str, Any] | None = None,
+    ) -> tuple[PolicyVersionRecord, CandidateRecord, bool]:
+        """Store ``content`` as a version (or reuse the one with its digest) WITHOUT deploying it,
+        and start it as ``environment``'s candidate, atomically, with a history entry of kind
+        ``mode``. NotFoundError when nothing is deployed there; CandidateStateError when a
+        candidate is already running there or the content is the active version."""
+
+    @abc.abstractmethod
+    async def get_candidate(self, tenant: str, name: str, environment: str) -> CandidateRecord:
+        """The running candidate, else the most recent ended one (NotFoundError when none)."""
+
+    @abc.abstractmethod
+    async def running_candidate(self, tenant: str, name: str, environment: str) -> CandidateRecord | None: ...
+
+    @abc.abstractmethod
+    async def end_candidate(
+        self,
+        tenant: str,
+        name: str,
+        environment: str,
+        *,
+        state: CandidateState,
+        reason: str = "",
+        candidate_id: str | None = None,
+        outbox: Sequence[OutboxRecord] = (),
+    ) -> tuple[CandidateRecord, DeploymentRecord | None]:
+        """End the running candidate, atomically with its history entry and ``outbox`` rows:
+        PROMOTED also deploys its version (a ``promote`` deployment, returned). ``candidate_id``:
+        only that candidate (a replica's automatic rollback never ends a newer one).
+        CandidateStateError when none is running."""
+
+    @abc.abstractmethod
+    async def record_shadow_diffs(
+        self,
+        diffs: Sequence[ShadowDiffRecord],
+        *,
+        dropped: Mapping[str, tuple[str, int]] | None = None,
+        max_diffs: int,
+    ) -> None:
+        """Add shadow evaluations (and ``dropped``: candidate id -> (tenant, samples not
+        evaluated)) to their candidates' totals and per-rule flips in one transaction; store the
+        diffs themselves while a candidate holds fewer than ``max_diffs``. Nothing is added to a
+        candidate no longer running, nor to one of another tenant."""
+
+    @abc.abstractmethod
+    async def shadow_rule_flips(self, tenant: str, candidate_id: str) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    async def list_shadow_diffs(
+        self, tenant: str, candidate_id: str, *, changed_only: bool = True, limit: int = 100
+    ) -> list[ShadowDiffRecord]:
+        """Most recent first; ``changed_only``: those whose answer or some rule differed, or errored."""
+
+    @abc.abstractmethod
+    async def revision_counts(
+        self, tenant: str, name: str, environment: str, since: float, revisions: Sequence[int]
+    ) -> dict[int, tuple[int, int, int]]:
+        """From the audit log since ``since``: revision -> (decisions, with an errored rule, blocked)."""
+
+    @abc.abstractmethod
+    async def list_history(self, tenant: str, name: str, environment: str, *, limit: int = 100) -> list[HistoryRecord]:
+        """The environment's deployment history of ``name``, most recent first."""
 
     # --- misc ---------------------------------------------------------------------------
 

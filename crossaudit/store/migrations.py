@@ -119,6 +119,33 @@ CREATE TABLE IF NOT EXISTS erasures (
 );
 CREATE INDEX IF NOT EXISTS erasures_tenant ON erasures (tenant, created_at);
 """,
+    # 7: shadow and canary candidates, the shadow's diffs and per-rule flips, and the audit log by
+    # policy (a canary's health is counted from it; crossaudit.service.rollout)
+    """
+CREATE TABLE candidates (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    mode TEXT NOT NULL, version INTEGER NOT NULL, active_version INTEGER NOT NULL, share REAL NOT NULL,
+    canary_key TEXT NOT NULL, notify_url TEXT NOT NULL, bounds TEXT NOT NULL, state TEXT NOT NULL,
+    started_at REAL NOT NULL, ended_at REAL, reason TEXT NOT NULL,
+    evaluated INTEGER NOT NULL, agreed INTEGER NOT NULL, pass_to_fail INTEGER NOT NULL,
+    fail_to_pass INTEGER NOT NULL, action_changes INTEGER NOT NULL, errors INTEGER NOT NULL,
+    dropped INTEGER NOT NULL, diffs_stored INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX candidates_running ON candidates (tenant, name, environment) WHERE state = 'running';
+CREATE INDEX candidates_key ON candidates (tenant, name, environment, started_at);
+CREATE TABLE shadow_diffs (
+    tenant TEXT NOT NULL, candidate_id TEXT NOT NULL, decision_id TEXT NOT NULL, created_at REAL NOT NULL,
+    live_passed INTEGER NOT NULL, live_action TEXT NOT NULL, candidate_passed INTEGER NOT NULL,
+    candidate_action TEXT NOT NULL, rules TEXT NOT NULL, error TEXT NOT NULL, changed INTEGER NOT NULL,
+    PRIMARY KEY (candidate_id, decision_id)
+);
+CREATE INDEX shadow_diffs_changed ON shadow_diffs (tenant, candidate_id, changed, created_at);
+CREATE TABLE shadow_rule_flips (
+    tenant TEXT NOT NULL, candidate_id TEXT NOT NULL, rule TEXT NOT NULL, flips INTEGER NOT NULL,
+    PRIMARY KEY (candidate_id, rule)
+);
+CREATE INDEX decisions_policy ON decisions (tenant, policy, environment, created_at);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -223,5 +250,31 @@ CREATE TABLE erasures (
     decisions INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, actor TEXT NOT NULL
 );
 CREATE INDEX erasures_tenant ON erasures (tenant, created_at);
+""",
+    # 6: shadow and canary candidates (SQLite's step 7)
+    """
+CREATE TABLE candidates (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,
+    mode TEXT NOT NULL, version INTEGER NOT NULL, active_version INTEGER NOT NULL, share DOUBLE PRECISION NOT NULL,
+    canary_key TEXT NOT NULL, notify_url TEXT NOT NULL, bounds TEXT NOT NULL, state TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL, ended_at DOUBLE PRECISION, reason TEXT NOT NULL,
+    evaluated INTEGER NOT NULL, agreed INTEGER NOT NULL, pass_to_fail INTEGER NOT NULL,
+    fail_to_pass INTEGER NOT NULL, action_changes INTEGER NOT NULL, errors INTEGER NOT NULL,
+    dropped INTEGER NOT NULL, diffs_stored INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX candidates_running ON candidates (tenant, name, environment) WHERE state = 'running';
+CREATE INDEX candidates_key ON candidates (tenant, name, environment, started_at);
+CREATE TABLE shadow_diffs (
+    tenant TEXT NOT NULL, candidate_id TEXT NOT NULL, decision_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    live_passed INTEGER NOT NULL, live_action TEXT NOT NULL, candidate_passed INTEGER NOT NULL,
+    candidate_action TEXT NOT NULL, rules TEXT NOT NULL, error TEXT NOT NULL, changed INTEGER NOT NULL,
+    PRIMARY KEY (candidate_id, decision_id)
+);
+CREATE INDEX shadow_diffs_changed ON shadow_diffs (tenant, candidate_id, changed, created_at);
+CREATE TABLE shadow_rule_flips (
+    tenant TEXT NOT NULL, candidate_id TEXT NOT NULL, rule TEXT NOT NULL, flips INTEGER NOT NULL,
+    PRIMARY KEY (candidate_id, rule)
+);
+CREATE INDEX decisions_policy ON decisions (tenant, policy, environment, created_at);
 """,
 )

@@ -26,7 +26,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
-from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, NotFoundError, QuotaExceededError
+from crossaudit.kernel.errors import (
+    CandidateStateError,
+    DeliveryPendingError,
+    InvalidInputError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from crossaudit.store.base import (
     AUDIT_DAY_S,
     AUDIT_ROW_BYTES,
@@ -34,10 +40,14 @@ from crossaudit.store.base import (
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
     AuditRecord,
+    CandidateMode,
+    CandidateRecord,
+    CandidateState,
     DeploymentRecord,
     ErasureRecord,
     EvaluatorRecord,
     FeedbackRecord,
+    HistoryRecord,
     OutboxRecord,
     OutboxState,
     PolicySummaryRecord,
@@ -46,6 +56,7 @@ from crossaudit.store.base import (
     ReviewAlreadyResolvedError,
     ReviewRecord,
     ReviewState,
+    ShadowDiffRecord,
     Store,
     StoreUnavailableError,
     TenantKeyRecord,
@@ -95,6 +106,8 @@ TABLES: dict[type, str] = {
     OutboxRecord: "outbox",
     TenantKeyRecord: "tenant_keys",
     ErasureRecord: "erasures",
+    CandidateRecord: "candidates",
+    ShadowDiffRecord: "shadow_diffs",
 }
 
 
@@ -151,6 +164,9 @@ _RECORD_SIZE = (
     "(LENGTH(rules) + LENGTH(errored_rules) + COALESCE(LENGTH(prompt), 0) + COALESCE(LENGTH(response), 0) "
     f"+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + {int(AUDIT_ROW_BYTES)})"
 )
+# The history kinds that made a version active (a candidate's start, discard or automatic
+# rollback is in the history too, but never was the answering version): what rollback goes back to.
+DEPLOYED_KINDS = "('deploy', 'rollback', 'promote')"
 # Values bound in one IN (...) list: below every SQLite build's variable limit (999 before 3.32).
 _IN_CHUNK = 500
 
@@ -366,6 +382,64 @@ DECISION_LOG_KIND_PREFIX = "decision_log:"
 _ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
 
 
+def _store_version(
+    c: Conn, tenant: str, name: str, declared_version: str, description: str, content: str, now: float
+) -> tuple[PolicyVersionRecord, bool]:
+    """The version holding ``content`` (reused by digest) or a new one numbered after the last."""
+    digest = sha256_text(content)
+    row = c.execute(
+        "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
+        (tenant, name, digest),
+    ).fetchone()
+    if row is not None:
+        return _record(PolicyVersionRecord, row), False
+    (latest,) = c.execute(
+        "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
+    ).fetchone()
+    version = PolicyVersionRecord(
+        tenant=tenant,
+        name=name,
+        version=latest + 1,
+        declared_version=declared_version,
+        digest=digest,
+        description=description,
+        content=content,
+        created_at=now,
+    )
+    _insert(c, version)
+    return version, True
+
+
+def _history(c: Conn, tenant: str, name: str, environment: str, version: int, kind: str, now: float) -> None:
+    c.execute(
+        "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
+        (tenant, name, environment, version, kind, now),
+    )
+
+
+def _running(c: Conn, tenant: str, name: str, environment: str, lock: str = "") -> CandidateRecord | None:
+    row = c.execute(
+        f"SELECT * FROM candidates WHERE tenant=? AND name=? AND environment=? AND state=?{lock}",
+        (tenant, name, environment, CandidateState.RUNNING.value),
+    ).fetchone()
+    return None if row is None else _record(CandidateRecord, row)
+
+
+def _shadow_totals(diffs: Sequence[ShadowDiffRecord]) -> tuple[int, int, int, int, int, int]:
+    """(evaluated, agreed, pass_to_fail, fail_to_pass, action_changes, errors) of ``diffs``."""
+    agreed = p2f = f2p = actions = errors = 0
+    for d in diffs:
+        if d.error:
+            errors += 1
+            continue
+        same = d.live_passed == d.candidate_passed and d.live_action == d.candidate_action
+        agreed += same
+        p2f += d.live_passed and not d.candidate_passed
+        f2p += not d.live_passed and d.candidate_passed
+        actions += d.live_action != d.candidate_action
+    return len(diffs), agreed, p2f, f2p, actions, errors
+
+
 class SqlStore(Store):
     """Every store operation as SQL; subclasses run the transactions (:meth:`_tx`)."""
 
@@ -423,32 +497,10 @@ class SqlStore(Store):
         content: str,
         environment: str,
     ) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
-        digest = sha256_text(content)
         now = time.time()
 
         def tx(c: Conn) -> tuple[PolicyVersionRecord, DeploymentRecord, bool]:
-            row = c.execute(
-                "SELECT * FROM policy_versions WHERE tenant=? AND name=? AND digest=? ORDER BY version DESC LIMIT 1",
-                (tenant, name, digest),
-            ).fetchone()
-            created = row is None
-            if created:
-                (latest,) = c.execute(
-                    "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE tenant=? AND name=?", (tenant, name)
-                ).fetchone()
-                version = PolicyVersionRecord(
-                    tenant=tenant,
-                    name=name,
-                    version=latest + 1,
-                    declared_version=declared_version,
-                    digest=digest,
-                    description=description,
-                    content=content,
-                    created_at=now,
-                )
-                _insert(c, version)
-            else:
-                version = _record(PolicyVersionRecord, row)
+            version, created = _store_version(c, tenant, name, declared_version, description, content, now)
             deployment = self._set_deployment(c, tenant, name, environment, version.version, "deploy", now)
             return version, deployment, created
 
@@ -458,6 +510,14 @@ class SqlStore(Store):
     def _set_deployment(
         c: Conn, tenant: str, name: str, environment: str, version: int, kind: str, now: float
     ) -> DeploymentRecord:
+        if kind != "promote":  # a candidate is tried against the version it started beside: a new one ends it
+            cand = _running(c, tenant, name, environment)
+            if cand is not None:
+                c.execute(
+                    "UPDATE candidates SET state=?, ended_at=?, reason=? WHERE tenant=? AND id=?",
+                    (CandidateState.DISCARDED.value, now, f"superseded by a {kind} to v{version}", tenant, cand.id),
+                )
+                _history(c, tenant, name, environment, cand.version, "discard", now)
         deployment = DeploymentRecord(
             tenant=tenant, name=name, environment=environment, version=version, deployed_at=now
         )
@@ -467,10 +527,7 @@ class SqlStore(Store):
             "ON CONFLICT (tenant, name, environment) "
             "DO UPDATE SET version=excluded.version, deployed_at=excluded.deployed_at",
         )
-        c.execute(
-            "INSERT INTO deployment_history (tenant, name, environment, version, kind, at) VALUES (?,?,?,?,?,?)",
-            (tenant, name, environment, version, kind, now),
-        )
+        _history(c, tenant, name, environment, version, kind, now)
         return deployment
 
     async def get_policy_version(self, tenant: str, name: str, version: int) -> PolicyVersionRecord:
@@ -549,7 +606,7 @@ class SqlStore(Store):
             if target is None:
                 row = c.execute(
                     "SELECT version FROM deployment_history WHERE tenant=? AND name=? AND environment=? "
-                    "AND version != ? ORDER BY seq DESC LIMIT 1",
+                    f"AND version != ? AND kind IN {DEPLOYED_KINDS} ORDER BY seq DESC LIMIT 1",
                     (tenant, name, environment, cur),
                 ).fetchone()
                 if row is None:
@@ -563,6 +620,215 @@ class SqlStore(Store):
             if exists is None:
                 raise NotFoundError(f"policy {name!r} has no version {target}")
             return self._set_deployment(c, tenant, name, environment, target, "rollback", now), cur
+
+        return await self._run(tx)
+
+    # --- shadow and canary candidates ------------------------------------------------------
+
+    async def start_candidate(
+        self,
+        tenant: str,
+        *,
+        name: str,
+        declared_version: str,
+        description: str,
+        content: str,
+        environment: str,
+        mode: CandidateMode,
+        share: float,
+        canary_key: str = "",
+        notify_url: str = "",
+        bounds: Mapping[str, Any] | None = None,
+    ) -> tuple[PolicyVersionRecord, CandidateRecord, bool]:
+        now = time.time()
+
+        def tx(c: Conn) -> tuple[PolicyVersionRecord, CandidateRecord, bool]:
+            active = c.execute(
+                f"SELECT version FROM deployments WHERE tenant=? AND name=? AND environment=?{self.FOR_UPDATE}",
+                (tenant, name, environment),
+            ).fetchone()
+            if active is None:
+                raise NotFoundError(
+                    f"policy {name!r} is not deployed in environment {environment!r}: a {mode.value} candidate is "
+                    "tried beside an active version (deploy one first)"
+                )
+            running = _running(c, tenant, name, environment)
+            if running is not None:
+                raise CandidateStateError(
+                    f"policy {name!r} already has a running {running.mode.value} candidate (v{running.version}) in "
+                    f"{environment!r}: promote or discard it first"
+                )
+            version, created = _store_version(c, tenant, name, declared_version, description, content, now)
+            if version.version == active["version"]:
+                raise CandidateStateError(
+                    f"this candidate is v{version.version} of {name!r}, the version already active in {environment!r}"
+                )
+            cand = CandidateRecord(
+                id=str(uuid.uuid4()),
+                tenant=tenant,
+                name=name,
+                environment=environment,
+                mode=mode,
+                version=version.version,
+                active_version=int(active["version"]),
+                share=float(share),
+                canary_key=canary_key,
+                notify_url=notify_url,
+                bounds=dict(bounds or {}),
+                state=CandidateState.RUNNING,
+                started_at=now,
+            )
+            _insert(c, cand)
+            _history(c, tenant, name, environment, version.version, mode.value, now)
+            return version, cand, created
+
+        return await self._run(tx)
+
+    async def get_candidate(self, tenant: str, name: str, environment: str) -> CandidateRecord:
+        def tx(c: Conn) -> CandidateRecord:
+            found = _running(c, tenant, name, environment)
+            if found is not None:
+                return found
+            row = c.execute(
+                "SELECT * FROM candidates WHERE tenant=? AND name=? AND environment=? ORDER BY started_at DESC LIMIT 1",
+                (tenant, name, environment),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"policy {name!r} has no shadow or canary candidate in environment {environment!r}")
+            return _record(CandidateRecord, row)
+
+        return await self._run(tx)
+
+    async def running_candidate(self, tenant: str, name: str, environment: str) -> CandidateRecord | None:
+        return await self._run(lambda c: _running(c, tenant, name, environment))
+
+    async def end_candidate(
+        self,
+        tenant: str,
+        name: str,
+        environment: str,
+        *,
+        state: CandidateState,
+        reason: str = "",
+        candidate_id: str | None = None,
+        outbox: Sequence[OutboxRecord] = (),
+    ) -> tuple[CandidateRecord, DeploymentRecord | None]:
+        if state is CandidateState.RUNNING:
+            raise InvalidInputError("a candidate ends promoted, discarded or rolled back")
+        now = time.time()
+        kind = {CandidateState.PROMOTED: "promote", CandidateState.DISCARDED: "discard"}.get(state, "canary_rollback")
+
+        def tx(c: Conn) -> tuple[CandidateRecord, DeploymentRecord | None]:
+            cand = _running(c, tenant, name, environment, self.FOR_UPDATE)
+            if cand is None or (candidate_id is not None and cand.id != candidate_id):
+                raise CandidateStateError(
+                    f"policy {name!r} has no running shadow or canary candidate in environment {environment!r}"
+                )
+            c.execute(
+                "UPDATE candidates SET state=?, ended_at=?, reason=? WHERE tenant=? AND id=?",
+                (state.value, now, reason, tenant, cand.id),
+            )
+            deployment = None
+            if state is CandidateState.PROMOTED:
+                deployment = self._set_deployment(c, tenant, name, environment, cand.version, kind, now)
+            else:
+                _history(c, tenant, name, environment, cand.version, kind, now)
+            for msg in outbox:
+                _insert(c, msg)
+            return dataclasses.replace(cand, state=state, ended_at=now, reason=reason), deployment
+
+        return await self._run(tx)
+
+    async def record_shadow_diffs(
+        self,
+        diffs: Sequence[ShadowDiffRecord],
+        *,
+        dropped: Mapping[str, tuple[str, int]] | None = None,
+        max_diffs: int,
+    ) -> None:
+        def tx(c: Conn) -> None:
+            mine: dict[str, list[ShadowDiffRecord]] = {}
+            for d in diffs:
+                mine.setdefault(d.candidate_id, []).append(d)
+            owners = {cid: group[0].tenant for cid, group in mine.items()}
+            owners.update({cid: tenant for cid, (tenant, _) in (dropped or {}).items() if cid not in owners})
+            for cid, tenant in owners.items():
+                row = c.execute(
+                    f"SELECT diffs_stored FROM candidates WHERE tenant=? AND id=? AND state=?{self.FOR_UPDATE}",
+                    (tenant, cid, CandidateState.RUNNING.value),
+                ).fetchone()
+                if row is None:  # ended (or not this tenant's): nothing more is added to it
+                    continue
+                group = [d for d in mine.get(cid, ()) if d.tenant == tenant]
+                kept = group[: max(0, max_diffs - int(row[0]))]
+                for d in kept:
+                    _insert(c, d, "ON CONFLICT (candidate_id, decision_id) DO NOTHING")
+                t = _shadow_totals(group)
+                c.execute(
+                    "UPDATE candidates SET evaluated=evaluated+?, agreed=agreed+?, pass_to_fail=pass_to_fail+?, "
+                    "fail_to_pass=fail_to_pass+?, action_changes=action_changes+?, errors=errors+?, "
+                    "dropped=dropped+?, diffs_stored=diffs_stored+? WHERE id=?",
+                    (*t, (dropped or {}).get(cid, (tenant, 0))[1], len(kept), cid),
+                )
+                flips: dict[str, int] = {}
+                for d in group:
+                    for r in d.rules:
+                        if r.get("flipped"):
+                            flips[str(r["rule"])] = flips.get(str(r["rule"]), 0) + 1
+                c.executemany(
+                    "INSERT INTO shadow_rule_flips (tenant, candidate_id, rule, flips) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (candidate_id, rule) DO UPDATE SET flips=shadow_rule_flips.flips+excluded.flips",
+                    [(tenant, cid, rule, n) for rule, n in sorted(flips.items())],
+                )
+
+        await self._run(tx, contended=True)
+
+    async def shadow_rule_flips(self, tenant: str, candidate_id: str) -> dict[str, int]:
+        def tx(c: Conn) -> dict[str, int]:
+            rows = c.execute(
+                "SELECT rule, flips FROM shadow_rule_flips WHERE tenant=? AND candidate_id=? ORDER BY rule",
+                (tenant, candidate_id),
+            ).fetchall()
+            return {r[0]: int(r[1]) for r in rows}
+
+        return await self._run(tx)
+
+    async def list_shadow_diffs(
+        self, tenant: str, candidate_id: str, *, changed_only: bool = True, limit: int = 100
+    ) -> list[ShadowDiffRecord]:
+        def tx(c: Conn) -> list[ShadowDiffRecord]:
+            filters = {"candidate_id=?": candidate_id, "changed=?": 1 if changed_only else None}
+            q = _listing("shadow_diffs", tenant, filters, order="created_at DESC, decision_id", limit=limit)
+            return [_record(ShadowDiffRecord, r) for r in c.execute(*q).fetchall()]
+
+        return await self._run(tx)
+
+    async def revision_counts(
+        self, tenant: str, name: str, environment: str, since: float, revisions: Sequence[int]
+    ) -> dict[int, tuple[int, int, int]]:
+        def tx(c: Conn) -> dict[int, tuple[int, int, int]]:
+            marks = ", ".join("?" * len(revisions))
+            rows = c.execute(
+                "SELECT policy_revision, COUNT(*), SUM(CASE WHEN errored_rules != '[]' THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN action = 'block' THEN 1 ELSE 0 END) FROM decisions "
+                f"WHERE tenant=? AND policy=? AND environment=? AND created_at>=? AND policy_revision IN ({marks}) "
+                "GROUP BY policy_revision",
+                (tenant, name, environment, since, *revisions),
+            ).fetchall()
+            return {int(r[0]): (int(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows}
+
+        if not revisions:
+            return {}
+        return await self._run(tx)
+
+    async def list_history(self, tenant: str, name: str, environment: str, *, limit: int = 100) -> list[HistoryRecord]:
+        def tx(c: Conn) -> list[HistoryRecord]:
+            rows = c.execute(
+                "SELECT name, environment, version, kind, at FROM deployment_history "
+                "WHERE tenant=? AND name=? AND environment=? ORDER BY seq DESC LIMIT ?",
+                (tenant, name, environment, _page(limit)),
+            ).fetchall()
+            return [HistoryRecord(r[0], r[1], int(r[2]), r[3], float(r[4])) for r in rows]
 
         return await self._run(tx)
 

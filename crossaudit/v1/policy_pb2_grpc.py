@@ -64,6 +64,21 @@ class PolicyServiceStub:
                 request_serializer=crossaudit_dot_v1_dot_policy__pb2.RollbackPolicyRequest.SerializeToString,
                 response_deserializer=crossaudit_dot_v1_dot_policy__pb2.RollbackPolicyResponse.FromString,
                 _registered_method=True)
+        self.PromotePolicy = channel.unary_unary(
+                '/crossaudit.v1.PolicyService/PromotePolicy',
+                request_serializer=crossaudit_dot_v1_dot_policy__pb2.PromotePolicyRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_policy__pb2.PromotePolicyResponse.FromString,
+                _registered_method=True)
+        self.DiscardCandidate = channel.unary_unary(
+                '/crossaudit.v1.PolicyService/DiscardCandidate',
+                request_serializer=crossaudit_dot_v1_dot_policy__pb2.DiscardCandidateRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_policy__pb2.DiscardCandidateResponse.FromString,
+                _registered_method=True)
+        self.ShadowReport = channel.unary_unary(
+                '/crossaudit.v1.PolicyService/ShadowReport',
+                request_serializer=crossaudit_dot_v1_dot_policy__pb2.ShadowReportRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_policy__pb2.ShadowReportResponse.FromString,
+                _registered_method=True)
 
 
 class PolicyServiceServicer:
@@ -114,6 +129,29 @@ class PolicyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PromotePolicy(self, request, context):
+        """Make the environment's running shadow or canary candidate the active version (a normal
+        deployment, in the history) and end it. No running candidate: FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiscardCandidate(self, request, context):
+        """End the environment's running candidate; the active version never changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShadowReport(self, request, context):
+        """The environment's candidate (running, else the last one): its state, the shadow's totals,
+        per-rule flips and changed decisions, a canary's counts, and the history entries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PolicyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +184,21 @@ def add_PolicyServiceServicer_to_server(servicer, server):
                     servicer.RollbackPolicy,
                     request_deserializer=crossaudit_dot_v1_dot_policy__pb2.RollbackPolicyRequest.FromString,
                     response_serializer=crossaudit_dot_v1_dot_policy__pb2.RollbackPolicyResponse.SerializeToString,
+            ),
+            'PromotePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.PromotePolicy,
+                    request_deserializer=crossaudit_dot_v1_dot_policy__pb2.PromotePolicyRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_policy__pb2.PromotePolicyResponse.SerializeToString,
+            ),
+            'DiscardCandidate': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscardCandidate,
+                    request_deserializer=crossaudit_dot_v1_dot_policy__pb2.DiscardCandidateRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_policy__pb2.DiscardCandidateResponse.SerializeToString,
+            ),
+            'ShadowReport': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShadowReport,
+                    request_deserializer=crossaudit_dot_v1_dot_policy__pb2.ShadowReportRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_policy__pb2.ShadowReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +363,87 @@ class PolicyService:
             '/crossaudit.v1.PolicyService/RollbackPolicy',
             crossaudit_dot_v1_dot_policy__pb2.RollbackPolicyRequest.SerializeToString,
             crossaudit_dot_v1_dot_policy__pb2.RollbackPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PromotePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.PolicyService/PromotePolicy',
+            crossaudit_dot_v1_dot_policy__pb2.PromotePolicyRequest.SerializeToString,
+            crossaudit_dot_v1_dot_policy__pb2.PromotePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscardCandidate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.PolicyService/DiscardCandidate',
+            crossaudit_dot_v1_dot_policy__pb2.DiscardCandidateRequest.SerializeToString,
+            crossaudit_dot_v1_dot_policy__pb2.DiscardCandidateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShadowReport(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.PolicyService/ShadowReport',
+            crossaudit_dot_v1_dot_policy__pb2.ShadowReportRequest.SerializeToString,
+            crossaudit_dot_v1_dot_policy__pb2.ShadowReportResponse.FromString,
             options,
             channel_credentials,
             insecure,

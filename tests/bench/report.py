@@ -64,6 +64,20 @@ TARGETS = (
         False,
         "replay of a threshold-only change (recorded verdicts, nothing re-run): >= 2,000 decisions/s",
     ),
+    Target(
+        "ratio.shadow.cached.c16",
+        "ratio",
+        1.05,
+        True,
+        "live p50 with a shadow at --sample 0.1, 16 clients, cached evaluators: <= 1.05x shadow off",
+    ),
+    Target(
+        "ratio.shadow.uncached.c16",
+        "ratio",
+        1.05,
+        True,
+        "live p50 with a shadow at --sample 0.1, 16 clients, evaluators run: <= 1.05x shadow off",
+    ),
 )
 
 SCENARIOS: dict[str, Scenario] = {}

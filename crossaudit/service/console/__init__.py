@@ -67,7 +67,9 @@ class ConsoleServer:
             log.exception("the console stopped with an error")
 
 
-async def start_console(config: ServerConfig, records: Records, auth: Authenticator) -> ConsoleServer:
+async def start_console(
+    config: ServerConfig, records: Records, auth: Authenticator, rollout: Any = None
+) -> ConsoleServer:
     """Bind the console's port and serve it in this loop (returns once it accepts requests)."""
     import uvicorn
 
@@ -78,7 +80,7 @@ async def start_console(config: ServerConfig, records: Records, auth: Authentica
     assert port is not None
     tls = bool(config.tls_cert and config.tls_key)
     loopback = config.console_host in LOOPBACK_HOSTS
-    app = ConsoleApp(records, auth, config.console_limits, tls=tls, loopback_only=loopback)
+    app = ConsoleApp(records, auth, config.console_limits, tls=tls, loopback_only=loopback, rollout=rollout)
 
     class Server(uvicorn.Server):
         """uvicorn without its signal handlers: ``crossaudit serve`` owns SIGINT/SIGTERM."""

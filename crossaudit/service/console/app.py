@@ -1,4 +1,5 @@
-"""The review console's Starlette application: sign-in, queue, decision, resolve, audit log.
+"""The review console's Starlette application: sign-in, queue, decision, resolve, audit log,
+and the shadow/canary report of a policy (``/rollout``).
 
 Every page acts as the signed-in :class:`~crossaudit.service.principals.Principal` through the
 same service-layer code as the gRPC API (:class:`~crossaudit.service.records.Records`), so a
@@ -44,7 +45,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.listen import client_key
 from crossaudit.service.auth import Authenticator
-from crossaudit.service.config import ConsoleLimits
+from crossaudit.service.config import DEFAULT_ENVIRONMENT, ConsoleLimits
 from crossaudit.service.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
@@ -53,9 +54,11 @@ from crossaudit.service.principals import (
     LIST_REVIEWS,
     RESOLVE_REVIEW,
     REVIEWER_ROLE_PARAM,
+    SHADOW_REPORT,
     Principal,
 )
 from crossaudit.service.records import Records
+from crossaudit.service.rollout import Rollout
 from crossaudit.store.base import AuditRecord, ReviewRecord, ReviewState
 from orchestrator import reviews
 
@@ -206,9 +209,17 @@ class QueueRow:
 
 class ConsoleApp:
     def __init__(
-        self, records: Records, auth: Authenticator, limits: ConsoleLimits, *, tls: bool, loopback_only: bool = False
+        self,
+        records: Records,
+        auth: Authenticator,
+        limits: ConsoleLimits,
+        *,
+        tls: bool,
+        loopback_only: bool = False,
+        rollout: Rollout | None = None,
     ) -> None:
         self.records = records
+        self.rollout = rollout  # shadow and canary reports (crossaudit.service.rollout)
         self.auth = auth
         self.limits = limits
         self.tls = tls
@@ -222,6 +233,7 @@ class ConsoleApp:
         )
         self.templates.filters["time"] = fmt_time
         self.templates.filters["number"] = fmt_number
+        self.templates.globals["shadow_report_method"] = SHADOW_REPORT  # the nav shows Rollout to who may see it
         self.css = resources.files("crossaudit.service.console").joinpath("static/console.css").read_bytes()
         self.app = Starlette(
             routes=[
@@ -236,6 +248,7 @@ class ConsoleApp:
                     "/reviews/{review_id}/resolve", self.page(self.resolve, RESOLVE_REVIEW, post=True), methods=["POST"]
                 ),
                 Route("/audit", self.page(self.audit, LIST_DECISIONS), methods=["GET"]),
+                Route("/rollout", self.page(self.rollout_page, SHADOW_REPORT), methods=["GET"]),
             ],
         )
         self.asgi: ASGIApp = SecurityHeaders(LoopbackHostOnly(self.app) if loopback_only else self.app)
@@ -548,4 +561,20 @@ class ConsoleApp:
             filters={"decision_id": decision_id, "policy": policy, "since": since_text, "until": until_text},
             searched=bool(decision_id or policy or since is not None or until is not None),
             page_items=self.limits.page_items,
+        )
+
+    async def rollout_page(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        """A policy's shadow or canary candidate: the same report as ``policy shadow-report``,
+        of the signed-in tenant's policies only (another tenant's name is simply not found)."""
+        p = session.principal
+        q = request.query_params
+        policy = q.get("policy", "").strip()
+        environment = q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+        report = None
+        if policy:
+            if self.rollout is None:
+                raise Refused(404, "this server keeps no shadow or canary candidates")
+            report = await self.rollout.report(p.tenant, policy, environment)
+        return self.render(
+            "rollout.html", session=session, report=report, filters={"policy": policy, "environment": environment}
         )
