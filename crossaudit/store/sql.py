@@ -387,6 +387,10 @@ class SqlStore(Store):
         except RuntimeError as exc:  # the executor shut down under us
             raise StoreUnavailableError(f"the store is closed: {exc}") from None
 
+    async def _scrub(self) -> None:
+        """After an erasure or purge: make what it removed unreadable from the database files as
+        far as the backend can (SQLite: truncate the WAL; PostgreSQL cannot, docs/retention.md)."""
+
     @abc.abstractmethod
     def _tx(self, fn: Callable[[Conn], T], contended: bool) -> T:
         """Run ``fn`` in one transaction (committed when it returns, rolled back when it raises), in
@@ -1012,7 +1016,9 @@ class SqlStore(Store):
             _insert(c, rec)
             return rec
 
-        return await self._run(tx)
+        done = await self._run(tx)
+        await self._scrub()
+        return done
 
     async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
         def tx(c: Conn) -> list[ErasureRecord]:
@@ -1033,7 +1039,10 @@ class SqlStore(Store):
                 c.executemany("DELETE FROM retained_inputs WHERE tenant=? AND decision_id=?", keys)
             return len(keys)
 
-        return await self._run(tx)
+        purged = await self._run(tx)
+        if purged:
+            await self._scrub()
+        return purged
 
     # --- outbox -------------------------------------------------------------------------
 

@@ -1,0 +1,110 @@
+"""Attacks on retained inputs and their erasure (docs/retention.md) by someone holding a copy of
+the database, or a hostile tenant admin: erased or purged text must not stay readable in the
+database files, and an erasure must not cost a walk over the tenant's whole outbox."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+
+import pytest
+
+from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
+from crossaudit.service.config import RetentionConfig
+from crossaudit.service.grants import TenantGrants
+from crossaudit.service.outbox import decisionlog
+from crossaudit.service.retention import Retention
+from crossaudit.service.vault import OperatorKey, OperatorKeys
+from crossaudit.store import SQLiteStore
+from crossaudit.store.base import AuditRecord, OutboxRecord, Store, sha256_text
+from orchestrator.policy import load_policy
+
+MARKER = "zq-erased-text-4be1"
+POLICY = load_policy('name: p\ndescription: d\nversion: "1.0"\n')
+
+
+def retention(store: Store, **config: object) -> Retention:
+    keys = OperatorKeys(OperatorKey.parse(base64.b64encode(os.urandom(32)).decode(), "test"))
+    return Retention(store, TenantGrants(retention={"acme": 86_400.0}), RetentionConfig(**config), keys=keys)  # type: ignore[arg-type]
+
+
+async def record(store: Store, ret: Retention, decision_id: str, *, now: float, text: str = MARKER) -> bytes:
+    """A decision audited with its raw text (and a decision-log copy of it) and retained; returns
+    its ciphertext."""
+    result = EvaluatorResult(evaluator="e", status=Status.FAIL, score=0.0, violations=[text], identity="i")
+    rule = RuleResult(rule="r", status=Status.FAIL, passed=False, evaluators=[result])
+    decision = Decision(
+        policy="p", policy_version="1.0", passed=False, action=Action.BLOCK, rules=[rule], decision_id=decision_id
+    )
+    sealed = await ret.seal("acme", POLICY, decision, "production", text, text, {"user_id": "u"}, stage="", now=now)
+    assert sealed is not None
+    rec = AuditRecord(
+        decision_id=decision_id,
+        tenant="acme",
+        policy="p",
+        policy_revision=1,
+        policy_version="1.0",
+        policy_digest="x",
+        environment="production",
+        passed=False,
+        action="block",
+        rules=[{"rule": "r", "evaluators": [{"evaluator": "e", "violations": [text]}]}],
+        errored_rules=[],
+        latency_ms=1.0,
+        prompt_sha256=sha256_text(text),
+        response_sha256=sha256_text(text),
+        context_sha256=sha256_text("{}"),
+        created_at=now,
+        prompt=text,
+        response=text,
+        inputs_retained_until=sealed.expires_at,
+    )
+    copy = OutboxRecord(
+        id=f"log-{decision_id}",
+        tenant="acme",
+        kind="decision_log:file",
+        decision_id=decision_id,
+        rule="",
+        payload=decisionlog.entry(rec),
+        created_at=now,
+    )
+    await store.record_decision(rec, [], [copy], retained=sealed)
+    return sealed.ciphertext
+
+
+def sqlite_files(store: SQLiteStore) -> bytes:
+    """Every byte of the SQLite database: its file and its WAL (what a copy of the data dir holds)."""
+    wal = f"{store.path}-wal"
+    return open(store.path, "rb").read() + (open(wal, "rb").read() if os.path.exists(wal) else b"")
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path):
+    s = SQLiteStore(tmp_path / "db.sqlite")
+    yield s
+    await s.aclose()
+
+
+async def test_erased_text_is_not_left_in_the_sqlite_files(sqlite_store: SQLiteStore) -> None:
+    """The hole: an erasure set the raw text NULL and deleted the sealed row, but SQLite kept the
+    old bytes in freed space of the file and in the WAL; a copy of the data dir still read the
+    erased prompt (and the sealed row, which the tenant key, never erased, still opens)."""
+    ret = retention(sqlite_store)
+    now = time.time()
+    sealed = await record(sqlite_store, ret, "d1", now=now)
+    long_text = MARKER + "-long-" + "x" * 9000  # over a page: kept in overflow pages
+    sealed_long = await record(sqlite_store, ret, "d2", now=now, text=long_text)
+    assert MARKER.encode() in sqlite_files(sqlite_store)  # the test sees what it looks for
+    await ret.erase("acme", actor="admin key", decision_id="d1")
+    await ret.erase("acme", actor="admin key", context_field=("user_id", "u"))
+    rest = sqlite_files(sqlite_store)
+    assert MARKER.encode() not in rest
+    assert sealed not in rest and sealed_long not in rest
+
+
+async def test_purged_rows_are_not_left_in_the_sqlite_files(sqlite_store: SQLiteStore) -> None:
+    ret = retention(sqlite_store)
+    sealed = await record(sqlite_store, ret, "d1", now=time.time() - 2 * 86_400)  # expired
+    assert await ret.purge_once() == 1
+    assert sealed not in sqlite_files(sqlite_store)
