@@ -119,6 +119,11 @@ CREATE TABLE IF NOT EXISTS erasures (
 );
 CREATE INDEX IF NOT EXISTS erasures_tenant ON erasures (tenant, created_at);
 """,
+    # 7: an erasure finds the decision log's outbox copies of its decisions by decision id
+    # (the outbox keeps delivered rows: without it, each erasure walked the tenant's outbox)
+    """
+CREATE INDEX IF NOT EXISTS outbox_decision ON outbox (tenant, decision_id);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -223,5 +228,9 @@ CREATE TABLE erasures (
     decisions INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, actor TEXT NOT NULL
 );
 CREATE INDEX erasures_tenant ON erasures (tenant, created_at);
+""",
+    # 6: the outbox by decision, for erasures (SQLite's step 7)
+    """
+CREATE INDEX outbox_decision ON outbox (tenant, decision_id);
 """,
 )

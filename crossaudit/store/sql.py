@@ -363,7 +363,10 @@ def _violations_counted(rules: list[Any]) -> bool:
 DECISION_LOG_KIND_PREFIX = "decision_log:"
 
 # The decisions an erasure matches, as a subquery with one bound value (the tenant comes first).
-_ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
+ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
+# The decision log's copies of the erased records; ``match`` selects the decisions. Found through
+# outbox_decision (tenant, decision_id): the outbox keeps every delivered copy, never walk it.
+ERASE_OUTBOX_COPIES = "SELECT id, payload FROM outbox WHERE tenant=? AND kind LIKE ? AND {match}"
 
 
 class SqlStore(Store):
@@ -974,7 +977,7 @@ class SqlStore(Store):
                 _one(c, "decisions", tenant, {"decision_id": decision_id}, missing, columns="decision_id")
                 match, args = "decision_id=?", (decision_id,)
             else:
-                match, args = f"decision_id IN ({_ERASE_BY_INDEX})", (tenant, blind_index)
+                match, args = f"decision_id IN ({ERASE_BY_INDEX})", (tenant, blind_index)
             # the decisions first (the subquery reads the index, removed last); raw violations are
             # derived text (a quoted span), counted like a record kept without raw text
             scrubbed = []
@@ -989,8 +992,7 @@ class SqlStore(Store):
             # the decision log's copies of those records (outbox payloads), sent or not
             copies = []
             for row in c.execute(
-                f"SELECT id, payload FROM outbox WHERE tenant=? AND kind LIKE ? AND {match}",
-                (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
+                ERASE_OUTBOX_COPIES.format(match=match), (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
             ).fetchall():
                 entry = json.loads(row[1])
                 raw = entry.pop("prompt", None) is not None
@@ -1009,7 +1011,7 @@ class SqlStore(Store):
                 c.execute("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", (tenant, decision_id))
             else:
                 c.execute(
-                    f"DELETE FROM retained_index WHERE tenant=? AND decision_id IN ({_ERASE_BY_INDEX})",
+                    f"DELETE FROM retained_index WHERE tenant=? AND decision_id IN ({ERASE_BY_INDEX})",
                     (tenant, tenant, blind_index),
                 )
             rec = dataclasses.replace(erasure, decisions=int(count))

@@ -18,6 +18,7 @@ from crossaudit.service.retention import Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
 from crossaudit.store.base import AuditRecord, OutboxRecord, Store, sha256_text
+from crossaudit.store.sql import ERASE_BY_INDEX, ERASE_OUTBOX_COPIES
 from orchestrator.policy import load_policy
 
 MARKER = "zq-erased-text-4be1"
@@ -108,3 +109,29 @@ async def test_purged_rows_are_not_left_in_the_sqlite_files(sqlite_store: SQLite
     sealed = await record(sqlite_store, ret, "d1", now=time.time() - 2 * 86_400)  # expired
     assert await ret.purge_once() == 1
     assert sealed not in sqlite_files(sqlite_store)
+
+
+def plan(store: Store, sql: str, *args: object) -> str:
+    """The backend's query plan of ``sql`` (PostgreSQL told to avoid a sequential scan wherever an
+    index could serve: what it does on a table of millions of rows)."""
+    if isinstance(store, SQLiteStore):
+        return "\n".join(str(tuple(r)) for r in store._conn.execute(f"EXPLAIN QUERY PLAN {sql}", args).fetchall())
+    import psycopg
+
+    with psycopg.connect(store.url) as conn:  # type: ignore[attr-defined]
+        conn.execute("SET enable_seqscan = off")
+        return "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql.replace('?', '%s')}", args).fetchall())
+
+
+@pytest.mark.parametrize("selector", ["decision", "context_field"])
+async def test_an_erasure_finds_the_outbox_copies_by_decision_not_by_walking_the_tenants_outbox(
+    any_store: Store, selector: str
+) -> None:
+    """The hole: the outbox is never pruned (one decision-log row per decision and sink) and had
+    no index by decision, so every erasure read all of its tenant's outbox rows inside a write
+    transaction: on SQLite, one admin looping `audit erase` held the only writer's lock for the
+    length of that walk, stalling every tenant's decisions."""
+    match = "decision_id=?" if selector == "decision" else f"decision_id IN ({ERASE_BY_INDEX})"
+    args = ("d1",) if selector == "decision" else ("acme", "digest")
+    shown = plan(any_store, ERASE_OUTBOX_COPIES.format(match=match), "acme", "decision_log:%", *args)
+    assert "outbox_decision" in shown, shown
