@@ -29,6 +29,7 @@ from typing import Any
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
+    QuotaExceededError,
     RetainedInputsTamperedError,
     RetentionKeyError,
 )
@@ -44,6 +45,7 @@ log = logging.getLogger("crossaudit.service.retention")
 
 PAYLOAD_VERSION = 1
 LOAD_IDS_KEY = "retention.max_load_ids"
+ERASE_BATCHES_KEY = "retention.max_erase_batches"
 MAX_DECISION_ID = 256  # a decision id named in an erasure request (the server's are UUIDs)
 MAX_FIELD_NAME = 256  # a context field named in an erasure request
 MAX_FIELD_VALUE = 64 * 1024  # ... and its value
@@ -300,12 +302,32 @@ class Retention:
             assert key is not None
             digest = key.blind(name, value)  # keyed: the record cannot be matched against guessed values
             rec = ErasureRecord(str(uuid.uuid4()), tenant, SELECTOR_CONTEXT_FIELD, digest, 0, now, actor)
-            erased = await self.store.erase_inputs(rec, blind_index=digest)
+            erased = await self._erase_batches(rec, digest)
         log.info(
             "tenant %s: erasure %s by %s removed the inputs of %d decision(s) (%s)",
             tenant, erased.id, actor, erased.decisions, erased.selector_kind,
         )  # fmt: skip
         return erased
+
+    async def _erase_batches(self, rec: ErasureRecord, digest: str) -> ErasureRecord:
+        """Every decision matching ``digest``, ``erase_batch`` per transaction (a value shared by
+        months of decisions must not hold the store's writer, or the server's memory, at once)."""
+        batch = self.config.erase_batch
+        erased = rec
+        for _ in range(self.config.max_erase_batches):
+            before = erased.decisions
+            erased = await self.store.erase_inputs(rec, blind_index=digest, limit=batch)
+            if erased.decisions - before < batch:
+                return erased
+        log.warning(
+            "tenant %s: erasure %s stopped after %d decision(s) at %s=%d; more may remain",
+            rec.tenant, rec.id, erased.decisions, ERASE_BATCHES_KEY, self.config.max_erase_batches,
+        )  # fmt: skip
+        raise QuotaExceededError(
+            f"erased {erased.decisions} decision(s) (erasure {rec.id}) and stopped at {ERASE_BATCHES_KEY}="
+            f"{self.config.max_erase_batches} transactions; more may match: run the same erasure again",
+            setting=ERASE_BATCHES_KEY,
+        )
 
     async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
         return await self.store.list_erasures(tenant, limit=limit)

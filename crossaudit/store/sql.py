@@ -30,6 +30,7 @@ from crossaudit.kernel.errors import DeliveryPendingError, InvalidInputError, No
 from crossaudit.store.base import (
     AUDIT_DAY_S,
     AUDIT_ROW_BYTES,
+    ERASE_BATCH,
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
@@ -964,7 +965,12 @@ class SqlStore(Store):
         return await self._run(tx)
 
     async def erase_inputs(
-        self, erasure: ErasureRecord, *, decision_id: str | None = None, blind_index: str | None = None
+        self,
+        erasure: ErasureRecord,
+        *,
+        decision_id: str | None = None,
+        blind_index: str | None = None,
+        limit: int = ERASE_BATCH,
     ) -> ErasureRecord:
         if (decision_id is None) == (blind_index is None):
             raise InvalidInputError("an erasure names a decision or a context field, exactly one")
@@ -975,9 +981,13 @@ class SqlStore(Store):
             if decision_id is not None:
                 missing = f"decision {decision_id!r} not found"
                 _one(c, "decisions", tenant, {"decision_id": decision_id}, missing, columns="decision_id")
-                match, args = "decision_id=?", (decision_id,)
-            else:
-                match, args = f"decision_id IN ({ERASE_BY_INDEX})", (tenant, blind_index)
+                ids: list[str] = [decision_id]
+            else:  # a bounded batch: the matched decisions' rows are read into memory below
+                q = f"{ERASE_BY_INDEX} ORDER BY decision_id LIMIT ?"
+                ids = [r[0] for r in c.execute(q, (tenant, blind_index, min(_page(limit), _IN_CHUNK))).fetchall()]
+            match, args = f"decision_id IN ({', '.join('?' * len(ids))})", tuple(ids)
+            if not ids:
+                match = "0=1"  # nothing matched: the erasure is still recorded
             # the decisions first (the subquery reads the index, removed last); raw violations are
             # derived text (a quoted span), counted like a record kept without raw text
             scrubbed = []
@@ -992,7 +1002,8 @@ class SqlStore(Store):
             # the decision log's copies of those records (outbox payloads), sent or not
             copies = []
             for row in c.execute(
-                ERASE_OUTBOX_COPIES.format(match=match), (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
+                ERASE_OUTBOX_COPIES.format(match=match),
+                (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
             ).fetchall():
                 entry = json.loads(row[1])
                 raw = entry.pop("prompt", None) is not None
@@ -1007,16 +1018,14 @@ class SqlStore(Store):
             )
             count = cur.rowcount
             c.execute(f"DELETE FROM retained_inputs WHERE tenant=? AND {match}", (tenant, *args))
-            if decision_id is not None:
-                c.execute("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", (tenant, decision_id))
-            else:
-                c.execute(
-                    f"DELETE FROM retained_index WHERE tenant=? AND decision_id IN ({ERASE_BY_INDEX})",
-                    (tenant, tenant, blind_index),
-                )
+            c.execute(f"DELETE FROM retained_index WHERE tenant=? AND {match}", (tenant, *args))
             rec = dataclasses.replace(erasure, decisions=int(count))
-            _insert(c, rec)
-            return rec
+            # a later batch of the same erasure adds to its count
+            _insert(c, rec, "ON CONFLICT (id) DO UPDATE SET decisions=erasures.decisions+excluded.decisions")
+            row = c.execute("SELECT decisions FROM erasures WHERE id=? AND tenant=?", (rec.id, tenant)).fetchone()
+            if row is None:  # an id of another tenant's erasure: its count is not ours to add to
+                raise InvalidInputError("an erasure id belongs to its tenant")
+            return dataclasses.replace(rec, decisions=int(row[0]))
 
         done = await self._run(tx)
         await self._scrub()

@@ -5,11 +5,14 @@ database files, and an erasure must not cost a walk over the tenant's whole outb
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import time
+import uuid
 
 import pytest
 
+from crossaudit.kernel.errors import QuotaExceededError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
@@ -17,8 +20,8 @@ from crossaudit.service.outbox import decisionlog
 from crossaudit.service.retention import Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import AuditRecord, OutboxRecord, Store, sha256_text
-from crossaudit.store.sql import ERASE_BY_INDEX, ERASE_OUTBOX_COPIES
+from crossaudit.store.base import AuditRecord, ErasureRecord, OutboxRecord, Store, sha256_text
+from crossaudit.store.sql import ERASE_OUTBOX_COPIES
 from orchestrator.policy import load_policy
 
 MARKER = "zq-erased-text-4be1"
@@ -72,6 +75,10 @@ async def record(store: Store, ret: Retention, decision_id: str, *, now: float, 
     )
     await store.record_decision(rec, [], [copy], retained=sealed)
     return sealed.ciphertext
+
+
+def blank_erasure() -> ErasureRecord:
+    return ErasureRecord(str(uuid.uuid4()), "acme", "context_field", "", 0, time.time(), "admin key")
 
 
 def sqlite_files(store: SQLiteStore) -> bytes:
@@ -131,7 +138,38 @@ async def test_an_erasure_finds_the_outbox_copies_by_decision_not_by_walking_the
     no index by decision, so every erasure read all of its tenant's outbox rows inside a write
     transaction: on SQLite, one admin looping `audit erase` held the only writer's lock for the
     length of that walk, stalling every tenant's decisions."""
-    match = "decision_id=?" if selector == "decision" else f"decision_id IN ({ERASE_BY_INDEX})"
-    args = ("d1",) if selector == "decision" else ("acme", "digest")
+    args = ("d1",) if selector == "decision" else ("d1", "d2")  # one decision, or a batch of them
+    match = f"decision_id IN ({', '.join('?' * len(args))})"
     shown = plan(any_store, ERASE_OUTBOX_COPIES.format(match=match), "acme", "decision_log:%", *args)
     assert "outbox_decision" in shown, shown
+
+
+async def test_an_erasure_by_context_field_runs_in_bounded_transactions(any_store: Store) -> None:
+    """The hole: erasure by a context field matched every retained decision of the tenant with
+    that value in ONE transaction, reading all their audit rules and outbox copies into memory at
+    once. A tenant admin erasing a value shared by months of decisions (up to the daily audit
+    quota times the retention) held SQLite's writer for all of it and could exhaust the server's
+    memory. Now each transaction erases at most retention.erase_batch decisions, and a call makes
+    at most retention.max_erase_batches of them (more: a typed error saying how many were erased)."""
+    now = time.time()
+    ret = retention(any_store, erase_batch=2, max_erase_batches=2)
+    for i in range(7):
+        await record(any_store, ret, f"d{i}", now=now)
+    ids = [f"d{i}" for i in range(7)]
+    key = await ret._key("acme", create=False)
+    assert key is not None
+    digest = key.blind("user_id", "u")
+    first = await any_store.erase_inputs(
+        dataclasses.replace(blank_erasure(), selector_digest=digest), blind_index=digest, limit=2
+    )
+    assert first.decisions == 2 and len(await ret.load("acme", ids)) == 5  # one transaction: two decisions
+    with pytest.raises(QuotaExceededError, match=r"retention\.max_erase_batches") as e:
+        await ret.erase("acme", actor="admin key", context_field=("user_id", "u"))
+    assert "erased 4 decision(s)" in e.value.message and "again" in e.value.message
+    assert len(await ret.load("acme", ids)) == 1
+    done = await ret.erase("acme", actor="admin key", context_field=("user_id", "u"))
+    assert done.decisions == 1 and await ret.load("acme", ids) == {}
+    for i in range(7):
+        assert (await any_store.get_decision("acme", f"d{i}")).prompt is None
+    counts = sorted(e.decisions for e in await ret.list_erasures("acme"))
+    assert counts == [1, 2, 4]  # one record per call, counting every batch it made
