@@ -155,21 +155,30 @@ class Retention:
         returns how many. Keys wrapped by neither are left (and named in the log)."""
         if self.keys is None:
             return 0
-        done = 0
+        done, after = 0, ""
         for _ in range(self.config.max_purge_batches):
             current = self.keys.current.id
-            batch = await self.store.list_tenant_keys(not_wrapped_by=current, limit=self.config.rewrap_batch)
-            moved = 0
+            # by pages after the last tenant seen: keys no configured key opens stay, and must not
+            # stop the pages after them (those may be the previous key's)
+            batch = await self.store.list_tenant_keys(
+                not_wrapped_by=current, limit=self.config.rewrap_batch, after=after
+            )
             for rec in batch:
                 try:
                     data_key = self.keys.unwrap(rec.tenant, rec.operator_key_id, rec.wrapped)
                 except CrossAuditError as exc:  # names key ids only
                     log.error("retention: cannot rewrap: %s", exc)
                     continue
-                moved += await self._rewrap(rec, data_key)
-            done += moved
-            if moved == 0 or len(batch) < self.config.rewrap_batch:
+                done += await self._rewrap(rec, data_key)
+            if len(batch) < self.config.rewrap_batch:
                 break
+            after = batch[-1].tenant
+        else:
+            log.warning(
+                "retention: the rotation stopped after %d page(s) of tenant keys (%s); keys not yet rewrapped "
+                "are rewrapped when first used or at the next start",
+                self.config.max_purge_batches, "retention.max_purge_batches",
+            )  # fmt: skip
         if done:
             log.info("retention: %d tenant key(s) rewrapped under operator key %s", done, self.keys.current.id)
         return done

@@ -439,8 +439,9 @@ class Store(abc.ABC):
         ``old_operator_key_id``; False when another writer did it first."""
 
     @abc.abstractmethod
-    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int) -> list[TenantKeyRecord]:
-        """Up to ``limit`` tenants' keys wrapped by another operator key than ``not_wrapped_by``."""
+    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int, after: str = "") -> list[TenantKeyRecord]:
+        """Up to ``limit`` tenants' keys wrapped by another operator key than ``not_wrapped_by``,
+        of tenants named after ``after``, by tenant (a page: keys left as they are never fill it)."""
 
     @abc.abstractmethod
     async def load_retained(self, tenant: str, decision_ids: Sequence[str], now: float) -> list[RetainedRecord]:

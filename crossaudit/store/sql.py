@@ -943,11 +943,11 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int) -> list[TenantKeyRecord]:
+    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int, after: str = "") -> list[TenantKeyRecord]:
         def tx(c: Conn) -> list[TenantKeyRecord]:
             rows = c.execute(
-                "SELECT * FROM tenant_keys WHERE operator_key_id<>? ORDER BY tenant LIMIT ?",
-                (not_wrapped_by, _page(limit)),
+                "SELECT * FROM tenant_keys WHERE operator_key_id<>? AND tenant>? ORDER BY tenant LIMIT ?",
+                (not_wrapped_by, after, _page(limit)),
             ).fetchall()
             return [_record(TenantKeyRecord, r) for r in rows]
 

@@ -173,3 +173,26 @@ async def test_an_erasure_by_context_field_runs_in_bounded_transactions(any_stor
         assert (await any_store.get_decision("acme", f"d{i}")).prompt is None
     counts = sorted(e.decisions for e in await ret.list_erasures("acme"))
     assert counts == [1, 2, 4]  # one record per call, counting every batch it made
+
+
+async def test_a_rotation_rewraps_every_key_of_the_previous_operator_key_past_keys_it_cannot_read(
+    any_store: Store,
+) -> None:
+    """The hole: the start-up rotation stopped at the first batch in which no key could be
+    rewrapped. A batch full of keys wrapped by a key no longer configured (an older rotation left
+    unfinished) ended it, so keys of the previous operator key sorted after them stayed wrapped by
+    it; the operator, seeing no rewrap line as the docs say, removed that key and lost those
+    tenants' retained inputs."""
+    lost = OperatorKey.parse(base64.b64encode(os.urandom(32)).decode(), "lost")
+    old = OperatorKey.parse(base64.b64encode(os.urandom(32)).decode(), "old")
+    new = OperatorKey.parse(base64.b64encode(os.urandom(32)).decode(), "new")
+    grants = TenantGrants(retention={"a1": 86_400.0, "a2": 86_400.0, "b": 86_400.0})
+    for tenant, key in (("a1", lost), ("a2", lost), ("b", old)):  # a1, a2 sort before b
+        ret = Retention(any_store, grants, RetentionConfig(), keys=OperatorKeys(key))
+        assert await ret._key(tenant, create=True) is not None
+    rotating = Retention(any_store, grants, RetentionConfig(rewrap_batch=2), keys=OperatorKeys(new, previous=old))
+    assert await rotating.rotate() == 1
+    rec = await any_store.get_tenant_key("b")
+    assert rec is not None and rec.operator_key_id == new.id
+    after = Retention(any_store, grants, RetentionConfig(), keys=OperatorKeys(new))  # the old key removed
+    assert await after._key("b", create=False) is not None
