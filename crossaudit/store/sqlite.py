@@ -96,11 +96,17 @@ class SQLiteStore(SqlStore):
             return
 
         def checkpoint() -> None:
+            # without waiting: a reader outside the server (a backup) must not stall this thread,
+            # which every store call of the server queues on
+            timeout = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            self._conn.execute("PRAGMA busy_timeout=0")
             try:
                 busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error as e:
                 log.warning("store: the WAL was not truncated after an erasure or purge: %s", e)
                 return
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout={int(timeout)}")
             if busy:
                 log.warning("store: the WAL was not truncated after an erasure or purge: another reader holds it")
 

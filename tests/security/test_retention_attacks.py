@@ -196,3 +196,28 @@ async def test_a_rotation_rewraps_every_key_of_the_previous_operator_key_past_ke
     assert rec is not None and rec.operator_key_id == new.id
     after = Retention(any_store, grants, RetentionConfig(), keys=OperatorKeys(new))  # the old key removed
     assert await after._key("b", create=False) is not None
+
+
+async def test_a_reader_outside_the_server_delays_the_wal_truncation_without_stalling_the_store(
+    sqlite_store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The WAL truncation after an erasure must not wait (busy_timeout) on a reader outside the
+    server, such as a backup: every store call queues on the one SQLite thread. It is retried
+    at the next erasure or purge, and the log says so."""
+    import sqlite3
+
+    ret = retention(sqlite_store)
+    await record(sqlite_store, ret, "d1", now=time.time())
+    await record(sqlite_store, ret, "d2", now=time.time())
+    reader = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM decisions").fetchone()  # holds a snapshot
+        sqlite_store._conn.execute("PRAGMA busy_timeout=600000")  # a wait would hang this test
+        await ret.erase("acme", actor="admin key", decision_id="d1")
+        assert "WAL was not truncated" in caplog.text
+        assert int(sqlite_store._conn.execute("PRAGMA busy_timeout").fetchone()[0]) == 600000  # restored
+    finally:
+        reader.close()
+    await ret.erase("acme", actor="admin key", decision_id="d2")
+    assert MARKER.encode() not in sqlite_files(sqlite_store)  # the next erasure truncated it
