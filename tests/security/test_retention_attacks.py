@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from crossaudit.kernel.errors import QuotaExceededError
+from crossaudit.kernel.errors import InvalidInputError, QuotaExceededError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
@@ -221,3 +221,18 @@ async def test_a_reader_outside_the_server_delays_the_wal_truncation_without_sta
         reader.close()
     await ret.erase("acme", actor="admin key", decision_id="d2")
     assert MARKER.encode() not in sqlite_files(sqlite_store)  # the next erasure truncated it
+
+
+@pytest.mark.parametrize(
+    "kw", [{"decision_id": "d1", "context_field": ("user_id", "u")}, {}], ids=["both", "neither"]
+)
+def test_the_client_refuses_an_erasure_naming_both_selectors_or_none(kw: dict) -> None:
+    """The hole: the SDK put only the context field on the wire when given a decision id too, so
+    a caller meaning one decision erased every decision of that field's value."""
+    from crossaudit import Client
+
+    with (
+        Client("127.0.0.1:1", api_key="acme-admin-key-0123456789abcdef") as c,  # never reached
+        pytest.raises(InvalidInputError, match="exactly one"),
+    ):
+        c.erase_inputs(**kw)
