@@ -105,6 +105,7 @@ class Retention:
         self._worker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.purged = 0  # rows the purge worker deleted since start
+        self._ceiling_after = ""  # the last tenant whose rows the purge held to its ceiling
 
     @property
     def enabled(self) -> bool:
@@ -264,7 +265,9 @@ class Retention:
             )
         if not ids:
             return {}
-        rows = await self.store.load_retained(tenant, ids, time.time())
+        now = time.time()
+        oldest = now - self.ceiling(tenant)  # a ceiling lowered since they were sealed applies too
+        rows = [r for r in await self.store.load_retained(tenant, ids, now) if r.created_at > oldest]
         if not rows:
             return {}
         key = await self._key(tenant, create=False)
@@ -343,15 +346,46 @@ class Retention:
 
     # --- purge -----------------------------------------------------------------------------
 
+    def ceiling(self, tenant: str) -> float:
+        """The longest ``tenant``'s inputs may be kept now (0: not at all): its entry in the
+        API-keys file, capped by the server's maximum. A row sealed under a longer one is older
+        than this ceiling once it is lowered or removed: never loaded, and purged."""
+        return effective_seconds(self.grants.retention.get(tenant), None, self.config.max_inputs_s, True)
+
     async def purge_once(self, now: float | None = None) -> int:
-        """Delete expired rows in batches of ``purge_batch``, at most ``max_purge_batches``."""
+        """Delete expired rows, then each tenant's rows older than its current ceiling, in
+        batches of ``purge_batch``, at most ``max_purge_batches`` transactions in all."""
         now = time.time() if now is None else now
-        total = 0
-        for _ in range(self.config.max_purge_batches):
-            n = await self.store.purge_retained(now, limit=self.config.purge_batch)
+        total, budget, batch = 0, self.config.max_purge_batches, self.config.purge_batch
+        while budget > 0:
+            budget -= 1
+            n = await self.store.purge_retained(now, limit=batch)
             total += n
-            if n < self.config.purge_batch:
+            if n < batch:
                 break
+        # tenants by their keys (each tenant that ever retained has one), a page at a time,
+        # resuming where the last run stopped so that every tenant's turn comes
+        while budget > 0:
+            budget -= 1
+            page = await self.store.list_tenant_keys(  # "": every key (an operator key id is never empty)
+                not_wrapped_by="", limit=self.config.rewrap_batch, after=self._ceiling_after
+            )
+            for rec in page:
+                cutoff, done = now - self.ceiling(rec.tenant), False
+                while budget > 0 and not done:
+                    budget -= 1
+                    n = await self.store.purge_retained(now, limit=batch, tenant=rec.tenant, created_before=cutoff)
+                    total += n
+                    done = n < batch
+                if not done:
+                    return self._purged(total)  # out of transactions: this tenant first next run
+                self._ceiling_after = rec.tenant
+            if len(page) < self.config.rewrap_batch:
+                self._ceiling_after = ""  # every tenant had its turn: from the first again next run
+                break
+        return self._purged(total)
+
+    def _purged(self, total: int) -> int:
         self.purged += total
         return total
 

@@ -469,9 +469,12 @@ class Store(abc.ABC):
         """Most recent first."""
 
     @abc.abstractmethod
-    async def purge_retained(self, now: float, *, limit: int) -> int:
-        """Delete up to ``limit`` rows (every tenant's) that expired before ``now``, with their
-        index; returns how many."""
+    async def purge_retained(
+        self, now: float, *, limit: int, tenant: str | None = None, created_before: float | None = None
+    ) -> int:
+        """Delete up to ``limit`` rows (every tenant's) that expired before ``now``, or with
+        ``tenant``: up to ``limit`` of that tenant's rows created at or before ``created_before``
+        (older than its current ceiling), with their index; returns how many."""
 
     # --- outbox (every tenant's: the delivery workers are the operator's) -----------------
 

@@ -120,9 +120,11 @@ CREATE TABLE IF NOT EXISTS erasures (
 CREATE INDEX IF NOT EXISTS erasures_tenant ON erasures (tenant, created_at);
 """,
     # 7: an erasure finds the decision log's outbox copies of its decisions by decision id
-    # (the outbox keeps delivered rows: without it, each erasure walked the tenant's outbox)
+    # (the outbox keeps delivered rows: without it, each erasure walked the tenant's outbox);
+    # the purge finds a tenant's rows older than its current ceiling by creation time
     """
 CREATE INDEX IF NOT EXISTS outbox_decision ON outbox (tenant, decision_id);
+CREATE INDEX IF NOT EXISTS retained_inputs_created ON retained_inputs (tenant, created_at);
 """,
 )
 
@@ -229,8 +231,9 @@ CREATE TABLE erasures (
 );
 CREATE INDEX erasures_tenant ON erasures (tenant, created_at);
 """,
-    # 6: the outbox by decision, for erasures (SQLite's step 7)
+    # 6: the outbox by decision, for erasures; retained rows by creation (SQLite's step 7)
     """
 CREATE INDEX outbox_decision ON outbox (tenant, decision_id);
+CREATE INDEX retained_inputs_created ON retained_inputs (tenant, created_at);
 """,
 )

@@ -1038,12 +1038,20 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def purge_retained(self, now: float, *, limit: int) -> int:
+    async def purge_retained(
+        self, now: float, *, limit: int, tenant: str | None = None, created_before: float | None = None
+    ) -> int:
         def tx(c: Conn) -> int:
-            rows = c.execute(
-                "SELECT tenant, decision_id FROM retained_inputs WHERE expires_at<=? ORDER BY expires_at LIMIT ?",
-                (now, _page(limit)),
-            ).fetchall()
+            if tenant is None:
+                q = "SELECT tenant, decision_id FROM retained_inputs WHERE expires_at<=? ORDER BY expires_at LIMIT ?"
+                args: tuple[Any, ...] = (now, _page(limit))
+            else:  # through retained_inputs_created (tenant, created_at)
+                q = (
+                    "SELECT tenant, decision_id FROM retained_inputs WHERE tenant=? AND created_at<=? "
+                    "ORDER BY created_at LIMIT ?"
+                )
+                args = (tenant, now if created_before is None else created_before, _page(limit))
+            rows = c.execute(q, args).fetchall()
             keys = [(r[0], r[1]) for r in rows]
             if keys:
                 c.executemany("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", keys)

@@ -236,3 +236,32 @@ def test_the_client_refuses_an_erasure_naming_both_selectors_or_none(kw: dict) -
         pytest.raises(InvalidInputError, match="exactly one"),
     ):
         c.erase_inputs(**kw)
+
+
+@pytest.mark.parametrize("lowered", ["tenant ceiling", "server maximum", "tenant entry removed"])
+async def test_a_lowered_ceiling_applies_to_inputs_already_retained(any_store: Store, lowered: str) -> None:
+    """The hole: a row kept the expiry computed when it was sealed. An operator who shortened a
+    tenant's `retention: {inputs: ...}` or `retention.max_inputs_s`, or removed the tenant's entry
+    (a legal hold ended, a contract changed), still had those inputs loaded for replay and kept at
+    rest for up to the old period. Now load never answers, and the purge deletes, a row older than
+    its tenant's current ceiling."""
+    now = time.time()
+    before = Retention(
+        any_store,
+        TenantGrants(retention={"acme": 7 * 86_400.0}),
+        RetentionConfig(),
+        keys=OperatorKeys(OperatorKey.parse(base64.b64encode(os.urandom(32)).decode(), "test")),
+    )
+    await record(any_store, before, "old", now=now - 2 * 86_400)  # sealed two days ago for seven
+    await record(any_store, before, "new", now=now - 60)
+    assert sorted(await before.load("acme", ["old", "new"])) == ["new", "old"]
+    grants, config = {"acme": 86_400.0}, RetentionConfig()
+    if lowered == "server maximum":
+        grants, config = {"acme": 7 * 86_400.0}, RetentionConfig(max_inputs_s=86_400.0)
+    elif lowered == "tenant entry removed":
+        grants = {}
+    after = Retention(any_store, TenantGrants(retention=grants), config, keys=before.keys)
+    kept = [] if lowered == "tenant entry removed" else ["new"]
+    assert sorted(await after.load("acme", ["old", "new"])) == kept
+    assert await after.purge_once() == 2 - len(kept)
+    assert sorted(r.decision_id for r in await any_store.load_retained("acme", ["old", "new"], now)) == kept
