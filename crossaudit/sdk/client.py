@@ -476,6 +476,9 @@ class ClientBase(abc.ABC):
         return Unary(self._audit.GetDecision, req, convert.audit_from_pb)
 
     def _erase_inputs(self, decision_id: str, context_field: tuple[str, str] | None) -> Unary[ErasureRecord]:
+        # the request carries one selector: both given must not quietly erase by the field alone
+        if bool(decision_id) == (context_field is not None):
+            raise InvalidInputError("erase needs a decision id or a context field (name, value), exactly one")
         if context_field is not None:
             name, value = context_field
             req = audit_pb.EraseInputsRequest(context_field=audit_pb.ContextField(name=name, value=value))

@@ -27,6 +27,7 @@ from crossaudit.kernel.limits import (
 from crossaudit.modelserver.pool import ModelServerLimits
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
+from crossaudit.store.base import ERASE_BATCH
 from crossaudit.store.postgres import PostgresLimits
 from crossaudit.store.sqlite import SYNCHRONOUS_MODES
 
@@ -506,6 +507,25 @@ class RetentionConfig:
     rewrap_batch: Annotated[
         PositiveInt, Field(description="tenant keys rewrapped per transaction during an operator-key rotation")
     ] = 100
+    erase_batch: Annotated[
+        PositiveInt,
+        Field(
+            le=500,
+            description=(
+                "decisions one transaction of `audit erase --context-field` removes (their audit rules and outbox "
+                "copies are read into memory); the erasure goes on in further transactions"
+            ),
+        ),
+    ] = ERASE_BATCH
+    max_erase_batches: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "transactions one `audit erase --context-field` call makes at most; more matching decisions: "
+                "RESOURCE_EXHAUSTED saying how many were erased, run it again for the rest"
+            )
+        ),
+    ] = 1_000
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
+    QuotaExceededError,
     RetainedInputsTamperedError,
     RetentionKeyError,
 )
@@ -44,6 +45,7 @@ log = logging.getLogger("crossaudit.service.retention")
 
 PAYLOAD_VERSION = 1
 LOAD_IDS_KEY = "retention.max_load_ids"
+ERASE_BATCHES_KEY = "retention.max_erase_batches"
 MAX_DECISION_ID = 256  # a decision id named in an erasure request (the server's are UUIDs)
 MAX_FIELD_NAME = 256  # a context field named in an erasure request
 MAX_FIELD_VALUE = 64 * 1024  # ... and its value
@@ -103,6 +105,7 @@ class Retention:
         self._worker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self.purged = 0  # rows the purge worker deleted since start
+        self._ceiling_after = ""  # the last tenant whose rows the purge held to its ceiling
 
     @property
     def enabled(self) -> bool:
@@ -153,21 +156,30 @@ class Retention:
         returns how many. Keys wrapped by neither are left (and named in the log)."""
         if self.keys is None:
             return 0
-        done = 0
+        done, after = 0, ""
         for _ in range(self.config.max_purge_batches):
             current = self.keys.current.id
-            batch = await self.store.list_tenant_keys(not_wrapped_by=current, limit=self.config.rewrap_batch)
-            moved = 0
+            # by pages after the last tenant seen: keys no configured key opens stay, and must not
+            # stop the pages after them (those may be the previous key's)
+            batch = await self.store.list_tenant_keys(
+                not_wrapped_by=current, limit=self.config.rewrap_batch, after=after
+            )
             for rec in batch:
                 try:
                     data_key = self.keys.unwrap(rec.tenant, rec.operator_key_id, rec.wrapped)
                 except CrossAuditError as exc:  # names key ids only
                     log.error("retention: cannot rewrap: %s", exc)
                     continue
-                moved += await self._rewrap(rec, data_key)
-            done += moved
-            if moved == 0 or len(batch) < self.config.rewrap_batch:
+                done += await self._rewrap(rec, data_key)
+            if len(batch) < self.config.rewrap_batch:
                 break
+            after = batch[-1].tenant
+        else:
+            log.warning(
+                "retention: the rotation stopped after %d page(s) of tenant keys (%s); keys not yet rewrapped "
+                "are rewrapped when first used or at the next start",
+                self.config.max_purge_batches, "retention.max_purge_batches",
+            )  # fmt: skip
         if done:
             log.info("retention: %d tenant key(s) rewrapped under operator key %s", done, self.keys.current.id)
         return done
@@ -253,7 +265,9 @@ class Retention:
             )
         if not ids:
             return {}
-        rows = await self.store.load_retained(tenant, ids, time.time())
+        now = time.time()
+        oldest = now - self.ceiling(tenant)  # a ceiling lowered since they were sealed applies too
+        rows = [r for r in await self.store.load_retained(tenant, ids, now) if r.created_at > oldest]
         if not rows:
             return {}
         key = await self._key(tenant, create=False)
@@ -300,27 +314,78 @@ class Retention:
             assert key is not None
             digest = key.blind(name, value)  # keyed: the record cannot be matched against guessed values
             rec = ErasureRecord(str(uuid.uuid4()), tenant, SELECTOR_CONTEXT_FIELD, digest, 0, now, actor)
-            erased = await self.store.erase_inputs(rec, blind_index=digest)
+            erased = await self._erase_batches(rec, digest)
         log.info(
             "tenant %s: erasure %s by %s removed the inputs of %d decision(s) (%s)",
             tenant, erased.id, actor, erased.decisions, erased.selector_kind,
         )  # fmt: skip
         return erased
 
+    async def _erase_batches(self, rec: ErasureRecord, digest: str) -> ErasureRecord:
+        """Every decision matching ``digest``, ``erase_batch`` per transaction (a value shared by
+        months of decisions must not hold the store's writer, or the server's memory, at once)."""
+        batch = self.config.erase_batch
+        erased = rec
+        for _ in range(self.config.max_erase_batches):
+            before = erased.decisions
+            erased = await self.store.erase_inputs(rec, blind_index=digest, limit=batch)
+            if erased.decisions - before < batch:
+                return erased
+        log.warning(
+            "tenant %s: erasure %s stopped after %d decision(s) at %s=%d; more may remain",
+            rec.tenant, rec.id, erased.decisions, ERASE_BATCHES_KEY, self.config.max_erase_batches,
+        )  # fmt: skip
+        raise QuotaExceededError(
+            f"erased {erased.decisions} decision(s) (erasure {rec.id}) and stopped at {ERASE_BATCHES_KEY}="
+            f"{self.config.max_erase_batches} transactions; more may match: run the same erasure again",
+            setting=ERASE_BATCHES_KEY,
+        )
+
     async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
         return await self.store.list_erasures(tenant, limit=limit)
 
     # --- purge -----------------------------------------------------------------------------
 
+    def ceiling(self, tenant: str) -> float:
+        """The longest ``tenant``'s inputs may be kept now (0: not at all): its entry in the
+        API-keys file, capped by the server's maximum. A row sealed under a longer one is older
+        than this ceiling once it is lowered or removed: never loaded, and purged."""
+        return effective_seconds(self.grants.retention.get(tenant), None, self.config.max_inputs_s, True)
+
     async def purge_once(self, now: float | None = None) -> int:
-        """Delete expired rows in batches of ``purge_batch``, at most ``max_purge_batches``."""
+        """Delete expired rows, then each tenant's rows older than its current ceiling, in
+        batches of ``purge_batch``, at most ``max_purge_batches`` transactions in all."""
         now = time.time() if now is None else now
-        total = 0
-        for _ in range(self.config.max_purge_batches):
-            n = await self.store.purge_retained(now, limit=self.config.purge_batch)
+        total, budget, batch = 0, self.config.max_purge_batches, self.config.purge_batch
+        while budget > 0:
+            budget -= 1
+            n = await self.store.purge_retained(now, limit=batch)
             total += n
-            if n < self.config.purge_batch:
+            if n < batch:
                 break
+        # tenants by their keys (each tenant that ever retained has one), a page at a time,
+        # resuming where the last run stopped so that every tenant's turn comes
+        while budget > 0:
+            budget -= 1
+            page = await self.store.list_tenant_keys(  # "": every key (an operator key id is never empty)
+                not_wrapped_by="", limit=self.config.rewrap_batch, after=self._ceiling_after
+            )
+            for rec in page:
+                cutoff, done = now - self.ceiling(rec.tenant), False
+                while budget > 0 and not done:
+                    budget -= 1
+                    n = await self.store.purge_retained(now, limit=batch, tenant=rec.tenant, created_before=cutoff)
+                    total += n
+                    done = n < batch
+                if not done:
+                    return self._purged(total)  # out of transactions: this tenant first next run
+                self._ceiling_after = rec.tenant
+            if len(page) < self.config.rewrap_batch:
+                self._ceiling_after = ""  # every tenant had its turn: from the first again next run
+                break
+        return self._purged(total)
+
+    def _purged(self, total: int) -> int:
         self.purged += total
         return total
 

@@ -291,6 +291,7 @@ NUL_REPLACEMENT = "\ufffd"
 AUDIT_DAY_S = 86_400  # audit quotas count per UTC day: day = int(created_at // AUDIT_DAY_S)
 AUDIT_ROW_BYTES = 512  # an audit row's fixed part (ids, hashes, names, numbers), counted for every record
 RETAINED_ROW_BYTES = 256  # a retained row's fixed part (ids, names, times), counted like AUDIT_ROW_BYTES
+ERASE_BATCH = 200  # decisions one erasure transaction removes by default (retention.erase_batch)
 
 
 def audit_rules_json(rec: AuditRecord) -> str:
@@ -529,8 +530,9 @@ class Store(abc.ABC):
         ``old_operator_key_id``; False when another writer did it first."""
 
     @abc.abstractmethod
-    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int) -> list[TenantKeyRecord]:
-        """Up to ``limit`` tenants' keys wrapped by another operator key than ``not_wrapped_by``."""
+    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int, after: str = "") -> list[TenantKeyRecord]:
+        """Up to ``limit`` tenants' keys wrapped by another operator key than ``not_wrapped_by``,
+        of tenants named after ``after``, by tenant (a page: keys left as they are never fill it)."""
 
     @abc.abstractmethod
     async def load_retained(self, tenant: str, decision_ids: Sequence[str], now: float) -> list[RetainedRecord]:
@@ -539,21 +541,31 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def erase_inputs(
-        self, erasure: ErasureRecord, *, decision_id: str | None = None, blind_index: str | None = None
+        self,
+        erasure: ErasureRecord,
+        *,
+        decision_id: str | None = None,
+        blind_index: str | None = None,
+        limit: int = ERASE_BATCH,
     ) -> ErasureRecord:
         """Remove the retained inputs and the audit records' raw prompt/response of the tenant's
-        decision ``decision_id`` (NotFoundError when the tenant has no such decision) or of every
-        decision whose retained context has ``blind_index``; mark those decisions erased; record
-        ``erasure`` with the count, all in one transaction. Returns the recorded erasure."""
+        decision ``decision_id`` (NotFoundError when the tenant has no such decision) or of up to
+        ``limit`` decisions whose retained context has ``blind_index`` (call again for the rest:
+        an erased decision leaves the index); mark those decisions erased; record ``erasure``,
+        adding this call's count to a record of the same id, all in one transaction. Returns the
+        recorded erasure (its count over every call)."""
 
     @abc.abstractmethod
     async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
         """Most recent first."""
 
     @abc.abstractmethod
-    async def purge_retained(self, now: float, *, limit: int) -> int:
-        """Delete up to ``limit`` rows (every tenant's) that expired before ``now``, with their
-        index; returns how many."""
+    async def purge_retained(
+        self, now: float, *, limit: int, tenant: str | None = None, created_before: float | None = None
+    ) -> int:
+        """Delete up to ``limit`` rows (every tenant's) that expired before ``now``, or with
+        ``tenant``: up to ``limit`` of that tenant's rows created at or before ``created_before``
+        (older than its current ceiling), with their index; returns how many."""
 
     # --- outbox (every tenant's: the delivery workers are the operator's) -----------------
 

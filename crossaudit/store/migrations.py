@@ -146,6 +146,13 @@ CREATE TABLE shadow_rule_flips (
 );
 CREATE INDEX decisions_policy ON decisions (tenant, policy, environment, created_at);
 """,
+    # 8: an erasure finds the decision log's outbox copies of its decisions by decision id
+    # (the outbox keeps delivered rows: without it, each erasure walked the tenant's outbox);
+    # the purge finds a tenant's rows older than its current ceiling by creation time
+    """
+CREATE INDEX IF NOT EXISTS outbox_decision ON outbox (tenant, decision_id);
+CREATE INDEX IF NOT EXISTS retained_inputs_created ON retained_inputs (tenant, created_at);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -276,5 +283,10 @@ CREATE TABLE shadow_rule_flips (
     PRIMARY KEY (candidate_id, rule)
 );
 CREATE INDEX decisions_policy ON decisions (tenant, policy, environment, created_at);
+""",
+    # 7: the outbox by decision, for erasures; retained rows by creation (SQLite's step 8)
+    """
+CREATE INDEX outbox_decision ON outbox (tenant, decision_id);
+CREATE INDEX retained_inputs_created ON retained_inputs (tenant, created_at);
 """,
 )

@@ -36,6 +36,7 @@ from crossaudit.kernel.errors import (
 from crossaudit.store.base import (
     AUDIT_DAY_S,
     AUDIT_ROW_BYTES,
+    ERASE_BATCH,
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
@@ -379,7 +380,10 @@ def _violations_counted(rules: list[Any]) -> bool:
 DECISION_LOG_KIND_PREFIX = "decision_log:"
 
 # The decisions an erasure matches, as a subquery with one bound value (the tenant comes first).
-_ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
+ERASE_BY_INDEX = "SELECT decision_id FROM retained_index WHERE tenant=? AND digest=?"
+# The decision log's copies of the erased records; ``match`` selects the decisions. Found through
+# outbox_decision (tenant, decision_id): the outbox keeps every delivered copy, never walk it.
+ERASE_OUTBOX_COPIES = "SELECT id, payload FROM outbox WHERE tenant=? AND kind LIKE ? AND {match}"
 
 
 def _store_version(
@@ -460,6 +464,10 @@ class SqlStore(Store):
             return await loop.run_in_executor(self._executor, self._tx, fn, contended)
         except RuntimeError as exc:  # the executor shut down under us
             raise StoreUnavailableError(f"the store is closed: {exc}") from None
+
+    async def _scrub(self) -> None:
+        """After an erasure or purge: make what it removed unreadable from the database files as
+        far as the backend can (SQLite: truncate the WAL; PostgreSQL cannot, docs/retention.md)."""
 
     @abc.abstractmethod
     def _tx(self, fn: Callable[[Conn], T], contended: bool) -> T:
@@ -1230,11 +1238,11 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int) -> list[TenantKeyRecord]:
+    async def list_tenant_keys(self, *, not_wrapped_by: str, limit: int, after: str = "") -> list[TenantKeyRecord]:
         def tx(c: Conn) -> list[TenantKeyRecord]:
             rows = c.execute(
-                "SELECT * FROM tenant_keys WHERE operator_key_id<>? ORDER BY tenant LIMIT ?",
-                (not_wrapped_by, _page(limit)),
+                "SELECT * FROM tenant_keys WHERE operator_key_id<>? AND tenant>? ORDER BY tenant LIMIT ?",
+                (not_wrapped_by, after, _page(limit)),
             ).fetchall()
             return [_record(TenantKeyRecord, r) for r in rows]
 
@@ -1252,7 +1260,12 @@ class SqlStore(Store):
         return await self._run(tx)
 
     async def erase_inputs(
-        self, erasure: ErasureRecord, *, decision_id: str | None = None, blind_index: str | None = None
+        self,
+        erasure: ErasureRecord,
+        *,
+        decision_id: str | None = None,
+        blind_index: str | None = None,
+        limit: int = ERASE_BATCH,
     ) -> ErasureRecord:
         if (decision_id is None) == (blind_index is None):
             raise InvalidInputError("an erasure names a decision or a context field, exactly one")
@@ -1263,9 +1276,13 @@ class SqlStore(Store):
             if decision_id is not None:
                 missing = f"decision {decision_id!r} not found"
                 _one(c, "decisions", tenant, {"decision_id": decision_id}, missing, columns="decision_id")
-                match, args = "decision_id=?", (decision_id,)
-            else:
-                match, args = f"decision_id IN ({_ERASE_BY_INDEX})", (tenant, blind_index)
+                ids: list[str] = [decision_id]
+            else:  # a bounded batch: the matched decisions' rows are read into memory below
+                q = f"{ERASE_BY_INDEX} ORDER BY decision_id LIMIT ?"
+                ids = [r[0] for r in c.execute(q, (tenant, blind_index, min(_page(limit), _IN_CHUNK))).fetchall()]
+            match, args = f"decision_id IN ({', '.join('?' * len(ids))})", tuple(ids)
+            if not ids:
+                match = "0=1"  # nothing matched: the erasure is still recorded
             # the decisions first (the subquery reads the index, removed last); raw violations are
             # derived text (a quoted span), counted like a record kept without raw text
             scrubbed = []
@@ -1280,7 +1297,7 @@ class SqlStore(Store):
             # the decision log's copies of those records (outbox payloads), sent or not
             copies = []
             for row in c.execute(
-                f"SELECT id, payload FROM outbox WHERE tenant=? AND kind LIKE ? AND {match}",
+                ERASE_OUTBOX_COPIES.format(match=match),
                 (tenant, f"{DECISION_LOG_KIND_PREFIX}%", *args),
             ).fetchall():
                 entry = json.loads(row[1])
@@ -1296,18 +1313,18 @@ class SqlStore(Store):
             )
             count = cur.rowcount
             c.execute(f"DELETE FROM retained_inputs WHERE tenant=? AND {match}", (tenant, *args))
-            if decision_id is not None:
-                c.execute("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", (tenant, decision_id))
-            else:
-                c.execute(
-                    f"DELETE FROM retained_index WHERE tenant=? AND decision_id IN ({_ERASE_BY_INDEX})",
-                    (tenant, tenant, blind_index),
-                )
+            c.execute(f"DELETE FROM retained_index WHERE tenant=? AND {match}", (tenant, *args))
             rec = dataclasses.replace(erasure, decisions=int(count))
-            _insert(c, rec)
-            return rec
+            # a later batch of the same erasure adds to its count
+            _insert(c, rec, "ON CONFLICT (id) DO UPDATE SET decisions=erasures.decisions+excluded.decisions")
+            row = c.execute("SELECT decisions FROM erasures WHERE id=? AND tenant=?", (rec.id, tenant)).fetchone()
+            if row is None:  # an id of another tenant's erasure: its count is not ours to add to
+                raise InvalidInputError("an erasure id belongs to its tenant")
+            return dataclasses.replace(rec, decisions=int(row[0]))
 
-        return await self._run(tx)
+        done = await self._run(tx)
+        await self._scrub()
+        return done
 
     async def list_erasures(self, tenant: str, *, limit: int = 100) -> list[ErasureRecord]:
         def tx(c: Conn) -> list[ErasureRecord]:
@@ -1316,19 +1333,30 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def purge_retained(self, now: float, *, limit: int) -> int:
+    async def purge_retained(
+        self, now: float, *, limit: int, tenant: str | None = None, created_before: float | None = None
+    ) -> int:
         def tx(c: Conn) -> int:
-            rows = c.execute(
-                "SELECT tenant, decision_id FROM retained_inputs WHERE expires_at<=? ORDER BY expires_at LIMIT ?",
-                (now, _page(limit)),
-            ).fetchall()
+            if tenant is None:
+                q = "SELECT tenant, decision_id FROM retained_inputs WHERE expires_at<=? ORDER BY expires_at LIMIT ?"
+                args: tuple[Any, ...] = (now, _page(limit))
+            else:  # through retained_inputs_created (tenant, created_at)
+                q = (
+                    "SELECT tenant, decision_id FROM retained_inputs WHERE tenant=? AND created_at<=? "
+                    "ORDER BY created_at LIMIT ?"
+                )
+                args = (tenant, now if created_before is None else created_before, _page(limit))
+            rows = c.execute(q, args).fetchall()
             keys = [(r[0], r[1]) for r in rows]
             if keys:
                 c.executemany("DELETE FROM retained_index WHERE tenant=? AND decision_id=?", keys)
                 c.executemany("DELETE FROM retained_inputs WHERE tenant=? AND decision_id=?", keys)
             return len(keys)
 
-        return await self._run(tx)
+        purged = await self._run(tx)
+        if purged:
+            await self._scrub()
+        return purged
 
     # --- outbox -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from crossaudit.store.base import StoreUnavailableError
 from crossaudit.store.sql import Conn, SqlStore
 
 T = TypeVar("T")
+log = logging.getLogger("crossaudit.store.sqlite")
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -59,6 +61,9 @@ class SQLiteStore(SqlStore):
         conn.execute(f"PRAGMA synchronous={sync}")
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys=ON")
+        # Deleted and overwritten content is zeroed in the file, not left in free space: an erased
+        # prompt or a purged sealed row must not be readable from a copy of the data dir.
+        conn.execute("PRAGMA secure_delete=ON")
         done = int(conn.execute("PRAGMA user_version").fetchone()[0])
         for version, step in enumerate(migrations.SQLITE[done:], start=done + 1):
             conn.executescript(f"BEGIN IMMEDIATE; {step}; PRAGMA user_version={version}; COMMIT;")
@@ -82,6 +87,31 @@ class SQLiteStore(SqlStore):
             return result
         except sqlite3.OperationalError as e:  # locked, disk full, I/O error: typed, retryable
             raise StoreUnavailableError(f"database unavailable: {e}") from None
+
+    async def _scrub(self) -> None:
+        """Copy the WAL into the file and truncate it: the WAL still holds the page images an
+        erasure or purge just replaced (docs/retention.md). Best effort: a reader outside this
+        process can hold the checkpoint back; the next erasure or purge tries again."""
+        if self._closed:
+            return
+
+        def checkpoint() -> None:
+            # without waiting: a reader outside the server (a backup) must not stall this thread,
+            # which every store call of the server queues on
+            timeout = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            self._conn.execute("PRAGMA busy_timeout=0")
+            try:
+                busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as e:
+                log.warning("store: the WAL was not truncated after an erasure or purge: %s", e)
+                return
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout={int(timeout)}")
+            if busy:
+                log.warning("store: the WAL was not truncated after an erasure or purge: another reader holds it")
+
+        with contextlib.suppress(RuntimeError):  # shut down under us
+            await asyncio.get_running_loop().run_in_executor(self._executor, checkpoint)
 
     async def aclose(self) -> None:
         if self._closed:
