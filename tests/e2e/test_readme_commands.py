@@ -21,6 +21,7 @@ How "as written" is kept:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import os
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, ServerProcess, key
+from tests.e2e.conftest import ROOT, TENANT_KEYS, ServerProcess, key
 
 pytestmark = pytest.mark.e2e
 
@@ -81,6 +82,11 @@ SHOWS = {
     "crossaudit audit get": '"decision_id"',
     "crossaudit --version": "crossaudit ",
     "crossaudit policy test policies/demo_offline.yaml --input": "thanks_pass",
+    'crossaudit policy diff "Offline Demo" v2.yaml': "rule 'redact_emails': threshold 0.5 -> 0.0",
+    'crossaudit policy replay v2.yaml --against "Offline Demo" --since 7d': "modify->allow",
+    'crossaudit policy deploy v2.yaml --shadow': "shadow",
+    'crossaudit policy promote "Offline Demo"': "Offline Demo",
+    "crossaudit audit erase --context-field user_id=u-123": "1 decision",
 }
 
 
@@ -122,9 +128,26 @@ def _only(reviews: list) -> object:
 # --- the run --------------------------------------------------------------------------------------
 
 
+# The README's change-safety commands replay retained decisions: the server keeps the inputs of
+# the README's tenant, as the README tells an operator to set it up (docs/retention.md).
+OPERATOR_KEY_ENV = "README_OPERATOR_KEY"
+
+
+def readme_keys() -> str:
+    lines = ["tenants:"]
+    for tenant, k in TENANT_KEYS.items():
+        lines.append(f"  {tenant}:\n    keys: [{k}]" + ("\n    retention: {inputs: 7d}" if tenant == TENANT else ""))
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture(scope="module")
 def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path_factory.mktemp("readme-server")) as srv:  # API keys, process sandbox
+    with ServerProcess(  # API keys, process sandbox, retained inputs for the README's tenant
+        tmp_path_factory.mktemp("readme-server"),
+        keys_text=readme_keys(),
+        env={OPERATOR_KEY_ENV: base64.b64encode(os.urandom(32)).decode()},
+        extra=("--set", f"retention.operator_key_env={OPERATOR_KEY_ENV}"),
+    ) as srv:
         yield srv
 
 
