@@ -28,6 +28,7 @@ from crossaudit.store.base import AuditRecord, Store, audit_size, sha256_text
 from orchestrator.policy import load_policy
 from tests.bench import report
 from tests.pgserver import PgServer, binaries
+from tests.records import audit_record
 
 DECISIONS = 2_000
 POLICY = load_policy('name: p\ndescription: d\nversion: "1.0"\n')
@@ -53,19 +54,12 @@ def _decision(decision_id: str) -> Decision:
 
 
 def _audit(decision_id: str, now: float) -> AuditRecord:
-    return AuditRecord(
-        decision_id=decision_id,
-        tenant="acme",
-        policy="p",
-        policy_revision=1,
-        policy_version="1.0",
-        policy_digest="x",
-        environment="production",
+    return audit_record(
+        decision_id,
+        "acme",
         passed=True,
         action="allow",
         rules=[{"rule": f"r{i}", "status": "pass"} for i in range(6)],
-        errored_rules=[],
-        latency_ms=1.0,
         prompt_sha256=sha256_text(PROMPT),
         response_sha256=sha256_text(RESPONSE),
         context_sha256=sha256_text("{}"),

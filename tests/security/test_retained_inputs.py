@@ -19,8 +19,9 @@ from crossaudit.service.grants import TenantGrants
 from crossaudit.service.retention import Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import AuditRecord, Store, sha256_text
+from crossaudit.store.base import Store, sha256_text
 from orchestrator.policy import load_policy
+from tests.records import audit_record
 
 MARKER = "zq-secret-8d1f"
 SUBJECT = "subject-zq-2b7c"
@@ -48,19 +49,11 @@ async def retain(store: Store, ret: Retention, tenant: str, decision_id: str) ->
         stage="", now=now,
     )  # fmt: skip
     assert sealed is not None
-    rec = AuditRecord(
-        decision_id=decision_id,
-        tenant=tenant,
-        policy="p",
-        policy_revision=1,
-        policy_version="1.0",
-        policy_digest="x",
-        environment="production",
-        passed=False,
+    rec = audit_record(
+        decision_id,
+        tenant,
         action="block",
         rules=[],
-        errored_rules=[],
-        latency_ms=1.0,
         prompt_sha256=sha256_text("x"),
         response_sha256=sha256_text("x"),
         context_sha256=sha256_text("x"),

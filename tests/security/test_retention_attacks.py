@@ -20,9 +20,10 @@ from crossaudit.service.outbox import decisionlog
 from crossaudit.service.retention import Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import AuditRecord, ErasureRecord, OutboxRecord, Store, sha256_text
+from crossaudit.store.base import ErasureRecord, OutboxRecord, Store, sha256_text
 from crossaudit.store.sql import ERASE_OUTBOX_COPIES
 from orchestrator.policy import load_policy
+from tests.records import audit_record
 
 MARKER = "zq-erased-text-4be1"
 POLICY = load_policy('name: p\ndescription: d\nversion: "1.0"\n')
@@ -43,19 +44,11 @@ async def record(store: Store, ret: Retention, decision_id: str, *, now: float, 
     )
     sealed = await ret.seal("acme", POLICY, decision, "production", text, text, {"user_id": "u"}, stage="", now=now)
     assert sealed is not None
-    rec = AuditRecord(
-        decision_id=decision_id,
-        tenant="acme",
-        policy="p",
-        policy_revision=1,
-        policy_version="1.0",
-        policy_digest="x",
-        environment="production",
-        passed=False,
+    rec = audit_record(
+        decision_id,
+        "acme",
         action="block",
         rules=[{"rule": "r", "evaluators": [{"evaluator": "e", "violations": [text]}]}],
-        errored_rules=[],
-        latency_ms=1.0,
         prompt_sha256=sha256_text(text),
         response_sha256=sha256_text(text),
         context_sha256=sha256_text("{}"),
@@ -223,9 +216,7 @@ async def test_a_reader_outside_the_server_delays_the_wal_truncation_without_sta
     assert MARKER.encode() not in sqlite_files(sqlite_store)  # the next erasure truncated it
 
 
-@pytest.mark.parametrize(
-    "kw", [{"decision_id": "d1", "context_field": ("user_id", "u")}, {}], ids=["both", "neither"]
-)
+@pytest.mark.parametrize("kw", [{"decision_id": "d1", "context_field": ("user_id", "u")}, {}], ids=["both", "neither"])
 def test_the_client_refuses_an_erasure_naming_both_selectors_or_none(kw: dict) -> None:
     """The hole: the SDK put only the context field on the wire when given a decision id too, so
     a caller meaning one decision erased every decision of that field's value."""

@@ -22,6 +22,7 @@ from crossaudit.service.retention import RetainedInputs, Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store.base import AUDIT_DAY_S, AuditRecord, OutboxRecord, Store, audit_size, sha256_text
 from orchestrator.policy import load_policy
+from tests.records import audit_record
 
 MARKER = "zq-retained-marker-7f3a"
 DAY = 86_400.0
@@ -55,26 +56,18 @@ def decision(decision_id: str) -> Decision:
 
 
 def audit(decision_id: str, tenant: str, now: float, **kw: object) -> AuditRecord:
-    return AuditRecord(
-        decision_id=decision_id,
-        tenant=tenant,
-        policy="p",
-        policy_revision=1,
-        policy_version="1.0",
-        policy_digest="x",
-        environment="production",
-        passed=False,
+    return audit_record(
+        decision_id,
+        tenant,
         action="block",
         rules=[{"rule": "r", "evaluators": [{"evaluator": "e1", "violations": [f"quoted {MARKER}"]}]}],
-        errored_rules=[],
-        latency_ms=1.0,
         prompt_sha256=sha256_text(MARKER),
         response_sha256=sha256_text("r"),
         context_sha256=sha256_text("{}"),
         created_at=now,
         prompt=MARKER,  # raw text audited too (audit_all_evaluations)
         response="r",
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
