@@ -126,7 +126,12 @@ def register_audit(subparsers: argparse._SubParsersAction, common: argparse.Argu
     )
     which = ae.add_mutually_exclusive_group(required=True)
     which.add_argument("--decision", metavar="ID", default="", help="one decision")
-    which.add_argument("--context-field", metavar="NAME=VALUE", default="", help="e.g. user_id=u-123")
+    which.add_argument(
+        "--context-field",
+        metavar="NAME=VALUE",
+        default="",
+        help="e.g. user_id=u-123; NAME=- reads the value from standard input (kept out of argv)",
+    )
     ae.set_defaults(func=cmd_audit_erase)
 
 
@@ -334,6 +339,10 @@ def cmd_audit_erase(args: argparse.Namespace) -> int:
         name, sep, value = args.context_field.partition("=")
         if not sep or not name:
             raise InvalidInputError("--context-field takes NAME=VALUE, e.g. user_id=u-123")
+        if value == "-":  # the data subject's id kept out of argv (the process list, shell history)
+            value = sys.stdin.readline().rstrip("\r\n")
+            if not value:
+                raise InvalidInputError("--context-field NAME=-: standard input held no value")
         field = (name, value)
     with _client(args) as c:
         erasure = c.erase_inputs(decision_id=args.decision, context_field=field)

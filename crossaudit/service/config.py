@@ -491,11 +491,20 @@ class RetentionConfig:
         PositiveInt,
         Field(
             description=(
-                "top-level scalar context fields of one decision indexed for `audit erase --context-field` (by name,"
-                " in sorted order); fields beyond are retained but not findable by field"
+                "top-level scalar context fields of one decision indexed for `audit erase --context-field`: the"
+                " erasure_fields, then the others by name; fields beyond are retained but not findable by field"
             )
         ),
     ] = 32
+    erasure_fields: Annotated[
+        tuple[str, ...],
+        Field(
+            description=(
+                "context fields always indexed for `audit erase --context-field`, before the others (so a request"
+                " with many fields cannot push a data subject's id out of the index)"
+            )
+        ),
+    ] = ("user_id",)
     max_load_ids: Annotated[
         PositiveInt, Field(description="decision ids one `Retention.load` call (one store round trip) may ask for")
     ] = 500

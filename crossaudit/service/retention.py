@@ -245,7 +245,10 @@ class Retention:
 
     def _index(self, key: TenantKey, context: Mapping[str, Any]) -> tuple[str, ...]:
         fields = sorted(name for name, value in context.items() if isinstance(name, str) and is_indexable(value))
-        return tuple(key.blind(name, context[name]) for name in fields[: self.config.max_index_fields])
+        first = [name for name in self.config.erasure_fields if name in context and is_indexable(context[name])]
+        rest = [name for name in fields if name not in first]
+        chosen = first + rest[: max(0, self.config.max_index_fields - len(first))]
+        return tuple(key.blind(name, context[name]) for name in chosen)
 
     def _skipped(self, tenant: str, decision_id: str, why: str) -> None:
         now = time.monotonic()

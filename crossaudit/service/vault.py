@@ -25,6 +25,7 @@ import hmac
 import json
 import os
 import secrets
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +174,9 @@ class TenantKey:
 
     def blind(self, name: str, value: Any) -> str:
         """The blind index of context field ``name`` = ``value`` (hex): HMAC of the name's length,
-        the name and the value, so no two (name, value) pairs share a message."""
-        raw = name.encode("utf-8", "surrogatepass")
+        the name and the value, so no two (name, value) pairs share a message. Both are taken in
+        NFC, so an erasure request finds the value whichever Unicode spelling either side used."""
+        raw = unicodedata.normalize("NFC", name).encode("utf-8", "surrogatepass")
         msg = len(raw).to_bytes(4, "big") + raw + index_value(value).encode("utf-8", "surrogatepass")
         return hmac.new(self.index_key, msg, hashlib.sha256).hexdigest()
 
@@ -183,7 +185,7 @@ def index_value(value: Any) -> str:
     """A scalar as the text erasure matches: strings as they are, numbers and booleans as JSON,
     so ``user_id=42`` on the command line finds a context holding 42 or "42"."""
     if isinstance(value, str):
-        return value
+        return unicodedata.normalize("NFC", value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # a protobuf Struct carries every number as a double
     return json.dumps(value)

@@ -161,7 +161,10 @@ def test_erase_by_decision_and_by_context_field_through_the_cli(keyed) -> None:
     res = run_cli("audit", "erase", "--decision", first, server=srv, api_key=ADMIN)
     assert res.returncode == 0, res.stderr
     assert f"of 1 decision(s) matching decision {first}" in res.stdout and "by admin 'dpo'" in res.stdout
-    res = run_cli("audit", "erase", "--context-field", f"user_id={USER}", "--json", server=srv, api_key=ADMIN)
+    # the subject's id from standard input (NAME=-), so it is in no process list or shell history
+    res = run_cli(
+        "audit", "erase", "--context-field", "user_id=-", "--json", server=srv, api_key=ADMIN, stdin=USER + "\n"
+    )
     assert res.returncode == 0, res.stderr
     erasure = json.loads(res.stdout)
     assert (erasure["selector_kind"], erasure["decisions"], erasure["actor"]) == ("context_field", 1, "admin 'dpo'")
@@ -267,6 +270,8 @@ def test_erase_refuses_a_context_field_without_a_value_before_calling() -> None:
     assert res.returncode == 1 and "NAME=VALUE" in res.stderr, res.stderr
     res = run_cli("audit", "erase", env={"CROSSAUDIT_SERVER": "127.0.0.1:9"})
     assert res.returncode == 2 and "--decision" in res.stderr, res.stderr
+    res = run_cli("audit", "erase", "--context-field", "user_id=-", stdin="", env={"CROSSAUDIT_SERVER": "127.0.0.1:9"})
+    assert res.returncode == 1 and "standard input held no value" in res.stderr, res.stderr
 
 
 def test_a_malformed_operator_key_stops_the_server_before_it_starts(tmp_path: Path) -> None:

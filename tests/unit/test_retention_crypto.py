@@ -96,6 +96,13 @@ def test_the_blind_index_is_keyed_per_tenant_and_matches_text_and_numbers_alike(
     assert a.blind("ab", "c") != a.blind("a", "bc")
 
 
+def test_the_blind_index_matches_any_unicode_spelling_of_a_value() -> None:
+    """A data subject's id typed on another keyboard (NFD) finds the one the request carried (NFC)."""
+    a = tenant_key("acme")
+    assert a.blind("user_id", "Jos\u00e9") == a.blind("user_id", "Jose\u0301")
+    assert a.blind("na\u0308me", "x") == a.blind("n\u00e4me", "x")
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [("not base64!", "not base64"), (base64.b64encode(b"short").decode(), "5 bytes"), ("", "0 bytes")],

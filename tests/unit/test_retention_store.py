@@ -203,6 +203,18 @@ async def test_erase_by_context_field_matches_text_and_numbers_and_never_stores_
         assert "u-1" not in repr(e) and len(e.selector_digest) == 64
 
 
+async def test_many_context_fields_cannot_push_an_erasure_field_out_of_the_index(store: Store) -> None:
+    """Exploit: the index holds max_index_fields fields by name; an end user who controls the
+    context's field names sends 'a0'...'a9' to hide 'user_id' from a data-subject erasure. The
+    fields of retention.erasure_fields are always indexed first."""
+    ret = retention(store, max_index_fields=4)
+    crowd = {f"a{i}": "x" for i in range(10)}
+    await record(store, ret, "acme", "hidden", {**crowd, "user_id": "u-9"})
+    erasure = await ret.erase("acme", actor="admin key", context_field=("user_id", "u-9"))
+    assert erasure.decisions == 1
+    assert await ret.load("acme", ["hidden"]) == {}
+
+
 async def test_erase_needs_exactly_one_selector(store: Store) -> None:
     ret = retention(store)
     for kw in ({}, {"decision_id": "d", "context_field": ("a", "b")}):
