@@ -375,7 +375,12 @@ class Engine:
         threshold, why_threshold = rule_threshold(rule, ctx, stats)
 
         weights = [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
-        if len(weights) == 1:  # the common case: no gather (a future and callbacks per rule)
+        recorded = []
+        if req.replay is not None:
+            recorded = [r for name, _ in weights if (r := self._replayed(req, name)) is not None]
+        if recorded and len(recorded) == len(weights):  # replay: every verdict recorded, nothing to wait for
+            evaluated = recorded
+        elif len(weights) == 1:  # the common case: no gather (a future and callbacks per rule)
             evaluated = [await self._call(req, rule, weights[0][0])]
         else:
             evaluated = list(await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights)))
@@ -495,9 +500,9 @@ class Engine:
     async def _call(self, req: _Request, rule: Rule, name: str) -> EvaluatorResult:
         """One evaluator's result for this request, shared between rules that ask alike."""
         if req.replay is not None:
-            recorded = self._recorded(req, name)
-            if recorded is not None:  # the verdict this very evaluator gave this decision: no call, no task
-                return _own_copy(recorded, evaluator=name, cached=False, attempts=0)
+            replayed = self._replayed(req, name)
+            if replayed is not None:
+                return replayed
         spec = req.policy.evaluator(name)
         cfg_timeout = getattr(spec.typed_config, "timeout", None)
         per_call = rule.settings.timeout or cfg_timeout or self.limits.default_rule_timeout_s
@@ -523,6 +528,12 @@ class Engine:
             req.calls[key] = task
         # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
         return _own_copy(task.result() if task.done() else await asyncio.shield(task))
+
+    def _replayed(self, req: _Request, name: str) -> EvaluatorResult | None:
+        """Replay: a rule's own copy of the verdict this very evaluator recorded for the decision
+        (no call, no task), or None when there is none."""
+        recorded = self._recorded(req, name)
+        return None if recorded is None else _own_copy(recorded, evaluator=name, cached=False, attempts=0)
 
     def _recorded(self, req: _Request, name: str) -> EvaluatorResult | None:
         """Replay: the verdict recorded with the decision for this evaluator's identity, if any
