@@ -1092,8 +1092,10 @@ class SqlStore(Store):
                 limit=limit,
             )
             if after is not None:  # the keyset: strictly after the previous page's last record
+                # created_at<=? first, a range the (tenant, created_at) index seeks to: with the
+                # OR alone, each page scanned every more recent row again (a deep page cost more)
                 head, _, tail = sql.partition(" ORDER BY ")
-                sql = f"{head} AND (created_at<? OR (created_at=? AND decision_id>?)) ORDER BY {tail}"
+                sql = f"{head} AND created_at<=? AND (created_at<? OR decision_id>?) ORDER BY {tail}"
                 args[-1:-1] = [float(after[0]), float(after[0]), str(after[1])]
             return [_record(AuditRecord, r) for r in c.execute(sql, args)]
 

@@ -27,7 +27,7 @@ def content_hash(text: str) -> str:
 def build_context(
     context: Mapping[str, Any] | None, response: str, *, timezone: str = "UTC", now: dt.datetime | None = None
 ) -> dict[str, Any]:
-    ctx: dict[str, Any] = copy.deepcopy(dict(context or {}))
+    ctx: dict[str, Any] = copy.deepcopy(dict(context)) if context else {}  # most have none: no deepcopy
     try:
         tz = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):

@@ -74,7 +74,7 @@ from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
 from orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, local_limiter
-from orchestrator.engine.replay import Replay, Unreplayable, unreplayable_reason
+from orchestrator.engine.replay import RecordedResults, Replay, Unreplayable, unreplayable_reason
 from orchestrator.engine.thresholds import FeedbackStats, rule_threshold
 from orchestrator.evaluators.base import EvaluationInput, Evaluator, EvaluatorFactory
 
@@ -142,6 +142,8 @@ class _Request:
     unreplayable: dict[str, tuple[Unreplayable, str]] = field(default_factory=dict)
     calls: dict[tuple[str, float, int, float], asyncio.Task[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
+    # replay only: evaluator identities by name (None: does not build), looked up once a decision
+    identities: dict[str, str | None] = field(default_factory=dict)
 
 
 class Engine:
@@ -375,7 +377,12 @@ class Engine:
         threshold, why_threshold = rule_threshold(rule, ctx, stats)
 
         weights = [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
-        if len(weights) == 1:  # the common case: no gather (a future and callbacks per rule)
+        recorded = []
+        if req.replay is not None:
+            recorded = [r for name, _ in weights if (r := self._replayed(req, name)) is not None]
+        if recorded and len(recorded) == len(weights):  # replay: every verdict recorded, nothing to wait for
+            evaluated = recorded
+        elif len(weights) == 1:  # the common case: no gather (a future and callbacks per rule)
             evaluated = [await self._call(req, rule, weights[0][0])]
         else:
             evaluated = list(await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights)))
@@ -495,9 +502,9 @@ class Engine:
     async def _call(self, req: _Request, rule: Rule, name: str) -> EvaluatorResult:
         """One evaluator's result for this request, shared between rules that ask alike."""
         if req.replay is not None:
-            recorded = self._recorded(req, name)
-            if recorded is not None:  # the verdict this very evaluator gave this decision: no call, no task
-                return _own_copy(recorded, evaluator=name, cached=False, attempts=0)
+            replayed = self._replayed(req, name)
+            if replayed is not None:
+                return replayed
         spec = req.policy.evaluator(name)
         cfg_timeout = getattr(spec.typed_config, "timeout", None)
         per_call = rule.settings.timeout or cfg_timeout or self.limits.default_rule_timeout_s
@@ -524,15 +531,25 @@ class Engine:
         # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
         return _own_copy(task.result() if task.done() else await asyncio.shield(task))
 
-    def _recorded(self, req: _Request, name: str) -> EvaluatorResult | None:
-        """Replay: the verdict recorded with the decision for this evaluator's identity, if any
-        (an evaluator that does not build has none: ``_invoke`` reports it)."""
+    def _replayed(self, req: _Request, name: str) -> EvaluatorResult | None:
+        """Replay: a rule's own copy of the verdict this very evaluator recorded for the decision
+        (no call, no task), or None when there is none."""
         assert req.replay is not None
-        try:
-            identity = self._evaluator(req.policy, name).identity
-        except Exception:
+        if name in req.identities:
+            identity = req.identities[name]
+        else:
+            try:
+                identity = self._evaluator(req.policy, name).identity
+            except Exception:  # an evaluator that does not build has no verdict: ``_invoke`` reports it
+                identity = None
+            req.identities[name] = identity
+        if identity is None:
             return None
-        return req.replay.results.get(identity)
+        results = req.replay.results
+        if isinstance(results, RecordedResults):  # validated from the document for this rule alone: no copy
+            return results.result(identity, evaluator=name, cached=False, attempts=0)
+        recorded = results.get(identity)
+        return None if recorded is None else _own_copy(recorded, evaluator=name, cached=False, attempts=0)
 
     async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
         t0 = self.clock()
