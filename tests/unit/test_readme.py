@@ -129,7 +129,7 @@ def test_the_rpcs_the_readme_names_exist() -> None:
     from crossaudit.service.models import ServerInfo
 
     services = {}
-    for module in ("audit", "delivery", "evaluation", "evaluator", "info", "policy", "review"):
+    for module in ("audit", "delivery", "evaluation", "evaluator", "info", "policy", "replay", "review"):
         services.update(importlib.import_module(f"crossaudit.v1.{module}_pb2").DESCRIPTOR.services_by_name)
     services["grpc.health.v1"] = health_pb2.DESCRIPTOR.services_by_name["Health"]
     paragraph = README[README.index("APIs (`crossaudit/v1/`)") :]
