@@ -2,8 +2,10 @@
 
 - **Shadow**: the active version answers; a sample of decisions (by a hash of the decision id) is
   evaluated again under the candidate by a few workers reading a bounded queue, after the answer
-  was recorded. Nothing of it reaches the answer, the audit log, reviews or the outbox: only a
-  diff per decision and running totals in the store. A full queue drops the sample and counts it.
+  was recorded, reusing the live verdict of every evaluator the candidate did not change (the
+  engine's replay hook): only changed or new evaluators are called. Nothing of it reaches the
+  answer, the audit log, reviews or the outbox: only a diff per decision and running totals in
+  the store. A full queue drops the sample and counts it.
 - **Canary**: a sticky share of requests (a hash of tenant, policy, candidate version and the
   request context's ``canary_key`` value) is answered by the candidate, actions included, and
   audited under the candidate's revision. Its rates are recounted from the audit log (so they

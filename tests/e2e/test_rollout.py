@@ -218,7 +218,10 @@ def test_a_canary_that_errors_is_rolled_back_with_an_audit_event_and_a_webhook(
 
 # Each call's score is a fingerprint of that call (a random draw in a 1e-6 wide band): a candidate
 # whose score equals the live one reused the live verdict; a call again would have drawn another.
-FINGERPRINT = "import random\n\n\ndef evaluate(prompt, response, context):\n    return {{'score': {base} + random.random() * 1e-6}}\n"
+FINGERPRINT = (
+    "import random\n\n\ndef evaluate(prompt, response, context):\n"
+    "    return {{'score': {base} + random.random() * 1e-6}}\n"
+)
 
 
 def two_evaluators(version: str, *, threshold: float = 0.5, second_base: float = 0.6) -> str:

@@ -409,7 +409,9 @@ async def test_a_shadow_calls_only_the_evaluator_whose_code_changed_in_buckets_o
 async def test_a_shadow_whose_new_evaluator_errors_records_it_as_live_would(store: Any) -> None:
     # Only the candidate's new evaluator fails its calls.
     svc, engines = counting_service(store, failing=frozenset({"tox2"}))
-    candidate = reuse_policy("2.0").replace("name: tox\n", "name: tox2\n").replace("evaluator: tox,", "evaluator: tox2,")
+    candidate = (
+        reuse_policy("2.0").replace("name: tox\n", "name: tox2\n").replace("evaluator: tox,", "evaluator: tox2,")
+    )
     try:
         await svc.deploy_policy("t1", reuse_policy("1.0"))
         await svc.deploy_candidate("t1", candidate, mode="shadow", share=1.0)
@@ -431,8 +433,12 @@ async def test_the_recorded_results_count_in_the_queue_byte_bound(tmp_path: Any)
 
     big = EvaluatorResult(evaluator="e", kind="custom", status=Status.PASS, score=1.0, details={"x": "y" * 5_000})
     rules = [
-        RuleResult(rule="r", status=Status.PASS, passed=True, score=1.0, evaluators=[big.model_copy(update={"identity": "i"})]),
-        RuleResult(rule="s", status=Status.PASS, passed=True, score=1.0, evaluators=[big]),  # no identity: never matched
+        RuleResult(
+            rule="r", status=Status.PASS, passed=True, score=1.0, evaluators=[big.model_copy(update={"identity": "i"})]
+        ),
+        RuleResult(
+            rule="s", status=Status.PASS, passed=True, score=1.0, evaluators=[big]
+        ),  # no identity: never matched
     ]
     decision = Decision(policy="p", policy_version="1", passed=True, action="allow", rules=rules)
     recorded = recorded_results(decision)
