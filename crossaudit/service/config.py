@@ -280,7 +280,8 @@ class RolloutLimits:
         PositiveInt,
         Field(
             description=(
-                "what the queued samples hold (prompt, response, context), per process; a sample that would take it "
+                "what the queued samples hold (prompt, response, context, the live evaluator results the candidate "
+                "reuses), per process; a sample that would take it "
                 "past this is dropped and counted like a full queue"
             )
         ),

@@ -2,8 +2,10 @@
 
 - **Shadow**: the active version answers; a sample of decisions (by a hash of the decision id) is
   evaluated again under the candidate by a few workers reading a bounded queue, after the answer
-  was recorded. Nothing of it reaches the answer, the audit log, reviews or the outbox: only a
-  diff per decision and running totals in the store. A full queue drops the sample and counts it.
+  was recorded, reusing the live verdict of every evaluator the candidate did not change (the
+  engine's replay hook): only changed or new evaluators are called. Nothing of it reaches the
+  answer, the audit log, reviews or the outbox: only a diff per decision and running totals in
+  the store. A full queue drops the sample and counts it.
 - **Canary**: a sticky share of requests (a hash of tenant, policy, candidate version and the
   request context's ``canary_key`` value) is answered by the candidate, actions included, and
   audited under the candidate's revision. Its rates are recounted from the audit log (so they
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -31,7 +34,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from crossaudit.kernel.errors import CandidateStateError, CrossAuditError, InvalidInputError
-from crossaudit.kernel.results import Decision, RuleResult
+from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RolloutLimits, ServiceLimits
@@ -52,6 +55,7 @@ from crossaudit.store.base import (
     ShadowDiffRecord,
     Store,
 )
+from orchestrator.engine.replay import Replay, run_everything
 from orchestrator.policy import Policy
 from sandbox.base import ProgressCallback
 
@@ -97,12 +101,27 @@ class _Sample:
     context: dict[str, Any]
     stage: str
     at: float
+    recorded: dict[str, EvaluatorResult]  # the live decision's evaluator results by identity
     size: int = 0  # sample_bytes, held against rollout_limits.shadow_queue_bytes while queued
 
 
+def recorded_results(decision: Decision) -> dict[str, EvaluatorResult]:
+    """The live decision's evaluator results by identity (one without an identity could never
+    match): the candidate reuses the verdict of every evaluator whose identity it shares, so a
+    threshold-only candidate calls nothing. Whole results: a condition reading ``previous_rule``
+    sees their details, as it did live."""
+    return {e.identity: e for r in decision.rules for e in r.evaluators if e.identity}
+
+
+def results_bytes(results: Mapping[str, EvaluatorResult]) -> int:
+    """About what the recorded results of a queued sample hold (as JSON), for the byte bound."""
+    return sum(len(r.model_dump_json()) for r in results.values())
+
+
 def _slim(decision: Decision) -> Decision:
-    """What a diff needs of the live decision (a queued sample must not hold its evaluators'
-    details, violations and spans: up to the sandbox's result size per rule)."""
+    """What a diff needs of the live decision (the rules' verdicts; the evaluators' results,
+    which may hold up to the sandbox's result size each, travel apart in ``_Sample.recorded``
+    and are counted in the byte bound)."""
     rules = [
         RuleResult.model_construct(rule=r.rule, status=r.status, passed=r.passed, score=r.score, action=r.action)
         for r in decision.rules
@@ -369,10 +388,12 @@ class Rollout:
         try:
             if cand.mode is CandidateMode.SHADOW:
                 if sampled(decision.decision_id, cand.share):
-                    size = sample_bytes(prompt, response, context)
+                    recorded = recorded_results(decision)
+                    size = sample_bytes(prompt, response, context) + results_bytes(recorded)
                     live = _slim(decision)
                     ctx = dict(context or {})
-                    self._offer(_Sample(cand.tenant, cand, live, prompt, response, ctx, stage, time.time(), size))
+                    at = time.time() - decision.latency_ms / 1000  # when the live evaluation began: its time.*
+                    self._offer(_Sample(cand.tenant, cand, live, prompt, response, ctx, stage, at, recorded, size))
             elif revision == cand.version and cand.id not in self._checked:
                 self._checked[cand.id] = time.monotonic()
                 task = asyncio.create_task(self._check_canary(cand))
@@ -448,6 +469,7 @@ class Rollout:
                     timeout=timeout,
                     decision_id=decision_id,
                     stage=sample.stage,
+                    replay=self._replay(sample),
                 )
         except TimeoutError:
             error = f"DeadlineExceededError: no decision within rollout_limits.shadow_timeout_s ({timeout}s)"
@@ -457,6 +479,13 @@ class Rollout:
             error = f"{type(exc).__name__}"
         self.metrics.shadow_sample(cand.tenant, "errored" if error else "evaluated")
         return shadow_diff(sample, decision_id, decided, error)
+
+    @staticmethod
+    def _replay(sample: _Sample) -> Replay:
+        """The live decision's verdicts for the candidate's engine: an evaluator whose identity
+        did not change is not called again (no sandbox, model or LLM call, no token, no cache);
+        the others run, LLM judges included (a shadow is live traffic), at the live decision's time."""
+        return Replay(sample.recorded, dt.datetime.fromtimestamp(sample.at, dt.UTC), run_everything, live=True)
 
     def _written(self, diff: ShadowDiffRecord) -> None:
         """Hand a diff to the writer: diffs are written in batches, one transaction each, so the

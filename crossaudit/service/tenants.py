@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from crossaudit.kernel.results import Decision
 from crossaudit.store.base import EvaluatorRecord, Store
+from orchestrator.engine.replay import Replay
 from orchestrator.engine.thresholds import FeedbackStats
 from orchestrator.policy import Policy
 from orchestrator.runtime import StoredEvaluator
@@ -33,6 +34,7 @@ class DecisionEngine(Protocol):
         timeout: float | None = None,
         decision_id: str | None = None,
         stage: str = "",  # "input" | "output": only that stage's rules run
+        replay: Replay | None = None,  # recorded verdicts reused by identity (replay, shadow)
     ) -> Decision: ...
 
     async def aclose(self) -> None: ...
@@ -120,14 +122,16 @@ class Tenants:
 
     def shadow_engine(self, tenant: str) -> DecisionEngine:
         """A second engine of ``tenant`` for shadow evaluations (crossaudit.service.rollout): its
-        own result cache and its own ``rate_limit`` buckets (its scope says ``shadow``), so a
+        own result cache and its own ``rate_limit`` buckets (their names say ``shadow``), so a
         shadow can neither spend the tokens the live answers wait for nor put its verdicts into
-        their cache. The sandbox pools and model servers are the same."""
+        their cache. Its scope stays the tenant, so its evaluators have the live identities and
+        the live decision's verdicts are reused for those that did not change. The sandbox pools
+        and model servers are the same."""
         eng = self._shadow_engines.get(tenant)
         if eng is None:
             eng = self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
-            if isinstance(getattr(eng, "scope", None), str):
-                eng.scope = f"{eng.scope}/shadow"  # type: ignore[attr-defined]
+            if isinstance(getattr(eng, "bucket_scope", None), str):
+                eng.bucket_scope = f"{tenant}/shadow"  # type: ignore[attr-defined]
             self._shadow_engines[tenant] = eng
         return eng
 

@@ -160,12 +160,16 @@ class Engine:
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         scope: str = "",
         limiters: LimiterFactory = local_limiter,
+        bucket_scope: str = "",
     ) -> None:
         """``scope`` names whose verdicts this engine caches (the service passes the tenant), so a
         cache handed to two engines still never serves one tenant's verdict to another.
         ``limiters`` keeps the evaluators' ``rate_limit`` buckets (in memory by default; the
-        service passes a shared one when replicas share a store)."""
+        service passes a shared one when replicas share a store). ``bucket_scope`` names those
+        buckets when they must not be the scope's (a shadow engine: buckets of its own, while its
+        verdicts keep the live identities); "" = the scope. Set it before the first evaluation."""
         self.scope = scope
+        self.bucket_scope = bucket_scope
         self.limiters = limiters
         self.factory = factory
         self.limits = limits or EngineLimits()
@@ -201,7 +205,8 @@ class Engine:
         cfg = spec.typed_config
         rpm = getattr(cfg, "rate_limit", None)
         burst = getattr(cfg, "rate_limit_burst", None)
-        limiter = self.limiters(f"{self.scope}/{policy.name}/{name}", rpm, burst, name) if rpm else None
+        buckets = self.bucket_scope or self.scope
+        limiter = self.limiters(f"{buckets}/{policy.name}/{name}", rpm, burst, name) if rpm else None
         built = self._evaluators[key] = _Built(ev, self._cache_identity(ev, spec.model_dump(mode="json")), limiter)
         return built
 
@@ -304,7 +309,7 @@ class Engine:
                 results.append(_skipped(rule, "disabled"))
             elif not applies_at(rule, stage):
                 results.append(_skipped(rule, f"not applied at the {stage} stage (stage: {rule.stage.value})"))
-        if req.unreplayable:
+        if req.unreplayable and replay is not None and not replay.live:  # a shadow keeps the errors, as live
             _raise_unreplayable(req, results)
         return self._decide(req, results, start)
 

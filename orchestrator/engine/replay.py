@@ -11,6 +11,11 @@ keyed by the engine's cache identity (tenant scope, evaluator identity, spec as 
   replayable (:class:`Unreplayable`), raised as ``NotReplayableError`` with that reason.
 - ``time.*`` and every timestamp of the decision are those of ``at``, the recorded time, so
   time-of-day conditions and thresholds see the hour the decision was made in.
+- ``live=True`` is a shadow's (``crossaudit.service.rollout``): the live decision just made, its
+  verdicts reused the same way, every evaluator allowed to run, and one that gives no verdict (or
+  does not build) fails its rule as it would live instead of making the decision not replayable.
+  Rules run one after the other as in any replay, so nothing is called speculatively for a rule
+  the decision then skips (the live path starts every rule at once).
 """
 
 from __future__ import annotations
@@ -89,6 +94,12 @@ class Replay:
     results: Mapping[str, EvaluatorResult]  # recorded verdicts by identity
     at: dt.datetime  # when the decision was made (aware)
     may_run: Callable[[str], bool] = field(default=llm_only_with_permission(False))
+    live: bool = False  # a shadow of live traffic (module docstring): errors stand, no NotReplayableError
+
+
+def run_everything(_kind: str) -> bool:
+    """The run permission of a shadow: it is live traffic, so every kind runs (LLM judges too)."""
+    return True
 
 
 def unreplayable_reason(kind: str, name: str, results: Mapping[str, EvaluatorResult]) -> Unreplayable:

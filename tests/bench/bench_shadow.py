@@ -6,9 +6,9 @@ threshold-only candidate shadowing it. Rounds alternate between them (off, on, o
 and the figure is the median over the shadow-on rounds of their p50 divided by the mean p50 of
 the two shadow-off rounds around them, so that a drift of the machine falls on both sides.
 Two variants: evaluator results cached (what is measured is the service, the engine and the
-store; the shadow's own engine caches too) and not cached (every live decision and every sampled
-shadow runs both evaluators in the process sandbox: the shadow's real cost, CPU the live answers
-share).
+store) and not cached (every live decision runs both evaluators in the process sandbox). Either
+way a sampled shadow of this threshold-only candidate reuses the live verdicts and calls no
+evaluator: what it costs is the engine's work on recorded results, the diff and its write.
 """
 
 from __future__ import annotations

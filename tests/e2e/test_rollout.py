@@ -7,6 +7,7 @@ restart; another tenant's candidate is NOT_FOUND."""
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,77 @@ def test_a_canary_that_errors_is_rolled_back_with_an_audit_event_and_a_webhook(
         assert (body["candidate_version"], body["active_version"]) == (2, 1)
         assert body["reason"] == report.candidate.reason
         assert [m.rule for m in c.list_deliveries()] == ["canary_rollback"]
+
+
+# Each call's score is a fingerprint of that call (a random draw in a 1e-6 wide band): a candidate
+# whose score equals the live one reused the live verdict; a call again would have drawn another.
+FINGERPRINT = (
+    "import random\n\n\ndef evaluate(prompt, response, context):\n"
+    "    return {{'score': {base} + random.random() * 1e-6}}\n"
+)
+
+
+def two_evaluators(version: str, *, threshold: float = 0.5, second_base: float = 0.6) -> str:
+    """Rules ``first`` and ``second`` over evaluators ``a`` and ``b`` whose scores are fingerprints."""
+    a = textwrap.indent(FINGERPRINT.format(base=0.6), " " * 8)
+    b = textwrap.indent(FINGERPRINT.format(base=second_base), " " * 8)
+    return f"""name: fp
+description: fingerprinted scores
+version: "{version}"
+evaluators:
+  - name: a
+    type: custom
+    config:
+      code: |
+{a}  - name: b
+    type: custom
+    config:
+      code: |
+{b}rules:
+  - name: first
+    evaluator: a
+    threshold: {threshold}
+    action: block
+  - name: second
+    evaluator: b
+    threshold: 0.5
+    action: block
+"""
+
+
+def test_a_shadow_calls_only_the_evaluators_the_candidate_changed(
+    tmp_path: Path, receiver: Receiver, server_store_env: dict[str, str]
+) -> None:
+    n = 6
+    with server(tmp_path / "srv", receiver, server_store_env) as srv, Client(srv.address, api_key=key("acme")) as c:
+        c.deploy_policy(two_evaluators("1"))
+        # A threshold-only candidate: every live score (0.6..) fails 0.7 now, and no evaluator is
+        # called: each candidate score is the live call's own fingerprint.
+        c.deploy_policy(two_evaluators("2", threshold=0.7), shadow=1.0)
+        before = [c.evaluate("fp", "p", f"r{i}", timeout=30) for i in range(n)]
+        assert all(d.passed for d in before)
+        report = wait_report(c, "fp", lambda r: r.candidate.evaluated >= n, "every sample evaluated")
+        assert (report.candidate.evaluated, report.candidate.errors, report.candidate.pass_to_fail) == (n, 0, n)
+        assert report.rule_flips == {"first": n}
+        assert {s.decision_id for s in report.samples} == {d.decision_id for d in before}
+        live = {d.decision_id: {r.rule: r.score for r in d.rules} for d in before}
+        for s in report.samples:
+            first = s.rules[0]
+            assert first["rule"] == "first" and first["flipped"] and first["candidate_status"] == "fail"
+            assert first["candidate_score"] == first["live_score"] == live[s.decision_id]["first"]
+            # 'second' is skipped after 'first' blocks: nothing was called for it either.
+            assert s.rules[1]["candidate_status"] == "skipped"
+        c.discard("fp")
+        # A candidate that changes b's code: b runs (a new draw, failing now), a's verdict is reused.
+        c.deploy_policy(two_evaluators("3", second_base=0.1), shadow=1.0)
+        during = [c.evaluate("fp", "p", f"s{i}", timeout=30) for i in range(n)]
+        assert [d.passed for d in during] == [True] * n  # the active v1 answers
+        report = wait_report(c, "fp", lambda r: r.candidate.evaluated >= n, "every sample evaluated")
+        assert (report.candidate.evaluated, report.candidate.errors, report.rule_flips) == (n, 0, {"second": n})
+        live = {d.decision_id: {r.rule: r.score for r in d.rules} for d in during}
+        assert {s.decision_id for s in report.samples} == set(live)
+        for s in report.samples:
+            first, second = s.rules
+            assert first["candidate_score"] == first["live_score"] == live[s.decision_id]["first"]  # reused
+            assert second["live_score"] == live[s.decision_id]["second"]
+            assert second["candidate_score"] < 0.2 and second["flipped"]  # called again: the new code

@@ -283,3 +283,164 @@ async def test_a_sample_over_the_queue_byte_bound_is_dropped(tmp_path: Any) -> N
     finally:
         await svc.aclose()
         await store.aclose()
+
+
+# --- a shadow reuses the live decision's verdicts (docs/rollout.md, "Its own engine") -------------
+
+REUSE_POLICY = """
+name: p
+description: d
+version: "{version}"
+evaluators:
+  - name: tox
+    type: custom
+    config: {{code: "def evaluate(p, r, c): return {{}}{tox_tail}", rate_limit: 600}}
+  - name: judge
+    type: llm
+    config: {{provider: openai, model: gpt-4o-mini, system_prompt: "Rate the response"}}
+rules:
+  - {{name: toxicity, evaluator: tox, threshold: {threshold}, action: block}}
+  - {{name: judged, evaluator: judge, threshold: 0.2, action: warn}}
+"""
+
+
+def reuse_policy(version: str, threshold: float = 0.5, tox_tail: str = "") -> str:
+    return REUSE_POLICY.format(version=version, threshold=threshold, tox_tail=tox_tail)
+
+
+class Buckets:
+    """The store's own rate_limit buckets (what replicas share), with the keys they were taken from."""
+
+    def __init__(self, store: Any) -> None:
+        from crossaudit.service.ratelimits import store_limiters
+
+        self.real = store_limiters(store)
+        self.taken: list[str] = []
+
+    def __call__(self, key: str, per_minute: float, burst: int | None, name: str) -> Any:
+        bucket = self.real(key, per_minute, burst, name)
+        taken = self.taken
+
+        class Recorded:
+            async def acquire(self, deadline_s: float) -> float:
+                taken.append(key)
+                return await bucket.acquire(deadline_s)
+
+        return Recorded()
+
+
+class Counting:
+    """One engine's evaluators (tests/unit/test_replay_engine.py's Counted: real evaluators that
+    count their calls, the score is the response text) and the bucket keys it took tokens from."""
+
+    def __init__(self, store: Any) -> None:
+        from tests.unit.test_replay_engine import Factory
+
+        self.factory = Factory()
+        self.buckets = Buckets(store)
+
+    @property
+    def calls(self) -> dict[str, int]:
+        return self.factory.calls
+
+
+def counting_service(store: Any, failing: frozenset[str] = frozenset(), **kw: Any) -> tuple[Any, list[Counting]]:
+    """A service whose tenants get real engines, each with its own Counting, in the order the
+    service creates them: the tenant's live engine first, its shadow engine when the first sample
+    is evaluated."""
+    from crossaudit.service.core import CrossAuditService
+    from orchestrator.engine.engine import Engine
+
+    engines: list[Counting] = []
+
+    def provider(tenant: str, uploads: Any, feedback: Any) -> Engine:
+        counting = Counting(store)
+        counting.factory.failing = failing
+        engines.append(counting)
+        return Engine(counting.factory, scope=tenant, feedback=feedback, limiters=counting.buckets)
+
+    return CrossAuditService(store, provider, **kw), engines
+
+
+async def shadow_run(store: Any, candidate: str, responses: list[str]) -> tuple[Counting, list[Any], Any, Counting]:
+    """(the live engine's counts, the answers, the report, the shadow engine's counts)."""
+    svc, engines = counting_service(store)
+    try:
+        await svc.deploy_policy("t1", reuse_policy("1.0"))
+        await svc.deploy_candidate("t1", candidate, mode="shadow", share=1.0)
+        outs = [await svc.evaluate("t1", policy="p", prompt="", response=r) for r in responses]
+        await svc.rollout.drain()
+        report = await svc.shadow_report("t1", "p")
+    finally:
+        await svc.aclose()
+    assert len(engines) == 2  # the live engine, the shadow engine
+    return engines[0], outs, report, engines[1]
+
+
+async def test_a_threshold_only_shadow_calls_no_evaluator_and_shows_the_flips(store: Any) -> None:
+    responses = ["0.1", "0.6", "0.65", "0.9"]  # the live threshold is 0.5, the candidate's 0.7
+    live, outs, report, shadow = await shadow_run(store, reuse_policy("2.0", threshold=0.7), responses)
+    assert live.calls == {"tox": 4, "judge": 4}
+    assert shadow.calls == {}  # neither the custom evaluator nor the LLM judge was called again
+    assert shadow.buckets.taken == []  # nor a rate-limit token taken
+    assert live.buckets.taken == ["t1/p/tox"] * 4  # the live answers' own
+    cand = report.candidate
+    assert (cand.evaluated, cand.errors, cand.pass_to_fail, cand.fail_to_pass) == (4, 0, 2, 0)
+    assert report.rule_flips == {"toxicity": 2}
+    flipped = {s.decision_id: s.rules[0] for s in report.samples}
+    expected = {o.decision.decision_id for o, r in zip(outs, responses, strict=True) if r in ("0.6", "0.65")}
+    assert set(flipped) == expected
+    assert all(r["live_score"] == r["candidate_score"] and r["candidate_status"] == "fail" for r in flipped.values())
+
+
+async def test_a_shadow_calls_only_the_evaluator_whose_code_changed_in_buckets_of_its_own(store: Any) -> None:
+    responses = ["0.1", "0.9", "0.3"]
+    changed = reuse_policy("2.0", tox_tail="  # v2")  # tox's code (so its identity) changes, the judge's not
+    live, outs, report, shadow = await shadow_run(store, changed, responses)
+    # 'judged' is reached once ("0.9"; the others block first): the live judge's verdict is reused.
+    assert shadow.calls == {"tox": len(responses)}
+    # The shadow's tokens come from buckets of its own: never the live answers' ones.
+    assert shadow.buckets.taken == ["t1/shadow/p/tox"] * len(responses)
+    assert live.buckets.taken == ["t1/p/tox"] * len(responses)
+    assert (report.candidate.evaluated, report.candidate.agreed, report.candidate.errors) == (3, 3, 0)
+    assert [o.decision.passed for o in outs] == [False, True, False]  # the live answers, untouched
+
+
+async def test_a_shadow_whose_new_evaluator_errors_records_it_as_live_would(store: Any) -> None:
+    # Only the candidate's new evaluator fails its calls.
+    svc, engines = counting_service(store, failing=frozenset({"tox2"}))
+    candidate = (
+        reuse_policy("2.0").replace("name: tox\n", "name: tox2\n").replace("evaluator: tox,", "evaluator: tox2,")
+    )
+    try:
+        await svc.deploy_policy("t1", reuse_policy("1.0"))
+        await svc.deploy_candidate("t1", candidate, mode="shadow", share=1.0)
+        assert (await svc.evaluate("t1", policy="p", prompt="", response="0.9")).decision.passed
+        await svc.rollout.drain()
+        got = await svc.shadow_report("t1", "p")
+    finally:
+        await svc.aclose()
+    # As on the live path, the rule without a verdict fails closed (its action), where a replay
+    # would call the decision not replayable: the diff shows the flip and the error status.
+    assert (got.candidate.evaluated, got.candidate.pass_to_fail) == (1, 1)
+    assert got.samples[0].rules[0]["candidate_status"] == "error"
+    assert [e.calls for e in engines] == [{"tox": 1, "judge": 1}, {"tox2": 1}]  # the judge's live verdict reused
+
+
+async def test_the_recorded_results_count_in_the_queue_byte_bound(tmp_path: Any) -> None:
+    from crossaudit.kernel.results import EvaluatorResult, RuleResult, Status
+    from crossaudit.service.rollout import recorded_results, results_bytes, sample_bytes
+
+    big = EvaluatorResult(evaluator="e", kind="custom", status=Status.PASS, score=1.0, details={"x": "y" * 5_000})
+    rules = [
+        RuleResult(
+            rule="r", status=Status.PASS, passed=True, score=1.0, evaluators=[big.model_copy(update={"identity": "i"})]
+        ),
+        RuleResult(
+            rule="s", status=Status.PASS, passed=True, score=1.0, evaluators=[big]
+        ),  # no identity: never matched
+    ]
+    decision = Decision(policy="p", policy_version="1", passed=True, action="allow", rules=rules)
+    recorded = recorded_results(decision)
+    assert list(recorded) == ["i"]
+    assert results_bytes(recorded) > 5_000 > sample_bytes("", "short", None)

@@ -69,6 +69,7 @@ class ScriptedEngine:
         timeout: float | None = None,
         decision_id: str | None = None,
         stage: str = "",
+        replay: Any = None,  # scripted verdicts: nothing recorded to reuse
     ) -> Decision:
         self.timeouts.append(timeout)
         if self.delay:
