@@ -154,7 +154,7 @@ async def test_engine_gets_what_is_left_of_the_deadline(store: SQLiteStore) -> N
     # had time left): the time spent before the engine runs is the machine's, not the rule's.
     assert 0 < engine.timeouts[0] <= 0.2 - ServiceLimits().answer_margin_s
     assert 6.0 < engine.timeouts[1] <= 7.0  # no deadline: the default, less only what was spent
-    assert 0 < engine.timeouts[2] <= 0.03  # a short deadline keeps only a share back (the whole margin would leave none)
+    assert 0 < engine.timeouts[2] <= 0.03  # only a share kept back (the whole margin would leave none)
     with pytest.raises(DeadlineExceededError):
         await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.0)
 
