@@ -103,7 +103,7 @@ def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.
 
 
 def register_audit(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``audit list|get|erase``."""
+    """``audit list|get|erase``, and ``key|verify|proof|export|receipt`` (:mod:`crossaudit.cli.evidence`)."""
     au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
     asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     asub.required = True
@@ -133,6 +133,9 @@ def register_audit(subparsers: argparse._SubParsersAction, common: argparse.Argu
         help="e.g. user_id=u-123; NAME=- reads the value from standard input (kept out of argv)",
     )
     ae.set_defaults(func=cmd_audit_erase)
+    from crossaudit.cli import evidence
+
+    evidence.register(asub, common)
 
 
 def register_review(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

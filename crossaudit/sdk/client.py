@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import grpc
 
+from crossaudit.evidence.notes import PublicKey, load_public_key
+from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
 from crossaudit.kernel.errors import (
+    ConfigurationError,
     CrossAuditError,
     InvalidInputError,
     PolicyIssue,
@@ -59,6 +63,7 @@ from crossaudit.sdk.sources import policy_upload
 from crossaudit.service import convert
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from crossaudit.service.errors import from_rpc_error
+from crossaudit.service.evidence import ConsistencyProof, InclusionProof, LogKeyInfo, export_chunks
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -490,6 +495,35 @@ class ClientBase(abc.ABC):
         req = audit_pb.ListDecisionsRequest(policy=policy, limit=limit)
         return Unary(self._audit.ListDecisions, req, lambda r: [convert.audit_from_pb(d) for d in r.decisions])
 
+    # the decision log (docs/evidence.md)
+    def _log_key(self) -> Unary[LogKeyInfo]:
+        def decode(m: audit_pb.LogKey) -> LogKeyInfo:
+            trusted = [load_public_key(v, "the server's trusted key") for v in m.trusted_vkeys]
+            key = load_public_key(m.vkey, "the server's key") if m.vkey else None
+            return LogKeyInfo(m.log, key, trusted, m.signing)
+
+        return Unary(self._audit.GetLogKey, audit_pb.GetLogKeyRequest(), decode)
+
+    def _read_log(self, since: float | None, until: float | None, outside: bool) -> Stream[LogChunk]:
+        req = audit_pb.ReadLogRequest(outside=outside)
+        if since is not None:
+            req.since.CopyFrom(convert.timestamp(since))
+        if until is not None:
+            req.until.CopyFrom(convert.timestamp(until))
+        return Stream(self._audit.ReadLog, req, convert.log_chunk_from_pb, None)
+
+    def _inclusion_proof(self, decision_id: str) -> Unary[InclusionProof]:
+        req = audit_pb.GetInclusionProofRequest(decision_id=decision_id)
+        return Unary(self._audit.GetInclusionProof, req, convert.inclusion_from_pb)
+
+    def _consistency_proof(self, old_size: int, new_size: int) -> Unary[ConsistencyProof]:
+        req = audit_pb.GetConsistencyProofRequest(old_size=old_size, new_size=new_size)
+        return Unary(self._audit.GetConsistencyProof, req, convert.consistency_from_pb)
+
+    def _receipt(self, decision_id: str) -> Unary[dict[str, Any]]:
+        req = audit_pb.GetReceiptRequest(decision_id=decision_id)
+        return Unary(self._audit.GetReceipt, req, convert.receipt_from_pb)
+
 
 # --- blocking client ----------------------------------------------------------------------
 
@@ -702,6 +736,51 @@ class Client(ClientBase):
         """Audit records, most recent first (``limit`` 0 = the server's cap)."""
         return self._unary(self._list_decisions(policy, limit))
 
+    def log_key(self) -> LogKeyInfo:
+        """The key that signs this tenant's decision log (pin it: verify with ``keys=``)."""
+        return self._unary(self._log_key())
+
+    def read_log(
+        self, since: float | None = None, until: float | None = None, *, outside: bool = False
+    ) -> Iterator[LogChunk]:
+        """This tenant's decision log, chunk by chunk (what verify and export read)."""
+        return self._stream(self._read_log(since, until, outside))
+
+    def verify_log(self, keys: Sequence[PublicKey] | None = None, *, since: float | None = None) -> Report:
+        """Read this tenant's log and verify it here, against ``keys`` (None: the keys the server
+        names, which proves consistency, not the server's honesty: pin a key)."""
+        checker = ChunkVerifier(keys if keys is not None else self.log_key().trusted)
+        for chunk in self.read_log(since, outside=True):
+            checker.feed(chunk)
+        return checker.finish()
+
+    def export_log(
+        self,
+        out: PathOrText,
+        keys: Sequence[PublicKey] | None = None,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Report:
+        """Write this tenant's log from ``since`` to ``until`` as an offline bundle in ``out``
+        (docs/evidence.md), verified as it is written; the report of that check."""
+        info = self.log_key()
+        if info.key is None:
+            raise ConfigurationError(
+                "this server signs no checkpoints (no evidence.signing_key_file): nothing to export"
+            )
+        return export_chunks(self.read_log(since, until), Path(out), info.key, keys or info.trusted, until is not None)
+
+    def inclusion_proof(self, decision_id: str) -> InclusionProof:
+        return self._unary(self._inclusion_proof(decision_id))
+
+    def consistency_proof(self, old_size: int, new_size: int = 0) -> ConsistencyProof:
+        return self._unary(self._consistency_proof(old_size, new_size))
+
+    def receipt(self, decision_id: str) -> dict[str, Any]:
+        """What decided ``decision_id`` (policy, engine, evaluators' provenance) and its place in the log."""
+        return self._unary(self._receipt(decision_id))
+
     def close(self) -> None:
         self._channel.close()
 
@@ -895,6 +974,30 @@ class AsyncClient(ClientBase):
 
     async def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditRecord]:
         return await self._unary(self._list_decisions(policy, limit))
+
+    async def log_key(self) -> LogKeyInfo:
+        return await self._unary(self._log_key())
+
+    def read_log(
+        self, since: float | None = None, until: float | None = None, *, outside: bool = False
+    ) -> AsyncIterator[LogChunk]:
+        return self._stream(self._read_log(since, until, outside))
+
+    async def verify_log(self, keys: Sequence[PublicKey] | None = None, *, since: float | None = None) -> Report:
+        """As :meth:`Client.verify_log`."""
+        checker = ChunkVerifier(keys if keys is not None else (await self.log_key()).trusted)
+        async for chunk in self.read_log(since, outside=True):
+            checker.feed(chunk)
+        return checker.finish()
+
+    async def inclusion_proof(self, decision_id: str) -> InclusionProof:
+        return await self._unary(self._inclusion_proof(decision_id))
+
+    async def consistency_proof(self, old_size: int, new_size: int = 0) -> ConsistencyProof:
+        return await self._unary(self._consistency_proof(old_size, new_size))
+
+    async def receipt(self, decision_id: str) -> dict[str, Any]:
+        return await self._unary(self._receipt(decision_id))
 
     async def close(self) -> None:
         await self._channel.close()

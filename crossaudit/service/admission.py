@@ -16,6 +16,7 @@ from crossaudit.kernel.results import Decision
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
+from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
@@ -66,9 +67,11 @@ class Admission:
         shares: Mapping[str, float] | None = None,
         retention: Retention | None = None,
         rollout: Rollout | None = None,
+        evidence: EvidenceLog | None = None,
     ) -> None:
         self.store = store
         self.retention = retention
+        self.evidence = evidence  # told of each decision written, so checkpoints keep up
         self.tenants = tenants
         self.catalog = catalog
         self.limits = limits
@@ -262,6 +265,8 @@ class Admission:
             max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
             retained=retained,
         )
+        if self.evidence is not None:
+            self.evidence.written(tenant)
         not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}
         if not_opened:  # the open-reviews quota: the answer names only the reviews that opened
             outcome.review_ids = [i for i in outcome.review_ids if i not in not_opened]

@@ -539,6 +539,69 @@ class RetentionConfig:
 
 
 @dataclass(frozen=True)
+class EvidenceConfig:
+    """The tamper-evident decision log (docs/evidence.md): every audited decision is a leaf of its
+    tenant's Merkle log, and signed checkpoints of each log are written as it grows."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    log: Annotated[
+        bool,
+        Field(
+            description=(
+                "write every audited decision into its tenant's verifiable log (decisions written while it is off "
+                "are outside the log: `audit verify` lists them)"
+            )
+        ),
+    ] = True
+    signing_key_file: Annotated[
+        Path | None,
+        Field(
+            description=(
+                "file (owner-only) holding the Ed25519 private key (PEM, PKCS#8) that signs checkpoints; unset: "
+                "with SQLite, a key generated in the data directory on first start; with PostgreSQL it is required "
+                "(every replica signs with the same key)"
+            )
+        ),
+    ] = None
+    signing_key_env: Annotated[
+        str | None, Field(description="... or the name of the environment variable holding that PEM (not both)")
+    ] = None
+    previous_public_keys: Annotated[
+        tuple[Path, ...],
+        Field(description="public keys (PEM or verifier-key files) of retired signing keys, still trusted by verify"),
+    ] = ()
+    key_name: Annotated[
+        str, Field(description="the signing key's name in checkpoints (signed-note key name: no spaces, no '+')")
+    ] = "crossaudit"
+    origin: Annotated[
+        str, Field(description="the logs' name prefix: a tenant's log is '<origin>/<tenant>' in its checkpoints")
+    ] = "crossaudit"
+    checkpoint_every: Annotated[
+        PositiveInt, Field(description="a tenant's log is checkpointed once this many decisions are unsigned ...")
+    ] = 1_000
+    checkpoint_interval_s: Annotated[
+        PositiveFloat, Field(description="... or this often, whichever comes first")
+    ] = 10.0
+    checkpoint_batch: Annotated[
+        PositiveInt, Field(description="leaf hashes read per transaction while checkpointing")
+    ] = 50_000
+    read_chunk: Annotated[
+        PositiveInt,
+        Field(le=10_000, description="records per message of `AuditService.ReadLog` (verify and export)"),
+    ] = 1_000
+    max_proof_leaves: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "leaf hashes one inclusion or consistency proof may read (a proof is built from the stored leaves); "
+                "a larger log answers RESOURCE_EXHAUSTED naming this setting"
+            )
+        ),
+    ] = 5_000_000
+
+
+@dataclass(frozen=True)
 class CLI:
     """Marks a server setting that ``crossaudit serve`` takes as a flag of its own (every setting
     also takes ``--set KEY=VALUE``): ``--<key with dashes>`` unless ``flag`` names another."""
@@ -711,6 +774,9 @@ class ServerConfig:
     retention: Annotated[
         RetentionConfig, Field(description="retained evaluation inputs (docs/retention.md)")
     ] = field(default_factory=RetentionConfig)
+    evidence: Annotated[
+        EvidenceConfig, Field(description="the tamper-evident decision log and receipts (docs/evidence.md)")
+    ] = field(default_factory=EvidenceConfig)
     model_server_limits: Annotated[ModelServerLimits, Field(description="the builtins' model servers")] = field(
         default_factory=ModelServerLimits
     )

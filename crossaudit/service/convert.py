@@ -16,6 +16,8 @@ from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from crossaudit.evidence.notes import PublicKey
+from crossaudit.evidence.verify import Entry, LogChunk
 from crossaudit.kernel.errcodec import from_item
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue
 from crossaudit.kernel.results import (
@@ -30,6 +32,7 @@ from crossaudit.kernel.results import (
     wire_text,
 )
 from crossaudit.service.decoding import depth_message
+from crossaudit.service.evidence import ConsistencyProof, InclusionProof
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -715,6 +718,11 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
         msg.inputs_retained_until.CopyFrom(timestamp(a.inputs_retained_until))
     if a.inputs_erased_at is not None:
         msg.inputs_erased_at.CopyFrom(timestamp(a.inputs_erased_at))
+    if a.receipt:
+        msg.receipt.CopyFrom(to_struct(a.receipt))
+    if a.log_seq is not None:
+        msg.log_seq = a.log_seq
+    msg.leaf_hash = a.leaf_hash or ""
     return msg
 
 
@@ -743,6 +751,9 @@ def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:
         truncated=m.truncated,
         inputs_retained_until=seconds(m.inputs_retained_until) if m.HasField("inputs_retained_until") else None,
         inputs_erased_at=seconds(m.inputs_erased_at) if m.HasField("inputs_erased_at") else None,
+        receipt=from_struct(m.receipt, what="receipt") if m.HasField("receipt") else {},
+        log_seq=m.log_seq if m.HasField("log_seq") else None,
+        leaf_hash=m.leaf_hash or None,
     )
 
 
@@ -974,3 +985,101 @@ def replay_report_from_pb(m: rpl_pb.ReplayReport) -> ReplayReport:
             unpriced_models=list(e.unpriced_models),
         )
     return report
+
+
+# --- the decision log (docs/evidence.md) ------------------------------------------------------
+
+
+def log_key_to_pb(log: str, key: PublicKey | None, trusted: list[PublicKey]) -> audit_pb.LogKey:
+    msg = audit_pb.LogKey(log=log, trusted_vkeys=[k.vkey() for k in trusted], signing=key is not None)
+    if key is not None:
+        msg.key_id, msg.vkey, msg.pem = key.key_id, key.vkey(), key.pem()
+    return msg
+
+
+def log_chunk_to_pb(c: LogChunk) -> audit_pb.LogChunk:
+    msg = audit_pb.LogChunk(
+        log=c.log,
+        start=c.start,
+        frontier=c.frontier,
+        head=c.head,
+        checkpoints=c.checkpoints,
+        covering_checkpoint=c.covering,
+        covering_proof=[audit_pb.LogNode(lo=lo, hi=hi, hash=h) for lo, hi, h in c.covering_proof],
+        last=c.last,
+    )
+    for entry, rules, receipt in c.entries:
+        e = msg.entries.add(
+            decision_id=entry.decision_id,
+            stored_leaf=entry.stored_leaf or "",
+            document=entry.document,
+            rules=rules,
+            receipt=receipt,
+        )
+        if entry.seq is not None:
+            e.seq = entry.seq
+    return msg
+
+
+def log_chunk_from_pb(m: audit_pb.LogChunk) -> LogChunk:
+    return LogChunk(
+        entries=[
+            (
+                Entry(e.decision_id, e.seq if e.HasField("seq") else None, e.stored_leaf or None, e.document),
+                e.rules,
+                e.receipt,
+            )
+            for e in m.entries
+        ],
+        log=m.log,
+        start=m.start,
+        frontier=list(m.frontier),
+        head=m.head,
+        checkpoints=list(m.checkpoints),
+        covering=m.covering_checkpoint,
+        covering_proof=[(n.lo, n.hi, n.hash) for n in m.covering_proof],
+        last=m.last,
+    )
+
+
+def inclusion_to_pb(p: InclusionProof) -> audit_pb.InclusionProof:
+    return audit_pb.InclusionProof(
+        decision_id=p.decision_id,
+        seq=p.seq,
+        document=p.document,
+        leaf_hash=p.leaf_hash,
+        tree_size=p.tree_size,
+        path=p.path,
+        checkpoint=p.checkpoint,
+    )
+
+
+def inclusion_from_pb(m: audit_pb.InclusionProof) -> InclusionProof:
+    return InclusionProof(m.decision_id, m.seq, m.document, m.leaf_hash, m.tree_size, list(m.path), m.checkpoint)
+
+
+def consistency_to_pb(p: ConsistencyProof) -> audit_pb.ConsistencyProof:
+    return audit_pb.ConsistencyProof(old_checkpoint=p.old_checkpoint, new_checkpoint=p.new_checkpoint, path=p.path)
+
+
+def consistency_from_pb(m: audit_pb.ConsistencyProof) -> ConsistencyProof:
+    return ConsistencyProof(m.old_checkpoint, m.new_checkpoint, list(m.path))
+
+
+def receipt_to_pb(a: AuditRecord, log: str) -> audit_pb.Receipt:
+    msg = audit_pb.Receipt(
+        decision_id=a.decision_id, receipt=to_struct(a.receipt), leaf_hash=a.leaf_hash or "", log=log
+    )
+    if a.log_seq is not None:
+        msg.log_seq = a.log_seq
+    return msg
+
+
+def receipt_from_pb(m: audit_pb.Receipt) -> dict[str, Any]:
+    return {
+        "decision_id": m.decision_id,
+        "log": m.log,
+        "log_seq": m.log_seq if m.HasField("log_seq") else None,
+        "leaf_hash": m.leaf_hash or None,
+        "receipt": from_struct(m.receipt, what="receipt"),
+    }

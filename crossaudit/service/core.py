@@ -22,6 +22,7 @@ from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RetentionConfig, RolloutLimits, ServiceLimits
+from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
@@ -53,8 +54,11 @@ class CrossAuditService:
         delivery: DeliveryConfig | None = None,
         retention: RetentionConfig | None = None,
         rollout_limits: RolloutLimits | None = None,
+        evidence: EvidenceLog | None = None,
     ) -> None:
         self.store = store
+        # The signed decision logs (None: decisions still get their leaves, nothing signs them).
+        self.evidence = evidence
         self.sandbox = sandbox
         self.limits = limits or ServiceLimits()
         self.metrics = metrics or ServiceMetrics()
@@ -106,6 +110,7 @@ class CrossAuditService:
             shares=self.grants.shares,
             retention=self.retention,
             rollout=self.rollout,
+            evidence=evidence,
         )
         self.replays = Replays(
             store, self.tenants, self.catalog, self.retention, limits=self.limits, prices=self.metrics.prices
@@ -137,6 +142,13 @@ class CrossAuditService:
         self.erase_inputs = self.retention.erase
         self.replay = self.replays.replay
 
+    def evidence_log(self) -> EvidenceLog:
+        """The signed decision logs; a service built without one (an embedding that signs nothing)
+        reads its logs unsigned."""
+        if self.evidence is None:
+            self.evidence = EvidenceLog(self.store, key=None)
+        return self.evidence
+
     async def deploy_policy(self, tenant: str, content: str, **options: Any) -> Any:
         """:meth:`PolicyCatalog.deploy_policy`; a running candidate there ends with it (superseded)."""
         version, deployment, created = await self.catalog.deploy_policy(tenant, content, **options)
@@ -155,9 +167,13 @@ class CrossAuditService:
         self.deliveries.start()
         self.retention.start()
         self.rollout.start()
+        if self.evidence is not None:
+            self.evidence.start()
 
     async def aclose(self) -> None:
         await self.rollout.aclose()
+        if self.evidence is not None:
+            await self.evidence.aclose()
         await self.retention.aclose()
         await self.deliveries.aclose()
         await self.tenants.aclose()

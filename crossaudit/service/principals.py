@@ -40,6 +40,7 @@ class Role(StrEnum):
     ADMIN = "admin"
     REVIEWER = "reviewer"
     SERVICE = "service"
+    AUDITOR = "auditor"  # reads the audit log, its proofs and receipts; changes nothing
 
 
 def rpc(service: str, method: str) -> str:
@@ -60,7 +61,18 @@ GET_DECISION = rpc("AuditService", "GetDecision")
 LIST_DECISIONS = rpc("AuditService", "ListDecisions")
 # Admin only (listed for no role below), as DeployPolicy: it reads the tenant's retained text.
 REPLAY = rpc("ReplayService", "Replay")
-SHADOW_REPORT = rpc("PolicyService", "ShadowReport")  # admin-only (not listed below); the console checks it
+SHADOW_REPORT = rpc("PolicyService", "ShadowReport")
+# The decision log (docs/evidence.md): an auditor's whole job, a reviewer's receipts.
+GET_RECEIPT = rpc("AuditService", "GetReceipt")
+LOG_METHODS = frozenset(
+    {
+        rpc("AuditService", "GetLogKey"),
+        rpc("AuditService", "ReadLog"),
+        rpc("AuditService", "GetInclusionProof"),
+        rpc("AuditService", "GetConsistencyProof"),
+        GET_RECEIPT,
+    }
+)  # admin-only (not listed below); the console checks it
 
 ALL_METHODS = "*"
 # THE permission table: the methods each role may call (deny unless listed).
@@ -69,7 +81,10 @@ PERMISSIONS: Mapping[Role, frozenset[str]] = {
     Role.SERVICE: frozenset(
         {EVALUATE, EVALUATE_STREAM, SUBMIT_FEEDBACK, VALIDATE_POLICY, GET_POLICY, LIST_POLICIES, GET_SERVER_INFO}
     ),
-    Role.REVIEWER: frozenset({LIST_REVIEWS, RESOLVE_REVIEW, GET_DECISION, LIST_DECISIONS, GET_SERVER_INFO}),
+    Role.REVIEWER: frozenset(
+        {LIST_REVIEWS, RESOLVE_REVIEW, GET_DECISION, LIST_DECISIONS, GET_SERVER_INFO, GET_RECEIPT}
+    ),
+    Role.AUDITOR: frozenset({GET_DECISION, LIST_DECISIONS, GET_SERVER_INFO, *LOG_METHODS}),
 }
 # Roles that may sign in to the review console (a service key is an application's, not a person's).
 CONSOLE_ROLES = frozenset({Role.ADMIN, Role.REVIEWER})

@@ -55,6 +55,57 @@ def review_records(tenant: str, d: Decision, revision: int, env: str, now: float
     ]
 
 
+RECEIPT_FORMAT = "crossaudit.receipt/v1"
+
+
+def engine_version() -> str:
+    """The CrossAudit version that decided (the installed distribution's)."""
+    return _ENGINE_VERSION
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("crossaudit")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
+_ENGINE_VERSION = _installed_version()
+
+
+def decision_receipt(d: Decision, rec: PolicyVersionRecord, env: str) -> dict[str, Any]:
+    """What decided ``d``: the policy version (name, declared version, revision, digest), the
+    engine, and per rule each evaluator's result identity and provenance (docs/evidence.md)."""
+    evaluators = []
+    for r in d.rules:
+        for e in r.evaluators:
+            evaluators.append(
+                {
+                    "rule": r.rule,
+                    "evaluator": e.evaluator,
+                    "kind": e.kind,
+                    "status": e.status.value,
+                    "cached": e.cached,
+                    "identity": e.identity,
+                    "provenance": dict(getattr(e, "provenance", None) or {}),
+                }
+            )
+    return {
+        "format": RECEIPT_FORMAT,
+        "engine": {"name": "crossaudit", "version": _ENGINE_VERSION},
+        "policy": {
+            "name": d.policy,
+            "version": d.policy_version,
+            "revision": rec.version,
+            "digest": rec.digest,
+            "environment": env,
+        },
+        "evaluators": evaluators,
+    }
+
+
 def audit_record(
     tenant: str,
     d: Decision,
@@ -119,6 +170,7 @@ def audit_record(
         prompt=prompt.replace("\0", NUL_REPLACEMENT) if raw else None,  # measured as stored (PostgreSQL)
         response=response.replace("\0", NUL_REPLACEMENT) if raw else None,
         modified_response_sha256=sha256_text(d.modified_response) if d.modified_response is not None else None,
+        receipt=decision_receipt(d, rec, env),
     )
 
 

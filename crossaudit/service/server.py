@@ -22,6 +22,7 @@ from crossaudit.kernel.limits import EngineLimits
 from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
+from crossaudit.service.evidence import EvidenceLog, build_evidence
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
 from crossaudit.service.metrics import ServiceMetrics
@@ -112,6 +113,9 @@ def check_config(config: ServerConfig) -> None:
     from crossaudit.service.retention import load_operator_keys
 
     load_operator_keys(config.retention)  # a missing or malformed operator key fails here, nothing opened yet
+    from crossaudit.service.evidence import check_keys
+
+    check_keys(config.evidence)  # likewise a configured signing key
 
 
 def check_process_sandbox_allowed(config: ServerConfig) -> None:
@@ -286,6 +290,13 @@ async def start_server(
     lock = None
     if store is None:
         lock, store = open_locked_store(config)
+    try:
+        evidence = build_evidence(config.evidence, store, Path(config.data_dir), shared_store=bool(config.store_url))
+    except BaseException:
+        if lock is not None:
+            await store.aclose()
+            lock.close()
+        raise
     metrics = ServiceMetrics(config.metrics_limits, config.llm_prices)
     built = Engines(engines, sandbox)
     if engines is None:
@@ -298,7 +309,7 @@ async def start_server(
             raise
     if built.sandbox is not None:
         metrics.watch_sandbox(built.sandbox.info)
-    service = build_service(config, store, built.engines, built.sandbox, metrics, grants)
+    service = build_service(config, store, built.engines, built.sandbox, metrics, grants, evidence)
     server, names, health_servicer = build_grpc_server(config, service, auth)
     port = bind(config, server)
     if not port:
@@ -416,6 +427,7 @@ def build_service(
     sandbox: Sandbox | None,
     metrics: ServiceMetrics,
     grants: TenantGrants,
+    evidence: EvidenceLog | None = None,
 ) -> CrossAuditService:
     """The service behind every servicer: store, engines, audit, delivery."""
     return CrossAuditService(
@@ -434,6 +446,7 @@ def build_service(
             limits=config.delivery_limits,
         ),
         retention=config.retention,
+        evidence=evidence,
     )
 
 

@@ -433,6 +433,34 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
         )
         return convert.erasure_to_pb(erasure)
 
+    # --- the decision log (docs/evidence.md): the caller's tenant's log, never another's ---------
+
+    @unary
+    async def GetLogKey(self, tenant: str, request: audit_pb.GetLogKeyRequest, context: Any):
+        ev = self.svc.evidence_log()
+        return convert.log_key_to_pb(ev.origin(tenant), ev.key.public if ev.key else None, ev.trusted)
+
+    @streaming
+    async def ReadLog(self, tenant: str, request: audit_pb.ReadLogRequest, context: Any) -> AsyncIterator[Any]:
+        since = convert.seconds(request.since) if request.HasField("since") else None
+        until = convert.seconds(request.until) if request.HasField("until") else None
+        async for chunk in self.svc.evidence_log().read(tenant, since=since, until=until, outside=request.outside):
+            yield convert.log_chunk_to_pb(chunk)
+
+    @unary
+    async def GetInclusionProof(self, tenant: str, request: audit_pb.GetInclusionProofRequest, context: Any):
+        return convert.inclusion_to_pb(await self.svc.evidence_log().inclusion(tenant, request.decision_id))
+
+    @unary
+    async def GetConsistencyProof(self, tenant: str, request: audit_pb.GetConsistencyProofRequest, context: Any):
+        proof = await self.svc.evidence_log().consistency(tenant, request.old_size, request.new_size)
+        return convert.consistency_to_pb(proof)
+
+    @unary
+    async def GetReceipt(self, tenant: str, request: audit_pb.GetReceiptRequest, context: Any):
+        rec = await self.svc.get_decision(tenant, request.decision_id)
+        return convert.receipt_to_pb(rec, self.svc.evidence_log().origin(tenant))
+
 
 class ReplayServicer(_Base, rpl_grpc.ReplayServiceServicer):
     """Admin only, as DeployPolicy (principals.PERMISSIONS lists it for no other role): a replay

@@ -103,6 +103,12 @@ class AuditRecord:
     # an erasure removed them and the raw text above (None: never erased). Replay says which.
     inputs_retained_until: float | None = None
     inputs_erased_at: float | None = None
+    # What decided it (docs/evidence.md): policy, engine, each evaluator's provenance.
+    receipt: dict[str, Any] = field(default_factory=dict)
+    # Its place in its tenant's decision log, assigned when it is written (None: written while
+    # the log was off, or not by the server), and the leaf hash (hex) the server computed.
+    log_seq: int | None = None
+    leaf_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +215,32 @@ class ErasureRecord:
     decisions: int  # decisions whose inputs and raw text were removed
     created_at: float
     actor: str
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """A signed tree head of a tenant's decision log: its first ``size`` leaves hash to
+    ``root`` (hex); ``note`` is the signed checkpoint text, ``frontier`` the tree's right edge
+    (hex hashes) so the next checkpoint extends it without re-reading older leaves."""
+
+    tenant: str
+    size: int
+    root: str
+    key_id: str
+    note: str
+    frontier: list[str]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """A decision as its log sees it: its sequence number (None: outside the log), the leaf
+    hash stored with it, and its :data:`crossaudit.evidence.leaf.LEAF_COLUMNS` values as stored."""
+
+    decision_id: str
+    seq: int | None
+    leaf_hash: str | None
+    values: tuple[Any, ...]
 
 
 class CandidateState(str, enum.Enum):
@@ -707,6 +739,45 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_history(self, tenant: str, name: str, environment: str, *, limit: int = 100) -> list[HistoryRecord]:
         """The environment's deployment history of ``name``, most recent first."""
+
+    # --- the decision log (docs/evidence.md) ---------------------------------------------
+
+    @abc.abstractmethod
+    async def log_size(self, tenant: str) -> int:
+        """Sequence numbers handed out in ``tenant``'s log (its head): 0 when it has none."""
+
+    @abc.abstractmethod
+    async def log_rows(self, tenant: str, *, start: int, limit: int) -> list[LogRow]:
+        """Up to ``limit`` records of ``tenant``'s log with sequence numbers from ``start``, in order."""
+
+    @abc.abstractmethod
+    async def log_rows_outside(self, tenant: str, *, since: float | None, limit: int) -> list[LogRow]:
+        """Up to ``limit`` of ``tenant``'s records with no sequence number (written outside the log)."""
+
+    @abc.abstractmethod
+    async def log_leaves(self, tenant: str, start: int, end: int) -> list[tuple[int, str | None]]:
+        """(seq, stored leaf hash) of ``tenant``'s records with ``start <= seq < end``, in order."""
+
+    @abc.abstractmethod
+    async def first_seq_since(self, tenant: str, since: float) -> int | None:
+        """The lowest sequence number of ``tenant``'s records created at or after ``since``."""
+
+    @abc.abstractmethod
+    async def add_checkpoint(self, rec: CheckpointRecord) -> bool:
+        """Store a checkpoint; False when one of that size was already stored (by any replica)."""
+
+    @abc.abstractmethod
+    async def list_checkpoints(
+        self, tenant: str, *, min_size: int = 0, max_size: int | None = None, limit: int = 1000
+    ) -> list[CheckpointRecord]:
+        """``tenant``'s checkpoints with ``min_size <= size <= max_size``, smallest first."""
+
+    @abc.abstractmethod
+    async def latest_checkpoint(self, tenant: str) -> CheckpointRecord | None: ...
+
+    @abc.abstractmethod
+    async def logs_behind(self, limit: int) -> list[tuple[str, int, int]]:
+        """(tenant, log size, size of its latest checkpoint) of logs with leaves no checkpoint covers."""
 
     # --- misc ---------------------------------------------------------------------------
 

@@ -153,6 +153,21 @@ CREATE INDEX decisions_policy ON decisions (tenant, policy, environment, created
 CREATE INDEX IF NOT EXISTS outbox_decision ON outbox (tenant, decision_id);
 CREATE INDEX IF NOT EXISTS retained_inputs_created ON retained_inputs (tenant, created_at);
 """,
+    # 9: the decision log (docs/evidence.md): each decision's receipt, its sequence number in
+    # its tenant's log and leaf hash; each log's head (sequence numbers are taken from it in the
+    # writing transaction) and its signed checkpoints
+    """
+ALTER TABLE decisions ADD COLUMN receipt TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE decisions ADD COLUMN log_seq INTEGER;
+ALTER TABLE decisions ADD COLUMN leaf_hash TEXT;
+CREATE UNIQUE INDEX decisions_log ON decisions (tenant, log_seq);
+CREATE TABLE log_heads (tenant TEXT PRIMARY KEY, size INTEGER NOT NULL);
+CREATE TABLE log_checkpoints (
+    tenant TEXT NOT NULL, size INTEGER NOT NULL, root TEXT NOT NULL, key_id TEXT NOT NULL,
+    note TEXT NOT NULL, frontier TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (tenant, size)
+);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -288,5 +303,18 @@ CREATE INDEX decisions_policy ON decisions (tenant, policy, environment, created
     """
 CREATE INDEX outbox_decision ON outbox (tenant, decision_id);
 CREATE INDEX retained_inputs_created ON retained_inputs (tenant, created_at);
+""",
+    # 8: the decision log (SQLite's step 9)
+    """
+ALTER TABLE decisions ADD COLUMN receipt TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE decisions ADD COLUMN log_seq BIGINT;
+ALTER TABLE decisions ADD COLUMN leaf_hash TEXT;
+CREATE UNIQUE INDEX decisions_log ON decisions (tenant, log_seq);
+CREATE TABLE log_heads (tenant TEXT PRIMARY KEY, size BIGINT NOT NULL);
+CREATE TABLE log_checkpoints (
+    tenant TEXT NOT NULL, size BIGINT NOT NULL, root TEXT NOT NULL, key_id TEXT NOT NULL,
+    note TEXT NOT NULL, frontier TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, size)
+);
 """,
 )

@@ -22,10 +22,12 @@ import json
 import time
 import typing
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
+from crossaudit.evidence.leaf import LEAF_COLUMNS, leaf_document, receipt_text
+from crossaudit.evidence.merkle import leaf_hash
 from crossaudit.kernel.errors import (
     CandidateStateError,
     DeliveryPendingError,
@@ -44,11 +46,13 @@ from crossaudit.store.base import (
     CandidateMode,
     CandidateRecord,
     CandidateState,
+    CheckpointRecord,
     DeploymentRecord,
     ErasureRecord,
     EvaluatorRecord,
     FeedbackRecord,
     HistoryRecord,
+    LogRow,
     OutboxRecord,
     OutboxState,
     PolicySummaryRecord,
@@ -109,6 +113,7 @@ TABLES: dict[type, str] = {
     ErasureRecord: "erasures",
     CandidateRecord: "candidates",
     ShadowDiffRecord: "shadow_diffs",
+    CheckpointRecord: "log_checkpoints",
 }
 
 
@@ -146,6 +151,7 @@ def _columns(cls: type) -> tuple[tuple[str, Codec], ...]:
 
 
 COLUMNS = {cls: _columns(cls) for cls in TABLES}
+_ENCODE = {name: enc for name, (_, enc) in COLUMNS[AuditRecord]}  # an audit record's column encoders
 
 
 def _record(cls: type[T], row: Row, **values: Any) -> T:
@@ -442,6 +448,43 @@ def _shadow_totals(diffs: Sequence[ShadowDiffRecord]) -> tuple[int, int, int, in
         f2p += not d.live_passed and d.candidate_passed
         actions += d.live_action != d.candidate_action
     return len(diffs), agreed, p2f, f2p, actions, errors
+
+
+def _take_seqs(c: Conn, batch: Sequence[_DecisionWrite]) -> dict[str, Iterator[int]]:
+    """Sequence numbers for the batch's decisions, per tenant, taken from the log heads in this
+    transaction: the head row stays locked until the commit, so a replica's numbers commit in
+    order and a rolled-back batch hands none out (no gaps). Tenants are locked in one order on
+    every replica, so two batches never wait on each other in a cycle."""
+    counts: dict[str, int] = {}
+    for write in batch:
+        tenant = write.records[0].tenant
+        counts[tenant] = counts.get(tenant, 0) + 1
+    seqs: dict[str, Iterator[int]] = {}
+    for tenant in sorted(counts):
+        n = counts[tenant]
+        row = c.execute(
+            "INSERT INTO log_heads (tenant, size) VALUES (?, ?) "
+            "ON CONFLICT (tenant) DO UPDATE SET size=log_heads.size+excluded.size RETURNING size",
+            (tenant, n),
+        ).fetchone()
+        end = int(row[0])
+        seqs[tenant] = iter(range(end - n, end))
+    return seqs
+
+
+def _logged(audit: AuditRecord, seqs: Mapping[str, Iterator[int]], encoded: Mapping[str, Any]) -> AuditRecord:
+    """``audit`` with its sequence number and leaf hash (over the values as they are written)."""
+    seq = next(seqs[audit.tenant])
+    values = tuple(encoded[name] if name in encoded else _ENCODE[name](getattr(audit, name)) for name in LEAF_COLUMNS)
+    return dataclasses.replace(audit, log_seq=seq, leaf_hash=leaf_hash(leaf_document(values, seq)).hex())
+
+
+def _log_row(row: Row) -> LogRow:
+    return LogRow(row[0], None if row[1] is None else int(row[1]), row[2], tuple(row[3:]))
+
+
+# A decision's log columns, then LEAF_COLUMNS: what verification reads of each record.
+_LOG_SELECT = f"SELECT decision_id, log_seq, leaf_hash, {', '.join(LEAF_COLUMNS)} FROM decisions"
 
 
 class SqlStore(Store):
@@ -977,6 +1020,7 @@ class SqlStore(Store):
             pending: dict[tuple[str, str], int] = {}  # (tenant, kind) -> pending, as this batch goes
             usage: dict[tuple[str, int], int] = {}  # (tenant, day) -> audit bytes of this batch
             opened: dict[str, int] = {}  # tenant -> open reviews, as this batch goes
+            seqs = _take_seqs(c, batch) if self.log_decisions else {}
             for write in batch:
                 write.refused.clear()  # a transaction re-run (a retried batch, a lone re-write) starts over
                 audit, reviews = write.records[0], write.records[1:]
@@ -989,7 +1033,13 @@ class SqlStore(Store):
                         audit, reviews = _reviews_not_opened(audit, reviews, cap, opened[audit.tenant]), ()
                     opened[audit.tenant] += len(reviews)
                 # the rules as encoded by the caller, unless the review quota rewrote the record
-                _insert(c, audit, encoded={"rules": write.rules_json} if audit is write.records[0] else None)
+                encoded = {
+                    "rules": write.rules_json if audit is write.records[0] else audit_rules_json(audit),
+                    "receipt": receipt_text(audit.receipt),
+                }
+                if self.log_decisions:
+                    audit = _logged(audit, seqs, encoded)
+                _insert(c, audit, encoded=encoded)
                 for rec in reviews:
                     _insert(c, rec)
                 if write.retained is not None:
@@ -1474,6 +1524,90 @@ class SqlStore(Store):
         return await self._run(tx)
 
     # --- misc ---------------------------------------------------------------------------
+
+    # --- the decision log -----------------------------------------------------------------
+
+    # Whether decisions are written into their tenant's log (evidence.log): set by the server.
+    log_decisions: bool = True
+
+    async def log_size(self, tenant: str) -> int:
+        def tx(c: Conn) -> int:
+            row = c.execute("SELECT size FROM log_heads WHERE tenant=?", (tenant,)).fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._run(tx)
+
+    async def log_rows(self, tenant: str, *, start: int, limit: int) -> list[LogRow]:
+        def tx(c: Conn) -> list[LogRow]:
+            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq>=? ORDER BY log_seq LIMIT ?"
+            return [_log_row(r) for r in c.execute(q, (tenant, int(start), _page(limit))).fetchall()]
+
+        return await self._run(tx)
+
+    async def log_rows_outside(self, tenant: str, *, since: float | None, limit: int) -> list[LogRow]:
+        def tx(c: Conn) -> list[LogRow]:
+            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq IS NULL AND created_at>=? ORDER BY created_at LIMIT ?"
+            since_ = float("-inf") if since is None else float(since)
+            return [_log_row(r) for r in c.execute(q, (tenant, since_, _page(limit))).fetchall()]
+
+        return await self._run(tx)
+
+    async def log_leaves(self, tenant: str, start: int, end: int) -> list[tuple[int, str | None]]:
+        def tx(c: Conn) -> list[tuple[int, str | None]]:
+            q = "SELECT log_seq, leaf_hash FROM decisions WHERE tenant=? AND log_seq>=? AND log_seq<? ORDER BY log_seq"
+            return [(int(r[0]), r[1]) for r in c.execute(q, (tenant, int(start), int(end))).fetchall()]
+
+        return await self._run(tx)
+
+    async def first_seq_since(self, tenant: str, since: float) -> int | None:
+        def tx(c: Conn) -> int | None:
+            q = "SELECT MIN(log_seq) FROM decisions WHERE tenant=? AND created_at>=?"
+            row = c.execute(q, (tenant, float(since))).fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return await self._run(tx)
+
+    async def add_checkpoint(self, rec: CheckpointRecord) -> bool:
+        def tx(c: Conn) -> bool:
+            found = c.execute(
+                "SELECT 1 FROM log_checkpoints WHERE tenant=? AND size=?", (rec.tenant, rec.size)
+            ).fetchone()
+            if found:
+                return False
+            _insert(c, rec, "ON CONFLICT (tenant, size) DO NOTHING")
+            return True
+
+        return await self._run(tx)
+
+    async def list_checkpoints(
+        self, tenant: str, *, min_size: int = 0, max_size: int | None = None, limit: int = 1000
+    ) -> list[CheckpointRecord]:
+        def tx(c: Conn) -> list[CheckpointRecord]:
+            q = "SELECT * FROM log_checkpoints WHERE tenant=? AND size>=? AND size<=? ORDER BY size LIMIT ?"
+            top = MAX_SQL_INT if max_size is None else int(max_size)
+            rows = c.execute(q, (tenant, int(min_size), top, _page(limit))).fetchall()
+            return [_record(CheckpointRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    async def latest_checkpoint(self, tenant: str) -> CheckpointRecord | None:
+        def tx(c: Conn) -> CheckpointRecord | None:
+            q = "SELECT * FROM log_checkpoints WHERE tenant=? ORDER BY size DESC LIMIT 1"
+            row = c.execute(q, (tenant,)).fetchone()
+            return None if row is None else _record(CheckpointRecord, row)
+
+        return await self._run(tx)
+
+    async def logs_behind(self, limit: int) -> list[tuple[str, int, int]]:
+        def tx(c: Conn) -> list[tuple[str, int, int]]:
+            q = (
+                "SELECT h.tenant, h.size, COALESCE((SELECT MAX(k.size) FROM log_checkpoints k "
+                "WHERE k.tenant=h.tenant), 0) AS signed FROM log_heads h ORDER BY h.tenant"
+            )
+            rows = [(str(r[0]), int(r[1]), int(r[2])) for r in c.execute(q).fetchall()]
+            return [r for r in rows if r[1] > r[2]][: _page(limit)]
+
+        return await self._run(tx)
 
     async def get_meta(self, key: str) -> str | None:
         def tx(c: Conn) -> str | None:

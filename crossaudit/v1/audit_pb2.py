@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63rossaudit/v1/audit.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x05\n\x0e\x44\x65\x63isionRecord\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\t\x12\x15\n\rpolicy_digest\x18\x05 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x06 \x01(\t\x12\x0e\n\x06passed\x18\x07 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x08 \x01(\t\x12&\n\x05rules\x18\t \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rerrored_rules\x18\n \x03(\t\x12\x12\n\nlatency_ms\x18\x0b \x01(\x01\x12\x15\n\rprompt_sha256\x18\x0c \x01(\t\x12\x17\n\x0fresponse_sha256\x18\r \x01(\t\x12\x16\n\x0e\x63ontext_sha256\x18\x0e \x01(\t\x12 \n\x18modified_response_sha256\x18\x0f \x01(\t\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x11 \x01(\t\x12\x13\n\x06prompt\x18\x12 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08response\x18\x13 \x01(\tH\x01\x88\x01\x01\x12\x11\n\ttruncated\x18\x14 \x01(\t\x12>\n\x15inputs_retained_until\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x02\x88\x01\x01\x12\x39\n\x10inputs_erased_at\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x03\x88\x01\x01\x42\t\n\x07_promptB\x0b\n\t_responseB\x18\n\x16_inputs_retained_untilB\x13\n\x11_inputs_erased_at\")\n\x12GetDecisionRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\"5\n\x14ListDecisionsRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"I\n\x15ListDecisionsResponse\x12\x30\n\tdecisions\x18\x01 \x03(\x0b\x32\x1d.crossaudit.v1.DecisionRecord\"+\n\x0c\x43ontextField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"m\n\x12\x45raseInputsRequest\x12\x15\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\tH\x00\x12\x34\n\rcontext_field\x18\x02 \x01(\x0b\x32\x1b.crossaudit.v1.ContextFieldH\x00\x42\n\n\x08selector\"\x97\x01\n\x07\x45rasure\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rselector_kind\x18\x02 \x01(\t\x12\x17\n\x0fselector_digest\x18\x03 \x01(\t\x12\x11\n\tdecisions\x18\x04 \x01(\x05\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x06 \x01(\t2\x85\x02\n\x0c\x41uditService\x12O\n\x0bGetDecision\x12!.crossaudit.v1.GetDecisionRequest\x1a\x1d.crossaudit.v1.DecisionRecord\x12Z\n\rListDecisions\x12#.crossaudit.v1.ListDecisionsRequest\x1a$.crossaudit.v1.ListDecisionsResponse\x12H\n\x0b\x45raseInputs\x12!.crossaudit.v1.EraseInputsRequest\x1a\x16.crossaudit.v1.Erasureb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63rossaudit/v1/audit.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x06\n\x0e\x44\x65\x63isionRecord\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x03 \x01(\x05\x12\x16\n\x0epolicy_version\x18\x04 \x01(\t\x12\x15\n\rpolicy_digest\x18\x05 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x06 \x01(\t\x12\x0e\n\x06passed\x18\x07 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x08 \x01(\t\x12&\n\x05rules\x18\t \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\rerrored_rules\x18\n \x03(\t\x12\x12\n\nlatency_ms\x18\x0b \x01(\x01\x12\x15\n\rprompt_sha256\x18\x0c \x01(\t\x12\x17\n\x0fresponse_sha256\x18\r \x01(\t\x12\x16\n\x0e\x63ontext_sha256\x18\x0e \x01(\t\x12 \n\x18modified_response_sha256\x18\x0f \x01(\t\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\x11 \x01(\t\x12\x13\n\x06prompt\x18\x12 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08response\x18\x13 \x01(\tH\x01\x88\x01\x01\x12\x11\n\ttruncated\x18\x14 \x01(\t\x12>\n\x15inputs_retained_until\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x02\x88\x01\x01\x12\x39\n\x10inputs_erased_at\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x03\x88\x01\x01\x12(\n\x07receipt\x18\x17 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x07log_seq\x18\x18 \x01(\x03H\x04\x88\x01\x01\x12\x11\n\tleaf_hash\x18\x19 \x01(\tB\t\n\x07_promptB\x0b\n\t_responseB\x18\n\x16_inputs_retained_untilB\x13\n\x11_inputs_erased_atB\n\n\x08_log_seq\")\n\x12GetDecisionRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\"5\n\x14ListDecisionsRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"I\n\x15ListDecisionsResponse\x12\x30\n\tdecisions\x18\x01 \x03(\x0b\x32\x1d.crossaudit.v1.DecisionRecord\"+\n\x0c\x43ontextField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"m\n\x12\x45raseInputsRequest\x12\x15\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\tH\x00\x12\x34\n\rcontext_field\x18\x02 \x01(\x0b\x32\x1b.crossaudit.v1.ContextFieldH\x00\x42\n\n\x08selector\"\x97\x01\n\x07\x45rasure\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rselector_kind\x18\x02 \x01(\t\x12\x17\n\x0fselector_digest\x18\x03 \x01(\t\x12\x11\n\tdecisions\x18\x04 \x01(\x05\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x06 \x01(\t\"\x12\n\x10GetLogKeyRequest\"h\n\x06LogKey\x12\x0b\n\x03log\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12\x0c\n\x04vkey\x18\x03 \x01(\t\x12\x0b\n\x03pem\x18\x04 \x01(\t\x12\x15\n\rtrusted_vkeys\x18\x05 \x03(\t\x12\x0f\n\x07signing\x18\x06 \x01(\x08\"\x95\x01\n\x0eReadLogRequest\x12.\n\x05since\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x88\x01\x01\x12.\n\x05until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x01\x88\x01\x01\x12\x0f\n\x07outside\x18\x03 \x01(\x08\x42\x08\n\x06_sinceB\x08\n\x06_until\"\x80\x01\n\x08LogEntry\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x10\n\x03seq\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x13\n\x0bstored_leaf\x18\x03 \x01(\t\x12\x10\n\x08\x64ocument\x18\x04 \x01(\x0c\x12\r\n\x05rules\x18\x05 \x01(\t\x12\x0f\n\x07receipt\x18\x06 \x01(\tB\x06\n\x04_seq\"/\n\x07LogNode\x12\n\n\x02lo\x18\x01 \x01(\x03\x12\n\n\x02hi\x18\x02 \x01(\x03\x12\x0c\n\x04hash\x18\x03 \x01(\x0c\"\xe0\x01\n\x08LogChunk\x12\x0b\n\x03log\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x10\n\x08\x66rontier\x18\x03 \x03(\t\x12\x0c\n\x04head\x18\x04 \x01(\x03\x12\x13\n\x0b\x63heckpoints\x18\x05 \x03(\t\x12(\n\x07\x65ntries\x18\x06 \x03(\x0b\x32\x17.crossaudit.v1.LogEntry\x12\x1b\n\x13\x63overing_checkpoint\x18\x07 \x01(\t\x12.\n\x0e\x63overing_proof\x18\x08 \x03(\x0b\x32\x16.crossaudit.v1.LogNode\x12\x0c\n\x04last\x18\t \x01(\x08\"/\n\x18GetInclusionProofRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\"\x8c\x01\n\x0eInclusionProof\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x10\n\x08\x64ocument\x18\x03 \x01(\x0c\x12\x11\n\tleaf_hash\x18\x04 \x01(\t\x12\x11\n\ttree_size\x18\x05 \x01(\x03\x12\x0c\n\x04path\x18\x06 \x03(\x0c\x12\x12\n\ncheckpoint\x18\x07 \x01(\t\"@\n\x1aGetConsistencyProofRequest\x12\x10\n\x08old_size\x18\x01 \x01(\x03\x12\x10\n\x08new_size\x18\x02 \x01(\x03\"P\n\x10\x43onsistencyProof\x12\x16\n\x0eold_checkpoint\x18\x01 \x01(\t\x12\x16\n\x0enew_checkpoint\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x03(\x0c\"(\n\x11GetReceiptRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\"\x8a\x01\n\x07Receipt\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12(\n\x07receipt\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x14\n\x07log_seq\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\tleaf_hash\x18\x04 \x01(\t\x12\x0b\n\x03log\x18\x05 \x01(\tB\n\n\x08_log_seq2\x97\x05\n\x0c\x41uditService\x12O\n\x0bGetDecision\x12!.crossaudit.v1.GetDecisionRequest\x1a\x1d.crossaudit.v1.DecisionRecord\x12Z\n\rListDecisions\x12#.crossaudit.v1.ListDecisionsRequest\x1a$.crossaudit.v1.ListDecisionsResponse\x12H\n\x0b\x45raseInputs\x12!.crossaudit.v1.EraseInputsRequest\x1a\x16.crossaudit.v1.Erasure\x12\x43\n\tGetLogKey\x12\x1f.crossaudit.v1.GetLogKeyRequest\x1a\x15.crossaudit.v1.LogKey\x12\x43\n\x07ReadLog\x12\x1d.crossaudit.v1.ReadLogRequest\x1a\x17.crossaudit.v1.LogChunk0\x01\x12[\n\x11GetInclusionProof\x12\'.crossaudit.v1.GetInclusionProofRequest\x1a\x1d.crossaudit.v1.InclusionProof\x12\x61\n\x13GetConsistencyProof\x12).crossaudit.v1.GetConsistencyProofRequest\x1a\x1f.crossaudit.v1.ConsistencyProof\x12\x46\n\nGetReceipt\x12 .crossaudit.v1.GetReceiptRequest\x1a\x16.crossaudit.v1.Receiptb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,43 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'crossaudit.v1.audit_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DECISIONRECORD']._serialized_start=108
-  _globals['_DECISIONRECORD']._serialized_end=800
-  _globals['_GETDECISIONREQUEST']._serialized_start=802
-  _globals['_GETDECISIONREQUEST']._serialized_end=843
-  _globals['_LISTDECISIONSREQUEST']._serialized_start=845
-  _globals['_LISTDECISIONSREQUEST']._serialized_end=898
-  _globals['_LISTDECISIONSRESPONSE']._serialized_start=900
-  _globals['_LISTDECISIONSRESPONSE']._serialized_end=973
-  _globals['_CONTEXTFIELD']._serialized_start=975
-  _globals['_CONTEXTFIELD']._serialized_end=1018
-  _globals['_ERASEINPUTSREQUEST']._serialized_start=1020
-  _globals['_ERASEINPUTSREQUEST']._serialized_end=1129
-  _globals['_ERASURE']._serialized_start=1132
-  _globals['_ERASURE']._serialized_end=1283
-  _globals['_AUDITSERVICE']._serialized_start=1286
-  _globals['_AUDITSERVICE']._serialized_end=1547
+  _globals['_DECISIONRECORD']._serialized_end=895
+  _globals['_GETDECISIONREQUEST']._serialized_start=897
+  _globals['_GETDECISIONREQUEST']._serialized_end=938
+  _globals['_LISTDECISIONSREQUEST']._serialized_start=940
+  _globals['_LISTDECISIONSREQUEST']._serialized_end=993
+  _globals['_LISTDECISIONSRESPONSE']._serialized_start=995
+  _globals['_LISTDECISIONSRESPONSE']._serialized_end=1068
+  _globals['_CONTEXTFIELD']._serialized_start=1070
+  _globals['_CONTEXTFIELD']._serialized_end=1113
+  _globals['_ERASEINPUTSREQUEST']._serialized_start=1115
+  _globals['_ERASEINPUTSREQUEST']._serialized_end=1224
+  _globals['_ERASURE']._serialized_start=1227
+  _globals['_ERASURE']._serialized_end=1378
+  _globals['_GETLOGKEYREQUEST']._serialized_start=1380
+  _globals['_GETLOGKEYREQUEST']._serialized_end=1398
+  _globals['_LOGKEY']._serialized_start=1400
+  _globals['_LOGKEY']._serialized_end=1504
+  _globals['_READLOGREQUEST']._serialized_start=1507
+  _globals['_READLOGREQUEST']._serialized_end=1656
+  _globals['_LOGENTRY']._serialized_start=1659
+  _globals['_LOGENTRY']._serialized_end=1787
+  _globals['_LOGNODE']._serialized_start=1789
+  _globals['_LOGNODE']._serialized_end=1836
+  _globals['_LOGCHUNK']._serialized_start=1839
+  _globals['_LOGCHUNK']._serialized_end=2063
+  _globals['_GETINCLUSIONPROOFREQUEST']._serialized_start=2065
+  _globals['_GETINCLUSIONPROOFREQUEST']._serialized_end=2112
+  _globals['_INCLUSIONPROOF']._serialized_start=2115
+  _globals['_INCLUSIONPROOF']._serialized_end=2255
+  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_start=2257
+  _globals['_GETCONSISTENCYPROOFREQUEST']._serialized_end=2321
+  _globals['_CONSISTENCYPROOF']._serialized_start=2323
+  _globals['_CONSISTENCYPROOF']._serialized_end=2403
+  _globals['_GETRECEIPTREQUEST']._serialized_start=2405
+  _globals['_GETRECEIPTREQUEST']._serialized_end=2445
+  _globals['_RECEIPT']._serialized_start=2448
+  _globals['_RECEIPT']._serialized_end=2586
+  _globals['_AUDITSERVICE']._serialized_start=2589
+  _globals['_AUDITSERVICE']._serialized_end=3252
 # @@protoc_insertion_point(module_scope)

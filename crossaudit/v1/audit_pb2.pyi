@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DecisionRecord(_message.Message):
-    __slots__ = ("decision_id", "policy", "policy_revision", "policy_version", "policy_digest", "environment", "passed", "action", "rules", "errored_rules", "latency_ms", "prompt_sha256", "response_sha256", "context_sha256", "modified_response_sha256", "created_at", "request_id", "prompt", "response", "truncated", "inputs_retained_until", "inputs_erased_at")
+    __slots__ = ("decision_id", "policy", "policy_revision", "policy_version", "policy_digest", "environment", "passed", "action", "rules", "errored_rules", "latency_ms", "prompt_sha256", "response_sha256", "context_sha256", "modified_response_sha256", "created_at", "request_id", "prompt", "response", "truncated", "inputs_retained_until", "inputs_erased_at", "receipt", "log_seq", "leaf_hash")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,9 @@ class DecisionRecord(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     INPUTS_RETAINED_UNTIL_FIELD_NUMBER: _ClassVar[int]
     INPUTS_ERASED_AT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    LOG_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LEAF_HASH_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     policy: str
     policy_revision: int
@@ -56,7 +59,10 @@ class DecisionRecord(_message.Message):
     truncated: str
     inputs_retained_until: _timestamp_pb2.Timestamp
     inputs_erased_at: _timestamp_pb2.Timestamp
-    def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_revision: _Optional[int] = ..., policy_version: _Optional[str] = ..., policy_digest: _Optional[str] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., prompt_sha256: _Optional[str] = ..., response_sha256: _Optional[str] = ..., context_sha256: _Optional[str] = ..., modified_response_sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., truncated: _Optional[str] = ..., inputs_retained_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_erased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    receipt: _struct_pb2.Struct
+    log_seq: int
+    leaf_hash: str
+    def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_revision: _Optional[int] = ..., policy_version: _Optional[str] = ..., policy_digest: _Optional[str] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., prompt_sha256: _Optional[str] = ..., response_sha256: _Optional[str] = ..., context_sha256: _Optional[str] = ..., modified_response_sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., truncated: _Optional[str] = ..., inputs_retained_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_erased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., receipt: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., log_seq: _Optional[int] = ..., leaf_hash: _Optional[str] = ...) -> None: ...
 
 class GetDecisionRequest(_message.Message):
     __slots__ = ("decision_id",)
@@ -109,3 +115,143 @@ class Erasure(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     actor: str
     def __init__(self, id: _Optional[str] = ..., selector_kind: _Optional[str] = ..., selector_digest: _Optional[str] = ..., decisions: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ...) -> None: ...
+
+class GetLogKeyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LogKey(_message.Message):
+    __slots__ = ("log", "key_id", "vkey", "pem", "trusted_vkeys", "signing")
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    VKEY_FIELD_NUMBER: _ClassVar[int]
+    PEM_FIELD_NUMBER: _ClassVar[int]
+    TRUSTED_VKEYS_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_FIELD_NUMBER: _ClassVar[int]
+    log: str
+    key_id: str
+    vkey: str
+    pem: str
+    trusted_vkeys: _containers.RepeatedScalarFieldContainer[str]
+    signing: bool
+    def __init__(self, log: _Optional[str] = ..., key_id: _Optional[str] = ..., vkey: _Optional[str] = ..., pem: _Optional[str] = ..., trusted_vkeys: _Optional[_Iterable[str]] = ..., signing: _Optional[bool] = ...) -> None: ...
+
+class ReadLogRequest(_message.Message):
+    __slots__ = ("since", "until", "outside")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    OUTSIDE_FIELD_NUMBER: _ClassVar[int]
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    outside: bool
+    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outside: _Optional[bool] = ...) -> None: ...
+
+class LogEntry(_message.Message):
+    __slots__ = ("decision_id", "seq", "stored_leaf", "document", "rules", "receipt")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STORED_LEAF_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    seq: int
+    stored_leaf: str
+    document: bytes
+    rules: str
+    receipt: str
+    def __init__(self, decision_id: _Optional[str] = ..., seq: _Optional[int] = ..., stored_leaf: _Optional[str] = ..., document: _Optional[bytes] = ..., rules: _Optional[str] = ..., receipt: _Optional[str] = ...) -> None: ...
+
+class LogNode(_message.Message):
+    __slots__ = ("lo", "hi", "hash")
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    lo: int
+    hi: int
+    hash: bytes
+    def __init__(self, lo: _Optional[int] = ..., hi: _Optional[int] = ..., hash: _Optional[bytes] = ...) -> None: ...
+
+class LogChunk(_message.Message):
+    __slots__ = ("log", "start", "frontier", "head", "checkpoints", "entries", "covering_checkpoint", "covering_proof", "last")
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    FRONTIER_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    COVERING_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    COVERING_PROOF_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    log: str
+    start: int
+    frontier: _containers.RepeatedScalarFieldContainer[str]
+    head: int
+    checkpoints: _containers.RepeatedScalarFieldContainer[str]
+    entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
+    covering_checkpoint: str
+    covering_proof: _containers.RepeatedCompositeFieldContainer[LogNode]
+    last: bool
+    def __init__(self, log: _Optional[str] = ..., start: _Optional[int] = ..., frontier: _Optional[_Iterable[str]] = ..., head: _Optional[int] = ..., checkpoints: _Optional[_Iterable[str]] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., covering_checkpoint: _Optional[str] = ..., covering_proof: _Optional[_Iterable[_Union[LogNode, _Mapping]]] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class GetInclusionProofRequest(_message.Message):
+    __slots__ = ("decision_id",)
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    def __init__(self, decision_id: _Optional[str] = ...) -> None: ...
+
+class InclusionProof(_message.Message):
+    __slots__ = ("decision_id", "seq", "document", "leaf_hash", "tree_size", "path", "checkpoint")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    LEAF_HASH_FIELD_NUMBER: _ClassVar[int]
+    TREE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    seq: int
+    document: bytes
+    leaf_hash: str
+    tree_size: int
+    path: _containers.RepeatedScalarFieldContainer[bytes]
+    checkpoint: str
+    def __init__(self, decision_id: _Optional[str] = ..., seq: _Optional[int] = ..., document: _Optional[bytes] = ..., leaf_hash: _Optional[str] = ..., tree_size: _Optional[int] = ..., path: _Optional[_Iterable[bytes]] = ..., checkpoint: _Optional[str] = ...) -> None: ...
+
+class GetConsistencyProofRequest(_message.Message):
+    __slots__ = ("old_size", "new_size")
+    OLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NEW_SIZE_FIELD_NUMBER: _ClassVar[int]
+    old_size: int
+    new_size: int
+    def __init__(self, old_size: _Optional[int] = ..., new_size: _Optional[int] = ...) -> None: ...
+
+class ConsistencyProof(_message.Message):
+    __slots__ = ("old_checkpoint", "new_checkpoint", "path")
+    OLD_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    NEW_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    old_checkpoint: str
+    new_checkpoint: str
+    path: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, old_checkpoint: _Optional[str] = ..., new_checkpoint: _Optional[str] = ..., path: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class GetReceiptRequest(_message.Message):
+    __slots__ = ("decision_id",)
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    def __init__(self, decision_id: _Optional[str] = ...) -> None: ...
+
+class Receipt(_message.Message):
+    __slots__ = ("decision_id", "receipt", "log_seq", "leaf_hash", "log")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    LOG_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LEAF_HASH_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    receipt: _struct_pb2.Struct
+    log_seq: int
+    leaf_hash: str
+    log: str
+    def __init__(self, decision_id: _Optional[str] = ..., receipt: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., log_seq: _Optional[int] = ..., leaf_hash: _Optional[str] = ..., log: _Optional[str] = ...) -> None: ...

@@ -49,6 +49,31 @@ class AuditServiceStub:
                 request_serializer=crossaudit_dot_v1_dot_audit__pb2.EraseInputsRequest.SerializeToString,
                 response_deserializer=crossaudit_dot_v1_dot_audit__pb2.Erasure.FromString,
                 _registered_method=True)
+        self.GetLogKey = channel.unary_unary(
+                '/crossaudit.v1.AuditService/GetLogKey',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.GetLogKeyRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.LogKey.FromString,
+                _registered_method=True)
+        self.ReadLog = channel.unary_stream(
+                '/crossaudit.v1.AuditService/ReadLog',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.ReadLogRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.LogChunk.FromString,
+                _registered_method=True)
+        self.GetInclusionProof = channel.unary_unary(
+                '/crossaudit.v1.AuditService/GetInclusionProof',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.GetInclusionProofRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.InclusionProof.FromString,
+                _registered_method=True)
+        self.GetConsistencyProof = channel.unary_unary(
+                '/crossaudit.v1.AuditService/GetConsistencyProof',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.ConsistencyProof.FromString,
+                _registered_method=True)
+        self.GetReceipt = channel.unary_unary(
+                '/crossaudit.v1.AuditService/GetReceipt',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.GetReceiptRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.Receipt.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -76,6 +101,44 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLogKey(self, request, context):
+        """The tenant's verifiable decision log (docs/evidence.md): every audited decision is a leaf of
+        a Merkle log (RFC 6962/9162 hashing) whose checkpoints the server signs with Ed25519.
+        The public key that signs the caller's log, its name, and retired keys still trusted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadLog(self, request, context):
+        """The caller's log from --since to --until, checkpointed to its head first: what `audit
+        verify` checks and `audit export` writes. Records written outside the log come last.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetInclusionProof(self, request, context):
+        """That a decision is in the log: its leaf and the path to the latest checkpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsistencyProof(self, request, context):
+        """That a later checkpoint extends an earlier one (nothing before it was changed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReceipt(self, request, context):
+        """What decided a decision: policy, engine, each evaluator's provenance; its place in the log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +156,31 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.EraseInputs,
                     request_deserializer=crossaudit_dot_v1_dot_audit__pb2.EraseInputsRequest.FromString,
                     response_serializer=crossaudit_dot_v1_dot_audit__pb2.Erasure.SerializeToString,
+            ),
+            'GetLogKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLogKey,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.GetLogKeyRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.LogKey.SerializeToString,
+            ),
+            'ReadLog': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadLog,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.ReadLogRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.LogChunk.SerializeToString,
+            ),
+            'GetInclusionProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetInclusionProof,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.GetInclusionProofRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.InclusionProof.SerializeToString,
+            ),
+            'GetConsistencyProof': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsistencyProof,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.ConsistencyProof.SerializeToString,
+            ),
+            'GetReceipt': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReceipt,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.GetReceiptRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.Receipt.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +264,141 @@ class AuditService:
             '/crossaudit.v1.AuditService/EraseInputs',
             crossaudit_dot_v1_dot_audit__pb2.EraseInputsRequest.SerializeToString,
             crossaudit_dot_v1_dot_audit__pb2.Erasure.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLogKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/GetLogKey',
+            crossaudit_dot_v1_dot_audit__pb2.GetLogKeyRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.LogKey.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/ReadLog',
+            crossaudit_dot_v1_dot_audit__pb2.ReadLogRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetInclusionProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/GetInclusionProof',
+            crossaudit_dot_v1_dot_audit__pb2.GetInclusionProofRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.InclusionProof.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsistencyProof(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/GetConsistencyProof',
+            crossaudit_dot_v1_dot_audit__pb2.GetConsistencyProofRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.ConsistencyProof.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReceipt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/GetReceipt',
+            crossaudit_dot_v1_dot_audit__pb2.GetReceiptRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.Receipt.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,127 @@
+"""The leaf of a decision in its tenant's log: a canonical encoding of the audit record.
+
+The leaf covers what was decided and about what, by content digests: the verdict, the policy
+(name, revision, declared version, digest), the digests of the prompt, response, context and
+modified response, the rules' results and the decision's receipt (each by the SHA-256 of its
+canonical JSON), the errored rules, the time, and the record's sequence number in the log. Raw
+text is never in a leaf: erasing retained inputs (docs/retention.md) removes the text and the
+quoted violations, and the log still verifies.
+
+The encoding is JSON with sorted keys, no spaces, ASCII only (``json.dumps(doc, sort_keys=True,
+separators=(",", ":"))``); floats as Python writes them (the shortest text that reads back as
+the same double). An export's ``records.jsonl`` holds these bytes, one leaf a line, so a verifier
+needs only SHA-256 and :mod:`crossaudit.evidence.merkle`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+LEAF_FORMAT = "crossaudit.decision/v1"  # the leaf document's "log" field: its format and version
+
+# The decisions' columns a leaf is built from, in this order (the store reads exactly these).
+LEAF_COLUMNS: tuple[str, ...] = (
+    "decision_id",
+    "tenant",
+    "policy",
+    "policy_revision",
+    "policy_version",
+    "policy_digest",
+    "environment",
+    "passed",
+    "action",
+    "rules",
+    "errored_rules",
+    "latency_ms",
+    "prompt_sha256",
+    "response_sha256",
+    "context_sha256",
+    "modified_response_sha256",
+    "request_id",
+    "created_at",
+    "truncated",
+    "receipt",
+)
+
+_RAW_VIOLATIONS = '"violations": ['  # how json.dumps writes a list of violations (a string cannot hold it unescaped)
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
+def _counted(rules: Any) -> Any:
+    for rule in rules if isinstance(rules, list) else ():
+        for ev in rule.get("evaluators") or () if isinstance(rule, dict) else ():
+            if isinstance(ev, dict) and isinstance(ev.get("violations"), list):
+                ev["violations"] = len(ev["violations"])
+    return rules
+
+
+def rules_text(stored: str) -> str:
+    """The rules as a record without raw text stores them: each evaluator's violations by their
+    count. A record kept with raw text, and the same record after an erasure, give one text."""
+    if _RAW_VIOLATIONS not in stored:
+        return stored
+    return json.dumps(_counted(json.loads(stored)), default=str)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def receipt_text(receipt: Any) -> str:
+    """A receipt as stored: canonical JSON, so its digest is the digest of the stored text."""
+    return json.dumps(receipt, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def leaf_document(row: Sequence[Any], seq: int) -> bytes:
+    """The leaf bytes of the decision whose :data:`LEAF_COLUMNS` values (as stored: rules,
+    errored rules and receipt as JSON text, passed as 0/1) are ``row``, at ``seq`` in its log."""
+    (
+        decision_id,
+        tenant,
+        policy,
+        policy_revision,
+        policy_version,
+        policy_digest,
+        environment,
+        passed,
+        action,
+        rules,
+        errored_rules,
+        latency_ms,
+        prompt_sha256,
+        response_sha256,
+        context_sha256,
+        modified_response_sha256,
+        request_id,
+        created_at,
+        truncated,
+        receipt,
+    ) = row
+    doc = {
+        "log": LEAF_FORMAT,
+        "seq": int(seq),
+        "decision_id": decision_id,
+        "tenant": tenant,
+        "policy": policy,
+        "policy_revision": int(policy_revision),
+        "policy_version": policy_version,
+        "policy_digest": policy_digest,
+        "environment": environment,
+        "passed": bool(passed),
+        "action": action,
+        "rules_sha256": sha256_hex(rules_text(rules)),
+        "errored_rules": json.loads(errored_rules),
+        "latency_ms": float(latency_ms),
+        "prompt_sha256": prompt_sha256,
+        "response_sha256": response_sha256,
+        "context_sha256": context_sha256,
+        "modified_response_sha256": modified_response_sha256,
+        "request_id": request_id,
+        "created_at": float(created_at),
+        "truncated": truncated,
+        "receipt_sha256": sha256_hex(receipt or "{}"),
+    }
+    return _dumps(doc).encode()

@@ -1,0 +1,450 @@
+"""The decision log's server side: the signing key, the checkpoint worker, reading the log for
+verification and export, proofs and receipts (docs/evidence.md).
+
+Sequence numbers and leaf hashes are assigned by the store in the transaction that writes each
+decision (:func:`crossaudit.store.sql._take_seqs`); this module signs what is there. A crash
+between a decision and its checkpoint loses nothing: the worker's first run at start signs every
+log whose head is past its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from crossaudit.evidence import merkle
+from crossaudit.evidence.bundle import BundleWriter, Covering, Detail
+from crossaudit.evidence.leaf import leaf_document, rules_text
+from crossaudit.evidence.notes import (
+    EvidenceKeyError,
+    PublicKey,
+    SigningKey,
+    check_key_name,
+    generate_private_pem,
+    load_public_key,
+    load_signing_key,
+    sign_checkpoint,
+)
+from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report
+from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, NotFoundError, QuotaExceededError
+from crossaudit.service.auth import check_private_file
+from crossaudit.service.config import EvidenceConfig
+from crossaudit.store.base import CheckpointRecord, LogRow, Store
+from crossaudit.store.sql import SqlStore
+
+log = logging.getLogger("crossaudit.evidence")
+
+GENERATED_KEY_FILE = "evidence-signing.pem"  # in the data directory, when no key is configured (SQLite only)
+MAX_KEY_FILE_BYTES = 16 << 10  # a PEM key file is a few hundred bytes
+MAX_CHECKPOINTS_READ = 100_000  # checkpoints one read of a log carries (one per checkpoint_every decisions)
+
+
+def _read_key_text(path: Path, what: str) -> bytes:
+    try:
+        if path.stat().st_size > MAX_KEY_FILE_BYTES:
+            raise ConfigurationError(f"{what} {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} {path} not found") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def load_keys(
+    config: EvidenceConfig, data_dir: Path | None, *, shared_store: bool, environ: Mapping[str, str] | None = None
+) -> tuple[SigningKey | None, list[PublicKey]]:
+    """The signing key and the public keys verification trusts (the current one first).
+
+    From ``evidence.signing_key_file`` (owner-only) or ``evidence.signing_key_env``; with neither,
+    a key generated once in ``data_dir`` for an embedded store, and none for a shared one
+    (replicas sharing PostgreSQL must sign with one key, which no replica can make up alone:
+    their logs are kept but not signed, and the server says so at start). Every problem with a
+    configured key is a ConfigurationError."""
+    what = "evidence signing key"
+    try:
+        name = check_key_name(config.key_name)
+        if config.signing_key_file is not None and config.signing_key_env:
+            raise ConfigurationError(f"{what}: set evidence.signing_key_file or evidence.signing_key_env, not both")
+        if config.signing_key_file is not None:
+            check_private_file(config.signing_key_file, what)
+            key = load_signing_key(_read_key_text(config.signing_key_file, what), name, str(config.signing_key_file))
+        elif config.signing_key_env:
+            value = (os.environ if environ is None else environ).get(config.signing_key_env)
+            if not value:
+                raise ConfigurationError(f"{what}: environment variable {config.signing_key_env} is not set")
+            key = load_signing_key(value.encode(), name, f"${config.signing_key_env}")
+        elif shared_store or data_dir is None:
+            return None, []
+        else:
+            path = data_dir / GENERATED_KEY_FILE
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.exists():
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(generate_private_pem())
+                log.info("generated the evidence signing key %s (publish its public half: crossaudit audit key)", path)
+            check_private_file(path, what)
+            key = load_signing_key(_read_key_text(path, what), name, str(path))
+        trusted = [key.public]
+        for p in config.previous_public_keys:
+            pub = load_public_key(
+                _read_key_text(p, "evidence previous public key").decode("ascii", "replace"), str(p), name
+            )
+            if pub.key_id not in {k.key_id for k in trusted}:
+                trusted.append(pub)
+    except EvidenceKeyError as exc:
+        raise ConfigurationError(f"{what}: {exc}") from None
+    return key, trusted
+
+
+@dataclasses.dataclass(frozen=True)
+class InclusionProof:
+    decision_id: str
+    seq: int
+    document: bytes
+    leaf_hash: str
+    tree_size: int
+    path: list[bytes]
+    checkpoint: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsistencyProof:
+    old_checkpoint: str
+    new_checkpoint: str
+    path: list[bytes]
+
+
+def entry_of(row: LogRow) -> tuple[Entry, str, str]:
+    """A stored record as the verifier reads it, with its rules and receipt texts."""
+    values = row.values
+    rules, receipt = values[9], values[19]
+    doc = leaf_document(values, row.seq) if row.seq is not None else leaf_document(values, -1)
+    return Entry(row.decision_id, row.seq, row.leaf_hash, doc), rules_text(rules), receipt or "{}"
+
+
+class EvidenceLog:
+    """Signs each tenant's log and serves it to verification, exports, proofs and receipts."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: EvidenceConfig | None = None,
+        *,
+        key: SigningKey | None,
+        trusted: Sequence[PublicKey] = (),
+    ) -> None:
+        self.store = store
+        self.config = config or EvidenceConfig()
+        self.key = key  # None: nothing is signed (a shared store without a configured key)
+        self.trusted = list(trusted) or ([key.public] if key is not None else [])
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._nudge = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._unsigned: dict[str, int] = {}
+        self._worker: asyncio.Task[None] | None = None
+        self._gaps_logged: set[tuple[str, int]] = set()
+        self.signed = 0  # checkpoints this server signed since start
+
+    def origin(self, tenant: str) -> str:
+        return f"{self.config.origin}/{tenant}"
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def written(self, tenant: str) -> None:
+        """One more decision in ``tenant``'s log: the worker runs early once enough are unsigned."""
+        n = self._unsigned.get(tenant, 0) + 1
+        self._unsigned[tenant] = n
+        if n >= self.config.checkpoint_every:
+            self._nudge.set()
+
+    async def checkpoint(self, tenant: str) -> CheckpointRecord | None:
+        """Sign ``tenant``'s log up to its head (or up to a missing sequence number, which is
+        logged: verify names it). None when the latest checkpoint already covers it all."""
+        if self.key is None:
+            return None
+        lock = self._locks.setdefault(tenant, asyncio.Lock())
+        async with lock:
+            self._unsigned.pop(tenant, None)
+            latest = await self.store.latest_checkpoint(tenant)
+            tree = merkle.Frontier() if latest is None else merkle.Frontier.restore(latest.size, latest.frontier)
+            head = await self.store.log_size(tenant)
+            while tree.size < head:
+                end = min(head, tree.size + self.config.checkpoint_batch)
+                leaves = await self.store.log_leaves(tenant, tree.size, end)
+                for seq, leaf in leaves:
+                    if seq != tree.size or not leaf:
+                        break
+                    tree.append(bytes.fromhex(leaf))
+                if tree.size < end:
+                    if (tenant, tree.size) not in self._gaps_logged:
+                        self._gaps_logged.add((tenant, tree.size))
+                        log.error(
+                            "the decision log of tenant %s has no leaf at seq %d (below its head %d): it is signed "
+                            "up to there; run crossaudit audit verify",
+                            tenant,
+                            tree.size,
+                            head,
+                        )
+                    break
+            if latest is not None and tree.size <= latest.size:
+                return None
+            if tree.size == 0:
+                return None
+            now = time.time()
+            cp = sign_checkpoint(self.key, self.origin(tenant), tree.size, tree.root(), int(now))
+            rec = CheckpointRecord(tenant, cp.size, cp.root.hex(), cp.key_id, cp.note, tree.state(), now)
+            if await self.store.add_checkpoint(rec):
+                self.signed += 1
+            return rec
+
+    async def checkpoint_all(self) -> int:
+        """Sign every log with unsigned leaves; how many were signed."""
+        n = 0
+        for tenant, _size, _signed in await self.store.logs_behind(limit=10_000):
+            if await self.checkpoint(tenant) is not None:
+                n += 1
+        return n
+
+    def start(self) -> None:
+        if self._worker is None and self.key is not None:
+            self._worker = asyncio.create_task(self._run(), name="evidence-checkpoints")
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.checkpoint_all()
+            except Exception:  # a store outage: the next run signs what is there
+                log.exception(
+                    "checkpointing the decision logs failed; retrying in %ss", self.config.checkpoint_interval_s
+                )
+            self._nudge.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                stop, nudge = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._nudge.wait())
+                try:
+                    await asyncio.wait(
+                        {stop, nudge}, timeout=self.config.checkpoint_interval_s, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    stop.cancel()
+                    nudge.cancel()
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        if self._worker is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._worker, timeout=max(5.0, self.config.checkpoint_interval_s))
+            self._worker = None
+        if self.key is not None:
+            with contextlib.suppress(Exception):  # what the last decisions added, signed before the store closes
+                await self.checkpoint_all()
+
+    # --- reading -------------------------------------------------------------------------------
+
+    async def _frontier_at(self, tenant: str, start: int) -> merkle.Frontier:
+        """The tree's edge before ``start``, from the latest checkpoint at or below it and the
+        stored leaves after (untrusted: a wrong edge fails against the signed roots)."""
+        below = await self.store.list_checkpoints(tenant, max_size=start, limit=MAX_CHECKPOINTS_READ)
+        tree = merkle.Frontier() if not below else merkle.Frontier.restore(below[-1].size, below[-1].frontier)
+        while tree.size < start:
+            end = min(start, tree.size + self.config.checkpoint_batch)
+            leaves = await self.store.log_leaves(tenant, tree.size, end)
+            for seq, leaf in leaves:
+                if seq != tree.size or not leaf:
+                    break
+                tree.append(bytes.fromhex(leaf))
+            if tree.size < end:
+                break  # a missing leaf before the start: the edge stays short and the roots say so
+        return tree
+
+    async def read(
+        self, tenant: str, *, since: float | None = None, until: float | None = None, outside: bool = True
+    ) -> AsyncIterator[LogChunk]:
+        """``tenant``'s log from the first decision at or after ``since`` (all: None) to the first
+        at or after ``until`` (the head: None), signed up to its head first; with ``outside``,
+        the records written outside the log follow (verification names them)."""
+        await self.checkpoint(tenant)
+        head = await self.store.log_size(tenant)
+        start = 0
+        if since is not None:
+            found = await self.store.first_seq_since(tenant, since)
+            start = head if found is None else found
+        end = head
+        if until is not None:
+            found = await self.store.first_seq_since(tenant, until)
+            end = head if found is None else max(start, found)
+        tree = await self._frontier_at(tenant, start)
+        notes = await self.store.list_checkpoints(tenant, min_size=start + 1, max_size=end, limit=MAX_CHECKPOINTS_READ)
+        first = LogChunk(
+            [],
+            log=self.origin(tenant),
+            start=start,
+            frontier=tree.state() if tree.size == start else [],
+            head=head if until is None else end,
+            checkpoints=[c.note for c in notes],
+        )
+        yield first
+        seq = start
+        chunk = self.config.read_chunk
+        while seq < end:
+            rows = await self.store.log_rows(tenant, start=seq, limit=min(chunk, end - seq))
+            rows = [r for r in rows if r.seq is not None and r.seq < end]
+            if not rows:
+                break
+            yield LogChunk([entry_of(r) for r in rows])
+            seq = (rows[-1].seq or 0) + 1
+        last = LogChunk([], last=True)
+        if until is not None and end < head:
+            # the first checkpoint past the records, proved over them: its subtrees outside [start, end)
+            past = await self.store.list_checkpoints(tenant, min_size=end + 1, limit=1)
+            if (past and not notes) or (past and notes[-1].size != end):
+                cp = past[0]
+                last.covering = cp.note
+                last.covering_proof = await self._range_proof(tenant, cp.size, start, end)
+        if outside:
+            # records past the head as it is now (decisions written meanwhile are below it): inserted
+            beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
+            if beyond:
+                yield LogChunk([entry_of(r) for r in beyond])
+            after = since
+            while True:
+                rows = await self.store.log_rows_outside(tenant, since=after, limit=chunk)
+                if not rows:
+                    break
+                yield LogChunk([entry_of(r) for r in rows])
+                if len(rows) < chunk:
+                    break
+                after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later
+        yield last
+
+    async def _leaves(self, tenant: str, start: int, end: int) -> list[bytes]:
+        if end - start > self.config.max_proof_leaves:
+            raise QuotaExceededError(
+                f"evidence.max_proof_leaves={self.config.max_proof_leaves}: the proof would read {end - start} leaves"
+            )
+        out: list[bytes] = []
+        for seq, leaf in await self.store.log_leaves(tenant, start, end):
+            if seq != start + len(out) or not leaf:
+                raise NotFoundError(
+                    f"the decision log has no leaf at seq {start + len(out)}: run crossaudit audit verify"
+                )
+            out.append(bytes.fromhex(leaf))
+        if len(out) != end - start:
+            raise NotFoundError(f"the decision log has no leaf at seq {start + len(out)}: run crossaudit audit verify")
+        return out
+
+    async def _range_proof(self, tenant: str, size: int, lo: int, hi: int) -> list[merkle.Node]:
+        leaves = await self._leaves(tenant, 0, size)
+        return merkle.range_proof(lambda a, b: merkle.root(leaves[a:b]), size, lo, hi)
+
+    # --- proofs and receipts ----------------------------------------------------------------------
+
+    async def inclusion(self, tenant: str, decision_id: str) -> InclusionProof:
+        """That ``decision_id`` is in ``tenant``'s log: its leaf, and the path to the latest checkpoint."""
+        rec = await self.store.get_decision(tenant, decision_id)
+        if rec.log_seq is None:
+            raise NotFoundError(f"decision {decision_id!r} is not in the decision log (written while it was off)")
+        await self.checkpoint(tenant)
+        cp = await self.store.latest_checkpoint(tenant)
+        if cp is None or cp.size <= rec.log_seq:
+            raise NotFoundError(f"no checkpoint covers decision {decision_id!r} yet (seq {rec.log_seq})")
+        leaves = await self._leaves(tenant, 0, cp.size)
+        rows = await self.store.log_rows(tenant, start=rec.log_seq, limit=1)
+        entry = entry_of(rows[0])[0]
+        path = merkle.inclusion_proof(leaves, rec.log_seq, cp.size)
+        return InclusionProof(decision_id, rec.log_seq, entry.document, rec.leaf_hash or "", cp.size, path, cp.note)
+
+    async def consistency(self, tenant: str, old: int, new: int = 0) -> ConsistencyProof:
+        """That the checkpoint of ``new`` leaves (0: the latest) extends the one of ``old``."""
+        latest = await self.store.latest_checkpoint(tenant)
+        if latest is None:
+            raise NotFoundError("the decision log has no checkpoint yet")
+        new = new or latest.size
+        if not 0 < old <= new:
+            raise InvalidInputError(
+                f"a consistency proof goes from a smaller checkpoint to a larger one ({old} > {new})"
+            )
+        cps = {
+            c.size: c
+            for c in await self.store.list_checkpoints(tenant, min_size=old, max_size=new, limit=MAX_CHECKPOINTS_READ)
+        }
+        for size in (old, new):
+            if size not in cps:
+                raise NotFoundError(f"no checkpoint of size {size}")
+        path = merkle.consistency_proof(await self._leaves(tenant, 0, new), old, new) if old != new else []
+        return ConsistencyProof(cps[old].note, cps[new].note, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogKeyInfo:
+    """What a server says of a tenant's log: its name, the signing key (None: nothing is
+    signed) and every key verification trusts (the current one first)."""
+
+    log: str
+    key: PublicKey | None
+    trusted: list[PublicKey]
+    signing: bool
+
+
+def export_chunks(
+    chunks: Iterable[LogChunk], out: Path, key: PublicKey, trusted: Sequence[PublicKey], keep_leaves: bool
+) -> Report:
+    """Write a log read as a bundle (:mod:`crossaudit.evidence.bundle`) in ``out``, verifying it
+    on the way; the report of that check (the bundle is written whatever it finds)."""
+    checker = ChunkVerifier(trusted, keep_leaves=keep_leaves)
+    writer: BundleWriter | None = None
+    notes: list[str] = []
+    covering: Covering | None = None
+    for chunk in chunks:
+        checker.feed(chunk)
+        if writer is None:
+            writer = BundleWriter(out, origin=chunk.log, start=chunk.start, frontier=chunk.frontier, key=key)
+            notes = list(chunk.checkpoints)
+        for entry, rules, receipt in chunk.entries:
+            if entry.seq is None:
+                continue  # outside the log: nothing in a bundle could vouch for it
+            writer.add(entry, Detail(entry.seq, entry.decision_id, rules, receipt))
+        if chunk.covering:
+            covering = Covering(chunk.covering, list(chunk.covering_proof))
+    if writer is None:
+        raise NotFoundError("the server sent no log")
+    writer.finish(notes, covering)
+    return checker.finish()
+
+
+def receipt_of(record: Any) -> dict[str, Any]:
+    """The receipt an audit record carries, with its place in the log."""
+    return {
+        "decision_id": record.decision_id,
+        "receipt": record.receipt,
+        "log_seq": record.log_seq,
+        "leaf_hash": record.leaf_hash,
+    }
+
+
+def check_keys(config: EvidenceConfig) -> None:
+    """A configured signing key (or previous public key) that is missing or wrong fails the
+    start before anything opens; the generated key is made later, in the data directory."""
+    if config.signing_key_file is not None or config.signing_key_env or config.previous_public_keys:
+        load_keys(config, None, shared_store=True)
+
+
+def build_evidence(config: EvidenceConfig, store: Store, data_dir: Path, *, shared_store: bool) -> EvidenceLog:
+    key, trusted = load_keys(config, data_dir, shared_store=shared_store)
+    if isinstance(store, SqlStore):
+        store.log_decisions = config.log
+    if not config.log:
+        log.warning("evidence.log is off: decisions are written outside their tenants' verifiable logs")
+    elif key is None:
+        log.warning(
+            "no evidence.signing_key_file: the decision logs are kept but no checkpoint is signed (replicas sharing "
+            "a PostgreSQL store need one key; make one with crossaudit audit key --generate FILE)"
+        )
+    return EvidenceLog(store, config, key=key, trusted=trusted)
