@@ -161,14 +161,19 @@ def verify_bundle(bundle: Path, keys: Sequence[PublicKey]) -> Report:
         v.keep_leaves()
     try:
         records, leaves, details = (_lines(bundle / n) for n in ("records.jsonl", "leaves.txt", "details.jsonl"))
-        seq = start
-        for doc, leaf, detail in zip(records, leaves, details, strict=True):
-            _check_detail(v.report, doc, detail)
-            d = json.loads(doc)
-            v.add(Entry(str(d.get("decision_id", "")), int(d["seq"]) if "seq" in d else None, leaf.decode(), doc))
-            seq += 1
-    except (ValueError, KeyError, TypeError, OSError) as exc:  # zip(strict) raises ValueError on unequal files
-        raise BundleError(f"{bundle}: the record files do not read as one list of records ({exc})") from None
+        for i, (doc, leaf, detail) in enumerate(zip(records, leaves, details, strict=True)):
+            try:
+                d = json.loads(doc)
+                seq, decision_id = int(d["seq"]), str(d.get("decision_id", ""))
+            except (ValueError, KeyError, TypeError):  # a record changed out of JSON: its leaf will not match
+                d, seq, decision_id = None, start + i, ""
+            if d is not None:
+                _check_detail(v.report, d, detail)
+            v.add(Entry(decision_id, seq, leaf.decode("ascii", "replace"), doc))
+    except ValueError as exc:  # zip(strict=True): the files hold different numbers of lines
+        raise BundleError(f"{bundle}: records.jsonl, leaves.txt and details.jsonl differ in length ({exc})") from None
+    except OSError as exc:
+        raise BundleError(f"{bundle}: {exc}") from None
     if covering is not None:
         try:
             nodes = [(int(lo), int(hi), bytes.fromhex(h)) for lo, hi, h in covering["nodes"]]
@@ -178,18 +183,22 @@ def verify_bundle(bundle: Path, keys: Sequence[PublicKey]) -> Report:
     return v.finish()
 
 
-def _check_detail(report: Report, doc: bytes, detail: bytes) -> None:
-    d, x = json.loads(doc), json.loads(detail)
-    seq = d.get("seq")
-    if x.get("seq") != seq or x.get("decision_id") != d.get("decision_id"):
-        report.add(Finding(seq, "bundle", "details.jsonl does not line up with records.jsonl"))
+def _check_detail(report: Report, d: dict[str, Any], detail: bytes) -> None:
+    seq, decision_id = d.get("seq"), str(d.get("decision_id", ""))
+    try:
+        x = json.loads(detail)
+        rules, receipt = str(x["rules"]), str(x["receipt"])
+        lined_up = x.get("seq") == seq and x.get("decision_id") == decision_id
+    except (ValueError, KeyError, TypeError):
+        report.add(Finding(seq, "bundle", "its line of details.jsonl does not read", decision_id))
         return
-    if sha256_hex(rules_text(str(x.get("rules", "")))) != d.get("rules_sha256"):
-        report.add(Finding(seq, "edited", "its rules do not match the digest in its leaf", str(d.get("decision_id"))))
-    if sha256_hex(str(x.get("receipt", ""))) != d.get("receipt_sha256"):
-        report.add(
-            Finding(seq, "edited", "its receipt does not match the digest in its leaf", str(d.get("decision_id")))
-        )
+    if not lined_up:
+        report.add(Finding(seq, "bundle", "details.jsonl does not line up with records.jsonl", decision_id))
+        return
+    if sha256_hex(rules_text(rules)) != d.get("rules_sha256"):
+        report.add(Finding(seq, "edited", "its rules do not match the digest in its leaf", decision_id))
+    if sha256_hex(receipt) != d.get("receipt_sha256"):
+        report.add(Finding(seq, "edited", "its receipt does not match the digest in its leaf", decision_id))
 
 
 def bundle_size(bundle: Path) -> int:

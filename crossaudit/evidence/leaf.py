@@ -75,9 +75,37 @@ def receipt_text(receipt: Any) -> str:
     return json.dumps(receipt, sort_keys=True, separators=(",", ":"), default=str)
 
 
+_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps' own (C) string escaper
+_float = float.__repr__
+
+
+def _num(x: float) -> str:
+    """A float as json.dumps writes it (NaN and the infinities as JavaScript names)."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    return _float(x)
+
+
+def _errored(stored: str) -> str:
+    """The errored rules (a JSON list of names, as stored) in the canonical encoding."""
+    if stored == "[]":
+        return stored
+    return "[" + ",".join(_str(str(name)) for name in json.loads(stored)) + "]"
+
+
+def _opt(value: str | None) -> str:
+    return "null" if value is None else _str(value)
+
+
 def leaf_document(row: Sequence[Any], seq: int) -> bytes:
     """The leaf bytes of the decision whose :data:`LEAF_COLUMNS` values (as stored: rules,
-    errored rules and receipt as JSON text, passed as 0/1) are ``row``, at ``seq`` in its log."""
+    errored rules and receipt as JSON text, passed as 0/1) are ``row``, at ``seq`` in its log.
+
+    Written field by field in sorted key order: exactly ``json.dumps(doc, sort_keys=True,
+    separators=(",", ":"))`` of the document (a test holds the two equal), several times faster,
+    which is what lets ``verify`` read tens of thousands of records a second."""
     (
         decision_id,
         tenant,
@@ -100,6 +128,27 @@ def leaf_document(row: Sequence[Any], seq: int) -> bytes:
         truncated,
         receipt,
     ) = row
+    text = (
+        f'{{"action":{_str(action)},"context_sha256":{_str(context_sha256)},"created_at":{_num(float(created_at))},'
+        f'"decision_id":{_str(decision_id)},"environment":{_str(environment)},'
+        f'"errored_rules":{_errored(errored_rules)},"latency_ms":{_num(float(latency_ms))},'
+        f'"log":{_str(LEAF_FORMAT)},"modified_response_sha256":{_opt(modified_response_sha256)},'
+        f'"passed":{"true" if passed else "false"},"policy":{_str(policy)},"policy_digest":{_str(policy_digest)},'
+        f'"policy_revision":{int(policy_revision)},"policy_version":{_str(policy_version)},'
+        f'"prompt_sha256":{_str(prompt_sha256)},"receipt_sha256":"{sha256_hex(receipt or "{}")}",'
+        f'"request_id":{_str(request_id)},"response_sha256":{_str(response_sha256)},'
+        f'"rules_sha256":"{sha256_hex(rules_text(rules))}","seq":{int(seq)},"tenant":{_str(tenant)},'
+        f'"truncated":{_str(truncated)}}}'
+    )
+    return text.encode()
+
+
+def leaf_document_reference(row: Sequence[Any], seq: int) -> bytes:
+    """:func:`leaf_document` written the plain way (json.dumps of the document): the definition
+    the fast one is tested against."""
+    (decision_id, tenant, policy, policy_revision, policy_version, policy_digest, environment, passed, action,
+     rules, errored_rules, latency_ms, prompt_sha256, response_sha256, context_sha256, modified_response_sha256,
+     request_id, created_at, truncated, receipt) = row  # fmt: skip
     doc = {
         "log": LEAF_FORMAT,
         "seq": int(seq),

@@ -121,9 +121,13 @@ class Report:
 
 
 def reseq(document: bytes, seq: int) -> bytes:
-    """``document`` with another sequence number (its other fields as they are)."""
-    doc = json.loads(document)
-    doc["seq"] = seq
+    """``document`` with another sequence number (its other fields as they are); b"" when it
+    is not a JSON object (it then matches no leaf)."""
+    try:
+        doc = json.loads(document)
+        doc["seq"] = seq
+    except (ValueError, TypeError):
+        return b""
     return _dumps(doc).encode()
 
 

@@ -63,7 +63,7 @@ from crossaudit.sdk.sources import policy_upload
 from crossaudit.service import convert
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from crossaudit.service.errors import from_rpc_error
-from crossaudit.service.evidence import ConsistencyProof, InclusionProof, LogKeyInfo, export_chunks
+from crossaudit.service.evidence import ConsistencyProof, Exporter, InclusionProof, LogKeyInfo, export_chunks
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -989,6 +989,25 @@ class AsyncClient(ClientBase):
         async for chunk in self.read_log(since, outside=True):
             checker.feed(chunk)
         return checker.finish()
+
+    async def export_log(
+        self,
+        out: PathOrText,
+        keys: Sequence[PublicKey] | None = None,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Report:
+        """As :meth:`Client.export_log`."""
+        info = await self.log_key()
+        if info.key is None:
+            raise ConfigurationError(
+                "this server signs no checkpoints (no evidence.signing_key_file): nothing to export"
+            )
+        exporter = Exporter(Path(out), info.key, keys or info.trusted, until is not None)
+        async for chunk in self.read_log(since, until):
+            exporter.feed(chunk)
+        return exporter.finish()
 
     async def inclusion_proof(self, decision_id: str) -> InclusionProof:
         return await self._unary(self._inclusion_proof(decision_id))

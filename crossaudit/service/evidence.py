@@ -123,11 +123,10 @@ class ConsistencyProof:
 
 
 def entry_of(row: LogRow) -> tuple[Entry, str, str]:
-    """A stored record as the verifier reads it, with its rules and receipt texts."""
+    """A stored record as the verifier reads it, with its rules (as stored) and receipt texts."""
     values = row.values
-    rules, receipt = values[9], values[19]
-    doc = leaf_document(values, row.seq) if row.seq is not None else leaf_document(values, -1)
-    return Entry(row.decision_id, row.seq, row.leaf_hash, doc), rules_text(rules), receipt or "{}"
+    doc = leaf_document(values, -1 if row.seq is None else row.seq)
+    return Entry(row.decision_id, row.seq, row.leaf_hash, doc), values[9], values[19] or "{}"
 
 
 class EvidenceLog:
@@ -291,15 +290,26 @@ class EvidenceLog:
             checkpoints=[c.note for c in notes],
         )
         yield first
-        seq = start
         chunk = self.config.read_chunk
-        while seq < end:
-            rows = await self.store.log_rows(tenant, start=seq, limit=min(chunk, end - seq))
-            rows = [r for r in rows if r.seq is not None and r.seq < end]
-            if not rows:
-                break
-            yield LogChunk([entry_of(r) for r in rows])
-            seq = (rows[-1].seq or 0) + 1
+
+        def page(a: int) -> asyncio.Task[list[LogRow]]:
+            # pages by sequence range, each bounded (the unique index holds one record a number):
+            # the next one is read while this one is turned into entries
+            b = min(end, a + chunk)
+            return asyncio.ensure_future(self.store.log_rows(tenant, start=a, end=b, limit=2 * chunk))
+
+        seq = start
+        pending = page(seq) if seq < end else None
+        try:
+            while pending is not None:
+                rows = await pending
+                seq = min(end, seq + chunk)
+                pending = page(seq) if seq < end else None
+                if rows:
+                    yield LogChunk([entry_of(r) for r in rows])
+        finally:
+            if pending is not None:
+                pending.cancel()
         last = LogChunk([], last=True)
         if until is not None and end < head:
             # the first checkpoint past the records, proved over them: its subtrees outside [start, end)
@@ -393,30 +403,47 @@ class LogKeyInfo:
     signing: bool
 
 
-def export_chunks(
-    chunks: Iterable[LogChunk], out: Path, key: PublicKey, trusted: Sequence[PublicKey], keep_leaves: bool
-) -> Report:
-    """Write a log read as a bundle (:mod:`crossaudit.evidence.bundle`) in ``out``, verifying it
-    on the way; the report of that check (the bundle is written whatever it finds)."""
-    checker = ChunkVerifier(trusted, keep_leaves=keep_leaves)
-    writer: BundleWriter | None = None
-    notes: list[str] = []
-    covering: Covering | None = None
-    for chunk in chunks:
-        checker.feed(chunk)
-        if writer is None:
-            writer = BundleWriter(out, origin=chunk.log, start=chunk.start, frontier=chunk.frontier, key=key)
-            notes = list(chunk.checkpoints)
+class Exporter:
+    """Writes a log read as a bundle (:mod:`crossaudit.evidence.bundle`) in ``out`` chunk by chunk,
+    verifying it on the way (:meth:`finish` returns that check's report; the bundle is written
+    whatever it finds)."""
+
+    def __init__(self, out: Path, key: PublicKey, trusted: Sequence[PublicKey], keep_leaves: bool) -> None:
+        self.out, self.key = out, key
+        self.checker = ChunkVerifier(trusted, keep_leaves=keep_leaves)
+        self.writer: BundleWriter | None = None
+        self.notes: list[str] = []
+        self.covering: Covering | None = None
+
+    def feed(self, chunk: LogChunk) -> None:
+        self.checker.feed(chunk)
+        if self.writer is None:
+            self.writer = BundleWriter(self.out, origin=chunk.log, start=chunk.start, frontier=chunk.frontier,
+                                       key=self.key)  # fmt: skip
+            self.notes = list(chunk.checkpoints)
         for entry, rules, receipt in chunk.entries:
             if entry.seq is None:
                 continue  # outside the log: nothing in a bundle could vouch for it
-            writer.add(entry, Detail(entry.seq, entry.decision_id, rules, receipt))
+            # the rules as a record without raw text holds them: no quoted violation leaves in an export
+            self.writer.add(entry, Detail(entry.seq, entry.decision_id, rules_text(rules), receipt))
         if chunk.covering:
-            covering = Covering(chunk.covering, list(chunk.covering_proof))
-    if writer is None:
-        raise NotFoundError("the server sent no log")
-    writer.finish(notes, covering)
-    return checker.finish()
+            self.covering = Covering(chunk.covering, list(chunk.covering_proof))
+
+    def finish(self) -> Report:
+        if self.writer is None:
+            raise NotFoundError("the server sent no log")
+        self.writer.finish(self.notes, self.covering)
+        return self.checker.finish()
+
+
+def export_chunks(
+    chunks: Iterable[LogChunk], out: Path, key: PublicKey, trusted: Sequence[PublicKey], keep_leaves: bool
+) -> Report:
+    """Write a log read as a bundle in ``out``; the report of checking it on the way."""
+    exporter = Exporter(out, key, trusted, keep_leaves)
+    for chunk in chunks:
+        exporter.feed(chunk)
+    return exporter.finish()
 
 
 def receipt_of(record: Any) -> dict[str, Any]:

@@ -747,8 +747,8 @@ class Store(abc.ABC):
         """Sequence numbers handed out in ``tenant``'s log (its head): 0 when it has none."""
 
     @abc.abstractmethod
-    async def log_rows(self, tenant: str, *, start: int, limit: int) -> list[LogRow]:
-        """Up to ``limit`` records of ``tenant``'s log with sequence numbers from ``start``, in order."""
+    async def log_rows(self, tenant: str, *, start: int, limit: int, end: int | None = None) -> list[LogRow]:
+        """Up to ``limit`` records of ``tenant``'s log with ``start <= seq < end``, in order."""
 
     @abc.abstractmethod
     async def log_rows_outside(self, tenant: str, *, since: float | None, limit: int) -> list[LogRow]:

@@ -1537,10 +1537,11 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def log_rows(self, tenant: str, *, start: int, limit: int) -> list[LogRow]:
+    async def log_rows(self, tenant: str, *, start: int, limit: int, end: int | None = None) -> list[LogRow]:
         def tx(c: Conn) -> list[LogRow]:
-            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq>=? ORDER BY log_seq LIMIT ?"
-            return [_log_row(r) for r in c.execute(q, (tenant, int(start), _page(limit))).fetchall()]
+            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq>=? AND log_seq<? ORDER BY log_seq LIMIT ?"
+            top = MAX_SQL_INT if end is None else int(end)
+            return [_log_row(r) for r in c.execute(q, (tenant, int(start), top, _page(limit))).fetchall()]
 
         return await self._run(tx)
 

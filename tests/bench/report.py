@@ -78,6 +78,20 @@ TARGETS = (
         True,
         "live p50 with a shadow at --sample 0.1, 16 clients, evaluators run: <= 1.05x shadow off",
     ),
+    Target(
+        "evidence.verify.store",
+        "throughput",
+        50_000,
+        False,
+        "audit verify of a 10-rule log read from the store: >= 50,000 records/s",
+    ),
+    Target(
+        "ratio.evidence.cpu",
+        "ratio",
+        1.05,
+        True,
+        "server CPU per decision with the decision log on, cached 10-rule policy, 16 clients: <= 1.05x log off",
+    ),
 )
 
 SCENARIOS: dict[str, Scenario] = {}

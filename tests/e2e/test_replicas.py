@@ -1,7 +1,8 @@
 """Three `crossaudit serve` replicas on loopback sharing one real PostgreSQL, clients spread over
 them: a deploy on one is served by the others, `kill -9` of one under load loses no answered
 decision while the others keep answering, review auto-approval happens once, and each webhook
-is delivered once although every replica runs a delivery worker."""
+is delivered once although every replica runs a delivery worker; the three, writing at once
+and one of them killed, make one consistent, verifiable decision log."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from crossaudit import Client
+from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.kernel.errors import CrossAuditError
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess, key
 from tests.e2e.policies import KEYWORDS, webhook_policy
@@ -26,6 +28,10 @@ MAX_LOAD_SECONDS = 60.0
 MAX_CALLS_PER_THREAD = 5_000
 CONVERGE_S = 10.0  # bound on waiting for a deploy to reach every replica (deployment_recheck_s is 1 s)
 SIGNING = "a-signing-secret-of-32-characters"
+EVIDENCE_PEM = generate_private_pem()  # the one key every replica signs its tenants' logs with
+EVIDENCE_KEY = load_signing_key(EVIDENCE_PEM, "crossaudit", "the replicas' key").public
+WRITERS_PER_REPLICA = 4
+DECISIONS_PER_WRITER = 15
 
 
 def keys_text(receiver: Receiver) -> str:
@@ -52,9 +58,9 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, postgres_server, receiver
     servers = [
         ServerProcess(
             tmp_path_factory.mktemp(f"replica{i}"),
-            extra=("--store", url),
+            extra=("--store", url, "--set", "evidence.signing_key_env=EVIDENCE_KEY"),
             keys_text=keys_text(receiver),
-            env={"ACME_SIGNING": SIGNING},
+            env={"ACME_SIGNING": SIGNING, "EVIDENCE_KEY": EVIDENCE_PEM.decode()},
         )
         for i in range(REPLICAS)
     ]
@@ -193,3 +199,39 @@ def test_kill_9_of_one_replica_under_load_loses_no_answered_decision(replicas: l
     victim.start()  # it comes back (on a new port) on the shared state
     with Client(victim.address, api_key=key("acme")) as c:
         assert c.get_decision(before_kill[0]).policy == "loaded"
+
+
+def test_three_replicas_writing_at_once_make_one_verifiable_log(replicas: list[ServerProcess]) -> None:
+    """After the kill above (decisions it answered may never have been checkpointed by it),
+    every replica writes at once; each replica then serves the same log, which verifies under
+    the one key: sequence numbers without gaps or repeats, every leaf signed."""
+    with Client(replicas[0].address, api_key=key("globex")) as c:
+        c.deploy_policy(KEYWORDS.replace("name: keywords", "name: logged"))
+    errors: list[BaseException] = []
+
+    def write(srv: ServerProcess) -> None:
+        try:
+            with Client(srv.address, api_key=key("globex")) as c:
+                for i in range(DECISIONS_PER_WRITER):
+                    _until(lambda c=c, i=i: c.evaluate("logged", "p", "bad" if i % 2 else "fine", timeout=10))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in replicas for _ in range(WRITERS_PER_REPLICA)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    written = len(replicas) * WRITERS_PER_REPLICA * DECISIONS_PER_WRITER
+    roots = set()
+    for srv in replicas:
+        with Client(srv.address, api_key=key("globex")) as c:
+            report = c.verify_log([EVIDENCE_KEY])
+            assert report.ok, report.findings[:5]
+            assert report.records == written and report.covered == written
+            roots.add(c.consistency_proof(report.covered).new_checkpoint.split("\n")[2])
+        with Client(srv.address, api_key=key("acme")) as c:  # acme's log, the killed replica's decisions in it
+            acme = c.verify_log([EVIDENCE_KEY])
+            assert acme.ok and acme.records == acme.covered > MIN_ANSWERED, acme.findings[:5]
+    assert len(roots) == 1  # one tree: every replica signs the same root for the same size
