@@ -504,8 +504,10 @@ class ClientBase(abc.ABC):
 
         return Unary(self._audit.GetLogKey, audit_pb.GetLogKeyRequest(), decode)
 
-    def _read_log(self, since: float | None, until: float | None, outside: bool) -> Stream[LogChunk]:
-        req = audit_pb.ReadLogRequest(outside=outside)
+    def _read_log(
+        self, since: float | None, until: float | None, outside: bool, details: bool = False
+    ) -> Stream[LogChunk]:
+        req = audit_pb.ReadLogRequest(outside=outside, details=details)
         if since is not None:
             req.since.CopyFrom(convert.timestamp(since))
         if until is not None:
@@ -741,10 +743,11 @@ class Client(ClientBase):
         return self._unary(self._log_key())
 
     def read_log(
-        self, since: float | None = None, until: float | None = None, *, outside: bool = False
+        self, since: float | None = None, until: float | None = None, *, outside: bool = False, details: bool = False
     ) -> Iterator[LogChunk]:
-        """This tenant's decision log, chunk by chunk (what verify and export read)."""
-        return self._stream(self._read_log(since, until, outside))
+        """This tenant's decision log, chunk by chunk (what verify and export read); ``outside``:
+        the records written outside the log too; ``details``: each record's rules and receipt."""
+        return self._stream(self._read_log(since, until, outside, details))
 
     def verify_log(self, keys: Sequence[PublicKey] | None = None, *, since: float | None = None) -> Report:
         """Read this tenant's log and verify it here, against ``keys`` (None: the keys the server
@@ -769,7 +772,8 @@ class Client(ClientBase):
             raise ConfigurationError(
                 "this server signs no checkpoints (no evidence.signing_key_file): nothing to export"
             )
-        return export_chunks(self.read_log(since, until), Path(out), info.key, keys or info.trusted, until is not None)
+        chunks = self.read_log(since, until, details=True)
+        return export_chunks(chunks, Path(out), info.key, keys or info.trusted, until is not None)
 
     def inclusion_proof(self, decision_id: str) -> InclusionProof:
         return self._unary(self._inclusion_proof(decision_id))
@@ -979,9 +983,9 @@ class AsyncClient(ClientBase):
         return await self._unary(self._log_key())
 
     def read_log(
-        self, since: float | None = None, until: float | None = None, *, outside: bool = False
+        self, since: float | None = None, until: float | None = None, *, outside: bool = False, details: bool = False
     ) -> AsyncIterator[LogChunk]:
-        return self._stream(self._read_log(since, until, outside))
+        return self._stream(self._read_log(since, until, outside, details))
 
     async def verify_log(self, keys: Sequence[PublicKey] | None = None, *, since: float | None = None) -> Report:
         """As :meth:`Client.verify_log`."""
@@ -1005,7 +1009,7 @@ class AsyncClient(ClientBase):
                 "this server signs no checkpoints (no evidence.signing_key_file): nothing to export"
             )
         exporter = Exporter(Path(out), info.key, keys or info.trusted, until is not None)
-        async for chunk in self.read_log(since, until):
+        async for chunk in self.read_log(since, until, details=True):
             exporter.feed(chunk)
         return exporter.finish()
 

@@ -590,6 +590,13 @@ class EvidenceConfig:
         PositiveInt,
         Field(le=10_000, description="records per message of `AuditService.ReadLog` (verify and export)"),
     ] = 1_000
+    read_chunk_bytes: Annotated[
+        PositiveInt,
+        Field(
+            le=8 * 1024 * 1024,
+            description="bytes of records one `AuditService.ReadLog` message carries at most (a record is never split)",
+        ),
+    ] = 1024 * 1024
     max_proof_leaves: Annotated[
         PositiveInt,
         Field(

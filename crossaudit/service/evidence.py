@@ -263,8 +263,33 @@ class EvidenceLog:
                 break  # a missing leaf before the start: the edge stays short and the roots say so
         return tree
 
+    def _chunks(self, rows: Sequence[LogRow], details: bool) -> list[LogChunk]:
+        """``rows`` as entries, in chunks of at most ``read_chunk_bytes`` (one record at least)."""
+        out: list[LogChunk] = []
+        entries: list[tuple[Entry, str, str]] = []
+        size = 0
+        for r in rows:
+            entry, rules, receipt = entry_of(r)
+            if not details:
+                rules = receipt = ""
+            n = len(entry.document) + len(rules) + len(receipt) + 128
+            if entries and size + n > self.config.read_chunk_bytes:
+                out.append(LogChunk(entries))
+                entries, size = [], 0
+            entries.append((entry, rules, receipt))
+            size += n
+        if entries:
+            out.append(LogChunk(entries))
+        return out
+
     async def read(
-        self, tenant: str, *, since: float | None = None, until: float | None = None, outside: bool = True
+        self,
+        tenant: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        outside: bool = True,
+        details: bool = True,
     ) -> AsyncIterator[LogChunk]:
         """``tenant``'s log from the first decision at or after ``since`` (all: None) to the first
         at or after ``until`` (the head: None), signed up to its head first; with ``outside``,
@@ -305,8 +330,8 @@ class EvidenceLog:
                 rows = await pending
                 seq = min(end, seq + chunk)
                 pending = page(seq) if seq < end else None
-                if rows:
-                    yield LogChunk([entry_of(r) for r in rows])
+                for piece in self._chunks(rows, details):
+                    yield piece
         finally:
             if pending is not None:
                 pending.cancel()
@@ -321,14 +346,15 @@ class EvidenceLog:
         if outside:
             # records past the head as it is now (decisions written meanwhile are below it): inserted
             beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
-            if beyond:
-                yield LogChunk([entry_of(r) for r in beyond])
+            for piece in self._chunks(beyond, details):
+                yield piece
             after = since
             while True:
                 rows = await self.store.log_rows_outside(tenant, since=after, limit=chunk)
                 if not rows:
                     break
-                yield LogChunk([entry_of(r) for r in rows])
+                for piece in self._chunks(rows, details):
+                    yield piece
                 if len(rows) < chunk:
                     break
                 after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later

@@ -444,7 +444,10 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
     async def ReadLog(self, tenant: str, request: audit_pb.ReadLogRequest, context: Any) -> AsyncIterator[Any]:
         since = convert.seconds(request.since) if request.HasField("since") else None
         until = convert.seconds(request.until) if request.HasField("until") else None
-        async for chunk in self.svc.evidence_log().read(tenant, since=since, until=until, outside=request.outside):
+        log = self.svc.evidence_log().read(
+            tenant, since=since, until=until, outside=request.outside, details=request.details
+        )
+        async for chunk in log:
             yield convert.log_chunk_to_pb(chunk)
 
     @unary

@@ -137,14 +137,16 @@ class LogKey(_message.Message):
     def __init__(self, log: _Optional[str] = ..., key_id: _Optional[str] = ..., vkey: _Optional[str] = ..., pem: _Optional[str] = ..., trusted_vkeys: _Optional[_Iterable[str]] = ..., signing: _Optional[bool] = ...) -> None: ...
 
 class ReadLogRequest(_message.Message):
-    __slots__ = ("since", "until", "outside")
+    __slots__ = ("since", "until", "outside", "details")
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     OUTSIDE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
     since: _timestamp_pb2.Timestamp
     until: _timestamp_pb2.Timestamp
     outside: bool
-    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outside: _Optional[bool] = ...) -> None: ...
+    details: bool
+    def __init__(self, since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outside: _Optional[bool] = ..., details: _Optional[bool] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("decision_id", "seq", "stored_leaf", "document", "rules", "receipt")
