@@ -107,22 +107,38 @@ def _mth(leaves: Sequence[bytes], lo: int, hi: int) -> bytes:
     return f.root()
 
 
-def inclusion_proof(leaves: Sequence[bytes], index: int, size: int) -> list[bytes]:
-    """PATH(index, D[0:size]) of RFC 6962 2.1.1, from the leaf hashes."""
-    if not 0 <= index < size <= len(leaves):
+Subtree = Callable[[int, int], bytes]  # MTH(D[a:b]) of the log, however it is computed
+
+
+def of_leaves(leaves: Sequence[bytes]) -> Subtree:
+    """MTH of ranges of a list of leaf hashes held in memory."""
+    return lambda a, b: _mth(leaves, a, b)
+
+
+def inclusion_path(index: int, size: int) -> list[tuple[int, int]]:
+    """The subtrees whose roots make PATH(index, D[0:size]) of RFC 6962 2.1.1, leaf upwards."""
+    if not 0 <= index < size:
         raise ProofError(f"no leaf {index} in a tree of {size} leaves")
-    proof: list[bytes] = []
+    path: list[tuple[int, int]] = []
     lo, hi = 0, size
     while hi - lo > 1:
         k = _split(hi - lo)
         if index - lo < k:
-            proof.append(_mth(leaves, lo + k, hi))
+            path.append((lo + k, hi))
             hi = lo + k
         else:
-            proof.append(_mth(leaves, lo, lo + k))
+            path.append((lo, lo + k))
             lo += k
-    proof.reverse()  # the RFC lists the path from the leaf upwards
-    return proof
+    path.reverse()
+    return path
+
+
+def inclusion_proof(leaves: Sequence[bytes] | Subtree, index: int, size: int) -> list[bytes]:
+    """PATH(index, D[0:size]) of RFC 6962 2.1.1, from the leaf hashes (or a subtree function)."""
+    if not callable(leaves) and size > len(leaves):
+        raise ProofError(f"no tree of {size} leaves in {len(leaves)}")
+    subtree = leaves if callable(leaves) else of_leaves(leaves)
+    return [subtree(a, b) for a, b in inclusion_path(index, size)]
 
 
 def root_from_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes]) -> bytes:
@@ -153,21 +169,29 @@ def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes],
         raise ProofError(f"leaf {index} is not in the tree of {size} leaves with that root")
 
 
-def consistency_proof(leaves: Sequence[bytes], old: int, new: int) -> list[bytes]:
-    """PROOF(old, D[0:new]) of RFC 6962 2.1.2, from the leaf hashes."""
-    if not 0 < old <= new <= len(leaves):
+def consistency_path(old: int, new: int) -> list[tuple[int, int]]:
+    """The subtrees whose roots make PROOF(old, D[0:new]) of RFC 6962 2.1.2, in order."""
+    if not 0 < old <= new:
         raise ProofError(f"no consistency proof from {old} to {new} leaves")
 
-    def sub(m: int, lo: int, hi: int, whole: bool) -> list[bytes]:
+    def sub(m: int, lo: int, hi: int, whole: bool) -> list[tuple[int, int]]:
         n = hi - lo
         if m == n:
-            return [] if whole else [_mth(leaves, lo, hi)]
+            return [] if whole else [(lo, hi)]
         k = _split(n)
         if m <= k:
-            return [*sub(m, lo, lo + k, whole), _mth(leaves, lo + k, hi)]
-        return [*sub(m - k, lo + k, hi, False), _mth(leaves, lo, lo + k)]
+            return [*sub(m, lo, lo + k, whole), (lo + k, hi)]
+        return [*sub(m - k, lo + k, hi, False), (lo, lo + k)]
 
     return sub(old, 0, new, True)
+
+
+def consistency_proof(leaves: Sequence[bytes] | Subtree, old: int, new: int) -> list[bytes]:
+    """PROOF(old, D[0:new]) of RFC 6962 2.1.2, from the leaf hashes (or a subtree function)."""
+    if not callable(leaves) and new > len(leaves):
+        raise ProofError(f"no tree of {new} leaves in {len(leaves)}")
+    subtree = leaves if callable(leaves) else of_leaves(leaves)
+    return [subtree(a, b) for a, b in consistency_path(old, new)]
 
 
 def verify_consistency(old: int, new: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]) -> None:
@@ -217,7 +241,12 @@ def verify_consistency(old: int, new: int, old_root: bytes, new_root: bytes, pro
 Node = tuple[int, int, bytes]  # [lo, hi) and its subtree's hash
 
 
-def range_proof(subtree: Callable[[int, int], bytes], size: int, lo: int, hi: int) -> list[Node]:
+def range_path(size: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The subtrees of :func:`range_proof`, in order."""
+    return [(a, b) for a, b, _ in range_proof(lambda a, b: b"", size, lo, hi)]
+
+
+def range_proof(subtree: Subtree, size: int, lo: int, hi: int) -> list[Node]:
     """The subtrees of the tree of ``size`` leaves that lie wholly outside ``[lo, hi)`` and are
     maximal in RFC 6962's recursion, in order; ``subtree(a, b)`` gives MTH(D[a:b])."""
     if not 0 <= lo <= hi <= size:

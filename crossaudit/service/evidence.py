@@ -24,12 +24,14 @@ from crossaudit.evidence.bundle import BundleWriter, Covering, Detail
 from crossaudit.evidence.leaf import leaf_document, rules_text
 from crossaudit.evidence.notes import (
     EvidenceKeyError,
+    NoteError,
     PublicKey,
     SigningKey,
     check_key_name,
     generate_private_pem,
     load_public_key,
     load_signing_key,
+    open_checkpoint,
     sign_checkpoint,
 )
 from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report
@@ -129,6 +131,17 @@ def entry_of(row: LogRow) -> tuple[Entry, str, str]:
     return Entry(row.decision_id, row.seq, row.leaf_hash, doc), values[9], values[19] or "{}"
 
 
+def _extend(tree: merkle.Frontier, leaves: Sequence[tuple[int, str | None]], at: int) -> int:
+    """Append ``leaves`` (seq, stored hex) to ``tree`` while they follow on from ``at`` without a
+    gap or a missing hash; the next sequence number expected."""
+    for seq, leaf in leaves:
+        if seq != at or not leaf:
+            break
+        tree.append(bytes.fromhex(leaf))
+        at += 1
+    return at
+
+
 class EvidenceLog:
     """Signs each tenant's log and serves it to verification, exports, proofs and receipts."""
 
@@ -150,6 +163,9 @@ class EvidenceLog:
         self._unsigned: dict[str, int] = {}
         self._worker: asyncio.Task[None] | None = None
         self._gaps_logged: set[tuple[str, int]] = set()
+        self._refused: set[tuple[str, str]] = set()
+        # the largest checkpoint of each log this process signed: stored ones may not go back
+        self._seen: dict[str, tuple[int, bytes]] = {}
         self.signed = 0  # checkpoints this server signed since start
 
     def origin(self, tenant: str) -> str:
@@ -173,15 +189,14 @@ class EvidenceLog:
         async with lock:
             self._unsigned.pop(tenant, None)
             latest = await self.store.latest_checkpoint(tenant)
-            tree = merkle.Frontier() if latest is None else merkle.Frontier.restore(latest.size, latest.frontier)
+            tree = self._trusted_base(tenant, latest)
+            if tree is None:
+                return None
             head = await self.store.log_size(tenant)
             while tree.size < head:
                 end = min(head, tree.size + self.config.checkpoint_batch)
                 leaves = await self.store.log_leaves(tenant, tree.size, end)
-                for seq, leaf in leaves:
-                    if seq != tree.size or not leaf:
-                        break
-                    tree.append(bytes.fromhex(leaf))
+                await asyncio.to_thread(_extend, tree, leaves, tree.size)
                 if tree.size < end:
                     if (tenant, tree.size) not in self._gaps_logged:
                         self._gaps_logged.add((tenant, tree.size))
@@ -202,7 +217,42 @@ class EvidenceLog:
             rec = CheckpointRecord(tenant, cp.size, cp.root.hex(), cp.key_id, cp.note, tree.state(), now)
             if await self.store.add_checkpoint(rec):
                 self.signed += 1
+            self._seen[tenant] = (cp.size, cp.root)
             return rec
+
+    def _trusted_base(self, tenant: str, latest: CheckpointRecord | None) -> merkle.Frontier | None:
+        """The tree to extend: the latest stored checkpoint's, once its note verifies under a
+        trusted key, names this tenant's log and its size, and its stored edge folds to its signed
+        root; never smaller than a checkpoint this process signed or saw. None (logged once)
+        when the stored checkpoints cannot be trusted: a new checkpoint would otherwise sign
+        whatever someone with write access to the database put there."""
+        seen = self._seen.get(tenant)
+        why = ""
+        tree = merkle.Frontier()
+        if latest is None:
+            why = "its checkpoints are gone" if seen else ""
+        else:
+            try:
+                cp = open_checkpoint(latest.note, {k.key_id: k for k in self.trusted})
+                tree = merkle.Frontier.restore(latest.size, latest.frontier)
+            except (NoteError, merkle.ProofError, ValueError) as exc:
+                why = f"its latest checkpoint ({latest.size}) does not verify: {exc}"
+            else:
+                if cp.origin != self.origin(tenant) or cp.size != latest.size or tree.root() != cp.root:
+                    why = f"its latest checkpoint ({latest.size}) does not match its stored row"
+                elif seen and (cp.size < seen[0] or (cp.size == seen[0] and cp.root != seen[1])):
+                    why = f"its latest checkpoint ({cp.size}) is older than one this server signed ({seen[0]})"
+        if not why:
+            return tree
+        if (tenant, why) not in self._refused:
+            self._refused.add((tenant, why))
+            log.error(
+                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
+                tenant,
+                why,
+                tenant,
+            )
+        return None
 
     async def checkpoint_all(self) -> int:
         """Sign every log with unsigned leaves; how many were signed."""
@@ -250,15 +300,15 @@ class EvidenceLog:
     async def _frontier_at(self, tenant: str, start: int) -> merkle.Frontier:
         """The tree's edge before ``start``, from the latest checkpoint at or below it and the
         stored leaves after (untrusted: a wrong edge fails against the signed roots)."""
-        below = await self.store.list_checkpoints(tenant, max_size=start, limit=MAX_CHECKPOINTS_READ)
-        tree = merkle.Frontier() if not below else merkle.Frontier.restore(below[-1].size, below[-1].frontier)
+        below = await self.store.latest_checkpoint(tenant, max_size=start)
+        tree = merkle.Frontier()
+        if below is not None:
+            with contextlib.suppress(merkle.ProofError, ValueError):  # a bad stored edge: rebuilt from the leaves
+                tree = merkle.Frontier.restore(below.size, below.frontier)
         while tree.size < start:
             end = min(start, tree.size + self.config.checkpoint_batch)
             leaves = await self.store.log_leaves(tenant, tree.size, end)
-            for seq, leaf in leaves:
-                if seq != tree.size or not leaf:
-                    break
-                tree.append(bytes.fromhex(leaf))
+            await asyncio.to_thread(_extend, tree, leaves, tree.size)
             if tree.size < end:
                 break  # a missing leaf before the start: the edge stays short and the roots say so
         return tree
@@ -342,7 +392,8 @@ class EvidenceLog:
             if (past and not notes) or (past and notes[-1].size != end):
                 cp = past[0]
                 last.covering = cp.note
-                last.covering_proof = await self._range_proof(tenant, cp.size, start, end)
+                subtree = await self._subtrees(tenant, merkle.range_path(cp.size, start, end))
+                last.covering_proof = merkle.range_proof(subtree, cp.size, start, end)
         if outside:
             # records past the head as it is now (decisions written meanwhile are below it): inserted
             beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
@@ -360,25 +411,26 @@ class EvidenceLog:
                 after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later
         yield last
 
-    async def _leaves(self, tenant: str, start: int, end: int) -> list[bytes]:
-        if end - start > self.config.max_proof_leaves:
+    async def _subtrees(self, tenant: str, ranges: Sequence[tuple[int, int]]) -> merkle.Subtree:
+        """The roots of ``ranges`` (disjoint subtrees of the log) from the stored leaves, read in
+        batches and hashed off the event loop: memory stays one batch whatever the log's size;
+        ``evidence.max_proof_leaves`` bounds the leaves one proof reads."""
+        total = sum(b - a for a, b in ranges)
+        if total > self.config.max_proof_leaves:
             raise QuotaExceededError(
-                f"evidence.max_proof_leaves={self.config.max_proof_leaves}: the proof would read {end - start} leaves"
+                f"evidence.max_proof_leaves={self.config.max_proof_leaves}: the proof would read {total} leaves"
             )
-        out: list[bytes] = []
-        for seq, leaf in await self.store.log_leaves(tenant, start, end):
-            if seq != start + len(out) or not leaf:
-                raise NotFoundError(
-                    f"the decision log has no leaf at seq {start + len(out)}: run crossaudit audit verify"
-                )
-            out.append(bytes.fromhex(leaf))
-        if len(out) != end - start:
-            raise NotFoundError(f"the decision log has no leaf at seq {start + len(out)}: run crossaudit audit verify")
-        return out
-
-    async def _range_proof(self, tenant: str, size: int, lo: int, hi: int) -> list[merkle.Node]:
-        leaves = await self._leaves(tenant, 0, size)
-        return merkle.range_proof(lambda a, b: merkle.root(leaves[a:b]), size, lo, hi)
+        roots: dict[tuple[int, int], bytes] = {}
+        for a, b in sorted(set(ranges)):
+            tree = merkle.Frontier()
+            at = a
+            while at < b:
+                end = min(b, at + self.config.checkpoint_batch)
+                at = await asyncio.to_thread(_extend, tree, await self.store.log_leaves(tenant, at, end), at)
+                if at < end:
+                    raise NotFoundError(f"the decision log has no leaf at seq {at}: run crossaudit audit verify")
+            roots[(a, b)] = tree.root()
+        return lambda a, b: roots[(a, b)]
 
     # --- proofs and receipts ----------------------------------------------------------------------
 
@@ -391,10 +443,10 @@ class EvidenceLog:
         cp = await self.store.latest_checkpoint(tenant)
         if cp is None or cp.size <= rec.log_seq:
             raise NotFoundError(f"no checkpoint covers decision {decision_id!r} yet (seq {rec.log_seq})")
-        leaves = await self._leaves(tenant, 0, cp.size)
+        subtree = await self._subtrees(tenant, merkle.inclusion_path(rec.log_seq, cp.size))
         rows = await self.store.log_rows(tenant, start=rec.log_seq, limit=1)
         entry = entry_of(rows[0])[0]
-        path = merkle.inclusion_proof(leaves, rec.log_seq, cp.size)
+        path = merkle.inclusion_proof(subtree, rec.log_seq, cp.size)
         return InclusionProof(decision_id, rec.log_seq, entry.document, rec.leaf_hash or "", cp.size, path, cp.note)
 
     async def consistency(self, tenant: str, old: int, new: int = 0) -> ConsistencyProof:
@@ -414,7 +466,10 @@ class EvidenceLog:
         for size in (old, new):
             if size not in cps:
                 raise NotFoundError(f"no checkpoint of size {size}")
-        path = merkle.consistency_proof(await self._leaves(tenant, 0, new), old, new) if old != new else []
+        path = []
+        if old != new:
+            subtree = await self._subtrees(tenant, merkle.consistency_path(old, new))
+            path = merkle.consistency_proof(subtree, old, new)
         return ConsistencyProof(cps[old].note, cps[new].note, path)
 
 

@@ -192,7 +192,8 @@ async def test_a_record_rewritten_with_its_leaf_fails_against_the_signed_root(db
 async def test_a_checkpoint_signed_by_another_key_is_refused(db: Db) -> None:
     await signed(db, 5)
     await write(db.store, 3)
-    impostor = EvidenceLog(db.store, EvidenceConfig(), key=OTHER_KEY)
+    # a server signing with another key (it accepts the log so far, as a rotated server would)
+    impostor = EvidenceLog(db.store, EvidenceConfig(), key=OTHER_KEY, trusted=[OTHER_KEY.public, KEY.public])
     await impostor.checkpoint("acme")
     report = await verify(db.store)
     assert report.counts == {"checkpoint": 1}
@@ -271,3 +272,18 @@ async def test_an_export_of_a_range_is_proved_in_a_later_checkpoint(db: Db, tmp_
     assert report.ok and report.records == 7 and report.covered == 20
     offline = verify_bundle(out, [KEY.public])
     assert offline.ok and offline.records == 7 and offline.checkpoints == 1
+
+
+async def test_the_checkpointer_never_signs_on_top_of_a_forged_checkpoint_row(db: Db) -> None:
+    """Someone with write access to the database rewrites the latest checkpoint's stored edge (or
+    deletes the checkpoints) so that the next signature would cover a history of their making:
+    the server refuses to sign rather than extend it."""
+    log, _ = await signed(db, 8)
+    await write(db.store, 3)
+    forged = json.dumps([leaf_hash(b"forged").hex()])  # a tree of 8 leaves has one perfect subtree
+    db.execute("UPDATE log_checkpoints SET frontier=? WHERE tenant='acme' AND size=8", (forged,))
+    fresh = EvidenceLog(db.store, EvidenceConfig(), key=KEY)
+    assert await fresh.checkpoint("acme") is None
+    db.execute("DELETE FROM log_checkpoints WHERE tenant='acme'")
+    assert await log.checkpoint("acme") is None  # this process signed 8: the log cannot start over
+    assert (await db.store.latest_checkpoint("acme")) is None
