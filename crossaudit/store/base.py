@@ -332,12 +332,14 @@ def audit_rules_json(rec: AuditRecord) -> str:
 
 
 def audit_size(rec: AuditRecord, rules_json: str | None = None) -> int:
-    """The bytes an audit record costs its tenant's quota: its JSON and text columns as stored,
-    plus the fixed part. One measure for the per-decision cap and the per-day quota.
+    """The bytes an audit record costs its tenant's quota: its JSON and text columns as stored
+    (the receipt included), plus the fixed part. One measure for the per-decision cap and the per-day quota.
     ``rules_json``: :func:`audit_rules_json` of ``rec`` when the caller already has it."""
     if rules_json is None:
         rules_json = audit_rules_json(rec)
     size = AUDIT_ROW_BYTES + len(rules_json) + len(json.dumps(rec.errored_rules))
+    if rec.receipt:  # as the store writes it (crossaudit.evidence.leaf.receipt_text)
+        size += len(json.dumps(rec.receipt, sort_keys=True, separators=(",", ":"), default=str))
     if rec.prompt is not None:
         size += len(rec.prompt.encode("utf-8", "surrogatepass"))
     if rec.response is not None:

@@ -168,7 +168,8 @@ MAX_SQL_INT = 2**63 - 1
 # fixed part audit_size counts): what a byte-bounded listing adds up before it reads any record
 # whole. AUDIT_ROW_BYTES is a constant of the code, not a value from a caller.
 _RECORD_SIZE = (
-    "(LENGTH(rules) + LENGTH(errored_rules) + COALESCE(LENGTH(prompt), 0) + COALESCE(LENGTH(response), 0) "
+    "(LENGTH(rules) + LENGTH(errored_rules) + LENGTH(receipt) + COALESCE(LENGTH(prompt), 0) "
+    "+ COALESCE(LENGTH(response), 0) "
     f"+ LENGTH(truncated) + LENGTH(request_id) + LENGTH(policy) + {int(AUDIT_ROW_BYTES)})"
 )
 # The history kinds that made a version active (a candidate's start, discard or automatic
