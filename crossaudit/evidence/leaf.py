@@ -58,16 +58,33 @@ def _counted(rules: Any) -> Any:
     return rules
 
 
-def rules_text(stored: str) -> str:
+_RAW_VIOLATIONS_BYTES = _RAW_VIOLATIONS.encode()
+
+
+def rules_text(stored: str | bytes | memoryview) -> str:
     """The rules as a record without raw text stores them: each evaluator's violations by their
     count. A record kept with raw text, and the same record after an erasure, give one text."""
+    if isinstance(stored, (bytes, memoryview)):
+        stored = bytes(stored).decode("utf-8", "surrogatepass")
     if _RAW_VIOLATIONS not in stored:
         return stored
     return json.dumps(_counted(json.loads(stored)), default=str)
 
 
-def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def rules_sha256(stored: str | bytes | memoryview) -> str:
+    """SHA-256 (hex) of :func:`rules_text` of ``stored``, without decoding bytes that need no change."""
+    if isinstance(stored, memoryview):  # a driver may hand bytes over as a view
+        stored = bytes(stored)
+    if isinstance(stored, bytes):
+        if _RAW_VIOLATIONS_BYTES not in stored:
+            return hashlib.sha256(stored).hexdigest()
+        stored = stored.decode("utf-8", "surrogatepass")
+    return sha256_hex(rules_text(stored))
+
+
+def sha256_hex(text: str | bytes | memoryview) -> str:
+    data = text if isinstance(text, (bytes, memoryview)) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def receipt_text(receipt: Any) -> str:
@@ -135,9 +152,9 @@ def leaf_document(row: Sequence[Any], seq: int) -> bytes:
         f'"log":{_str(LEAF_FORMAT)},"modified_response_sha256":{_opt(modified_response_sha256)},'
         f'"passed":{"true" if passed else "false"},"policy":{_str(policy)},"policy_digest":{_str(policy_digest)},'
         f'"policy_revision":{int(policy_revision)},"policy_version":{_str(policy_version)},'
-        f'"prompt_sha256":{_str(prompt_sha256)},"receipt_sha256":"{sha256_hex(receipt or "{}")}",'
+        f'"prompt_sha256":{_str(prompt_sha256)},"receipt_sha256":"{sha256_hex(receipt or b"{}")}",'
         f'"request_id":{_str(request_id)},"response_sha256":{_str(response_sha256)},'
-        f'"rules_sha256":"{sha256_hex(rules_text(rules))}","seq":{int(seq)},"tenant":{_str(tenant)},'
+        f'"rules_sha256":"{rules_sha256(rules)}","seq":{int(seq)},"tenant":{_str(tenant)},'
         f'"truncated":{_str(truncated)}}}'
     )
     return text.encode()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from crossaudit.evidence.merkle import Frontier, Node, ProofError, leaf_hash, root_from_range
 from crossaudit.evidence.notes import Checkpoint, NoteError, PublicKey, open_checkpoint
@@ -30,8 +31,7 @@ MAX_REORDER_CANDIDATES = 1000  # mismatched records tried against each other's s
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One record as a source hands it over: ``seq`` None when it is outside the log."""
 
     decision_id: str

@@ -124,11 +124,20 @@ class ConsistencyProof:
     path: list[bytes]
 
 
-def entry_of(row: LogRow) -> tuple[Entry, str, str]:
-    """A stored record as the verifier reads it, with its rules (as stored) and receipt texts."""
+def entry_of(row: LogRow, details: bool = True) -> tuple[Entry, str, str]:
+    """A stored record as the verifier reads it, with its rules (as stored) and receipt texts
+    (empty unless ``details``)."""
     values = row.values
-    doc = leaf_document(values, -1 if row.seq is None else row.seq)
-    return Entry(row.decision_id, row.seq, row.leaf_hash, doc), values[9], values[19] or "{}"
+    entry = Entry(row.decision_id, row.seq, row.leaf_hash, leaf_document(values, -1 if row.seq is None else row.seq))
+    if not details:
+        return entry, "", ""
+    return entry, _text(values[9]), _text(values[19]) or "{}"
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).decode("utf-8", "surrogatepass")
+    return value or ""
 
 
 def _extend(tree: merkle.Frontier, leaves: Sequence[tuple[int, str | None]], at: int) -> int:
@@ -319,9 +328,7 @@ class EvidenceLog:
         entries: list[tuple[Entry, str, str]] = []
         size = 0
         for r in rows:
-            entry, rules, receipt = entry_of(r)
-            if not details:
-                rules = receipt = ""
+            entry, rules, receipt = entry_of(r, details)
             n = len(entry.document) + len(rules) + len(receipt) + 128
             if entries and size + n > self.config.read_chunk_bytes:
                 out.append(LogChunk(entries))
@@ -339,7 +346,7 @@ class EvidenceLog:
         since: float | None = None,
         until: float | None = None,
         outside: bool = True,
-        details: bool = True,
+        details: bool = False,
     ) -> AsyncIterator[LogChunk]:
         """``tenant``'s log from the first decision at or after ``since`` (all: None) to the first
         at or after ``until`` (the head: None), signed up to its head first; with ``outside``,

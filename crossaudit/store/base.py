@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # The store's errors live in the one hierarchy (crossaudit.kernel.errors); re-exported for compatibility.
 from crossaudit.kernel.errors import ReviewAlreadyResolvedError as ReviewAlreadyResolvedError
@@ -232,10 +232,11 @@ class CheckpointRecord:
     created_at: float
 
 
-@dataclass(frozen=True)
-class LogRow:
+class LogRow(NamedTuple):
     """A decision as its log sees it: its sequence number (None: outside the log), the leaf
-    hash stored with it, and its :data:`crossaudit.evidence.leaf.LEAF_COLUMNS` values as stored."""
+    hash stored with it, and its :data:`crossaudit.evidence.leaf.LEAF_COLUMNS` values as stored
+    (rules and receipt as UTF-8 bytes: verification hashes them without decoding). A tuple:
+    verify builds one per record, tens of thousands a second."""
 
     decision_id: str
     seq: int | None

@@ -135,6 +135,8 @@ class _Conn:
 class PostgresStore(SqlStore):
     """Open with ``await PostgresStore.open(url)`` or synchronously with ``PostgresStore(url)``."""
 
+    TEXT_AS_BYTES = "convert_to({}, 'UTF8')"
+
     def __init__(self, url: str, *, limits: PostgresLimits | None = None) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool

@@ -481,11 +481,14 @@ def _logged(audit: AuditRecord, seqs: Mapping[str, Iterator[int]], encoded: Mapp
 
 
 def _log_row(row: Row) -> LogRow:
-    return LogRow(row[0], None if row[1] is None else int(row[1]), row[2], tuple(row[3:]))
+    return LogRow(row[0], row[1], row[2], tuple(row[3:]))
 
 
-# A decision's log columns, then LEAF_COLUMNS: what verification reads of each record.
-_LOG_SELECT = f"SELECT decision_id, log_seq, leaf_hash, {', '.join(LEAF_COLUMNS)} FROM decisions"
+def _log_select(as_bytes: str) -> str:
+    """A decision's log columns, then LEAF_COLUMNS (rules and receipt as bytes, by ``as_bytes``:
+    the backend's cast of a text column to its UTF-8 bytes): what verification reads of each record."""
+    cols = [as_bytes.format(c) if c in ("rules", "receipt") else c for c in LEAF_COLUMNS]
+    return f"SELECT decision_id, log_seq, leaf_hash, {', '.join(cols)} FROM decisions"
 
 
 class SqlStore(Store):
@@ -1530,6 +1533,12 @@ class SqlStore(Store):
 
     # Whether decisions are written into their tenant's log (evidence.log): set by the server.
     log_decisions: bool = True
+    # A text column as its UTF-8 bytes, in this backend's SQL (PostgreSQL: convert_to).
+    TEXT_AS_BYTES = "CAST({} AS BLOB)"
+
+    @property
+    def _log_select(self) -> str:
+        return _log_select(self.TEXT_AS_BYTES)
 
     async def log_size(self, tenant: str) -> int:
         def tx(c: Conn) -> int:
@@ -1540,7 +1549,7 @@ class SqlStore(Store):
 
     async def log_rows(self, tenant: str, *, start: int, limit: int, end: int | None = None) -> list[LogRow]:
         def tx(c: Conn) -> list[LogRow]:
-            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq>=? AND log_seq<? ORDER BY log_seq LIMIT ?"
+            q = f"{self._log_select} WHERE tenant=? AND log_seq>=? AND log_seq<? ORDER BY log_seq LIMIT ?"
             top = MAX_SQL_INT if end is None else int(end)
             return [_log_row(r) for r in c.execute(q, (tenant, int(start), top, _page(limit))).fetchall()]
 
@@ -1548,7 +1557,7 @@ class SqlStore(Store):
 
     async def log_rows_outside(self, tenant: str, *, since: float | None, limit: int) -> list[LogRow]:
         def tx(c: Conn) -> list[LogRow]:
-            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq IS NULL AND created_at>=? ORDER BY created_at LIMIT ?"
+            q = f"{self._log_select} WHERE tenant=? AND log_seq IS NULL AND created_at>=? ORDER BY created_at LIMIT ?"
             since_ = float("-inf") if since is None else float(since)
             return [_log_row(r) for r in c.execute(q, (tenant, since_, _page(limit))).fetchall()]
 

@@ -127,7 +127,7 @@ def bench_verify(root: Path) -> None:
     )
 
     async def chunks() -> list:
-        return [c async for c in log.read("acme")]
+        return [c async for c in log.read("acme", details=True)]
 
     out = root / "bundle"
     export_chunks(asyncio.run(chunks()), out, log.key.public, log.trusted, False)  # type: ignore[union-attr]

@@ -41,6 +41,9 @@ def _row(rng: random.Random) -> list:
         "truncated": text(),
         "receipt": rng.choice(["{}", json.dumps({"policy": {"name": text()}}), None]),
     }
+    if rng.random() < 0.5:  # as verification reads them: UTF-8 bytes
+        values["rules"] = values["rules"].encode()
+        values["receipt"] = values["receipt"].encode() if values["receipt"] is not None else None
     return [values[c] for c in LEAF_COLUMNS]
 
 

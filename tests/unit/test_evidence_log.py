@@ -244,7 +244,7 @@ async def test_erasing_retained_text_keeps_the_log_verifiable(db: Db) -> None:
 async def test_an_export_verifies_offline_and_fails_after_a_one_byte_change(db: Db, tmp_path: Path) -> None:
     log, _ = await signed(db, 12)
     out = tmp_path / "bundle"
-    report = export_chunks(await chunks(log, "acme"), out, KEY.public, [KEY.public], False)
+    report = export_chunks(await chunks(log, "acme", details=True), out, KEY.public, [KEY.public], False)
     assert report.ok
     assert verify_bundle(out, [KEY.public]).ok
     assert not verify_bundle(out, [OTHER_KEY.public]).ok  # the bundle's own key.pem is not trusted
@@ -267,7 +267,7 @@ async def test_an_export_of_a_range_is_proved_in_a_later_checkpoint(db: Db, tmp_
     log, _ = await signed(db, 20)
     out = tmp_path / "bundle"
     # records created at 1005..1011 are seq 5..11; the only checkpoint is of 20
-    parts = await chunks(log, "acme", since=1_005.0, until=1_012.0)
+    parts = await chunks(log, "acme", since=1_005.0, until=1_012.0, details=True)
     report = export_chunks(parts, out, KEY.public, [KEY.public], True)
     assert report.ok and report.records == 7 and report.covered == 20
     offline = verify_bundle(out, [KEY.public])
