@@ -221,7 +221,7 @@ class DockerSandbox(Sandbox):
         assert self._rt is not None
         if pool is not None:  # the image changed (agent/runner rebuilt): start over
             self._close_later(pool)
-        pool = ContainerPool(self._rt, bundle, image.tag, image.preload)
+        pool = ContainerPool(self._rt, bundle, image.tag, image.preload, image.provenance())
         self._pools[bundle.pool_key] = pool
         self._evict()
         return pool
@@ -306,6 +306,7 @@ class DockerSandbox(Sandbox):
             truncated=bool(frame.get("truncated")),
             wall_ms=(time.monotonic() - t0) * 1000,
             extra={"backend": self.name, "warm": warm, "agent_ms": frame.get("wall_ms"), "image": pool.image},
+            provenance={"backend": self.name, **pool.provenance},
         )
         return frame, diag
 

@@ -19,11 +19,19 @@ from sandbox.protocol import AgentChannel, error_from_frame
 class ContainerPool(WarmPool[WarmContainer]):
     """Containers for one bundle (code + dependency image)."""
 
-    def __init__(self, rt: ContainerRuntime, bundle: CodeBundle, image: str, preload: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        rt: ContainerRuntime,
+        bundle: CodeBundle,
+        image: str,
+        preload: tuple[str, ...],
+        provenance: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(rt.pool_limits, bundle)
         self.rt = rt
         self.image = image
         self.preload = preload
+        self.provenance = dict(provenance or {})  # the image's id and digests (DepsImage.provenance)
 
     def stats(self) -> dict[str, Any]:
         return {"image": self.image, **super().stats()}
