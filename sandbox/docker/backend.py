@@ -215,7 +215,8 @@ class DockerSandbox(Sandbox):
 
     def _pool_for(self, bundle: CodeBundle, image: DepsImage) -> ContainerPool:
         pool = self._pools.get(bundle.pool_key)
-        if pool is not None and pool.image == image.tag and not pool.closed:
+        same = pool is not None and pool.image == image.tag and pool.provenance.get("image_id", "") == image.image_id
+        if pool is not None and same and not pool.closed:
             self._pools.move_to_end(bundle.pool_key)
             return pool
         assert self._rt is not None

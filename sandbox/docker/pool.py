@@ -47,9 +47,9 @@ class ContainerPool(WarmPool[WarmContainer]):
         )
 
     async def new_worker(self) -> WarmContainer:
-        container = WarmContainer(
-            self.rt, self.image, self.bundle.digest, self.bundle.pool_key, tenant=self.bundle.tenant
-        )
+        # started from the image id the provenance records (the tag names it; a rebuild could move the tag)
+        image = self.provenance.get("image_id") or self.image
+        container = WarmContainer(self.rt, image, self.bundle.digest, self.bundle.pool_key, tenant=self.bundle.tenant)
         try:
             frame = await container.start(self.load_frame(), self.limits.start_timeout_s)
         except BaseException:

@@ -24,6 +24,7 @@ from orchestrator.policy import load_policy
 from orchestrator.runtime import Runtime
 from sandbox.deps import SBOM_SPEC_VERSION
 from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.container import BUNDLE_LABEL
 from sandbox.docker.images import IMAGE_FILES_DIR, LOCK_LABEL, SBOM_LABEL
 
 pytestmark = [pytest.mark.docker]
@@ -99,6 +100,8 @@ async def test_provenance_names_the_image_its_lock_and_its_sbom(sb: DockerSandbo
     assert prov["image_id"] == inspected["Id"] != "sha256:forged"
     assert prov["dependencies_sha256"] == labels[LOCK_LABEL]
     assert prov["sbom_sha256"] == labels[SBOM_LABEL]
+    running = client.containers.list(filters={"label": f"{BUNDLE_LABEL}={prov['bundle_sha256'][:32]}"})
+    assert running and {c.attrs["Image"] for c in running} == {prov["image_id"]}  # the very image recorded
 
     lock = image_file(client, tag, f"{IMAGE_FILES_DIR}/requirements.lock")
     sbom = image_file(client, tag, f"{IMAGE_FILES_DIR}/sbom.cdx.json")
