@@ -96,3 +96,32 @@ async def test_in_process_models_report_the_same() -> None:
         await backend.aclose()
     assert served.provenance["model"] == "langdetect" and served.provenance["precision"] == "fp64"
     assert len(served.provenance["model_sha256"]) == 64
+
+
+@pytest.mark.docker
+async def test_a_containerised_server_adds_its_image_id(docker_daemon, tmp_path: Path) -> None:
+    from crossaudit.kernel.errors import ConfigurationError
+    from crossaudit.modelserver.images import build
+    from crossaudit.modelserver.pool import ModelServerLimits
+    from tests.conftest import need
+
+    try:
+        image = build("presidio")  # found: make test-images built it (tests/images.py MODEL_SERVER_KINDS)
+    except ConfigurationError as exc:
+        need(False, f"the presidio model-server image cannot be built here: {exc}")
+        raise
+    pipeline = build_spacy_pipeline(tmp_path / "pipeline")
+    limits = ModelServerLimits(container_memory_bytes=768 * 1024**2, container_pids=128)
+    pool = ModelServerPool(limits, isolation="docker", images={"presidio": image})
+    try:
+        config = f"{{model: presidio, entities: [PERSON, EMAIL], spacy_model_path: '{pipeline}'}}"
+        result = await evaluated(pool, config, "Write to John Smith at john@example.com")
+    finally:
+        await pool.aclose()
+    assert result.provenance == {
+        "kind": "builtin",
+        "model": "presidio",
+        "model_sha256": documented_digest(Path(pipeline)),  # mounted elsewhere inside: names are relative
+        "precision": "fp32",
+        "server": docker_daemon.images.get(image).id,
+    }
