@@ -37,6 +37,7 @@ class CustomEvaluator(Evaluator):
         self.sandbox = sandbox
         self.parameters = dict(parameters or {})
         self.secrets = as_secret_source(secrets)
+        self._provenance: dict[str, str] | None = None
 
     def identity(self) -> str:
         return f"custom:{self.name}:{self.bundle.digest}"
@@ -45,12 +46,14 @@ class CustomEvaluator(Evaluator):
         """``code_sha256``: sha256 of the code text (UTF-8); ``bundle_sha256``: the bundle's content
         address (code, declared dependencies, language, entrypoint); ``backend``. What ran each
         call (image id, dependency lock and SBOM digests) comes with the call (:meth:`call`)."""
-        return {
-            "kind": self.kind,
-            "code_sha256": hashlib.sha256(self.bundle.code.encode("utf-8", "surrogatepass")).hexdigest(),
-            "bundle_sha256": self.bundle.digest,
-            "backend": self.sandbox.name,
-        }
+        if self._provenance is None:  # the bundle is immutable: hashed once, not at every call
+            self._provenance = {
+                "kind": self.kind,
+                "code_sha256": hashlib.sha256(self.bundle.code.encode("utf-8", "surrogatepass")).hexdigest(),
+                "bundle_sha256": self.bundle.digest,
+                "backend": self.sandbox.name,
+            }
+        return dict(self._provenance)
 
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
         return (await self.call(inp, timeout=timeout)).verdict
