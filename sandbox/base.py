@@ -61,6 +61,10 @@ class RunDiagnostics:
     truncated: bool = False
     wall_ms: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # What ran the call (docs/provenance.md), set by the backend on the host, never from the agent's
+    # answer: ``backend``, ``image_id`` and, for an image with declared dependencies,
+    # ``dependencies_sha256`` and ``sbom_sha256``.
+    provenance: dict[str, str] = field(default_factory=dict)
 
 
 class Sandbox(abc.ABC):

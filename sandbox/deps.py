@@ -12,6 +12,12 @@ Why this shape:
   normalised requirement set, so a second build of the same set needs no network at all.
 * The warm agent pre-imports the *import names* of the declared distributions (``scikit-learn``
   → ``sklearn``), read from the installed wheels' ``top_level.txt`` or ``RECORD``.
+* Provenance (docs/provenance.md): the downloaded wheels are written as a hash-locked list
+  (``requirements.lock``: ``name==version --hash=sha256:...`` per wheel, pip's
+  ``--require-hashes`` format), the site is installed *from that list* with ``--require-hashes``
+  (so pip itself checks every wheel against it), and a CycloneDX SBOM (``sbom.cdx.json``) is made
+  from the list on the host by ``cyclonedx-py requirements`` (the maintained ``cyclonedx-bom``
+  tool; no network). Both are copied into the dependency image and their sha256 become its labels.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from crossaudit.kernel.depspec import Dependency
 from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError, EvaluatorUnavailableError
@@ -46,7 +52,34 @@ _NETWORK_MARKERS = (  # pip output that means "index unreachable", not "no such 
     "Max retries exceeded", "Temporary failure in name resolution", "Connection refused",
     "Connection reset", "Read timed out", "ConnectTimeoutError", "Network is unreachable",
 )  # fmt: skip
-_RESOLVER_VERSION = "1"  # bump when the resolution recipe changes: new cache keys
+_RESOLVER_VERSION = "2"  # bump when the resolution recipe changes: new cache keys (2: hash-locked list + SBOM)
+LOCK_FILE = "requirements.lock"  # the hash-locked list of a resolved set, beside its site directory
+SBOM_FILE = "sbom.cdx.json"  # its CycloneDX SBOM (JSON)
+SBOM_SPEC_VERSION = "1.6"  # the CycloneDX specification version the SBOMs are written in
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_lock(wheels: Iterable[Path]) -> str:
+    """The hash-locked requirements of ``wheels`` (pip's ``--require-hashes`` format), one entry per
+    distribution, sorted by canonical name: ``name==version \\`` then ``--hash=sha256:<hex>``.
+    Two wheels of one distribution are refused (a lock pins one)."""
+    entries: dict[str, str] = {}
+    for wheel in wheels:
+        try:
+            name, version, _build, _tags = parse_wheel_filename(wheel.name)
+        except InvalidWheelFilename as exc:
+            raise DependencyRejectedError(f"resolution produced a file that is not a wheel: {wheel.name}") from exc
+        if name in entries:
+            raise DependencyRejectedError(f"resolution produced two wheels of {name}: cannot lock one version")
+        entries[name] = f"{name}=={version} \\\n    --hash=sha256:{sha256_file(wheel)}\n"
+    return "".join(entries[n] for n in sorted(entries))
 
 
 def dependency_key(deps: Iterable[Dependency]) -> str:
@@ -161,6 +194,16 @@ class ResolvedSite:
     path: Path
     imports: dict[str, list[str]]  # canonical distribution -> import names
     wheels: tuple[str, ...]
+    lock_sha256: str = ""  # sha256 of LOCK_FILE (beside ``path``)
+    sbom_sha256: str = ""  # sha256 of SBOM_FILE (beside ``path``)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.parent / LOCK_FILE
+
+    @property
+    def sbom_path(self) -> Path:
+        return self.path.parent / SBOM_FILE
 
     @property
     def preload(self) -> list[str]:
@@ -190,7 +233,12 @@ class Wheelhouse:
         if not meta.is_file():
             return None
         doc = json.loads(meta.read_text())
-        return ResolvedSite(key=key, path=site / "site", imports=doc["imports"], wheels=tuple(doc["wheels"]))
+        if not doc.get("lock_sha256") or not doc.get("sbom_sha256"):
+            return None  # resolved by an older recipe: resolved again
+        return ResolvedSite(
+            key=key, path=site / "site", imports=doc["imports"], wheels=tuple(doc["wheels"]),
+            lock_sha256=doc["lock_sha256"], sbom_sha256=doc["sbom_sha256"],
+        )  # fmt: skip
 
     def resolve(self, deps: tuple[Dependency, ...], progress: ProgressCallback | None = None) -> ResolvedSite:
         """Download (once) and install a dependency set; safe across processes (file lock)."""
@@ -224,12 +272,24 @@ class Wheelhouse:
             tmp = sites / f".{key}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             (tmp / "site").mkdir(parents=True)
-            self._run(
+            lock_file = tmp / LOCK_FILE
+            lock_file.write_text(hash_lock(sorted(wheels.glob("*.whl"))))
+            self._run(  # from the lock: pip checks every wheel's sha256 against it
                 [*self._pip(), "install", "--no-index", "--find-links", str(wheels), "--target", str(tmp / "site"),
-                 "--no-warn-script-location", "--progress-bar", "off", *self._target_args(), "--", *reqs],
+                 "--no-warn-script-location", "--progress-bar", "off", "--require-hashes",
+                 *self._target_args(), "-r", str(lock_file)],
                 deadline,
                 say,
                 0.2,
+            )
+            say("writing the CycloneDX SBOM of the dependency set", 0.25)
+            self._run(
+                [sys.executable, "-m", "cyclonedx_py", "requirements", "--output-reproducible", "--of", "JSON",
+                 "--sv", SBOM_SPEC_VERSION, "-o", str(tmp / SBOM_FILE), str(lock_file)],
+                deadline,
+                say,
+                0.25,
+                what="the SBOM could not be written",
             )
             shutil.rmtree(tmp / "site" / "bin", ignore_errors=True)  # console scripts carry host shebangs
             size = sum(p.stat().st_size for p in (tmp / "site").rglob("*") if p.is_file())
@@ -240,14 +300,23 @@ class Wheelhouse:
                 )
             imports = import_names(tmp / "site", [d.name for d in deps])
             names = tuple(sorted(p.name for p in wheels.glob("*.whl")))
-            (tmp / ".crossaudit.json").write_text(json.dumps({"imports": imports, "wheels": names, "deps": reqs}))
+            lock_sha256, sbom_sha256 = sha256_file(lock_file), sha256_file(tmp / SBOM_FILE)
+            (tmp / ".crossaudit.json").write_text(json.dumps({
+                "imports": imports, "wheels": names, "deps": reqs, "lock_sha256": lock_sha256,
+                "sbom_sha256": sbom_sha256,
+            }))  # fmt: skip
             final = sites / key
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             say(f"dependencies resolved: {len(names)} wheels", 0.3)
-            return ResolvedSite(key=key, path=final / "site", imports=imports, wheels=names)
+            return ResolvedSite(
+                key=key, path=final / "site", imports=imports, wheels=names, lock_sha256=lock_sha256,
+                sbom_sha256=sbom_sha256,
+            )  # fmt: skip
 
-    def _run(self, cmd: list[str], deadline: float, say: ProgressCallback, fraction: float) -> None:
+    def _run(
+        self, cmd: list[str], deadline: float, say: ProgressCallback, fraction: float, *, what: str = ""
+    ) -> None:
         """Run pip with a deadline, streaming its lines as progress; a failure is a typed rejection."""
         if deadline - time.monotonic() <= 0:
             raise DependencyRejectedError("dependency resolution timed out")
@@ -256,6 +325,8 @@ class Wheelhouse:
             raise DependencyRejectedError("dependency resolution timed out")
         if run.returncode != 0:
             detail = "\n".join(run.tail[-8:])
+            if what:
+                raise ConfigurationError(f"{what}:\n{detail}")
             if any(marker in detail for marker in _NETWORK_MARKERS):
                 raise EvaluatorUnavailableError(f"the package index could not be reached; try again:\n{detail}")
             raise DependencyRejectedError(

@@ -34,7 +34,10 @@ from sandbox.docker.images import ImageManager
 ROOT = Path(__file__).resolve().parent.parent
 TAGS_FILE = ROOT / ".crossaudit" / "test-images.json"
 # Dependency sets that tests run in Docker but do not test the building of (tests/integration/_docker.py).
-TEST_DEPENDENCY_SETS: tuple[tuple[str, ...], ...] = (("nltk", "textblob"),)
+TEST_DEPENDENCY_SETS: tuple[tuple[str, ...], ...] = (
+    ("nltk", "textblob"),
+    ("six==1.16.0",),  # tests/integration/test_docker_provenance.py: the image's lock and SBOM
+)
 MODEL_SERVER_KINDS = ("presidio", "detoxify")
 PARALLEL_BUILDS = 3  # the builds' time is mostly fetching and layer writes; 2 cores take 3 at once
 

@@ -228,6 +228,10 @@ class EvaluatorResult(BaseModel):
     # What produced the verdict (the engine's cache identity: tenant scope, evaluator identity,
     # config); "" when the evaluator could not be built. Replay reuses a recorded result by it.
     identity: str = ""
+    # Flat facts about what produced the verdict, for an auditor to reproduce it (docs/provenance.md):
+    # ``kind`` and, by kind, code and dependency digests, image ids, model file digests, the LLM
+    # provider's response id. Filled by the engine from the evaluator, never from the verdict's content.
+    provenance: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("error")
     @classmethod

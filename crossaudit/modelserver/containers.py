@@ -151,6 +151,7 @@ class ContainerProcess:
         self._client = docker_client
         self.container = container
         self.id: str = container.id
+        self.image_id: str = str(container.attrs.get("Image") or "")  # the image it runs (sha256:...)
         self.pid: int = int((container.attrs.get("State") or {}).get("Pid") or 0)
         self.returncode: int | None = None
         self.stdout = asyncio.StreamReader()

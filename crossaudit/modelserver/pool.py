@@ -104,7 +104,9 @@ def isolation_setting(value: str | None = None, environ: Mapping[str, str] | Non
 
 
 class ModelBackend(Protocol):
-    """What builtin evaluators call: a model server pool or the in-process runner."""
+    """What builtin evaluators call: a model server pool or the in-process runner. Both also have
+    ``analyze_call``: the same call answering (verdict, provenance of the model that scored it);
+    an evaluator uses it where a backend has it (docs/provenance.md)."""
 
     async def analyze(
         self, model: str, config: Mapping[str, Any], prompt: str, response: str,
@@ -211,6 +213,15 @@ class ModelServerPool:
         context: Mapping[str, Any] | None = None, *, timeout: float,
     ) -> Verdict:
         """Score one input with ``model``'s server, starting it if needed, within ``timeout``."""
+        verdict, _ = await self.analyze_call(model, config, prompt, response, context, timeout=timeout)
+        return verdict
+
+    async def analyze_call(
+        self, model: str, config: Mapping[str, Any], prompt: str, response: str,
+        context: Mapping[str, Any] | None = None, *, timeout: float,
+    ) -> tuple[Verdict, dict[str, str]]:
+        """:meth:`analyze` and the provenance the server reported for the model that scored it,
+        plus ``server``, the image id of the server's container when it runs in one."""
         deadline = time.monotonic() + max(0.0, timeout)
         wire = dict(config)
         if self.in_container(model):
@@ -235,7 +246,11 @@ class ModelServerPool:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 await self._reap(model, handle)
             raise error_from_rpc(exc, model) from None
-        return verdict_from_reply(reply)
+        provenance = dict(reply.provenance)
+        image_id = getattr(handle.process, "image_id", "")
+        if image_id:
+            provenance["server"] = image_id
+        return verdict_from_reply(reply), provenance
 
     async def server(self, model: str, *, timeout: float | None = None) -> ServerHandle:
         """The live server of ``model``, started (or restarted) on demand."""
@@ -535,9 +550,20 @@ class InProcessModels:
         self, model: str, config: Mapping[str, Any], prompt: str, response: str,
         context: Mapping[str, Any] | None = None, *, timeout: float,
     ) -> Verdict:
+        verdict, _ = await self.analyze_call(model, config, prompt, response, context, timeout=timeout)
+        return verdict
+
+    async def analyze_call(
+        self, model: str, config: Mapping[str, Any], prompt: str, response: str,
+        context: Mapping[str, Any] | None = None, *, timeout: float,
+    ) -> tuple[Verdict, dict[str, str]]:
         runtime = self.runtime(model)
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, runtime.analyze, dict(config), prompt, response)
+
+        def scored() -> tuple[Verdict, dict[str, str]]:
+            return runtime.analyze(dict(config), prompt, response), runtime.provenance(dict(config))
+
+        fut = loop.run_in_executor(self._executor, scored)
         try:
             return await asyncio.wait_for(fut, timeout=timeout)
         except TimeoutError:

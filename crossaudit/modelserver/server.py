@@ -114,6 +114,7 @@ class ModelServicer(pb_grpc.ModelServerServicer):
                     )
                     verdict = await asyncio.wait_for(fut, timeout=remaining) if remaining is not None else await fut
                 model_ms = (time.perf_counter() - t0) * 1000
+                provenance = self.runtime.provenance(config)  # the model that just scored it is loaded
             finally:
                 self.pending -= 1
         except TimeoutError:
@@ -129,6 +130,7 @@ class ModelServicer(pb_grpc.ModelServerServicer):
             details_json=json.dumps(verdict.details, allow_nan=False, default=str),
             spans=[pb.TextSpan(start=s.start, end=s.end, label=s.label, score=s.score) for s in verdict.spans],
             model_ms=model_ms,
+            provenance=provenance,
         )
 
     async def Health(self, request: pb.ModelHealthRequest, context: grpc.aio.ServicerContext) -> pb.ModelHealthReply:

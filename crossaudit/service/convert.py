@@ -245,6 +245,8 @@ def _fill_evaluator_result(msg: ev_pb.EvaluatorResult, e: EvaluatorResult) -> No
         msg.score = e.score
     if e.passed is not None:
         msg.passed = e.passed
+    if e.provenance:
+        msg.provenance.update(e.provenance)
 
 
 def evaluator_result_to_pb(e: EvaluatorResult) -> ev_pb.EvaluatorResult:
@@ -330,6 +332,7 @@ def evaluator_result_from_pb(e: ev_pb.EvaluatorResult) -> EvaluatorResult:
         cached=e.cached,
         error=e.error or None,
         error_type=e.error_type or None,
+        provenance=dict(e.provenance),
     )
 
 

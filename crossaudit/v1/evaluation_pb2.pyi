@@ -75,7 +75,14 @@ class Span(_message.Message):
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class EvaluatorResult(_message.Message):
-    __slots__ = ("evaluator", "kind", "status", "score", "passed", "violations", "details", "spans", "latency_ms", "attempts", "cached", "error", "error_type")
+    __slots__ = ("evaluator", "kind", "status", "score", "passed", "violations", "details", "spans", "latency_ms", "attempts", "cached", "error", "error_type", "provenance")
+    class ProvenanceEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     EVALUATOR_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +96,7 @@ class EvaluatorResult(_message.Message):
     CACHED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     evaluator: str
     kind: str
     status: Status
@@ -102,7 +110,8 @@ class EvaluatorResult(_message.Message):
     cached: bool
     error: str
     error_type: str
-    def __init__(self, evaluator: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., score: _Optional[float] = ..., passed: _Optional[bool] = ..., violations: _Optional[_Iterable[str]] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., latency_ms: _Optional[float] = ..., attempts: _Optional[int] = ..., cached: _Optional[bool] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ...) -> None: ...
+    provenance: _containers.ScalarMap[str, str]
+    def __init__(self, evaluator: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., score: _Optional[float] = ..., passed: _Optional[bool] = ..., violations: _Optional[_Iterable[str]] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ..., latency_ms: _Optional[float] = ..., attempts: _Optional[int] = ..., cached: _Optional[bool] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., provenance: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ActionOutcome(_message.Message):
     __slots__ = ("rule", "action", "params")

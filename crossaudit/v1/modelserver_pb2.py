@@ -24,13 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63rossaudit/v1/modelserver.proto\x12\rcrossaudit.v1\"l\n\x0e\x41nalyzeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontext_json\x18\x05 \x01(\t\"D\n\x08TextSpan\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\x12\r\n\x05label\x18\x03 \x01(\t\x12\r\n\x05score\x18\x04 \x01(\x01\"\xa1\x01\n\x0c\x41nalyzeReply\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x13\n\x06passed\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nviolations\x18\x03 \x03(\t\x12\x14\n\x0c\x64\x65tails_json\x18\x04 \x01(\t\x12&\n\x05spans\x18\x05 \x03(\x0b\x32\x17.crossaudit.v1.TextSpan\x12\x10\n\x08model_ms\x18\x06 \x01(\x01\x42\t\n\x07_passed\"\x14\n\x12ModelHealthRequest\"\xfa\x01\n\x10ModelHealthReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x03\x12\x0e\n\x06loaded\x18\x04 \x03(\t\x12\x0f\n\x07load_ms\x18\x05 \x01(\x01\x12\x10\n\x08requests\x18\x06 \x01(\x03\x12\x44\n\x0b\x62\x61tch_sizes\x18\x07 \x03(\x0b\x32/.crossaudit.v1.ModelHealthReply.BatchSizesEntry\x12\x0f\n\x07\x65xpired\x18\x08 \x01(\x03\x1a\x31\n\x0f\x42\x61tchSizesEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xa2\x01\n\x0bModelServer\x12\x45\n\x07\x41nalyze\x12\x1d.crossaudit.v1.AnalyzeRequest\x1a\x1b.crossaudit.v1.AnalyzeReply\x12L\n\x06Health\x12!.crossaudit.v1.ModelHealthRequest\x1a\x1f.crossaudit.v1.ModelHealthReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63rossaudit/v1/modelserver.proto\x12\rcrossaudit.v1\"l\n\x0e\x41nalyzeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\t\x12\x14\n\x0c\x63ontext_json\x18\x05 \x01(\t\"D\n\x08TextSpan\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\x12\r\n\x05label\x18\x03 \x01(\t\x12\r\n\x05score\x18\x04 \x01(\x01\"\x95\x02\n\x0c\x41nalyzeReply\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x13\n\x06passed\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nviolations\x18\x03 \x03(\t\x12\x14\n\x0c\x64\x65tails_json\x18\x04 \x01(\t\x12&\n\x05spans\x18\x05 \x03(\x0b\x32\x17.crossaudit.v1.TextSpan\x12\x10\n\x08model_ms\x18\x06 \x01(\x01\x12?\n\nprovenance\x18\x07 \x03(\x0b\x32+.crossaudit.v1.AnalyzeReply.ProvenanceEntry\x1a\x31\n\x0fProvenanceEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\t\n\x07_passed\"\x14\n\x12ModelHealthRequest\"\xfa\x01\n\x10ModelHealthReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x03\x12\x0e\n\x06loaded\x18\x04 \x03(\t\x12\x0f\n\x07load_ms\x18\x05 \x01(\x01\x12\x10\n\x08requests\x18\x06 \x01(\x03\x12\x44\n\x0b\x62\x61tch_sizes\x18\x07 \x03(\x0b\x32/.crossaudit.v1.ModelHealthReply.BatchSizesEntry\x12\x0f\n\x07\x65xpired\x18\x08 \x01(\x03\x1a\x31\n\x0f\x42\x61tchSizesEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xa2\x01\n\x0bModelServer\x12\x45\n\x07\x41nalyze\x12\x1d.crossaudit.v1.AnalyzeRequest\x1a\x1b.crossaudit.v1.AnalyzeReply\x12L\n\x06Health\x12!.crossaudit.v1.ModelHealthRequest\x1a\x1f.crossaudit.v1.ModelHealthReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'crossaudit.v1.modelserver_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_ANALYZEREPLY_PROVENANCEENTRY']._loaded_options = None
+  _globals['_ANALYZEREPLY_PROVENANCEENTRY']._serialized_options = b'8\001'
   _globals['_MODELHEALTHREPLY_BATCHSIZESENTRY']._loaded_options = None
   _globals['_MODELHEALTHREPLY_BATCHSIZESENTRY']._serialized_options = b'8\001'
   _globals['_ANALYZEREQUEST']._serialized_start=50
@@ -38,13 +40,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TEXTSPAN']._serialized_start=160
   _globals['_TEXTSPAN']._serialized_end=228
   _globals['_ANALYZEREPLY']._serialized_start=231
-  _globals['_ANALYZEREPLY']._serialized_end=392
-  _globals['_MODELHEALTHREQUEST']._serialized_start=394
-  _globals['_MODELHEALTHREQUEST']._serialized_end=414
-  _globals['_MODELHEALTHREPLY']._serialized_start=417
-  _globals['_MODELHEALTHREPLY']._serialized_end=667
-  _globals['_MODELHEALTHREPLY_BATCHSIZESENTRY']._serialized_start=618
-  _globals['_MODELHEALTHREPLY_BATCHSIZESENTRY']._serialized_end=667
-  _globals['_MODELSERVER']._serialized_start=670
-  _globals['_MODELSERVER']._serialized_end=832
+  _globals['_ANALYZEREPLY']._serialized_end=508
+  _globals['_ANALYZEREPLY_PROVENANCEENTRY']._serialized_start=448
+  _globals['_ANALYZEREPLY_PROVENANCEENTRY']._serialized_end=497
+  _globals['_MODELHEALTHREQUEST']._serialized_start=510
+  _globals['_MODELHEALTHREQUEST']._serialized_end=530
+  _globals['_MODELHEALTHREPLY']._serialized_start=533
+  _globals['_MODELHEALTHREPLY']._serialized_end=783
+  _globals['_MODELHEALTHREPLY_BATCHSIZESENTRY']._serialized_start=734
+  _globals['_MODELHEALTHREPLY_BATCHSIZESENTRY']._serialized_end=783
+  _globals['_MODELSERVER']._serialized_start=786
+  _globals['_MODELSERVER']._serialized_end=948
 # @@protoc_insertion_point(module_scope)

@@ -33,20 +33,29 @@ class TextSpan(_message.Message):
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class AnalyzeReply(_message.Message):
-    __slots__ = ("score", "passed", "violations", "details_json", "spans", "model_ms")
+    __slots__ = ("score", "passed", "violations", "details_json", "spans", "model_ms", "provenance")
+    class ProvenanceEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SCORE_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
     SPANS_FIELD_NUMBER: _ClassVar[int]
     MODEL_MS_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     score: float
     passed: bool
     violations: _containers.RepeatedScalarFieldContainer[str]
     details_json: str
     spans: _containers.RepeatedCompositeFieldContainer[TextSpan]
     model_ms: float
-    def __init__(self, score: _Optional[float] = ..., passed: _Optional[bool] = ..., violations: _Optional[_Iterable[str]] = ..., details_json: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., model_ms: _Optional[float] = ...) -> None: ...
+    provenance: _containers.ScalarMap[str, str]
+    def __init__(self, score: _Optional[float] = ..., passed: _Optional[bool] = ..., violations: _Optional[_Iterable[str]] = ..., details_json: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., model_ms: _Optional[float] = ..., provenance: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ModelHealthRequest(_message.Message):
     __slots__ = ()

@@ -76,7 +76,7 @@ from orchestrator.engine.context import build_context
 from orchestrator.engine.ratelimit import LimiterFactory, RateLimiter, local_limiter
 from orchestrator.engine.replay import RecordedResults, Replay, Unreplayable, unreplayable_reason
 from orchestrator.engine.thresholds import FeedbackStats, rule_threshold
-from orchestrator.evaluators.base import EvaluationInput, Evaluator, EvaluatorFactory
+from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, EvaluatorFactory, merge_provenance
 
 FeedbackSource = Callable[[str, str], FeedbackStats | None]  # (policy name, rule name) -> stats
 TIMEOUT_GRACE_S = 0.02  # the engine's own backstop after an evaluator's timeout
@@ -591,18 +591,19 @@ class Engine:
                 [identity, req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str
             )
             cache_key = hashlib.sha256(material.encode()).hexdigest()
-            hit = self.cache.get(cache_key)
-            if hit is not None:
-                return self._result(name, kind, hit, t0, attempts=0, cached=True, identity=identity)
+            hit = self.cache.entry(cache_key)
+            if hit is not None:  # the provenance of the call that produced it
+                return self._result(name, kind, hit[0], t0, attempts=0, cached=True, identity=identity,
+                                    provenance=hit[1])
         attempts = 0
 
-        async def attempt() -> Verdict:
+        async def attempt() -> Called:
             nonlocal attempts
             attempts += 1
             return await self._attempt(req, built, per_call)
 
         try:
-            verdict: Verdict = await self._retrying(req, retries)(attempt)
+            called: Called = await self._retrying(req, retries)(attempt)
         except CrossAuditError as last:
             status = Status.TIMEOUT if isinstance(last, EvaluatorTimeoutError) else Status.ERROR
             if req.replay is not None:  # what it would decide is unknown: not a flip
@@ -617,10 +618,22 @@ class Engine:
                 attempts=attempts,
                 latency_ms=(self.clock() - t0) * 1000,
                 identity=identity,
+                provenance=self._provenance(evaluator, {}),  # what failed: its static facts
             )
+        provenance = self._provenance(evaluator, called.facts)
         if cache_key:
-            self.cache.put(cache_key, verdict, ttl)
-        return self._result(name, kind, verdict, t0, attempts=attempts, identity=identity)
+            self.cache.put(cache_key, called.verdict, ttl, provenance)
+        return self._result(name, kind, called.verdict, t0, attempts=attempts, identity=identity, provenance=provenance)
+
+    @staticmethod
+    def _provenance(evaluator: Evaluator, facts: Mapping[str, str]) -> dict[str, str]:
+        """The evaluator's static facts, then the call's own (never overriding them): both come from
+        host-side code, never from the verdict (tenant code's output for custom evaluators)."""
+        try:
+            static = evaluator.provenance()
+        except Exception:  # an adapter bug must not fail a verdict it gave: the kind is still known
+            static = {}
+        return merge_provenance({**static, "kind": evaluator.kind}, facts)
 
     def _retrying(self, req: _Request, retries: int) -> AsyncRetrying:
         """The one retry policy of evaluator calls: a retryable error is tried again, at most
@@ -645,7 +658,7 @@ class Engine:
             reraise=True,
         )
 
-    async def _attempt(self, req: _Request, built: _Built, per_call: float) -> Verdict:
+    async def _attempt(self, req: _Request, built: _Built, per_call: float) -> Called:
         """One call of an evaluator within what is left of the deadline, every failure typed:
         an adapter bug must not take the decision down, it fails its rule closed."""
         remaining = req.deadline - self.clock()
@@ -655,10 +668,9 @@ class Engine:
         try:
             if built.limiter is not None:  # rate_limit, for every evaluator kind
                 timeout -= await built.limiter.acquire(timeout)
-            verdict = await asyncio.wait_for(
-                built.evaluator.evaluate(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S
-            )
-            return verdict.rechecked()  # an adapter may have extended it without validation
+            called = await asyncio.wait_for(built.evaluator.call(req.inp, timeout=timeout), timeout + TIMEOUT_GRACE_S)
+            # an adapter may have extended the verdict without validation
+            return Called(called.verdict.rechecked(), called.facts)
         except TimeoutError:
             raise EvaluatorTimeoutError(f"no answer within {timeout:.3f}s") from None
         except (CrossAuditError, asyncio.CancelledError):
@@ -667,7 +679,16 @@ class Engine:
             raise EvaluatorError(f"{type(e).__name__}: {e}") from e
 
     def _result(
-        self, name: str, kind: str, v: Verdict, t0: float, *, attempts: int, cached: bool = False, identity: str = ""
+        self,
+        name: str,
+        kind: str,
+        v: Verdict,
+        t0: float,
+        *,
+        attempts: int,
+        cached: bool = False,
+        identity: str = "",
+        provenance: dict[str, str] | None = None,
     ) -> EvaluatorResult:
         return EvaluatorResult(
             evaluator=name,
@@ -682,6 +703,7 @@ class Engine:
             attempts=attempts,
             cached=cached,
             identity=identity,
+            provenance=dict(provenance or {}),
         )
 
     # -- the decision -------------------------------------------------------------------------
@@ -774,6 +796,7 @@ def _own_copy(result: EvaluatorResult, **changes: Any) -> EvaluatorResult:
             "violations": list(result.violations),
             "details": copy.deepcopy(details) if nested else dict(details),
             "spans": list(result.spans),
+            "provenance": dict(result.provenance),
             **changes,
         }
     )

@@ -31,7 +31,7 @@ from crossaudit.kernel.builtins import BUILTIN_MODELS, DetoxifyConfig, Langdetec
 from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver.builtins import resolve_paths
 from crossaudit.modelserver.pool import ModelBackend, default_pool
-from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
+from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, mask_verdict
 from orchestrator.policy import envvars
 from orchestrator.secrets import SecretSource, SecretUse, as_secret_source
 
@@ -101,8 +101,17 @@ class BuiltinEvaluator(Evaluator):
         cfg = await asyncio.to_thread(self.resolved_config)
         await self.backend.analyze(self.model, self._wire_config(cfg), "", "", {}, timeout=timeout)
 
+    def provenance(self) -> dict[str, str]:
+        """``model``; each call adds what the model server reports of the model that scored it
+        (``model_sha256``, ``precision``, and ``server``, its container's image id)."""
+        return {"kind": self.kind, "model": self.model}
+
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        return (await self.call(inp, timeout=timeout)).verdict
+
+    async def call(self, inp: EvaluationInput, *, timeout: float) -> Called:
         use = SecretUse()
+        facts: dict[str, str] = {}
         try:
             if self._resolved is not None and not self._references:
                 cfg = self._resolved
@@ -110,17 +119,16 @@ class BuiltinEvaluator(Evaluator):
                 cfg = await asyncio.to_thread(self.resolved_config, use)
             if cfg.timeout:
                 timeout = min(timeout, cfg.timeout)
-            verdict = await self.backend.analyze(
-                self.model,
-                self._wire_config(cfg),
-                inp.prompt,
-                inp.response,
-                dict(inp.context),
-                timeout=max(timeout, 0.0),
-            )
+            backend = self.backend
+            args = (self.model, self._wire_config(cfg), inp.prompt, inp.response, dict(inp.context))
+            traced = getattr(backend, "analyze_call", None)  # the pool and the in-process runner have it
+            if traced is not None:
+                verdict, facts = await traced(*args, timeout=max(timeout, 0.0))
+            else:
+                verdict = await backend.analyze(*args, timeout=max(timeout, 0.0))
         except Exception as exc:  # a model server's message may quote the config it was sent
             raise use.mask_error(exc) from None
-        return mask_verdict(verdict, use)
+        return Called(mask_verdict(verdict, use), {k: use.mask(v) for k, v in facts.items()})
 
     def identity(self) -> str:
         doc = json.dumps(self.config.model_dump(mode="json"), sort_keys=True)

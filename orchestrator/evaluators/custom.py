@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from crossaudit.kernel.results import Verdict
-from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
+from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, mask_verdict
 from orchestrator.policy import envvars
 from orchestrator.secrets import SecretSource, SecretUse, as_secret_source
 from sandbox.base import CodeBundle, Sandbox
@@ -36,11 +37,30 @@ class CustomEvaluator(Evaluator):
         self.sandbox = sandbox
         self.parameters = dict(parameters or {})
         self.secrets = as_secret_source(secrets)
+        self._provenance: dict[str, str] | None = None
 
     def identity(self) -> str:
         return f"custom:{self.name}:{self.bundle.digest}"
 
+    def provenance(self) -> dict[str, str]:
+        """``code_sha256``: sha256 of the code text (UTF-8); ``bundle_sha256``: the bundle's content
+        address (code, declared dependencies, language, entrypoint); ``backend``. What ran each
+        call (image id, dependency lock and SBOM digests) comes with the call (:meth:`call`)."""
+        if self._provenance is None:  # the bundle is immutable: hashed once, not at every call
+            self._provenance = {
+                "kind": self.kind,
+                "code_sha256": hashlib.sha256(self.bundle.code.encode("utf-8", "surrogatepass")).hexdigest(),
+                "bundle_sha256": self.bundle.digest,
+                "backend": self.sandbox.name,
+            }
+        return dict(self._provenance)
+
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        return (await self.call(inp, timeout=timeout)).verdict
+
+    async def call(self, inp: EvaluationInput, *, timeout: float) -> Called:
+        """The verdict and what the sandbox reports, on the host, about what ran it
+        (:attr:`sandbox.base.RunDiagnostics.provenance`): never anything the code returned."""
         use = SecretUse()
         context: dict[str, Any] = dict(inp.context)
         if self.parameters:
@@ -48,9 +68,9 @@ class CustomEvaluator(Evaluator):
                 self.parameters, self.secrets, use, where=f"evaluator {self.name!r} config"
             )
         try:
-            verdict, _diagnostics = await self.sandbox.run(
+            verdict, diagnostics = await self.sandbox.run(
                 self.bundle, inp.prompt, inp.response, context, timeout=timeout
             )
         except Exception as exc:  # its message and attached diagnostics (captured output) are masked
             raise use.mask_error(exc) from None
-        return mask_verdict(verdict, use)
+        return Called(mask_verdict(verdict, use), dict(diagnostics.provenance))

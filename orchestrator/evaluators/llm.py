@@ -45,7 +45,7 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.httpretry import is_retryable_status, parse_retry_after
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Verdict, score_key
-from orchestrator.evaluators.base import EvaluationInput, Evaluator, mask_verdict
+from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, mask_verdict
 from orchestrator.policy import envvars
 from orchestrator.secrets import HostAllowlist, SecretSource, SecretUse, as_secret_source
 
@@ -77,6 +77,9 @@ SCORE_TOLERANCE = 0.05  # scores within this of [0, 1] are clamped; further out 
 MAX_RETIRED_CLIENTS = 4  # SDK clients replaced after a secret rotated, closed when more pile up
 RESPONSE_BYTES_SETTING = "engine_limits.max_llm_response_bytes"
 OWNED_HTTP = "_crossaudit_http"  # the httpx client we made for an SDK client that will not close it
+# The provenance key of the provider's id of one call's response (OpenAI/Azure/compatible ``id``,
+# Anthropic ``id``, Google GenAI ``response_id``): a per-call fact, not part of the verdict's details.
+RESPONSE_ID = "response_id"
 
 # (provider, model, prompt tokens, completion tokens) of each answered call. The service passes
 # one per tenant (its metrics); the orchestrator knows nothing of what is done with it.
@@ -523,7 +526,8 @@ class LLMEvaluator(Evaluator):
             if not out.choices:
                 raise ProviderError(f"{cfg.provider} returned no choices", retryable=False)
             usage = out.usage.model_dump() if getattr(out, "usage", None) else {}
-            return out.choices[0].message.content or "", {"usage": usage, "finish_reason": out.choices[0].finish_reason}
+            meta = {"usage": usage, "finish_reason": out.choices[0].finish_reason, RESPONSE_ID: out.id}
+            return out.choices[0].message.content or "", meta
         if cfg.provider == "anthropic":
             extra: dict[str, Any] = {}
             if _accepts(client.messages.create, "temperature"):
@@ -538,7 +542,7 @@ class LLMEvaluator(Evaluator):
             )
             text = "".join(getattr(b, "text", "") for b in msg.content if getattr(b, "type", "") == "text")
             usage = msg.usage.model_dump() if getattr(msg, "usage", None) else {}
-            return text, {"usage": usage, "finish_reason": msg.stop_reason}
+            return text, {"usage": usage, "finish_reason": msg.stop_reason, RESPONSE_ID: msg.id}
         from google.genai import types
 
         gconf = types.GenerateContentConfig(
@@ -551,16 +555,28 @@ class LLMEvaluator(Evaluator):
         res = await client.aio.models.generate_content(model=cfg.model, contents=user, config=gconf)
         meta = res.usage_metadata.model_dump(exclude_none=True) if getattr(res, "usage_metadata", None) else {}
         finish = res.candidates[0].finish_reason if res.candidates else None
-        return res.text or "", {"usage": meta, "finish_reason": str(getattr(finish, "value", finish) or "")}
+        reason = str(getattr(finish, "value", finish) or "")
+        return res.text or "", {"usage": meta, "finish_reason": reason, RESPONSE_ID: res.response_id}
+
+    def provenance(self) -> dict[str, str]:
+        """``provider`` and ``model`` as configured; each call adds the provider's ``response_id``."""
+        return {"kind": self.kind, "provider": self.config.provider, "model": self.config.model}
 
     async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        return (await self.call(inp, timeout=timeout)).verdict
+
+    async def call(self, inp: EvaluationInput, *, timeout: float) -> Called:
+        """The verdict and the provider's id of this call's response (as the SDK returned it; absent
+        when the provider sent none), read from the SDK's response object, not from the answer text."""
         use = SecretUse()
         try:
-            return mask_verdict(await self._evaluate(inp, timeout, use), use)
+            verdict, response_id = await self._evaluate(inp, timeout, use)
+            facts = {RESPONSE_ID: use.mask(response_id)} if response_id else {}
+            return Called(mask_verdict(verdict, use), facts)
         except Exception as exc:  # the key or endpoint may be echoed in an SDK's or provider's message
             raise use.mask_error(exc) from None
 
-    async def _evaluate(self, inp: EvaluationInput, timeout: float, use: SecretUse) -> Verdict:
+    async def _evaluate(self, inp: EvaluationInput, timeout: float, use: SecretUse) -> tuple[Verdict, str]:
         cfg = self.config
         if cfg.timeout:
             timeout = min(timeout, cfg.timeout)
@@ -589,8 +605,9 @@ class LLMEvaluator(Evaluator):
                     retryable=False,
                 ) from None
             raise
+        response_id = meta.pop(RESPONSE_ID, None)
         details = {**verdict.details, "provider": cfg.provider, "model": cfg.model, **meta}
-        return verdict.model_copy(update={"details": details})
+        return verdict.model_copy(update={"details": details}), response_id if isinstance(response_id, str) else ""
 
     def _typed(self, exc: Exception) -> Exception:
         """Map an SDK exception to the one error hierarchy (duck-typed across the three SDKs)."""

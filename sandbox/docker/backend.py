@@ -215,13 +215,14 @@ class DockerSandbox(Sandbox):
 
     def _pool_for(self, bundle: CodeBundle, image: DepsImage) -> ContainerPool:
         pool = self._pools.get(bundle.pool_key)
-        if pool is not None and pool.image == image.tag and not pool.closed:
+        same = pool is not None and pool.image == image.tag and pool.provenance.get("image_id", "") == image.image_id
+        if pool is not None and same and not pool.closed:
             self._pools.move_to_end(bundle.pool_key)
             return pool
         assert self._rt is not None
         if pool is not None:  # the image changed (agent/runner rebuilt): start over
             self._close_later(pool)
-        pool = ContainerPool(self._rt, bundle, image.tag, image.preload)
+        pool = ContainerPool(self._rt, bundle, image.tag, image.preload, image.provenance())
         self._pools[bundle.pool_key] = pool
         self._evict()
         return pool
@@ -306,6 +307,7 @@ class DockerSandbox(Sandbox):
             truncated=bool(frame.get("truncated")),
             wall_ms=(time.monotonic() - t0) * 1000,
             extra={"backend": self.name, "warm": warm, "agent_ms": frame.get("wall_ms"), "image": pool.image},
+            provenance={"backend": self.name, **pool.provenance},
         )
         return frame, diag
 

@@ -6,7 +6,10 @@
   ``docker import``-ed (no registry needed; see ``images/base/README.md``).
 * **runner**: ``images/runner/Dockerfile`` FROM the base: non-root user, the agent copied in.
 * **deps**: FROM the runner plus one ``COPY`` of a site directory resolved on the host
-  (:mod:`sandbox.deps`); labels carry the import names the warm agent preloads.
+  (:mod:`sandbox.deps`); labels carry the import names the warm agent preloads. The set's
+  hash-locked list and CycloneDX SBOM are copied in too (``/opt/crossaudit/requirements.lock``,
+  ``/opt/crossaudit/sbom.cdx.json``) and their sha256 are labels (``LOCK_LABEL``, ``SBOM_LABEL``),
+  so an evaluator's provenance is read from the image without starting a container.
 
 Every tag is a hash of what went into it (:func:`crossaudit.imagebuild.content_tag`), so a build
 happens once per change, is found again by name afterwards (also across processes: builds hold a
@@ -38,7 +41,7 @@ from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import DependencyLimits
 from crossaudit.kernel.resources import image_dir
 from sandbox.base import ProgressCallback
-from sandbox.deps import Wheelhouse, default_cache_dir, file_lock
+from sandbox.deps import LOCK_FILE, SBOM_FILE, Wheelhouse, default_cache_dir, file_lock
 from sandbox.streaming import run_streaming
 
 RUNNER_DIR = image_dir("runner")
@@ -50,6 +53,9 @@ ENV_BASE_IMAGE = "CROSSAUDIT_BASE_IMAGE"  # a local Python 3.11 image to build F
 LABEL = "crossaudit.sandbox"  # on every container this backend starts (reaped by label)
 PRELOAD_LABEL = "crossaudit.preload"
 RUNNER_LABEL = "crossaudit.runner"  # on dependency images: the runner tag they were built FROM
+LOCK_LABEL = "crossaudit.lock.sha256"  # on dependency images: sha256 of their hash-locked dependency list
+SBOM_LABEL = "crossaudit.sbom.sha256"  # on dependency images: sha256 of their CycloneDX SBOM
+IMAGE_FILES_DIR = "/opt/crossaudit"  # where a dependency image keeps its site, lock and SBOM
 MAX_PRUNE = 1_000  # images examined per prune pass
 SANDBOX_UID = 10001
 
@@ -75,10 +81,20 @@ def _noop(_m: str, _f: float) -> None:
 
 @dataclass(frozen=True)
 class DepsImage:
-    """An image able to run bundles with one dependency set; ``preload`` = import names to warm."""
+    """An image able to run bundles with one dependency set; ``preload`` = import names to warm;
+    ``image_id`` the daemon's id of ``tag`` (``sha256:...``) and, for a dependency image, the sha256
+    of its hash-locked list and SBOM (its labels)."""
 
     tag: str
     preload: tuple[str, ...] = ()
+    image_id: str = ""
+    lock_sha256: str = ""
+    sbom_sha256: str = ""
+
+    def provenance(self) -> dict[str, str]:
+        """Its facts under the keys of docs/provenance.md (empty values left out)."""
+        facts = {"image_id": self.image_id, "dependencies_sha256": self.lock_sha256, "sbom_sha256": self.sbom_sha256}
+        return {k: v for k, v in facts.items() if v}
 
 
 class ImageManager:
@@ -251,13 +267,14 @@ class ImageManager:
             except (docker.errors.ImageNotFound, ConfigurationError):
                 return None
         if not deps:
-            return DepsImage(runner) if self.exists(runner) else None
+            runner_id = self.builder.image_id(runner)
+            return DepsImage(runner, image_id=runner_id) if runner_id else None
         tag = self.deps_tag(runner, deps)
         try:
             image = self.client.images.get(tag)
         except docker.errors.ImageNotFound:
             return None
-        return DepsImage(tag, tuple(json.loads(image.labels.get(PRELOAD_LABEL, "[]"))))
+        return _described(tag, image)
 
     def ensure_deps(
         self, deps: tuple[Dependency, ...], progress: ProgressCallback | None = None, *, force: bool = False
@@ -266,7 +283,7 @@ class ImageManager:
         say = progress or _noop
         runner = self.ensure_runner(say)
         if not deps:
-            return DepsImage(runner)
+            return DepsImage(runner, image_id=self._image_id(runner))
         tag = self.deps_tag(runner, deps)
         if not force:
             found = self.find(deps)
@@ -278,7 +295,8 @@ class ImageManager:
         with file_lock(self.cache_dir / "locks" / f"image-{site.key}.lock", self.dep_limits.build_timeout_s):
             if force or not self.exists(tag):
                 (context / "Dockerfile").write_text(
-                    f"FROM {runner}\nCOPY site/ /opt/crossaudit/site/\n"
+                    f"FROM {runner}\nCOPY site/ {IMAGE_FILES_DIR}/site/\n"
+                    f"COPY {LOCK_FILE} {SBOM_FILE} {IMAGE_FILES_DIR}/\n"
                 )
                 (context / ".dockerignore").write_text(".crossaudit.json\n")
                 say(f"building dependency image {tag}", 0.5)
@@ -289,10 +307,12 @@ class ImageManager:
                         PRELOAD_LABEL: json.dumps(site.preload),
                         "crossaudit.deps": json.dumps([str(d) for d in deps]),
                         RUNNER_LABEL: runner,
+                        LOCK_LABEL: site.lock_sha256,
+                        SBOM_LABEL: site.sbom_sha256,
                     },
                 )
         say(f"dependency image {tag} ready", 0.9)
-        return DepsImage(tag, tuple(site.preload))
+        return _described(tag, self.client.images.get(tag))
 
 
     def _current_deps(self, runner: str, labels: dict[str, str], tags: list[str]) -> bool:
@@ -334,6 +354,18 @@ class ImageManager:
                 except docker.errors.APIError:
                     continue
         return removed
+
+
+def _described(tag: str, image: Any) -> DepsImage:
+    """A dependency image as its labels describe it (docker-py ``Image``)."""
+    labels = image.labels or {}
+    return DepsImage(
+        tag,
+        tuple(json.loads(labels.get(PRELOAD_LABEL, "[]"))),
+        image_id=str(image.id or ""),
+        lock_sha256=labels.get(LOCK_LABEL, ""),
+        sbom_sha256=labels.get(SBOM_LABEL, ""),
+    )
 
 
 # --- host tools ------------------------------------------------------------------------------------

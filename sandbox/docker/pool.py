@@ -19,11 +19,19 @@ from sandbox.protocol import AgentChannel, error_from_frame
 class ContainerPool(WarmPool[WarmContainer]):
     """Containers for one bundle (code + dependency image)."""
 
-    def __init__(self, rt: ContainerRuntime, bundle: CodeBundle, image: str, preload: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        rt: ContainerRuntime,
+        bundle: CodeBundle,
+        image: str,
+        preload: tuple[str, ...],
+        provenance: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(rt.pool_limits, bundle)
         self.rt = rt
         self.image = image
         self.preload = preload
+        self.provenance = dict(provenance or {})  # the image's id and digests (DepsImage.provenance)
 
     def stats(self) -> dict[str, Any]:
         return {"image": self.image, **super().stats()}
@@ -39,9 +47,9 @@ class ContainerPool(WarmPool[WarmContainer]):
         )
 
     async def new_worker(self) -> WarmContainer:
-        container = WarmContainer(
-            self.rt, self.image, self.bundle.digest, self.bundle.pool_key, tenant=self.bundle.tenant
-        )
+        # started from the image id the provenance records (the tag names it; a rebuild could move the tag)
+        image = self.provenance.get("image_id") or self.image
+        container = WarmContainer(self.rt, image, self.bundle.digest, self.bundle.pool_key, tenant=self.bundle.tenant)
         try:
             frame = await container.start(self.load_frame(), self.limits.start_timeout_s)
         except BaseException:

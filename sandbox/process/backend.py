@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -76,6 +77,18 @@ def import_names(dependencies: tuple[str, ...] | list[str]) -> list[str]:
 
 
 WORKDIR_PREFIX = "crossaudit-proc-"
+
+
+def interpreter_identity(python: str) -> str:
+    """The process backend's ``image_id`` (docs/provenance.md): ``process:<interpreter file name>@sha256:<hex>``,
+    the digest of the interpreter executable the agents run (symlinks resolved). It names the
+    interpreter, not the libraries it loads: the process backend shares the host's installation."""
+    real = Path(shutil.which(python) or python).resolve()
+    digest = hashlib.sha256()
+    with open(real, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"process:{real.name}@sha256:{digest.hexdigest()}"
 
 
 def reap_stale_workdirs() -> int:
@@ -214,6 +227,7 @@ class ProcessSandbox(Sandbox):
         self._closed = False
         self._swept = False  # stale temp dirs of dead orchestrators are removed once, on first start
         self._cpu_groups: TenantCpuGroups | None = None  # made with the first agent
+        self._interpreter: str | None = None  # interpreter_identity(self.python), computed once
 
     # -- public API
     def info(self) -> dict[str, Any]:
@@ -249,6 +263,8 @@ class ProcessSandbox(Sandbox):
         """One call; ``timeout`` is capped by ``limits.timeout_s`` (the sandbox's own ceiling)."""
         if self._closed:
             raise EvaluatorUnavailableError("process sandbox is closed")
+        if self._interpreter is None:
+            self._interpreter = await asyncio.to_thread(interpreter_identity, self.python)
         timeout = min(timeout, self.limits.timeout_s)
         deadline = time.monotonic() + timeout
         call_id, frame = AgentChannel.call_frame(prompt, response, dict(context))
@@ -281,6 +297,8 @@ class ProcessSandbox(Sandbox):
             truncated=bool(answer.get("truncated", False)),
             wall_ms=float(wall_ms) if isinstance(wall_ms, (int, float)) and not isinstance(wall_ms, bool) else 0.0,
             extra={"backend": self.name, "isolation": dict(agent.loaded.get("isolation") or {})},
+            # no dependencies_sha256: the process backend imports what the host has installed, nothing locked
+            provenance={"backend": self.name, "image_id": self._interpreter},
         )
         return answer, diag
 

@@ -70,12 +70,16 @@ def test_policies_dir_is_deployed_to_the_default_environment_on_first_start(clie
     assert d.passed and d.policy_revision == 1 and d.environment == "production"
 
 
-def test_evaluate_answers_the_decision_with_its_id(client: Client) -> None:
+def test_evaluate_answers_the_decision_with_its_id(client: Client, server: ServerProcess) -> None:
     d = client.evaluate("keywords", "hi", "a fine answer", context={"user": {"role": "admin"}}, timeout=10)
     assert d.passed and d.action is Action.ALLOW and d.decision_id and d.environment == "production"
     assert [r.rule for r in d.rules] == ["no_bad", "no_worse"]
     assert d.rule("no_worse").evaluators[0].details == {"length": 13.0}
     assert d.rule("no_bad").evaluators[0].kind == "custom"
+    # what produced each verdict crosses the wire (docs/provenance.md)
+    prov = d.rule("no_bad").evaluators[0].provenance
+    assert prov["kind"] == "custom" and prov["backend"] == server.sandbox and len(prov["code_sha256"]) == 64
+    assert prov["image_id"].startswith("sha256:" if server.sandbox == "docker" else "process:")
 
 
 def test_flag_and_require_review_create_reviews_that_can_be_resolved(client: Client) -> None:

@@ -12,7 +12,7 @@ from crossaudit.kernel.depspec import Dependency, parse_dependency, validate_dep
 from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.kernel.ownership import owner_alive as _owner_alive
-from sandbox.deps import dependency_key, import_names
+from sandbox.deps import dependency_key, hash_lock, import_names
 from sandbox.docker.container import (
     ENV_ALLOWLIST,
     SANDBOX_UID_RANGE,
@@ -201,3 +201,27 @@ async def test_daemon_failures_surface_as_typed_retryable_errors():
             await sb.run(bundle, "", "", {}, timeout=1)
     finally:
         await sb.aclose()
+
+
+def test_the_lock_pins_each_wheel_by_its_sha256_sorted_by_name(tmp_path: Path) -> None:
+    import hashlib
+
+    wheels = {
+        "zipp-3.20.0-py3-none-any.whl": b"zipp bytes",
+        "Six-1.16.0-py2.py3-none-any.whl": b"six bytes",
+    }
+    for name, data in wheels.items():
+        (tmp_path / name).write_bytes(data)
+    lock = hash_lock(sorted(tmp_path.glob("*.whl")))
+    six, zipp = (hashlib.sha256(d).hexdigest() for d in (b"six bytes", b"zipp bytes"))
+    assert lock == (
+        f"six==1.16.0 \\\n    --hash=sha256:{six}\n"
+        f"zipp==3.20.0 \\\n    --hash=sha256:{zipp}\n"
+    )
+
+
+def test_a_lock_refuses_two_versions_of_one_distribution(tmp_path: Path) -> None:
+    for name in ("six-1.16.0-py3-none-any.whl", "six-1.17.0-py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(DependencyRejectedError, match="two wheels of six"):
+        hash_lock(sorted(tmp_path.glob("*.whl")))

@@ -20,7 +20,14 @@ from crossaudit.kernel.results import Action, Status, Verdict
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.engine import Engine, plan
 from orchestrator.engine.thresholds import FeedbackStats
-from orchestrator.evaluators.base import EvaluationInput, Evaluator
+from orchestrator.evaluators.base import (
+    PROVENANCE_MAX_KEYS,
+    PROVENANCE_MAX_VALUE_CHARS,
+    Called,
+    EvaluationInput,
+    Evaluator,
+    merge_provenance,
+)
 from orchestrator.policy import load_policy
 
 Behaviour = Callable[[EvaluationInput, float, int], Awaitable[Verdict]]
@@ -466,3 +473,61 @@ async def test_rules_sharing_a_call_get_their_own_copies_of_its_result() -> None
     strict.details["nested"]["k"].append(2)
     strict.details["flat"] = 2
     assert lenient.violations == ["v"] and lenient.details == {"flat": 1, "nested": {"k": [1]}}
+
+
+class Traced(Evaluator):
+    """An adapter with static provenance and facts of each call (as the llm adapter's response id)."""
+
+    kind = "llm"
+
+    def __init__(self, name: str, facts: dict[str, Any]) -> None:
+        super().__init__(name)
+        self.facts = facts
+        self.calls = 0
+
+    def provenance(self) -> dict[str, str]:
+        return {"kind": "claimed", "provider": "p", "model": "m"}
+
+    async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+        return (await self.call(inp, timeout=timeout)).verdict
+
+    async def call(self, inp: EvaluationInput, *, timeout: float) -> Called:
+        self.calls += 1
+        return Called(Verdict(score=0.9), {**self.facts, "response_id": f"resp-{self.calls}"})
+
+
+class TracedFactory:
+    def __init__(self, facts: dict[str, Any]) -> None:
+        self.facts = facts
+
+    def build(self, spec: Any, policy: Any) -> Evaluator:
+        return Traced(spec.name, self.facts)
+
+
+async def test_provenance_is_static_facts_then_the_calls_own_never_overridden() -> None:
+    policy = policy_yaml(["j"], "- {name: r, evaluator: j, threshold: 0.5}\n")
+    facts = {"provider": "forged", "model": 3, "extra": "x" * (PROVENANCE_MAX_VALUE_CHARS + 10)}
+    d = await run(policy, TracedFactory(facts))  # type: ignore[arg-type]
+    assert d.rule("r").evaluators[0].provenance == {
+        "kind": "llm",  # the evaluator's kind, whatever its provenance() says
+        "provider": "p",
+        "model": "m",
+        "extra": "x" * PROVENANCE_MAX_VALUE_CHARS,
+        "response_id": "resp-1",
+    }
+
+
+async def test_an_errored_result_carries_the_static_facts() -> None:
+    async def broken(inp: EvaluationInput, timeout: float, n: int) -> Verdict:
+        raise EvaluatorUnavailableError("down")
+
+    policy = policy_yaml(["x"], "- {name: r, evaluator: x, threshold: 0.5}\n")
+    d = await run(policy, Factory({"x": broken}))
+    result = d.rule("r").evaluators[0]
+    assert result.status is Status.ERROR and result.provenance == {"kind": "custom"}
+
+
+def test_merge_provenance_is_bounded() -> None:
+    many = {f"k{i}": "v" for i in range(PROVENANCE_MAX_KEYS + 5)}
+    assert len(merge_provenance({"kind": "custom"}, many)) == PROVENANCE_MAX_KEYS
+    assert merge_provenance({}, {"": "v", "k" * 100: "v", "n": ""}) == {}

@@ -43,9 +43,9 @@ class LLMFactory:
 GOOD = {"safety_score": 0.92, "violations": [], "reasoning": "Harmless cooking advice."}
 
 
-def _openai_body(text: str) -> dict[str, Any]:
+def _openai_body(text: str, response_id: str = "chatcmpl-1") -> dict[str, Any]:
     return {
-        "id": "chatcmpl-1",
+        "id": response_id,
         "object": "chat.completion",
         "created": 0,
         "model": "m",
@@ -54,9 +54,9 @@ def _openai_body(text: str) -> dict[str, Any]:
     }
 
 
-def _anthropic_body(text: str) -> dict[str, Any]:
+def _anthropic_body(text: str, response_id: str = "msg_1") -> dict[str, Any]:
     return {
-        "id": "msg_1",
+        "id": response_id,
         "type": "message",
         "role": "assistant",
         "model": "claude-x",
@@ -67,11 +67,14 @@ def _anthropic_body(text: str) -> dict[str, Any]:
     }
 
 
-def _google_body(text: str) -> dict[str, Any]:
-    return {
+def _google_body(text: str, response_id: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 7, "totalTokenCount": 18},
     }
+    if response_id is not None:
+        body["responseId"] = response_id
+    return body
 
 
 def _anthropic_key(req: dict[str, Any]) -> str:
@@ -88,6 +91,8 @@ class FakeProviders:
         self.script: deque[tuple[str, Any]] = deque()
         self.usage: Any = None  # replaces the OpenAI answer's usage block when set
         self.truncate = False  # report finish_reason "length" on OpenAI answers
+        self.ids: list[str] = []  # the response id sent with each answer, in order
+        self.google_ids = True  # Google answers carry a responseId (the field is optional there)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -116,11 +121,14 @@ class FakeProviders:
                     arg, retry_after = arg if isinstance(arg, tuple) else (arg, None)
                     status, payload = arg, {"error": {"message": f"scripted {arg}", "type": "err", "code": arg}}
                 elif "/messages" in self.path:
-                    status, payload = 200, _anthropic_body(arg)
+                    owner.ids.append(f"msg_{len(owner.requests)}")
+                    status, payload = 200, _anthropic_body(arg, owner.ids[-1])
                 elif ":generateContent" in self.path:
-                    status, payload = 200, _google_body(arg)
+                    owner.ids.append(f"resp-{len(owner.requests)}" if owner.google_ids else "")
+                    status, payload = 200, _google_body(arg, owner.ids[-1] or None)
                 else:
-                    status, payload = 200, _openai_body(arg)
+                    owner.ids.append(f"chatcmpl-{len(owner.requests)}")
+                    status, payload = 200, _openai_body(arg, owner.ids[-1])
                     if owner.usage is not None:
                         payload["usage"] = owner.usage
                     if owner.truncate:
@@ -282,6 +290,66 @@ async def test_google_generate_content(fake: FakeProviders) -> None:
     assert gen["temperature"] == 0.2 and gen["maxOutputTokens"] == 77
     assert gen["responseMimeType"] == "application/json"
     assert "systemInstruction" in req["json"]
+
+
+PROVIDER_CONFIGS = {
+    "openai": {"provider": "openai", "model": "gpt-4", "api_key": "sk-test", "base_url": "{url}/v1"},
+    "openai_compatible": {"provider": "openai_compatible", "model": "llama3", "base_url": "{url}/v1"},
+    "azure": {"provider": "azure", "model": "dep", "api_key": "az", "base_url": "{url}", "api_version": "2024-10-21"},
+    "anthropic": {"provider": "anthropic", "model": "claude-x", "api_key": "ant-key", "base_url": "{url}"},
+    "google": {"provider": "google", "model": "gemini-x", "api_key": "g-key", "base_url": "{url}"},
+}
+
+
+def llm_policy(config: dict[str, Any], url: str, *, cache: bool = False) -> Any:
+    cfg = ", ".join(f"{k}: {json.dumps(v.replace('{url}', url))}" for k, v in config.items())
+    settings = "settings: {cache_results: true, cache_duration: 60}\n" if cache else ""
+    return load_policy(
+        "name: P\ndescription: d\nversion: '1'\n"
+        f"evaluators:\n  - name: judge\n    type: llm\n    config: {{{cfg}}}\n"
+        "rules:\n  - {name: r, evaluator: judge, threshold: 0.5}\n" + settings
+    )
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDER_CONFIGS))
+async def test_each_providers_response_id_is_recorded(fake: FakeProviders, provider: str) -> None:
+    engine = Engine(LLMFactory())
+    try:
+        policy = llm_policy(PROVIDER_CONFIGS[provider], fake.url)
+        first = (await engine.evaluate(policy, "p", "r", {}, timeout=CALL_TIMEOUT_S)).rule("r").evaluators[0]
+        second = (await engine.evaluate(policy, "p", "r", {}, timeout=CALL_TIMEOUT_S)).rule("r").evaluators[0]
+    finally:
+        await engine.aclose()
+    assert len(fake.ids) == 2 and fake.ids[0] != fake.ids[1]  # the id of each call, not of the evaluator
+    cfg = PROVIDER_CONFIGS[provider]
+    static = {"kind": "llm", "provider": cfg["provider"], "model": cfg["model"]}
+    assert first.provenance == {**static, "response_id": fake.ids[0]}
+    assert second.provenance == {**static, "response_id": fake.ids[1]}
+    assert "response_id" not in first.details  # a fact of the call, not of the verdict
+
+
+async def test_a_cached_llm_verdict_keeps_its_calls_response_id(fake: FakeProviders) -> None:
+    engine = Engine(LLMFactory())
+    try:
+        policy = llm_policy(PROVIDER_CONFIGS["anthropic"], fake.url, cache=True)
+        first = (await engine.evaluate(policy, "p", "r", {}, timeout=CALL_TIMEOUT_S)).rule("r").evaluators[0]
+        again = (await engine.evaluate(policy, "p", "r", {}, timeout=CALL_TIMEOUT_S)).rule("r").evaluators[0]
+    finally:
+        await engine.aclose()
+    assert again.cached and len(fake.ids) == 1
+    assert again.provenance == first.provenance and first.provenance["response_id"] == fake.ids[0]
+
+
+async def test_no_response_id_when_the_provider_sends_none(fake: FakeProviders) -> None:
+    fake.google_ids = False
+    engine = Engine(LLMFactory())
+    try:
+        policy = llm_policy(PROVIDER_CONFIGS["google"], fake.url)
+        result = (await engine.evaluate(policy, "p", "r", {}, timeout=CALL_TIMEOUT_S)).rule("r").evaluators[0]
+    finally:
+        await engine.aclose()
+    assert result.status.value == "pass"
+    assert result.provenance == {"kind": "llm", "provider": "google", "model": "gemini-x"}
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,7 @@ def test_decisions_and_stream_items_round_trip() -> None:
     ev = EvaluatorResult(
         evaluator="has_bad", kind="custom", status=Status.FAIL, score=0.0, passed=False, violations=["bad"],
         details={"n": 1.0}, spans=[Span(start=0, end=3, label="bad", score=1.0)], attempts=1,
+        provenance={"kind": "custom", "image_id": "sha256:" + "a" * 64, "code_sha256": "b" * 64},
     )  # fmt: skip
     rule = RuleResult(rule="no_bad", status=Status.FAIL, passed=False, score=0.0, threshold=0.5, action=Action.FLAG,
                       evaluators=[ev], outcome=outcome)  # fmt: skip
@@ -100,6 +101,7 @@ def test_decisions_and_stream_items_round_trip() -> None:
     msg = convert.decision_to_pb(d, revision=2, environment="staging", review_ids=["r"], request_id="q")
     back = convert.decision_from_pb(msg)
     assert back.model_dump(include=set(Decision.model_fields)) == d.model_dump()
+    assert back.rules[0].evaluators[0].provenance == ev.provenance  # the SDK's results carry it
     assert (back.policy_revision, back.environment, back.review_ids, back.request_id) == (2, "staging", ["r"], "q")
     item = convert.stream_item_from_pb(ev_pb.EvaluateStreamResponse(request_id="q", decision=msg))
     assert item == back

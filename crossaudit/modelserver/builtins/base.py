@@ -16,10 +16,12 @@ through :func:`crossaudit.modelserver.builtins.resolve_paths`) and
 from __future__ import annotations
 
 import abc
+import hashlib
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from crossaudit.kernel.builtins import parse_config
@@ -31,6 +33,37 @@ from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import Verdict
 
 MAX_LOADED_MODELS = 4  # distinct model instances (paths/variants) one server keeps in memory
+MAX_MODEL_FILES = 10_000  # files of one model hashed for its provenance (a spaCy pipeline has a few dozen)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_digest(files: Iterable[tuple[str, Path]]) -> str:
+    """``model_sha256`` of the files a model loaded (docs/provenance.md): one file's own sha256; for
+    several, the sha256 of their sorted ``"<name> <sha256>\n"`` lines (name: the path relative to
+    the model's directory, ``/``-separated), so anyone with the files can recompute it."""
+    hashed = sorted((name, file_sha256(path)) for name, path in files)
+    if len(hashed) == 1:
+        return hashed[0][1]
+    return hashlib.sha256("".join(f"{name} {sha}\n" for name, sha in hashed).encode()).hexdigest()
+
+
+def tree_files(root: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """(relative name, path) of every regular file under ``root`` (at most :data:`MAX_MODEL_FILES`)."""
+    base = Path(root)
+    found: list[tuple[str, Path]] = []
+    for path in sorted(base.rglob("*")):
+        if path.is_file():
+            if len(found) >= MAX_MODEL_FILES:
+                raise ConfigurationError(f"{base} holds more than {MAX_MODEL_FILES} files: not hashed as one model")
+            found.append((path.relative_to(base).as_posix(), path))
+    return found
 
 
 def _text(cfg: Any, prompt: str, response: str) -> str:
@@ -53,12 +86,15 @@ class ModelRuntime(abc.ABC):
     def __init__(self, max_loaded: int = MAX_LOADED_MODELS) -> None:
         self._max_loaded = max(1, max_loaded)  # also bounds what a runtime keeps per model (Detoxify's precision)
         # an evicted model is only dropped (the GC frees it) with its load time
-        self._models: EvictingLRU[tuple[str, ...], Any] = EvictingLRU(
-            max_loaded, lambda key, _model: self.load_ms.pop(key, None)
-        )
+        self._models: EvictingLRU[tuple[str, ...], Any] = EvictingLRU(max_loaded, self._evicted)
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[str, ...], threading.Lock] = {}
         self.load_ms: dict[tuple[str, ...], float] = {}
+        self._provenance: dict[tuple[str, ...], dict[str, str]] = {}  # by load key, computed at load
+
+    def _evicted(self, key: tuple[str, ...], _model: Any) -> None:
+        self.load_ms.pop(key, None)
+        self._provenance.pop(key, None)
 
     @classmethod
     def resolve(cls, cfg: Any, environ: Mapping[str, str]) -> Any:
@@ -88,10 +124,38 @@ class ModelRuntime(abc.ABC):
                     return self._models[key]
             t0 = time.perf_counter()
             model = self._load(cfg)
+            facts = self._facts(cfg, model)  # the files as loaded, hashed once per load
             with self._lock:
                 self.load_ms[key] = (time.perf_counter() - t0) * 1000
                 self._models[key] = model  # beyond max_loaded: the least recently used is evicted
+                self._provenance[key] = facts
             return model
+
+    # -- provenance (docs/provenance.md) --
+
+    def model_files(self, cfg: Any, model: Any) -> list[tuple[str, Path]]:
+        """(name, path) of the files the model for ``cfg`` was loaded from; none by default."""
+        return []
+
+    def precision(self, cfg: Any, model: Any) -> str:
+        """The numeric precision the loaded model computes in ("" when it has none to speak of)."""
+        return ""
+
+    def _facts(self, cfg: Any, model: Any) -> dict[str, str]:
+        files = self.model_files(cfg, model)
+        facts = {"model": self.kind, "model_sha256": model_digest(files) if files else "",
+                 "precision": self.precision(cfg, model)}  # fmt: skip
+        return {k: v for k, v in facts.items() if v}
+
+    def provenance(self, config: Mapping[str, Any] | Any) -> dict[str, str]:
+        """``model``, ``model_sha256`` and ``precision`` of the model loaded for ``config`` (just
+        ``model`` when it is not loaded: nothing was scored with it)."""
+        try:
+            key = self._key(parse_config(self.kind, config))
+        except Exception:  # a config no model was loaded for: nothing more to say than the kind
+            return {"model": self.kind}
+        with self._lock:
+            return dict(self._provenance.get(key) or {"model": self.kind})
 
     def analyze(self, config: Mapping[str, Any] | Any, prompt: str, response: str) -> Verdict:
         cfg = parse_config(self.kind, config)

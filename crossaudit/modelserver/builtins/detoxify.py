@@ -25,6 +25,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.builtins import parse_config
@@ -32,7 +33,7 @@ from crossaudit.kernel.builtins.detoxify import DetoxifyConfig
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
 from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver import onnxfiles
-from crossaudit.modelserver.builtins.base import ModelRuntime, _text, check_exists
+from crossaudit.modelserver.builtins.base import ModelRuntime, _text, check_exists, tree_files
 from crossaudit.modelserver.locate import locate_detoxify
 
 ENV_DETOXIFY_CHECKPOINT = "CROSSAUDIT_DETOXIFY_CHECKPOINT"
@@ -175,6 +176,20 @@ class DetoxifyRuntime(ModelRuntime):
 
     def _analyze(self, model: Any, cfg: DetoxifyConfig, text: str) -> Verdict:
         return self._verdict(model.predict([text])[0], cfg, model.precision)
+
+    def model_files(self, cfg: DetoxifyConfig, model: Any) -> list[tuple[str, Path]]:
+        """An export: its sidecar, tokenizer and the graph of the precision loaded; a torch
+        checkpoint: the checkpoint file and every file of its Hugging Face config directory."""
+        if isinstance(model, _OnnxDetoxify):
+            root = Path(cfg.checkpoint or "")
+            names = (onnxfiles.SIDECAR_FILE, onnxfiles.TOKENIZER_FILE, onnxfiles.MODEL_FILES[model.precision])
+            return [(name, root / name) for name in names]
+        checkpoint = Path(cfg.checkpoint or "")
+        config = [(f"huggingface_config/{name}", path) for name, path in tree_files(cfg.huggingface_config_path or "")]
+        return [(checkpoint.name, checkpoint), *config]
+
+    def precision(self, cfg: DetoxifyConfig, model: Any) -> str:
+        return model.precision or "fp32"  # the torch path runs Detoxify's float32 weights as loaded
 
     def analyze_batch(self, calls: Sequence[tuple[Any, str, str]]) -> list[Verdict | Exception]:
         """One forward pass per loaded model over the padded texts of ``calls``.

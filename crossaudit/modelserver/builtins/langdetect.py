@@ -6,11 +6,12 @@ Its config is :class:`crossaudit.kernel.builtins.langdetect.LangdetectConfig`.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.builtins.langdetect import LangdetectConfig
 from crossaudit.kernel.results import Verdict
-from crossaudit.modelserver.builtins.base import ModelRuntime
+from crossaudit.modelserver.builtins.base import ModelRuntime, tree_files
 
 
 class LangdetectRuntime(ModelRuntime):
@@ -32,6 +33,15 @@ class LangdetectRuntime(ModelRuntime):
         from langdetect import detector_factory
 
         return detector_factory._factory
+
+    def model_files(self, cfg: LangdetectConfig, model: Any) -> list[tuple[str, Path]]:
+        """The language profiles langdetect ships and ``init_factory`` loads (``langdetect/profiles``)."""
+        import langdetect
+
+        return tree_files(Path(langdetect.__file__).parent / "profiles")
+
+    def precision(self, cfg: LangdetectConfig, model: Any) -> str:
+        return "fp64"  # naive Bayes over Python floats
 
     def _analyze(self, factory: Any, cfg: LangdetectConfig, text: str) -> Verdict:
         from langdetect.lang_detect_exception import LangDetectException

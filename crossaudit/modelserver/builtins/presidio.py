@@ -16,12 +16,19 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.builtins.presidio import PresidioConfig
 from crossaudit.kernel.errors import ConfigurationError, EvaluatorError, InvalidInputError
 from crossaudit.kernel.results import Span, Verdict
-from crossaudit.modelserver.builtins.base import ModelRequiredError, ModelRuntime, check_exists, path_setting
+from crossaudit.modelserver.builtins.base import (
+    ModelRequiredError,
+    ModelRuntime,
+    check_exists,
+    path_setting,
+    tree_files,
+)
 from crossaudit.modelserver.locate import find_spacy_pipeline
 
 ENV_SPACY_MODEL = "CROSSAUDIT_SPACY_MODEL"
@@ -208,6 +215,14 @@ class PresidioRuntime(ModelRuntime):
                 f"presidio: cannot build the pattern recognizers for language {cfg.language!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
+
+    def model_files(self, cfg: PresidioConfig, model: Any) -> list[tuple[str, Path]]:
+        """Every file of the spaCy pipeline directory; none for the blank pipeline (patterns only)."""
+        return tree_files(cfg.spacy_model_path) if cfg.spacy_model_path else []
+
+    def precision(self, cfg: PresidioConfig, model: Any) -> str:
+        # spaCy (thinc) runs a trained pipeline's weights in float32; the blank pipeline has none
+        return "fp32" if cfg.spacy_model_path else "rules"
 
     def _analyze(self, model: Any, cfg: PresidioConfig, text: str) -> Verdict:
         if not cfg.spacy_model_path:
