@@ -89,7 +89,7 @@ def decision_receipt(d: Decision, rec: PolicyVersionRecord, env: str) -> dict[st
                     "status": e.status.value,
                     "cached": e.cached,
                     "identity": e.identity,
-                    "provenance": dict(getattr(e, "provenance", None) or {}),
+                    "provenance": dict(e.provenance),
                 }
             )
     return {
