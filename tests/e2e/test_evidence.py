@@ -109,6 +109,9 @@ def test_proofs_and_receipts_of_a_decision(srv: ServerProcess, pub: Path) -> Non
     assert r["log_seq"] == record.log_seq and r["log"] == "crossaudit/acme"
     assert r["receipt"]["policy"]["name"] == "keywords" and r["receipt"]["policy"]["digest"] == record.policy_digest
     assert r["receipt"]["engine"]["name"] == "crossaudit" and r["receipt"]["evaluators"]
+    facts = r["receipt"]["evaluators"][0]["provenance"]
+    assert facts["kind"] == "custom" and facts["backend"] == "process" and len(facts["code_sha256"]) == 64
+    assert facts["image_id"].startswith("process:")
     human = run_cli("audit", "receipt", d.decision_id, server=srv, api_key=key("acme"))
     assert f"seq {record.log_seq} of crossaudit/acme" in human.stdout
 
