@@ -13,7 +13,8 @@ trusts only the public keys it is given. What it can tell, per sequence number:
   at a sequence number;
 - ``checkpoint``: a checkpoint that does not open under a trusted key, names another log, or
   whose root the records before it do not produce (a record altered together with its stored
-  leaf hash shows only here: the first sequence number it can name is the previous checkpoint's).
+  leaf hash shows only here: the first sequence number it can name is the previous checkpoint's);
+- ``unsigned``: records, and no checkpoint by a trusted key over any of them.
 """
 
 from __future__ import annotations
@@ -297,6 +298,9 @@ class Verifier:
                     )
                 )
         r.uncovered = max(0, self._next - max(r.covered, r.start))
+        if self._next > r.start and r.checkpoints == 0 and "checkpoint" not in r.counts:
+            # records, and no signature over any of them: nothing here is evidence
+            r.add(Finding(r.start, "unsigned", "no checkpoint by a trusted key signs these records"))
         r.findings.sort(key=lambda f: (f.seq is None, f.seq or 0))
         return r
 

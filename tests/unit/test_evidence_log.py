@@ -287,3 +287,11 @@ async def test_the_checkpointer_never_signs_on_top_of_a_forged_checkpoint_row(db
     db.execute("DELETE FROM log_checkpoints WHERE tenant='acme'")
     assert await log.checkpoint("acme") is None  # this process signed 8: the log cannot start over
     assert (await db.store.latest_checkpoint("acme")) is None
+
+
+async def test_records_no_checkpoint_signs_are_not_evidence(db: Db) -> None:
+    """A server without a signing key (PostgreSQL, none configured) keeps the log unsigned:
+    verify says so rather than passing."""
+    await write(db.store, 4)
+    report = await verify(db.store)
+    assert report.counts == {"unsigned": 1} and report.first_bad.seq == 0  # type: ignore[union-attr]
