@@ -11,7 +11,6 @@ printed) or it could not be read, 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -201,7 +200,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if args.store:
         if not args.tenant or not keys:
             raise InvalidInputError("--store needs --tenant T and --key PUB")
-        report = asyncio.run(_verify_store(args.store, args.tenant, keys, args.origin, since))
+        from crossaudit.service.evidence import verify_store
+
+        report = verify_store(args.store, args.tenant, keys, args.origin, since)
         return _report(args, report, f"log {args.origin}/{args.tenant}")
     with _client(args) as c:
         if not keys:
@@ -214,22 +215,6 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             log = log or chunk.log
             checker.feed(chunk)
     return _report(args, checker.finish(), f"log {log}")
-
-
-async def _verify_store(url: str, tenant: str, keys: list[PublicKey], origin: str, since: float | None) -> Report:
-    from crossaudit.service.config import EvidenceConfig
-    from crossaudit.service.evidence import EvidenceLog
-    from crossaudit.store import open_store
-
-    store = open_store(url)
-    try:
-        log = EvidenceLog(store, EvidenceConfig(origin=origin), key=None, trusted=keys)
-        checker = ChunkVerifier(keys)
-        async for chunk in log.read(tenant, since=since, outside=True):
-            checker.feed(chunk)
-        return checker.finish()
-    finally:
-        await store.aclose()
 
 
 def cmd_audit_proof(args: argparse.Namespace) -> int:

@@ -181,7 +181,9 @@ class Verifier:
         """Keep leaf hashes from the start, for :meth:`check_range`."""
         self._leaves = []
 
-    def add(self, e: Entry) -> None:
+    def add(self, e: Entry, leaf: bytes | None = None) -> None:
+        """The next record in sequence order; ``leaf``: its leaf hash when the source computed it
+        (then ``e.document`` is needed only when it differs from the stored leaf)."""
         r = self.report
         r.records += 1
         if e.seq is None:
@@ -202,7 +204,8 @@ class Verifier:
             if self._broken_at is None:
                 self._broken_at = self._next
             self._next += 1
-        leaf = leaf_hash(e.document)
+        if leaf is None:
+            leaf = leaf_hash(e.document)
         if e.stored_leaf != leaf.hex():
             self._explain(e)
         self._next = e.seq + 1

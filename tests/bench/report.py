@@ -83,7 +83,7 @@ TARGETS = (
         "throughput",
         50_000,
         False,
-        "audit verify of a 10-rule log read from the store: >= 50,000 records/s",
+        "audit verify --store of a 10-rule log (every core): >= 50,000 records/s",
     ),
     Target(
         "ratio.evidence.cpu",
