@@ -584,24 +584,37 @@ def verify_store(
     n = head - start
     workers = workers or os.cpu_count() or 1
     ranges = [(url, tenant, a, min(head, a + PARALLEL_RANGE)) for a in range(start, head, PARALLEL_RANGE)]
-    if n < PARALLEL_MIN_RECORDS or workers < 2:
-        for task in ranges:
-            for item in _hash_range(task):
-                v.add(Entry(*item[:4]), item[4])
-    else:
-        import multiprocessing
-
-        # forkserver: the workers start from a clean process (forking one that has threads, a test
-        # runner's or an embedding application's, may copy a lock another thread held)
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        with ctx.Pool(workers) as pool:
-            for hashed in pool.imap(_hash_range, ranges):
-                for item in hashed:
-                    v.add(Entry(*item[:4]), item[4])
+    parallel = n >= PARALLEL_MIN_RECORDS and workers >= 2
+    for items in _in_workers(ranges, workers) if parallel else map(_hash_range, ranges):
+        for item in items:
+            v.add(Entry(*item[:4]), item[4])
     for entry in extra:
         v.add(entry)
     return v.finish()
+
+
+def _in_workers(
+    ranges: list[tuple[str, str, int, int]], workers: int
+) -> Iterable[list[tuple[str, int | None, str | None, bytes, bytes]]]:
+    """:func:`_hash_range` of each range, in order, by ``workers`` processes; where worker
+    processes cannot run (a sandboxed host, an embedding without a main module), here."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    # forkserver: the workers start from a clean process (forking one that has threads, a test
+    # runner's or an embedding application's, may copy a lock another thread held)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    done = 0
+    try:
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for items in pool.map(_hash_range, ranges):
+                yield items
+                done += 1
+    except (BrokenProcessPool, OSError) as exc:
+        log.warning("verifying in one process: worker processes failed (%s)", exc)
+        yield from map(_hash_range, ranges[done:])
 
 
 async def _plan(
