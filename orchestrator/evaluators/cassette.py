@@ -148,15 +148,18 @@ class Cassette:
     # -- up front --
 
     def check(self, policy: Policy) -> None:
-        """Record: note the policy version (its file is written even when no call was made).
-        Replay: refuse a policy version this directory holds no cassette for, naming the versions
-        it does hold, when the policy calls an LLM (one without LLM rules needs none)."""
+        """Only for a policy that calls an LLM (one without LLM rules needs no cassette). Record:
+        note the policy version (its file is written even when no call was made, e.g. every LLM
+        rule skipped). Replay: refuse a policy version this directory holds no cassette for,
+        naming the versions it does hold."""
+        if not uses_llm(policy):
+            return
         ref = (policy.name, policy.version)
         with self._lock:
             if self.mode == "record":
                 self._requests.setdefault(ref, {})
                 return
-            if ref in self._requests or not uses_llm(policy):
+            if ref in self._requests:
                 return
             others = sorted(v for n, v in self._requests if n == policy.name)
         if others:
