@@ -85,7 +85,7 @@ def cassette_from_args(args: argparse.Namespace) -> Iterator[Cassette | None]:
     if not record and not replay:
         yield None
         return
-    cassette = Cassette.recorder(record) if record else Cassette.replayer(replay)
+    cassette = Cassette.recorder(str(record)) if record else Cassette.replayer(str(replay))
     with installed(cassette):
         yield cassette
     cassette.save()
