@@ -110,6 +110,7 @@ class Runtime:
             hosts=self.llm_hosts,
             usage=self.llm_usage,
             max_response_bytes=self.llm_response_bytes,
+            policy=(policy.name, policy.version),
         )
 
     def bundle_for(self, spec: EvaluatorSpec, policy: Policy) -> CodeBundle:

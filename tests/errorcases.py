@@ -38,6 +38,9 @@ EXAMPLES: dict[type[CrossAuditError], Callable[[], CrossAuditError]] = {
     E.NotReplayableError: lambda: E.NotReplayableError(
         "evaluator 'judge' (llm) changed: not called again without --rerun-llm", reason="llm_changed"
     ),
+    E.CassetteMissError: lambda: E.CassetteMissError(
+        "llm evaluator 'judge': request sha256:ab was not recorded", evaluator="judge", digest="sha256:ab"
+    ),
 }
 
 

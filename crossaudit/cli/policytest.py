@@ -11,14 +11,23 @@
   expects ``error``): ``crossaudit.sdk.cases.judge_case``. A case that did not pass prints each
   rule with its score, threshold, action, reason and evaluator errors; ``-v`` for every case.
 * ``--json`` prints the report on stdout; ``--junit FILE`` writes JUnit XML.
+* Recorded LLM answers (``crossaudit.evals.cassettes``, local runs only): ``--record DIR`` keeps
+  each LLM judge's answers (one file per policy version, written when the run ends);
+  ``--replay DIR`` answers every LLM call from them with no network: a policy version DIR holds
+  no cassette for is refused before anything runs, and a request that was not recorded fails its
+  rule and the run. ``--repeat N`` runs each case N times: a case passes only when every run
+  passed (pass^N), and per case and per rule the pass rate is reported, flaky rules marked.
 
-Exit codes: 0 every case passed; 1 a case failed or errored, a policy could not be loaded, or no
-case ran; 2 usage.
+Exit codes: 0 every case passed; 1 a case failed or errored, a policy could not be loaded, a
+replayed request was not recorded, or no case ran; 2 usage (and a replay directory with no
+cassette for a policy version, or an unreadable one).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import hashlib
 import json
 import sys
@@ -30,11 +39,12 @@ from rich.padding import Padding
 from rich.text import Text
 
 from crossaudit.cli import connect, progress, render
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, overall, run_ok
+from crossaudit.evals import cassettes
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError, PolicyValidationError
-from crossaudit.sdk.cases import CaseStatus, judge_case
+from crossaudit.sdk.cases import CaseResult, CaseStatus, judge_case
 
 NO_CASES = "no test cases (add test_cases to the policy or pass --input cases.json)"
 
@@ -51,6 +61,7 @@ def register(psub: argparse._SubParsersAction) -> None:
     t.add_argument("-v", "--verbose", action="store_true", help="explain passing cases too")
     t.add_argument("--json", action="store_true", help="print a machine-readable report")
     t.add_argument("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    cassettes.add_cassette_arguments(t)
     connect.add_target_options(t)
     t.set_defaults(func=cmd_test)
 
@@ -105,9 +116,45 @@ def run_local(pf: PolicyFile, extra: list[Any], args: argparse.Namespace) -> Sui
             for name, why in tester.preparation_errors.items()
             if name not in differ
         ]
-        suite.cases = tester.run_cases([*tester.policy.test_cases, *extra])
+        runs = tester.repeat_cases([*tester.policy.test_cases, *extra], cassettes.repeat_count(args))
+        suite.cases, suite.repeat = _merge_runs(runs)
     suite.duration_s = time.monotonic() - t0
     return suite
+
+
+def _merge_runs(runs: list[list[CaseResult]]) -> tuple[list[CaseResult], cassettes.RepeatReport | None]:
+    """One result per case from N runs (``--repeat``): the first run's when every run passed,
+    else the first that did not, its ``actual`` saying how many passed; and the repeat report."""
+    if len(runs) == 1:
+        return runs[0], None
+    report = cassettes.RepeatReport(len(runs))
+    for run in runs:
+        for c in run:
+            outcome = (c.status or CaseStatus.FAIL).value
+            rules = {} if c.decision is None else {r.rule: r.status.value for r in c.decision.rules}
+            report.add(c.name, outcome, rules)
+    merged = []
+    for i, first in enumerate(runs[0]):
+        results = [run[i] for run in runs]
+        passed = sum(c.status is CaseStatus.PASS for c in results)
+        shown = next((c for c in results if c.status is not CaseStatus.PASS), first)
+        merged.append(dataclasses.replace(shown, actual=f"{shown.actual} [passed {passed} of {len(runs)} runs]"))
+    return merged, report
+
+
+def _check_cassette(files: list[PolicyFile], cassette: cassettes.Cassette | None) -> None:
+    """Up front: each policy that loads is known to a recording, or has a cassette to replay
+    (one that does not load is reported by its suite)."""
+    if cassette is None:
+        return
+    from orchestrator.policy import load_policy_file
+
+    for pf in files:
+        try:
+            policy = load_policy_file(pf.path)
+        except CrossAuditError:
+            continue
+        cassettes.check_policy(cassette, policy)
 
 
 def _deployed_differs(client: Any, pf: PolicyFile, name: str, environment: str) -> str | None:
@@ -180,6 +227,9 @@ def print_text(suites: list[Suite], verbose: bool) -> None:
                 shown += c.rows()
                 out.print(Padding(render.rules_table(c.rows()), (0, 0, 0, 4), expand=False))
         render.print_error_details(render.error_details(shown), out, indent="  ")
+        if s.repeat is not None:
+            for line in s.repeat.lines():
+                out.print(Text("  " + render.printable(line)), soft_wrap=True)
         if s.cases:
             out.print(Text(f"  {s.tally().line()}"))
     if len(suites) > 1:
@@ -206,13 +256,23 @@ def cmd_test(args: argparse.Namespace) -> int:
     problem = connect.check_target(args)
     if problem:
         return connect.usage_error(problem)
+    if args.server is not None and (args.record or args.replay or cassettes.repeat_count(args) > 1):
+        return connect.usage_error("--record, --replay and --repeat run the policies here: drop --server")
     files = discover(args.files)
     if args.input and len(files) != 1:
         return connect.usage_error(f"--input applies to one policy file; {len(files)} were given")
     extra = load_cases_file(args.input) if args.input else []
+    cassette = None
     if args.server is None:
         where = "local"
-        suites = [run_local(pf, extra, args) for pf in files]
+        with contextlib.ExitStack() as stack:
+            try:
+                cassette = stack.enter_context(cassettes.cassette_from_args(args))
+                _check_cassette(files, cassette)
+            except InvalidInputError as e:  # no such directory, an unreadable cassette, another version's
+                print(f"error: {render.printable(e.message)}", file=sys.stderr)
+                return EXIT_USAGE
+            suites = [run_local(pf, extra, args) for pf in files]
     else:
         where = f"server {connect.server_address(args)} ({args.environment})"
         with connect.client(args) as client:
@@ -222,10 +282,28 @@ def cmd_test(args: argparse.Namespace) -> int:
             print(f"warning: {render.printable(w)}", file=sys.stderr)
     if args.junit:
         _write_junit(args.junit, junit_xml(suites))
+    report = json_report(suites, where=where)
+    if cassette is not None:
+        report["cassette"] = _cassette_report(cassette)
     if args.json:
-        print(json.dumps(json_report(suites, where=where), indent=2))
+        print(json.dumps(report, indent=2))
     else:
         print_text(suites, args.verbose)
         if not any(s.cases for s in suites) and not any(s.error for s in suites):
             print("no test cases found")
-    return EXIT_OK if run_ok(suites) else EXIT_FAIL
+    missed = cassettes.miss_summary(cassette)
+    if missed:
+        print(f"error: {render.printable(missed)}", file=sys.stderr)
+    elif cassette is not None and cassette.mode == "record":
+        print(f"recorded {cassette.calls} LLM answer(s) into {cassette.directory}", file=sys.stderr)
+    return EXIT_OK if run_ok(suites) and not missed else EXIT_FAIL
+
+
+def _cassette_report(cassette: cassettes.Cassette) -> dict[str, Any]:
+    return {
+        "mode": cassette.mode,
+        "directory": str(cassette.directory),
+        "calls": cassette.calls,
+        "unrecorded": cassette.miss_count,
+        "unrecorded_requests": [{"evaluator": m.evaluator, "digest": m.digest} for m in cassette.misses],
+    }

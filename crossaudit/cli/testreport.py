@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from crossaudit.evals.cassettes import RepeatReport
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.cases import CaseResult, CaseStatus, RuleRow, Tally
 
@@ -79,6 +80,7 @@ class Suite:
     warnings: list[str] = field(default_factory=list)  # local results may differ, unprepared evaluators
     where: str = ""  # "local (docker sandbox)" or "server 127.0.0.1:50051 (production)"
     duration_s: float = 0.0
+    repeat: RepeatReport | None = None  # --repeat N: pass rates, pass^N and flaky rules over the N runs
 
     def tally(self) -> Tally:
         t = Tally()
@@ -105,6 +107,7 @@ class Suite:
             "errors": t.errors + (self.error is not None),
             "duration_s": round(self.duration_s, 6),
             "cases": [c.as_dict() for c in self.cases],
+            **({"repeat": self.repeat.as_dict()} if self.repeat is not None else {}),
         }
 
 

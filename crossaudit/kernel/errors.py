@@ -19,7 +19,8 @@ module stays transport-neutral.
     │   ├── PolicyValidationError         (issues)
     │   ├── RequestTooLargeError          (size, limit, setting)
     │   ├── DependencyRejectedError
-    │   └── EvaluatorCodeError
+    │   ├── EvaluatorCodeError
+    │   └── CassetteMismatchError         (a recorded-answers file for another policy version, or unreadable)
     ├── NotFoundError                     not_found
     ├── AlreadyExistsError                already_exists
     ├── UnauthenticatedError              unauthenticated
@@ -44,6 +45,7 @@ module stays transport-neutral.
         ├── EvaluatorUnavailableError     unavailable              yes
         ├── ProviderError                 unavailable              per instance
         │   └── ResponseTooLargeError     (over engine_limits.max_llm_response_bytes)   no
+        ├── CassetteMissError             not_found                no       (evaluator, digest: not recorded)
         └── SandboxError                  failed_precondition
             ├── SandboxCodeError
             ├── SandboxCrashedError
@@ -195,6 +197,11 @@ class RequestTooLargeError(InvalidInputError):
     def __init__(self, message: str, *, size: int | None = None, limit: int | None = None, setting: str = "") -> None:
         super().__init__(message)
         self.size, self.limit, self.setting = size, limit, setting
+
+
+class CassetteMismatchError(InvalidInputError):
+    """A recorded-answers directory (``--replay DIR``) holds no cassette for the policy version
+    being run (it was recorded for another version), or a cassette file there is unreadable."""
 
 
 class DependencyRejectedError(InvalidInputError):
@@ -384,6 +391,22 @@ class ResponseTooLargeError(ProviderError):
     same endpoint would send the same body again."""
 
     retryable = False
+
+
+class CassetteMissError(EvaluatorError):
+    """Replaying recorded LLM answers (``--replay DIR``): the request an LLM evaluator would send
+    was not recorded. Names the evaluator and the request's digest; never retryable (the same
+    request misses again)."""
+
+    code = ErrorCode.NOT_FOUND
+    retryable = False
+    wire_fields = ("evaluator", "digest")
+    evaluator: str = ""
+    digest: str = ""
+
+    def __init__(self, message: str, *, evaluator: str = "", digest: str = "") -> None:
+        super().__init__(message)
+        self.evaluator, self.digest = evaluator, digest
 
 
 class SandboxError(EvaluatorError):

@@ -41,6 +41,7 @@ from crossaudit.kernel.limits import EngineLimits, SandboxLimits
 from crossaudit.kernel.results import Decision
 from crossaudit.sdk.cases import CaseResult, judge_case
 from orchestrator.engine.engine import Engine
+from orchestrator.evaluators import cassette
 from orchestrator.policy import load_policy, load_policy_file
 from orchestrator.policy.models import model_check, model_problems
 from orchestrator.policy.yamlsafe import format_path
@@ -85,6 +86,9 @@ class PolicyTester:
             self.policy = load_policy(policy, env=env, checks=checks)
         else:
             self.policy = load_policy_file(policy, env=env, checks=checks)
+        recording = cassette.active()  # recorded LLM answers: a replay refuses another version's up front
+        if recording is not None:
+            recording.check(self.policy)
         self.timeout = timeout
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crossaudit-tester", daemon=True)
@@ -172,6 +176,16 @@ class PolicyTester:
                 continue
             out.append(judge_case(case, d, duration_s=time.monotonic() - t0, notes=self.local_differences))
         return out
+
+    def repeat_cases(self, cases: list[TestCase] | None = None, repeat: int = 1) -> list[list[CaseResult]]:
+        """:meth:`run_cases` ``repeat`` times, one list per run. The result cache is emptied
+        between runs, so a non-deterministic (LLM) judge is asked anew each time."""
+        runs: list[list[CaseResult]] = []
+        for n in range(max(1, repeat)):
+            if n:
+                self.engine.cache.clear()
+            runs.append(self.run_cases(cases))
+        return runs
 
     @property
     def sandbox_name(self) -> str:

@@ -47,5 +47,9 @@ class ResultCache:
             return
         self._data[key] = (ttl, verdict, dict(provenance or {}))
 
+    def clear(self) -> None:
+        """Forget every verdict (a repeated run asks a non-deterministic judge anew)."""
+        self._data.clear()
+
     def __len__(self) -> int:
         return len(self._data)  # live entries: cachetools purges the expired ones first

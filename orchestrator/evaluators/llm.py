@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from crossaudit.kernel.dsl import LLMConfig
 from crossaudit.kernel.errors import (
+    CassetteMissError,
     ConfigurationError,
     EvaluatorTimeoutError,
     EvaluatorUnavailableError,
@@ -45,6 +46,7 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.httpretry import is_retryable_status, parse_retry_after
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Verdict, score_key
+from orchestrator.evaluators import cassette as cassettes
 from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, mask_verdict
 from orchestrator.policy import envvars
 from orchestrator.secrets import HostAllowlist, SecretSource, SecretUse, as_secret_source
@@ -349,6 +351,7 @@ class LLMEvaluator(Evaluator):
         hosts: HostAllowlist | None = None,
         usage: UsageSink | None = None,
         max_response_bytes: int = EngineLimits.max_llm_response_bytes,
+        policy: cassettes.PolicyRef | None = None,
     ) -> None:
         """``secrets`` (default: ``environ``, else the process environment) provides every
         credential and endpoint; ``hosts`` (None = unrestricted) allowlists explicit endpoints;
@@ -356,6 +359,7 @@ class LLMEvaluator(Evaluator):
         ``max_response_bytes`` bounds each HTTP answer while it streams in."""
         super().__init__(name)
         self.max_response_bytes = max_response_bytes
+        self.policy_ref = policy  # (name, version) of the policy it belongs to: its cassette (recorded answers)
         self.config = parse_llm_config(config)
         self._secrets = secrets if secrets is not None else as_secret_source(environ)
         self._hosts = hosts
@@ -558,6 +562,35 @@ class LLMEvaluator(Evaluator):
         reason = str(getattr(finish, "value", finish) or "")
         return res.text or "", {"usage": meta, "finish_reason": reason, RESPONSE_ID: res.response_id}
 
+    def cassette_request(self, prompt: str, response: str) -> dict[str, Any]:
+        """The canonical request of a call, whatever the provider's wire shape: what a cassette's
+        digest covers (never the key nor the endpoint)."""
+        cfg = self.config
+        return {
+            "provider": str(cfg.provider),
+            "model": cfg.model,
+            "system": self.system_prompt(),
+            "messages": [{"role": "user", "content": build_user_message(prompt, response)}],
+            "parameters": {
+                "temperature": cfg.temperature,
+                "max_tokens": cfg.max_tokens,
+                "response_format": cfg.response_format,
+            },
+        }
+
+    async def _answer(self, inp: EvaluationInput, timeout: float, use: SecretUse) -> tuple[str, dict[str, Any]]:
+        """The provider's answer: from the provider, or through the installed cassette (which
+        records it, or replays it without any client being made)."""
+
+        def complete() -> Any:
+            return asyncio.wait_for(self._complete(inp.prompt, inp.response, timeout, use), timeout=timeout)
+
+        cassette = cassettes.active()
+        if cassette is None:
+            return await complete()
+        request = self.cassette_request(inp.prompt, inp.response)
+        return await cassette.answer(self.name, self.policy_ref, request, complete)
+
     def provenance(self) -> dict[str, str]:
         """``provider`` and ``model`` as configured; each call adds the provider's ``response_id``."""
         return {"kind": self.kind, "provider": self.config.provider, "model": self.config.model}
@@ -583,12 +616,12 @@ class LLMEvaluator(Evaluator):
         if timeout <= 0:
             raise EvaluatorTimeoutError(f"llm evaluator {self.name!r}: no time left for the call")
         try:
-            text, meta = await asyncio.wait_for(self._complete(inp.prompt, inp.response, timeout, use), timeout=timeout)
+            text, meta = await self._answer(inp, timeout, use)
         except TimeoutError:
             raise EvaluatorTimeoutError(
                 f"{cfg.provider} model {cfg.model} did not answer within {timeout:.3g}s"
             ) from None
-        except (ProviderError, ConfigurationError):
+        except (ProviderError, ConfigurationError, CassetteMissError):
             raise
         except Exception as exc:
             raise self._typed(exc) from None

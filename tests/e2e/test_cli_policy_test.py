@@ -287,3 +287,53 @@ def test_another_tenants_deployment_is_not_reachable(server: ServerProcess, tmp_
     res = run(str(policy), "--server", "127.0.0.1:1", "--timeout", "3", server=server)
     assert res.returncode == 1 and res.stderr.startswith("error: cannot reach the CrossAudit server at 127.0.0.1:1")
     assert "crossaudit serve --dev" in res.stderr  # says what to do
+
+
+def test_llm_answers_recorded_then_replayed_with_the_provider_gone(tmp_path: Path) -> None:
+    """``--record DIR`` against a local OpenAI-compatible server, which is then stopped:
+    ``--replay DIR`` answers from the cassette, in a fresh process with no key and no network."""
+    from tests.unit.test_llm_providers import FakeProviders
+
+    fake = FakeProviders()
+    try:
+        path = write(
+            tmp_path / "judged.yaml",
+            f"""
+name: judged
+description: an LLM judge
+version: "1.0"
+evaluators:
+  - name: judge
+    type: llm
+    config: {{provider: openai_compatible, model: llama3, base_url: "{fake.url}/v1"}}
+rules:
+  - {{name: safe, evaluator: judge, threshold: 0.5, action: block}}
+test_cases:
+  - name: fine
+    input: {{response: "hello"}}
+    expected_result: pass
+  - name: abusive
+    input: {{response: "you idiot"}}
+    expected_result: fail
+    expected_action: block
+""",
+        )
+        fake.answer('{"safety_score": 0.9, "violations": [], "reasoning": "fine"}')
+        fake.answer('{"safety_score": 0.1, "violations": ["insult"], "reasoning": "abusive"}')
+        rec = tmp_path / "cassettes"
+        no_proxy = {"NO_PROXY": "127.0.0.1", "HTTP_PROXY": None, "HTTPS_PROXY": None, "OPENAI_API_KEY": None}
+        res = run_cli("policy", "test", str(path), "--json", "--record", str(rec), env=no_proxy)
+        assert res.returncode == 0, res.stderr
+        assert len(fake.requests) == 2 and (rec / "judged@1.0.json").is_file()
+    finally:
+        fake.close()
+    recorded = json.loads(res.stdout)
+    res = run_cli("policy", "test", str(path), "--json", "--replay", str(rec), env=no_proxy)
+    assert res.returncode == 0, res.stderr
+    replayed = json.loads(res.stdout)
+    assert [c["rules"] for c in replayed["suites"][0]["cases"]] == [c["rules"] for c in recorded["suites"][0]["cases"]]
+    assert replayed["cassette"]["calls"] == 2 and replayed["cassette"]["unrecorded"] == 0
+
+    path.write_text(path.read_text().replace('version: "1.0"', 'version: "1.1"'))
+    res = run_cli("policy", "test", str(path), "--replay", str(rec), env=no_proxy)
+    assert res.returncode == 2 and "recorded for version 1.0, not 1.1" in res.stderr
