@@ -14,7 +14,7 @@ from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.labels import LabelledDecision, Labels, labelled, should_pass
 from crossaudit.service.retention import Retention
-from crossaudit.store.base import LabelRecord, ReviewKind, ReviewState
+from crossaudit.store.base import LabelRecord, ReviewState
 from tests.records import audit_record, review_record
 
 
@@ -137,7 +137,9 @@ async def test_the_service_pages_labels_and_refuses_a_token_it_did_not_give(stor
     assert precision["tox"].count == 5 and precision["tox"].precision == 1.0
 
 
-def _label(decision_id: str, rule: str, should: bool, at: float, *, text: bool = False, lid: str = "") -> LabelledDecision:
+def _label(
+    decision_id: str, rule: str, should: bool, at: float, *, text: bool = False, lid: str = ""
+) -> LabelledDecision:
     return LabelledDecision(
         source="review",
         id=lid or f"{decision_id}-{rule}-{at}",
@@ -198,7 +200,7 @@ class _Pages:
         self.pages = pages
         self.calls: list[str] = []
 
-    def list_labels(self, policy, environment="", since=None, *, page_token="", page_size=0):  # noqa: ANN001, ANN201
+    def list_labels(self, policy, environment="", since=None, *, page_token="", page_size=0):
         from crossaudit.service.labels import LabelPage
 
         self.calls.append(page_token)
