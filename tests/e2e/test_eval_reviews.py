@@ -7,16 +7,18 @@ measured precision with its count and Wilson interval, "undefined" without a lab
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from crossaudit import Client
+from crossaudit import AsyncClient, Client
 from crossaudit.kernel.errors import PermissionDeniedError
 from crossaudit.store.base import ReviewState
 from orchestrator.engine.calibration import wilson
@@ -115,6 +117,20 @@ def test_reviews_and_feedback_become_a_dataset_with_text_and_scores(srv: ServerP
         first = a.list_labels("labelled", page_size=1)
         assert len(first.labels) == 1 and first.next_page_token
         assert first.labels[0].should_pass is False and first.labels[0].thresholds["tox"] == 0.5
+
+    async def every_label() -> list[str]:  # the AsyncClient pages the same labels to the end
+        async with AsyncClient(srv.address, api_key=AUDITOR) as a:
+            seen, token = [], ""
+            for _ in range(10):
+                page = await a.list_labels("labelled", since=time.time() - 86_400, page_token=token, page_size=1)
+                seen += [f"{lab.source}:{lab.decision_id}:{lab.rule}" for lab in page.labels]
+                token = page.next_page_token
+                if not token:
+                    return seen
+            raise AssertionError("more pages than labels")
+
+    expected = [f"review:{ids['bad']}:tox", f"review:{ids['fine']}:tox", f"feedback:{ids['missed']}:tox"]
+    assert sorted(asyncio.run(every_label())) == sorted([*expected, f"feedback:{ids['missed']}:other"])
     with Client(srv.address, api_key=REVIEWER) as r, pytest.raises(PermissionDeniedError, match="ListLabels"):
         r.list_labels("labelled")
     res = run_cli("eval-labels", "labelled", "--out", str(tmp_path / "r.jsonl"), server=srv, api_key=REVIEWER)
