@@ -40,7 +40,7 @@ class Role(StrEnum):
     ADMIN = "admin"
     REVIEWER = "reviewer"
     SERVICE = "service"
-    AUDITOR = "auditor"  # reads the audit log, its proofs and receipts; changes nothing
+    AUDITOR = "auditor"  # reads the audit log, its proofs, receipts and labels; changes nothing
 
 
 def rpc(service: str, method: str) -> str:
