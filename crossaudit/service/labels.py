@@ -22,6 +22,7 @@ token names the last label of the page before).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,19 @@ def labelled(rec: LabelRecord, kept: RetainedInputs | None = None) -> LabelledDe
     )
 
 
+LABEL_ROW_BYTES = 512  # a label row's fixed part (ids, names, times) and per-rule numbers, estimated per row
+
+
+def row_bytes(row: LabelledDecision) -> int:
+    """What a row adds to an answer, estimated: its texts, its context as JSON, its per-rule maps."""
+    text = len((row.prompt or "").encode("utf-8", "surrogatepass")) + len(
+        (row.response or "").encode("utf-8", "surrogatepass")
+    )
+    context = len(json.dumps(row.context, default=str)) if row.context is not None else 0
+    rules = sum(len(name) + 16 for name in (*row.scores, *row.thresholds, *row.recorded))
+    return LABEL_ROW_BYTES + text + context + rules
+
+
 def token_of(rec: LabelRecord) -> str:
     return f"{rec.labelled_at!r}{PAGE_TOKEN_SEPARATOR}{rec.id}"
 
@@ -175,8 +189,22 @@ class Labels:
         more = len(recs) > size
         recs = recs[:size]
         kept = await self._retained(tenant, [r.decision_id for r in recs])
-        rows = [row for r in recs if (row := labelled(r, kept.get(r.decision_id))) is not None]
-        return LabelPage(rows, token_of(recs[-1]) if more and recs else "")
+        # A page of retained texts could outgrow one answer: it stops at half of
+        # limits.max_send_message_bytes (as a ListDecisions page does); the first row always goes.
+        budget, used = self.limits.max_send_message_bytes // 2, 0
+        rows: list[LabelledDecision] = []
+        last: LabelRecord | None = None
+        for i, r in enumerate(recs):
+            row = labelled(r, kept.get(r.decision_id))
+            cost = row_bytes(row) if row is not None else 0
+            if last is not None and used + cost > budget:
+                more = True
+                break
+            used += cost
+            last = recs[i]
+            if row is not None:
+                rows.append(row)
+        return LabelPage(rows, token_of(last) if more and last is not None else "")
 
     async def _retained(self, tenant: str, ids: list[str]) -> dict[str, RetainedInputs]:
         """The page's retained inputs, in loads of at most retention.max_load_ids."""

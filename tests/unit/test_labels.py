@@ -229,3 +229,43 @@ def test_the_suggested_threshold_uses_the_rows_scores_and_labels() -> None:
     assert cal.target == pytest.approx(0.45) and cal.threshold == pytest.approx(0.45) and cal.objective == "f1"
     assert suggested_threshold(rows, "tox", 0.2, max_step=0.1, min_count=3).threshold == pytest.approx(0.3)
     assert suggested_threshold(rows, "tox", 0.2, max_step=0.1, min_count=7).threshold == 0.2  # too few labels
+
+
+
+async def test_a_page_of_retained_texts_stops_within_half_the_answer_limit(
+    store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three decisions of a tenant that retains inputs (the real service and engine, sealed with an
+    operator key), each with 40 KB of text: with a 100 KB answer limit a page holds one (the first
+    always goes), and each next page picks up where the last stopped."""
+    import base64
+    import os
+
+    from crossaudit.service.config import RetentionConfig
+    from crossaudit.service.core import CrossAuditService
+    from crossaudit.service.grants import TenantGrants
+    from orchestrator.engine.engine import Engine
+    from tests.unit.test_replay_service import KEY_ENV, Factory, policy
+
+    monkeypatch.setenv(KEY_ENV, base64.b64encode(os.urandom(32)).decode())
+    svc = CrossAuditService(
+        store,
+        lambda tenant, uploads, feedback: Engine(Factory(), scope=tenant, feedback=feedback),
+        limits=ServiceLimits(max_send_message_bytes=100_000),
+        grants=TenantGrants(retention={"acme": 86_400.0}),
+        retention=RetentionConfig(operator_key_env=KEY_ENV),
+    )
+    await svc.deploy_policy("acme", policy(0.5))
+    for i in range(3):
+        out = await svc.evaluate("acme", policy="judged", prompt="p" * 40_000, response=f"r{i}", context={"s": 0.2})
+        await svc.submit_feedback("acme", out.decision.decision_id, rule="verdict", label="false_positive")
+    seen, token, pages = [], "", 0
+    for _ in range(10):
+        page = await svc.list_labels("acme", policy="judged", page_token=token)
+        pages += 1
+        seen += [row.response for row in page.labels]
+        assert all(row.prompt == "p" * 40_000 and row.context == {"s": 0.2} for row in page.labels)
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == ["r0", "r1", "r2"] and pages == 3
