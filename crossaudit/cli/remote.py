@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse
     register_audit(subparsers, common)
     register_review(subparsers, common)
     register_webhooks(subparsers, common)
+    from crossaudit.cli import evalreviews  # the lead folds it into `crossaudit eval --from-reviews`
+
+    evalreviews.register(subparsers, common)
 
 
 def register_policy(policy_subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

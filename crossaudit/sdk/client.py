@@ -64,6 +64,7 @@ from crossaudit.service import convert
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from crossaudit.service.errors import from_rpc_error
 from crossaudit.service.evidence import ConsistencyProof, Exporter, InclusionProof, LogKeyInfo, export_chunks
+from crossaudit.service.labels import LabelPage
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -495,6 +496,16 @@ class ClientBase(abc.ABC):
         req = audit_pb.ListDecisionsRequest(policy=policy, limit=limit)
         return Unary(self._audit.ListDecisions, req, lambda r: [convert.audit_from_pb(d) for d in r.decisions])
 
+    def _list_labels(
+        self, policy: str, environment: str, since: float | None, page_token: str, page_size: int
+    ) -> Unary[LabelPage]:
+        req = audit_pb.ListLabelsRequest(
+            policy=policy, environment=environment, page_token=page_token, page_size=page_size
+        )
+        if since is not None:
+            req.since.CopyFrom(convert.timestamp(since))
+        return Unary(self._audit.ListLabels, req, convert.label_page_from_pb)
+
     # the decision log (docs/evidence.md)
     def _log_key(self) -> Unary[LogKeyInfo]:
         def decode(m: audit_pb.LogKey) -> LogKeyInfo:
@@ -738,6 +749,21 @@ class Client(ClientBase):
         """Audit records, most recent first (``limit`` 0 = the server's cap)."""
         return self._unary(self._list_decisions(policy, limit))
 
+    def list_labels(
+        self,
+        policy: str,
+        environment: str = "",
+        since: float | None = None,
+        *,
+        page_token: str = "",
+        page_size: int = 0,
+    ) -> LabelPage:
+        """One page of ``policy``'s labelled decisions in ``environment`` (resolved reviews and
+        feedback labels given since ``since``, oldest first), with their recorded scores and, where
+        retained, their text; pass ``next_page_token`` back for the next page (docs/calibration.md).
+        Admin and auditor keys."""
+        return self._unary(self._list_labels(policy, environment, since, page_token, page_size))
+
     def log_key(self) -> LogKeyInfo:
         """The key that signs this tenant's decision log (pin it: verify with ``keys=``)."""
         return self._unary(self._log_key())
@@ -978,6 +1004,18 @@ class AsyncClient(ClientBase):
 
     async def list_decisions(self, policy: str = "", limit: int = 0) -> list[AuditRecord]:
         return await self._unary(self._list_decisions(policy, limit))
+
+    async def list_labels(
+        self,
+        policy: str,
+        environment: str = "",
+        since: float | None = None,
+        *,
+        page_token: str = "",
+        page_size: int = 0,
+    ) -> LabelPage:
+        """As :meth:`Client.list_labels`."""
+        return await self._unary(self._list_labels(policy, environment, since, page_token, page_size))
 
     async def log_key(self) -> LogKeyInfo:
         return await self._unary(self._log_key())

@@ -249,6 +249,25 @@ class ServiceLimits:
             )
         ),
     ] = 500
+    label_page_size: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "labelled decisions (resolved reviews, feedback labels) one ListLabels page answers at most, with "
+                "their retained inputs loaded and decrypted per page; a request's page_size is capped by it "
+                "([calibration.md](calibration.md))"
+            )
+        ),
+    ] = 500
+    max_precision_labels: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "labels of one policy the review console's rules page reads to measure each rule's precision "
+                "(the oldest first)"
+            )
+        ),
+    ] = 10_000
     replay_concurrency: Annotated[
         PositiveInt, Field(description="decisions one replay re-evaluates at once (within a page)")
     ] = 32

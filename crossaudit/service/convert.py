@@ -33,6 +33,7 @@ from crossaudit.kernel.results import (
 )
 from crossaudit.service.decoding import depth_message
 from crossaudit.service.evidence import ConsistencyProof, InclusionProof
+from crossaudit.service.labels import LabelledDecision, LabelPage
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -727,6 +728,55 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
         msg.log_seq = a.log_seq
     msg.leaf_hash = a.leaf_hash or ""
     return msg
+
+
+def label_to_pb(row: LabelledDecision, msg: audit_pb.LabelledDecision) -> None:
+    msg.source = row.source
+    msg.id = row.id
+    msg.decision_id = row.decision_id
+    msg.rule = row.rule
+    msg.label = row.label
+    msg.should_pass = row.should_pass
+    msg.labelled_at.CopyFrom(timestamp(row.labelled_at))
+    msg.decided_at.CopyFrom(timestamp(row.decided_at))
+    msg.scores.update(row.scores)
+    msg.thresholds.update(row.thresholds)
+    msg.recorded.update(row.recorded)
+    if row.context is not None:  # the retained inputs, whole
+        msg.retained = True
+        msg.prompt = row.prompt or ""
+        msg.response = row.response or ""
+        msg.context.CopyFrom(to_struct(row.context))
+
+
+def label_page_to_pb(page: LabelPage) -> audit_pb.ListLabelsResponse:
+    msg = audit_pb.ListLabelsResponse(next_page_token=page.next_page_token)
+    for row in page.labels:
+        label_to_pb(row, msg.labels.add())
+    return msg
+
+
+def label_from_pb(m: audit_pb.LabelledDecision) -> LabelledDecision:
+    return LabelledDecision(
+        source=m.source,
+        id=m.id,
+        decision_id=m.decision_id,
+        rule=m.rule,
+        label=m.label,
+        should_pass=m.should_pass,
+        labelled_at=seconds(m.labelled_at),
+        decided_at=seconds(m.decided_at),
+        scores=dict(m.scores),
+        thresholds=dict(m.thresholds),
+        recorded=dict(m.recorded),
+        prompt=m.prompt if m.retained else None,
+        response=m.response if m.retained else None,
+        context=from_struct(m.context, what="context") if m.retained else None,
+    )
+
+
+def label_page_from_pb(m: audit_pb.ListLabelsResponse) -> LabelPage:
+    return LabelPage([label_from_pb(x) for x in m.labels], m.next_page_token)
 
 
 def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:

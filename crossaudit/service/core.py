@@ -8,7 +8,8 @@
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
 - :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox);
 - :mod:`~crossaudit.service.retention`: retained inputs (sealed, purged, erased; read by replay);
-- :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy.
+- :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy;
+- :mod:`~crossaudit.service.labels`: labels from production (reviews, feedback) for evals and calibration.
 
 Servicers (``servicers.py``) only convert messages and map errors, calling this one object;
 everything works on plain models and the :class:`~crossaudit.store.Store`.
@@ -24,6 +25,7 @@ from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RetentionConfig, RolloutLimits, ServiceLimits
 from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.grants import TenantGrants
+from crossaudit.service.labels import Labels
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.records import Records
@@ -112,6 +114,7 @@ class CrossAuditService:
             rollout=self.rollout,
             evidence=evidence,
         )
+        self.labels = Labels(store, self.retention, limits=self.limits)
         self.replays = Replays(
             store, self.tenants, self.catalog, self.retention, limits=self.limits, prices=self.metrics.prices
         )
@@ -141,6 +144,7 @@ class CrossAuditService:
         self.redeliver = self.deliveries.redeliver
         self.erase_inputs = self.retention.erase
         self.replay = self.replays.replay
+        self.list_labels = self.labels.page
 
     def evidence_log(self) -> EvidenceLog:
         """The signed decision logs; a service built without one (an embedding that signs nothing)

@@ -40,7 +40,7 @@ class Role(StrEnum):
     ADMIN = "admin"
     REVIEWER = "reviewer"
     SERVICE = "service"
-    AUDITOR = "auditor"  # reads the audit log, its proofs and receipts; changes nothing
+    AUDITOR = "auditor"  # reads the audit log, its proofs, receipts and labels; changes nothing
 
 
 def rpc(service: str, method: str) -> str:
@@ -64,6 +64,8 @@ REPLAY = rpc("ReplayService", "Replay")
 SHADOW_REPORT = rpc("PolicyService", "ShadowReport")
 # The decision log (docs/evidence.md): an auditor's whole job, a reviewer's receipts.
 GET_RECEIPT = rpc("AuditService", "GetReceipt")
+# Labels from production (docs/calibration.md): an admin's and an auditor's (it reads retained text).
+LIST_LABELS = rpc("AuditService", "ListLabels")
 LOG_METHODS = frozenset(
     {
         rpc("AuditService", "GetLogKey"),
@@ -84,7 +86,7 @@ PERMISSIONS: Mapping[Role, frozenset[str]] = {
     Role.REVIEWER: frozenset(
         {LIST_REVIEWS, RESOLVE_REVIEW, GET_DECISION, LIST_DECISIONS, GET_SERVER_INFO, GET_RECEIPT}
     ),
-    Role.AUDITOR: frozenset({GET_DECISION, LIST_DECISIONS, GET_SERVER_INFO, *LOG_METHODS}),
+    Role.AUDITOR: frozenset({GET_DECISION, LIST_DECISIONS, GET_SERVER_INFO, LIST_LABELS, *LOG_METHODS}),
 }
 # Roles that may sign in to the review console (a service key is an application's, not a person's).
 CONSOLE_ROLES = frozenset({Role.ADMIN, Role.REVIEWER})

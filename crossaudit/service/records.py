@@ -17,6 +17,7 @@ from crossaudit.kernel.errors import InvalidInputError, NotFoundError, Permissio
 from crossaudit.kernel.results import Decision
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
+from crossaudit.service.labels import recorded_rules
 from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import (
@@ -309,7 +310,8 @@ class Records:
         rec = await self.store.add_feedback(tenant, decision_id, rule=rule, label=label, comment=comment)
         if rule:
             decision = await self.store.get_decision(tenant, decision_id)
-            self.tenants.feedback(tenant).add(decision.policy, rule, label)
+            score = recorded_rules(decision.rules)[0].get(rule)
+            self.tenants.feedback(tenant).add(decision.policy, rule, label, score)
         return rec
 
     # Auto-approval is applied when the queue is read (no timer): see orchestrator.reviews.timing.

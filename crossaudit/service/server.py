@@ -499,7 +499,7 @@ async def start_beside(running: RunningServer, names: list[str]) -> None:
         # before the first start's deploys (which may build images): a busy port fails at once
         from crossaudit.service.console import start_console
 
-        running.console = await start_console(config, service.records, auth, service.rollout)
+        running.console = await start_console(config, service.records, auth, service.rollout, service.labels)
     problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
     for line in problems:
         log.warning("%s", line)

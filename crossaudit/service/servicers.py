@@ -464,6 +464,19 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
         rec = await self.svc.get_decision(tenant, request.decision_id)
         return convert.receipt_to_pb(rec, self.svc.evidence_log().origin(tenant))
 
+    @unary
+    async def ListLabels(self, tenant: str, request: audit_pb.ListLabelsRequest, context: Any):
+        # admin and auditor keys (principals.PERMISSIONS): it reads the tenant's retained text
+        page = await self.svc.list_labels(
+            tenant,
+            policy=request.policy,
+            environment=request.environment,
+            since=convert.seconds(request.since) if request.HasField("since") else None,
+            page_token=request.page_token,
+            page_size=request.page_size,
+        )
+        return convert.label_page_to_pb(page)
+
 
 class ReplayServicer(_Base, rpl_grpc.ReplayServiceServicer):
     """Admin only, as DeployPolicy (principals.PERMISSIONS lists it for no other role): a replay

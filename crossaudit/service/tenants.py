@@ -13,12 +13,16 @@ from typing import Any, Protocol
 
 from crossaudit.kernel.results import Decision
 from crossaudit.store.base import EvaluatorRecord, Store
+from orchestrator.engine.calibration import FEEDBACK_SHOULD_PASS
 from orchestrator.engine.replay import Replay
-from orchestrator.engine.thresholds import FeedbackStats
+from orchestrator.engine.thresholds import FEEDBACK_SCORES_PER_RULE, FeedbackStats
 from orchestrator.policy import Policy
 from orchestrator.runtime import StoredEvaluator
 
 log = logging.getLogger("crossaudit.service")
+# Feedback labels (most recent first, every rule of the tenant) whose scores a tenant's feedback
+# loops load when the service starts: FEEDBACK_SCORES_PER_RULE per rule at most are kept.
+MAX_FEEDBACK_SCORES_LOADED = 100_000
 
 
 class DecisionEngine(Protocol):
@@ -73,8 +77,10 @@ def _stored(rec: EvaluatorRecord) -> StoredEvaluator:
 
 
 class TenantFeedback:
-    """Rule-level feedback counts of one tenant, for the engine's feedback loops
-    (``feedback_config.update_model``): loaded once from the store, updated on each label."""
+    """Rule-level feedback of one tenant, for the engine's feedback loops
+    (``feedback_config.update_model``): counts, and the most recent labelled scores
+    (``FEEDBACK_SCORES_PER_RULE`` per rule) that calibration uses; loaded once from the store,
+    updated on each label."""
 
     def __init__(self) -> None:
         self.loaded = False
@@ -83,12 +89,17 @@ class TenantFeedback:
     def __call__(self, policy: str, rule: str) -> FeedbackStats | None:  # engine.FeedbackSource
         return self.counts.get((policy, rule))
 
-    def add(self, policy: str, rule: str, label: str) -> None:
+    def add(self, policy: str, rule: str, label: str, score: float | None = None) -> None:
         old = self.counts.get((policy, rule)) or FeedbackStats()
+        should_pass = FEEDBACK_SHOULD_PASS.get(label)
+        scores = old.scores
+        if score is not None and should_pass is not None:
+            scores = (*scores, (score, should_pass))[-FEEDBACK_SCORES_PER_RULE:]
         self.counts[(policy, rule)] = FeedbackStats(
             total=old.total + 1,
             false_positive=old.false_positive + (label == "false_positive"),
             false_negative=old.false_negative + (label == "false_negative"),
+            scores=scores,
         )
 
 
@@ -153,9 +164,16 @@ class Tenants:
         if fb.loaded:
             return
         counts = await self.store.feedback_counts(tenant)
+        recent = await self.store.feedback_scores(tenant, limit=MAX_FEEDBACK_SCORES_LOADED)
+        scores: dict[tuple[str, str], list[tuple[float, bool]]] = {}
+        for policy, rule, label, score in recent:  # most recent first: each rule keeps its latest
+            kept = scores.setdefault((policy, rule), [])
+            if score is not None and label in FEEDBACK_SHOULD_PASS and len(kept) < FEEDBACK_SCORES_PER_RULE:
+                kept.append((score, FEEDBACK_SHOULD_PASS[label]))
         if not fb.loaded:
             for key, (total, fp, fn) in counts.items():
-                fb.counts[key] = FeedbackStats(total=total, false_positive=fp, false_negative=fn)
+                labelled = tuple(reversed(scores.get(key, ())))  # oldest first, as add() appends
+                fb.counts[key] = FeedbackStats(total=total, false_positive=fp, false_negative=fn, scores=labelled)
             fb.loaded = True
 
     def cache_stats(self) -> list[tuple[str, int, int, int]]:

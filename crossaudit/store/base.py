@@ -140,6 +140,27 @@ class FeedbackRecord:
     created_at: float
 
 
+@dataclass(frozen=True)
+class LabelRecord:
+    """A person's label on one rule of one decision, with the decision's recorded rules: a resolved
+    review (``source`` "review", ``label`` its state: approved or rejected) or a feedback label
+    (``source`` "feedback", ``label`` false_positive or false_negative). What each one means as an
+    expected outcome: ``crossaudit.service.labels`` (docs/calibration.md)."""
+
+    source: str
+    id: str  # the review's or the feedback's id
+    decision_id: str
+    rule: str
+    label: str
+    labelled_at: float  # a review's resolved_at, a feedback's created_at
+    decided_at: float  # the decision's created_at
+    decision_rules: list[dict[str, Any]]  # the audit record's rules (status, passed, score, threshold, ...)
+
+
+LABEL_REVIEW_STATES = ("approved", "rejected")  # review states that are labels (dismissed is not)
+LABEL_FEEDBACK = ("false_positive", "false_negative")  # feedback labels that are labels of a rule
+
+
 class OutboxState(str, enum.Enum):
     PENDING = "pending"  # waiting for its next attempt (or being attempted under a lease)
     DELIVERED = "delivered"
@@ -548,6 +569,28 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_feedback(self, tenant: str, decision_id: str | None = None) -> list[FeedbackRecord]: ...
+
+    @abc.abstractmethod
+    async def page_labels(
+        self,
+        tenant: str,
+        *,
+        policy: str,
+        environment: str,
+        since: float | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> list[LabelRecord]:
+        """One page of the labels people gave ``tenant``'s decisions of ``policy`` in
+        ``environment``: reviews resolved as approved or rejected by a person (an auto-approval is
+        no one's judgement) and rule-level feedback labelled false_positive or false_negative,
+        labelled at or after ``since``, oldest label first (``labelled_at``, then ``id``);
+        ``after``: the (labelled_at, id) of the previous page's last label (keyset paging)."""
+
+    @abc.abstractmethod
+    async def feedback_scores(self, tenant: str, *, limit: int) -> list[tuple[str, str, str, float | None]]:
+        """(policy, rule, label, the rule's recorded score) of ``tenant``'s most recent ``limit``
+        rule-level feedback labels false_positive / false_negative, most recent first."""
 
     # --- retained inputs (docs/retention.md) ----------------------------------------------
 

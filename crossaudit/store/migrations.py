@@ -168,6 +168,12 @@ CREATE TABLE log_checkpoints (
     PRIMARY KEY (tenant, size)
 );
 """,
+    # 10: labels from production (docs/calibration.md): a policy's resolved reviews in an
+    # environment by resolution time, and a tenant's feedback by creation time (ListLabels pages)
+    """
+CREATE INDEX IF NOT EXISTS reviews_labels ON reviews (tenant, policy, environment, state, resolved_at);
+CREATE INDEX IF NOT EXISTS feedback_created ON feedback (tenant, created_at);
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -316,5 +322,10 @@ CREATE TABLE log_checkpoints (
     note TEXT NOT NULL, frontier TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (tenant, size)
 );
+""",
+    # 9: labels from production (SQLite's step 10)
+    """
+CREATE INDEX reviews_labels ON reviews (tenant, policy, environment, state, resolved_at);
+CREATE INDEX feedback_created ON feedback (tenant, created_at);
 """,
 )

@@ -41,6 +41,8 @@ from crossaudit.store.base import (
     ERASE_BATCH,
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,
+    LABEL_FEEDBACK,
+    LABEL_REVIEW_STATES,
     OPEN_REVIEWS_QUOTA,
     AuditRecord,
     CandidateMode,
@@ -52,6 +54,7 @@ from crossaudit.store.base import (
     EvaluatorRecord,
     FeedbackRecord,
     HistoryRecord,
+    LabelRecord,
     LogRow,
     OutboxRecord,
     OutboxState,
@@ -71,7 +74,7 @@ from crossaudit.store.base import (
 )
 from crossaudit.store.groupcommit import GroupCommit
 from orchestrator.engine.ratelimit import take
-from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, Resolution, timing
+from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, AUTO_REVIEWER, Resolution, timing
 
 T = TypeVar("T")
 
@@ -478,6 +481,52 @@ def _logged(audit: AuditRecord, seqs: Mapping[str, Iterator[int]], encoded: Mapp
     seq = next(seqs[audit.tenant])
     values = tuple(encoded[name] if name in encoded else _ENCODE[name](getattr(audit, name)) for name in LEAF_COLUMNS)
     return dataclasses.replace(audit, log_seq=seq, leaf_hash=leaf_hash(leaf_document(values, seq)).hex())
+
+
+def _labels_query(
+    tenant: str,
+    policy: str,
+    environment: str,
+    since: float | None,
+    after: tuple[float, str] | None,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """Resolved reviews (by a person) and rule-level feedback labels of one policy's decisions in
+    one environment, as one keyset-paged list ordered by (labelled_at, id): see Store.page_labels."""
+    columns = "source, id, decision_id, rule, label, labelled_at, decided_at, rules"
+    reviews = (
+        "SELECT 'review' AS source, r.id AS id, r.decision_id AS decision_id, r.rule AS rule, r.state AS label, "
+        "r.resolved_at AS labelled_at, d.created_at AS decided_at, d.rules AS rules "
+        "FROM reviews r JOIN decisions d ON d.tenant = r.tenant AND d.decision_id = r.decision_id "
+        "WHERE r.tenant = ? AND r.policy = ? AND r.environment = ? AND r.state IN (?, ?) AND r.reviewer != ? "
+        "AND r.resolved_at IS NOT NULL AND r.resolved_at >= ?"
+    )
+    feedback = (
+        "SELECT 'feedback' AS source, f.id AS id, f.decision_id AS decision_id, f.rule AS rule, f.label AS label, "
+        "f.created_at AS labelled_at, d.created_at AS decided_at, d.rules AS rules "
+        "FROM feedback f JOIN decisions d ON d.tenant = f.tenant AND d.decision_id = f.decision_id "
+        "WHERE f.tenant = ? AND d.policy = ? AND d.environment = ? AND f.rule != '' AND f.label IN (?, ?) "
+        "AND f.created_at >= ?"
+    )
+    start = float(since) if since is not None else 0.0
+    args: list[Any] = [tenant, policy, environment, *LABEL_REVIEW_STATES, AUTO_REVIEWER, start]
+    args += [tenant, policy, environment, *LABEL_FEEDBACK, start]
+    sql = f"SELECT {columns} FROM ({reviews} UNION ALL {feedback}) labels"
+    if after is not None:  # the keyset: strictly after the previous page's last label
+        sql += " WHERE labelled_at >= ? AND (labelled_at > ? OR id > ?)"
+        args += [float(after[0]), float(after[0]), str(after[1])]
+    sql += " ORDER BY labelled_at, id LIMIT ?"
+    args.append(_page(limit))
+    return sql, args
+
+
+def _rule_score(rules: Any, rule: str) -> float | None:
+    """The recorded score of ``rule`` in an audit record's rules (None: no score, or no such rule)."""
+    for r in rules if isinstance(rules, list) else ():
+        if isinstance(r, dict) and r.get("rule") == rule:
+            score = r.get("score")
+            return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
+    return None
 
 
 def _log_row(row: Row) -> LogRow:
@@ -1261,6 +1310,47 @@ class SqlStore(Store):
             q = _listing("feedback", tenant, {"decision_id=?": decision_id or None}, order="created_at, id")
             rows = c.execute(*q).fetchall()
             return [_record(FeedbackRecord, r) for r in rows]
+
+        return await self._run(tx)
+
+    async def page_labels(
+        self,
+        tenant: str,
+        *,
+        policy: str,
+        environment: str,
+        since: float | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> list[LabelRecord]:
+        def tx(c: Conn) -> list[LabelRecord]:
+            rows = c.execute(*_labels_query(tenant, policy, environment, since, after, limit)).fetchall()
+            return [
+                LabelRecord(
+                    source=r[0],
+                    id=r[1],
+                    decision_id=r[2],
+                    rule=r[3],
+                    label=r[4],
+                    labelled_at=float(r[5]),
+                    decided_at=float(r[6]),
+                    decision_rules=json.loads(r[7]),
+                )
+                for r in rows
+            ]
+
+        return await self._run(tx)
+
+    async def feedback_scores(self, tenant: str, *, limit: int) -> list[tuple[str, str, str, float | None]]:
+        def tx(c: Conn) -> list[tuple[str, str, str, float | None]]:
+            rows = c.execute(
+                "SELECT d.policy, f.rule, f.label, d.rules "
+                "FROM feedback f JOIN decisions d ON d.tenant = f.tenant AND d.decision_id = f.decision_id "
+                "WHERE f.tenant = ? AND f.rule != '' AND f.label IN (?, ?) "
+                "ORDER BY f.created_at DESC, f.id LIMIT ?",
+                (tenant, *LABEL_FEEDBACK, _page(limit)),
+            ).fetchall()
+            return [(r[0], r[1], r[2], _rule_score(json.loads(r[3]), r[1])) for r in rows]
 
         return await self._run(tx)
 

@@ -257,3 +257,80 @@ class Receipt(_message.Message):
     leaf_hash: str
     log: str
     def __init__(self, decision_id: _Optional[str] = ..., receipt: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., log_seq: _Optional[int] = ..., leaf_hash: _Optional[str] = ..., log: _Optional[str] = ...) -> None: ...
+
+class ListLabelsRequest(_message.Message):
+    __slots__ = ("policy", "environment", "since", "page_size", "page_token")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    environment: str
+    since: _timestamp_pb2.Timestamp
+    page_size: int
+    page_token: str
+    def __init__(self, policy: _Optional[str] = ..., environment: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class LabelledDecision(_message.Message):
+    __slots__ = ("source", "id", "decision_id", "rule", "label", "should_pass", "labelled_at", "decided_at", "scores", "thresholds", "recorded", "prompt", "response", "context", "retained")
+    class ScoresEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ThresholdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class RecordedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bool
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bool] = ...) -> None: ...
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SHOULD_PASS_FIELD_NUMBER: _ClassVar[int]
+    LABELLED_AT_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLDS_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    RETAINED_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    id: str
+    decision_id: str
+    rule: str
+    label: str
+    should_pass: bool
+    labelled_at: _timestamp_pb2.Timestamp
+    decided_at: _timestamp_pb2.Timestamp
+    scores: _containers.ScalarMap[str, float]
+    thresholds: _containers.ScalarMap[str, float]
+    recorded: _containers.ScalarMap[str, bool]
+    prompt: str
+    response: str
+    context: _struct_pb2.Struct
+    retained: bool
+    def __init__(self, source: _Optional[str] = ..., id: _Optional[str] = ..., decision_id: _Optional[str] = ..., rule: _Optional[str] = ..., label: _Optional[str] = ..., should_pass: _Optional[bool] = ..., labelled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scores: _Optional[_Mapping[str, float]] = ..., thresholds: _Optional[_Mapping[str, float]] = ..., recorded: _Optional[_Mapping[str, bool]] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., retained: _Optional[bool] = ...) -> None: ...
+
+class ListLabelsResponse(_message.Message):
+    __slots__ = ("labels", "next_page_token")
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.RepeatedCompositeFieldContainer[LabelledDecision]
+    next_page_token: str
+    def __init__(self, labels: _Optional[_Iterable[_Union[LabelledDecision, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

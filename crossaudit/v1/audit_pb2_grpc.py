@@ -74,6 +74,11 @@ class AuditServiceStub:
                 request_serializer=crossaudit_dot_v1_dot_audit__pb2.GetReceiptRequest.SerializeToString,
                 response_deserializer=crossaudit_dot_v1_dot_audit__pb2.Receipt.FromString,
                 _registered_method=True)
+        self.ListLabels = channel.unary_unary(
+                '/crossaudit.v1.AuditService/ListLabels',
+                request_serializer=crossaudit_dot_v1_dot_audit__pb2.ListLabelsRequest.SerializeToString,
+                response_deserializer=crossaudit_dot_v1_dot_audit__pb2.ListLabelsResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -139,6 +144,17 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLabels(self, request, context):
+        """Labels from production (docs/calibration.md): a policy's decisions in an environment that
+        people labelled (reviews resolved approved/rejected by a person, feedback false_positive /
+        false_negative on a rule), oldest label first, a page at a time; each with the decision's
+        recorded per-rule scores and thresholds and, where retained (docs/retention.md), its text.
+        Admin and auditor keys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +197,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.GetReceipt,
                     request_deserializer=crossaudit_dot_v1_dot_audit__pb2.GetReceiptRequest.FromString,
                     response_serializer=crossaudit_dot_v1_dot_audit__pb2.Receipt.SerializeToString,
+            ),
+            'ListLabels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLabels,
+                    request_deserializer=crossaudit_dot_v1_dot_audit__pb2.ListLabelsRequest.FromString,
+                    response_serializer=crossaudit_dot_v1_dot_audit__pb2.ListLabelsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +420,33 @@ class AuditService:
             '/crossaudit.v1.AuditService/GetReceipt',
             crossaudit_dot_v1_dot_audit__pb2.GetReceiptRequest.SerializeToString,
             crossaudit_dot_v1_dot_audit__pb2.Receipt.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLabels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/crossaudit.v1.AuditService/ListLabels',
+            crossaudit_dot_v1_dot_audit__pb2.ListLabelsRequest.SerializeToString,
+            crossaudit_dot_v1_dot_audit__pb2.ListLabelsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crossaudit.kernel.dsl import DynamicThresholdConfig, FeedbackConfig, Rule
+from orchestrator.engine.calibration import calibrate
 from orchestrator.engine.context import MISSING, lookup
 
 
@@ -67,23 +68,40 @@ def dynamic_threshold(cfg: DynamicThresholdConfig, ctx: Mapping[str, Any]) -> tu
 
 @dataclass(frozen=True)
 class FeedbackStats:
-    """Labels collected for one rule: a false positive = failed but should have passed."""
+    """Labels collected for one rule: a false positive = failed but should have passed.
+    ``scores``: (recorded score, should it have passed) of the labels whose decision recorded a
+    score for the rule (the most recent ones, at most ``FEEDBACK_SCORES_PER_RULE``)."""
 
     total: int = 0
     false_positive: int = 0
     false_negative: int = 0
+    scores: tuple[tuple[float, bool], ...] = ()
+
+
+FEEDBACK_SCORES_PER_RULE = 1_000  # labelled scores a rule's feedback loop keeps (the most recent)
 
 
 def feedback_adjusted(threshold: float, cfg: FeedbackConfig | None, stats: FeedbackStats | None) -> tuple[float, str]:
-    """Move the threshold toward what reviewers said, once enough feedback exists.
+    """Move the threshold toward what reviewers said, once enough feedback exists
+    (docs/calibration.md: the one method ``crossaudit eval`` suggests thresholds with).
 
-    More false positives lower the threshold (the rule was too strict); more false
-    negatives raise it. The shift is feedback_weight × (fn - fp) / total.
+    With at least ``min_feedback_count`` labelled scores: :func:`calibrate` (the F1-best threshold
+    on them, reached by steps of at most ``feedback_weight``). Labels without a recorded score
+    (a rule that errored, a record cut down) cannot be calibrated on; when those are what makes
+    the count, the counts move it: more false positives lower the threshold (too strict), more
+    false negatives raise it, by feedback_weight × (fn - fp) / total (within the same step).
     """
     if cfg is None or not (cfg.collect_user_feedback and cfg.update_model):
         return threshold, ""  # feedback not collected for this rule, or not used
     if stats is None or stats.total < cfg.min_feedback_count:
         return threshold, ""
+    if len(stats.scores) >= cfg.min_feedback_count:
+        cal = calibrate(threshold, stats.scores, max_step=cfg.feedback_weight, min_count=cfg.min_feedback_count)
+        if cal.target is not None:
+            return cal.threshold, (
+                f"feedback ({cal.labels} labelled scores, {cal.objective}-best {cal.target:g}) "
+                f"moved threshold {threshold:g} -> {cal.threshold:g}"
+            )
     shift = cfg.feedback_weight * (stats.false_negative - stats.false_positive) / stats.total
     new = min(1.0, max(0.0, threshold + shift))
     return new, f"feedback ({stats.total} labels) moved threshold {threshold:g} -> {new:g}"

@@ -114,7 +114,10 @@ async def test_case(path: Path) -> None:
     policy = load_policy(yaml.safe_dump(case["policy"], sort_keys=False), path.name)
     factory = Factory(case.get("evaluators") or {})
     now = dt.datetime.fromisoformat(case.get("now", "2026-03-02T12:00:00+00:00"))
-    stats = {(policy.name, rule): FeedbackStats(**counts) for rule, counts in (case.get("feedback") or {}).items()}
+    stats = {
+        (policy.name, rule): FeedbackStats(**{**counts, "scores": tuple(map(tuple, counts.get("scores", ())))})
+        for rule, counts in (case.get("feedback") or {}).items()
+    }  # scores: [score, should_pass] pairs (docs/calibration.md)
     engine = Engine(factory, now=lambda: now, feedback=lambda p, r: stats.get((p, r)))
     req = case.get("request") or {}
     decision = None

@@ -247,10 +247,11 @@ async def test_rule_feedback_reaches_the_engine(store: SQLiteStore) -> None:
     await svc.submit_feedback("t1", out.decision.decision_id, rule="r1", label="false_positive")
     await svc.submit_feedback("t1", out.decision.decision_id, label="correct")  # decision-level
     feedback = svc.seen["t1:feedback"]  # type: ignore[attr-defined]
-    assert feedback("p", "r1") == FeedbackStats(total=1, false_positive=1)
-    fresh = service(store, ScriptedEngine())  # a restarted service loads the counts
+    # the label carries the rule's recorded score (0.1) for calibration (docs/calibration.md)
+    assert feedback("p", "r1") == FeedbackStats(total=1, false_positive=1, scores=((0.1, True),))
+    fresh = service(store, ScriptedEngine())  # a restarted service loads the counts and the scores
     await fresh.evaluate("t1", policy="p", prompt="", response="")
-    assert fresh.seen["t1:feedback"]("p", "r1").total == 1  # type: ignore[attr-defined]
+    assert fresh.seen["t1:feedback"]("p", "r1") == feedback("p", "r1")  # type: ignore[attr-defined]
 
 
 def test_escalated_and_overdue_are_computed_when_read() -> None:

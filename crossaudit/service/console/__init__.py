@@ -68,7 +68,7 @@ class ConsoleServer:
 
 
 async def start_console(
-    config: ServerConfig, records: Records, auth: Authenticator, rollout: Any = None
+    config: ServerConfig, records: Records, auth: Authenticator, rollout: Any = None, labels: Any = None
 ) -> ConsoleServer:
     """Bind the console's port and serve it in this loop (returns once it accepts requests)."""
     import uvicorn
@@ -80,7 +80,9 @@ async def start_console(
     assert port is not None
     tls = bool(config.tls_cert and config.tls_key)
     loopback = config.console_host in LOOPBACK_HOSTS
-    app = ConsoleApp(records, auth, config.console_limits, tls=tls, loopback_only=loopback, rollout=rollout)
+    app = ConsoleApp(
+        records, auth, config.console_limits, tls=tls, loopback_only=loopback, rollout=rollout, labels=labels
+    )
 
     class Server(uvicorn.Server):
         """uvicorn without its signal handlers: ``crossaudit serve`` owns SIGINT/SIGTERM."""

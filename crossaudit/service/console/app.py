@@ -1,11 +1,12 @@
 """The review console's Starlette application: sign-in, queue, decision, resolve, audit log,
-and the shadow/canary report of a policy (``/rollout``).
+the shadow/canary report of a policy (``/rollout``) and each rule's measured precision from
+reviews and feedback (``/rules``, docs/calibration.md).
 
 Every page acts as the signed-in :class:`~crossaudit.service.principals.Principal` through the
 same service-layer code as the gRPC API (:class:`~crossaudit.service.records.Records`), so a
 role, a reviewer role or a tenant boundary is enforced once. Every page also checks the RPC it
 stands for in the one permission table (queue = ListReviews, decision = GetDecision, resolve =
-ResolveReview, audit log = ListDecisions).
+ResolveReview, audit log and rules = ListDecisions).
 
 Browser-side defences: the session cookie is HttpOnly, SameSite=Strict (Secure and
 ``__Host-``-prefixed over TLS); every POST carries the session's CSRF token in a hidden field
@@ -47,6 +48,7 @@ from crossaudit.kernel.listen import client_key
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, ConsoleLimits
 from crossaudit.service.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
+from crossaudit.service.labels import Labels
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
     GET_DECISION,
@@ -177,6 +179,11 @@ def fmt_number(value: Any) -> str:
     return str(value)
 
 
+def fmt_share(value: float | None) -> str:
+    """A proportion as a percentage with one decimal ("undefined" when there is none)."""
+    return "undefined" if value is None else f"{100 * value:.1f}%"
+
+
 def parse_time(value: str, what: str) -> float | None:
     """A ``datetime-local`` value (UTC) or epoch seconds → epoch seconds; empty → None."""
     value = value.strip()
@@ -217,8 +224,10 @@ class ConsoleApp:
         tls: bool,
         loopback_only: bool = False,
         rollout: Rollout | None = None,
+        labels: Labels | None = None,
     ) -> None:
         self.records = records
+        self.labels = labels  # each rule's precision from labels (crossaudit.service.labels)
         self.rollout = rollout  # shadow and canary reports (crossaudit.service.rollout)
         self.auth = auth
         self.limits = limits
@@ -233,6 +242,7 @@ class ConsoleApp:
         )
         self.templates.filters["time"] = fmt_time
         self.templates.filters["number"] = fmt_number
+        self.templates.filters["share"] = fmt_share
         self.templates.globals["shadow_report_method"] = SHADOW_REPORT  # the nav shows Rollout to who may see it
         self.css = resources.files("crossaudit.service.console").joinpath("static/console.css").read_bytes()
         self.app = Starlette(
@@ -249,6 +259,7 @@ class ConsoleApp:
                 ),
                 Route("/audit", self.page(self.audit, LIST_DECISIONS), methods=["GET"]),
                 Route("/rollout", self.page(self.rollout_page, SHADOW_REPORT), methods=["GET"]),
+                Route("/rules", self.page(self.rules_page, LIST_DECISIONS), methods=["GET"]),
             ],
         )
         self.asgi: ASGIApp = SecurityHeaders(LoopbackHostOnly(self.app) if loopback_only else self.app)
@@ -577,4 +588,25 @@ class ConsoleApp:
             report = await self.rollout.report(p.tenant, policy, environment)
         return self.render(
             "rollout.html", session=session, report=report, filters={"policy": policy, "environment": environment}
+        )
+
+    async def rules_page(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        """Each rule's measured precision from reviews and feedback (docs/calibration.md): of the
+        labelled failures, the share people confirmed, with its count and 95% Wilson interval;
+        "undefined" for a rule without a labelled failure. Verdicts and counts only, no text."""
+        p = session.principal
+        q = request.query_params
+        policy = q.get("policy", "").strip()
+        environment = q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+        table = None
+        if policy:
+            if self.labels is None:
+                raise Refused(404, "this server measures no rule precision")
+            table = await self.labels.precision(p.tenant, policy=policy, environment=environment)
+        return self.render(
+            "rules.html",
+            session=session,
+            table=table,
+            filters={"policy": policy, "environment": environment},
+            max_labels=self.labels.limits.max_precision_labels if self.labels else 0,
         )
