@@ -27,7 +27,7 @@ from typing import Any
 from crossaudit.evidence.leaf import rules_text, sha256_hex
 from crossaudit.evidence.merkle import Node
 from crossaudit.evidence.notes import PublicKey
-from crossaudit.evidence.verify import Entry, Finding, Report, Verifier
+from crossaudit.evidence.verify import Entry, Finding, Report, Verifier, require_signed
 
 BUNDLE_FORMAT = "crossaudit.bundle/v1"
 FILES = ("records.jsonl", "leaves.txt", "details.jsonl", "checkpoints.json", "key.pem")
@@ -152,6 +152,8 @@ def verify_bundle(bundle: Path, keys: Sequence[PublicKey]) -> Report:
         covering = cps.get("covering")
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise BundleError(f"{bundle}: {exc}") from None
+    if start < 0 or count < 0:
+        raise BundleError(f"{bundle}: manifest.json: a negative start or count of records")
     v = Verifier(origin, keys, notes, start=start, frontier=frontier, head=start + count)
     for name in FILES:
         path = bundle / name
@@ -180,7 +182,8 @@ def verify_bundle(bundle: Path, keys: Sequence[PublicKey]) -> Report:
             v.check_range(str(covering["note"]), start, nodes)
         except (KeyError, TypeError, ValueError) as exc:
             raise BundleError(f"{bundle}: checkpoints.json: {exc}") from None
-    return v.finish()
+    # nothing in a bundle but the checkpoints is signed: a record no checkpoint covers proves nothing
+    return require_signed(v.finish())
 
 
 def _check_detail(report: Report, d: dict[str, Any], detail: bytes) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,15 +25,17 @@ from crossaudit.evidence.bundle import BundleWriter, Covering, Detail
 from crossaudit.evidence.leaf import leaf_document, rules_text
 from crossaudit.evidence.notes import (
     EvidenceKeyError,
+    NoteError,
     PublicKey,
     SigningKey,
     check_key_name,
     generate_private_pem,
     load_public_key,
     load_signing_key,
+    open_checkpoint,
     sign_checkpoint,
 )
-from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report
+from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report, require_signed
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, NotFoundError, QuotaExceededError
 from crossaudit.service.auth import check_private_file
 from crossaudit.service.config import EvidenceConfig
@@ -122,6 +125,14 @@ class ConsistencyProof:
     path: list[bytes]
 
 
+_LEAF_HEX = re.compile(r"[0-9a-f]{64}")  # a leaf hash as the store keeps it
+
+
+def _is_leaf(leaf: str | None) -> bool:
+    """A stored leaf hash a tree can be built from (anything else stops the tree there, as a missing leaf)."""
+    return isinstance(leaf, str) and _LEAF_HEX.fullmatch(leaf) is not None
+
+
 def entry_of(row: LogRow) -> tuple[Entry, str, str]:
     """A stored record as the verifier reads it, with its rules (as stored) and receipt texts."""
     values = row.values
@@ -150,6 +161,7 @@ class EvidenceLog:
         self._unsigned: dict[str, int] = {}
         self._worker: asyncio.Task[None] | None = None
         self._gaps_logged: set[tuple[str, int]] = set()
+        self._refusals_logged: set[tuple[str, int]] = set()  # checkpoints that did not check, logged once
         self.signed = 0  # checkpoints this server signed since start
 
     def origin(self, tenant: str) -> str:
@@ -164,22 +176,54 @@ class EvidenceLog:
         if n >= self.config.checkpoint_every:
             self._nudge.set()
 
-    async def checkpoint(self, tenant: str) -> CheckpointRecord | None:
-        """Sign ``tenant``'s log up to its head (or up to a missing sequence number, which is
-        logged: verify names it). None when the latest checkpoint already covers it all."""
+    def _edge(self, tenant: str, latest: CheckpointRecord) -> merkle.Frontier | None:
+        """The tree's edge stored beside ``latest``, once the checkpoint opens under a trusted key,
+        names this log and this size, and the edge folds to its signed root; None (logged) when
+        not: the stored edge is not signed, and extending a forged one (or another log's) would
+        have this server sign a history that forks from the checkpoints it signed before."""
+        try:
+            cp = open_checkpoint(latest.note, {k.key_id: k for k in self.trusted})
+            tree = merkle.Frontier.restore(latest.size, latest.frontier)
+        except (NoteError, merkle.ProofError, ValueError, TypeError) as exc:
+            problem = str(exc)
+            if "not a trusted key" in problem:
+                problem += " (after a rotation, the retired key's public half goes in evidence.previous_public_keys)"
+        else:
+            if cp.origin == self.origin(tenant) and cp.size == latest.size and tree.root() == cp.root:
+                return tree
+            problem = "it names another log or size, or the tree's edge stored with it is not the one it signed"
+        if (tenant, latest.size) not in self._refusals_logged:
+            self._refusals_logged.add((tenant, latest.size))
+            log.error(
+                "the decision log of tenant %s is not signed further: its checkpoint of size %d does not check (%s); "
+                "run crossaudit audit verify",
+                tenant,
+                latest.size,
+                problem,
+            )
+        return None
+
+    async def checkpoint(self, tenant: str, upto: int | None = None) -> CheckpointRecord | None:
+        """Sign ``tenant``'s log up to its head (or ``upto``, or a missing sequence number, which
+        is logged: verify names it), extending the largest checkpoint below that once it checks.
+        None when that checkpoint already covers it all, or does not check."""
         if self.key is None:
             return None
         lock = self._locks.setdefault(tenant, asyncio.Lock())
         async with lock:
             self._unsigned.pop(tenant, None)
-            latest = await self.store.latest_checkpoint(tenant)
-            tree = merkle.Frontier() if latest is None else merkle.Frontier.restore(latest.size, latest.frontier)
+            latest = await self.store.latest_checkpoint(tenant, max_size=upto)
+            tree = merkle.Frontier() if latest is None else self._edge(tenant, latest)
+            if tree is None:
+                return None
             head = await self.store.log_size(tenant)
+            if upto is not None:
+                head = min(head, upto)
             while tree.size < head:
                 end = min(head, tree.size + self.config.checkpoint_batch)
                 leaves = await self.store.log_leaves(tenant, tree.size, end)
                 for seq, leaf in leaves:
-                    if seq != tree.size or not leaf:
+                    if seq != tree.size or not _is_leaf(leaf):
                         break
                     tree.append(bytes.fromhex(leaf))
                 if tree.size < end:
@@ -208,8 +252,11 @@ class EvidenceLog:
         """Sign every log with unsigned leaves; how many were signed."""
         n = 0
         for tenant, _size, _signed in await self.store.logs_behind(limit=10_000):
-            if await self.checkpoint(tenant) is not None:
-                n += 1
+            try:
+                if await self.checkpoint(tenant) is not None:
+                    n += 1
+            except (ValueError, TypeError):  # one log's stored rows do not parse: the others are still signed
+                log.exception("signing the decision log of tenant %s failed; run crossaudit audit verify", tenant)
         return n
 
     def start(self) -> None:
@@ -256,7 +303,7 @@ class EvidenceLog:
             end = min(start, tree.size + self.config.checkpoint_batch)
             leaves = await self.store.log_leaves(tenant, tree.size, end)
             for seq, leaf in leaves:
-                if seq != tree.size or not leaf:
+                if seq != tree.size or not _is_leaf(leaf):
                     break
                 tree.append(bytes.fromhex(leaf))
             if tree.size < end:
@@ -280,7 +327,17 @@ class EvidenceLog:
             found = await self.store.first_seq_since(tenant, until)
             end = head if found is None else max(start, found)
         tree = await self._frontier_at(tenant, start)
-        notes = await self.store.list_checkpoints(tenant, min_size=start + 1, max_size=end, limit=MAX_CHECKPOINTS_READ)
+        top = None if until is None else end
+        notes = await self.store.list_checkpoints(tenant, min_size=start + 1, max_size=top, limit=MAX_CHECKPOINTS_READ)
+        if until is None:
+            # the head read again after the checkpoints: an honest head is at or past every checkpoint
+            # listed, so one past it shows a log cut short (its last rows deleted, the head lowered)
+            end = head = max(head, await self.store.log_size(tenant))
+            if self.key is not None and end > start and not any(c.size == end for c in notes):
+                # decisions written since the signing above: sign exactly the records read, so that
+                # none is left unsigned (an export proves nothing of a record no checkpoint covers)
+                await self.checkpoint(tenant, upto=end)
+                notes = await self.store.list_checkpoints(tenant, min_size=start + 1, limit=MAX_CHECKPOINTS_READ)
         first = LogChunk(
             [],
             log=self.origin(tenant),
@@ -304,6 +361,11 @@ class EvidenceLog:
             while pending is not None:
                 rows = await pending
                 seq = min(end, seq + chunk)
+                if not rows and seq < end:
+                    # a page of numbers no record holds (rows deleted, or a head moved far ahead):
+                    # on to the next record that is there, not through every empty page up to the head
+                    after = await self.store.log_rows(tenant, start=seq, end=end, limit=1)
+                    seq = end if not after or after[0].seq is None else after[0].seq
                 pending = page(seq) if seq < end else None
                 if rows:
                     yield LogChunk([entry_of(r) for r in rows])
@@ -341,7 +403,7 @@ class EvidenceLog:
             )
         out: list[bytes] = []
         for seq, leaf in await self.store.log_leaves(tenant, start, end):
-            if seq != start + len(out) or not leaf:
+            if seq != start + len(out) or not _is_leaf(leaf):
                 raise NotFoundError(
                     f"the decision log has no leaf at seq {start + len(out)}: run crossaudit audit verify"
                 )
@@ -433,7 +495,7 @@ class Exporter:
         if self.writer is None:
             raise NotFoundError("the server sent no log")
         self.writer.finish(self.notes, self.covering)
-        return self.checker.finish()
+        return require_signed(self.checker.finish())  # as the bundle will be checked offline
 
 
 def export_chunks(

@@ -773,7 +773,8 @@ class Store(abc.ABC):
         """``tenant``'s checkpoints with ``min_size <= size <= max_size``, smallest first."""
 
     @abc.abstractmethod
-    async def latest_checkpoint(self, tenant: str) -> CheckpointRecord | None: ...
+    async def latest_checkpoint(self, tenant: str, max_size: int | None = None) -> CheckpointRecord | None:
+        """``tenant``'s largest checkpoint (of at most ``max_size`` leaves)."""
 
     @abc.abstractmethod
     async def logs_behind(self, limit: int) -> list[tuple[str, int, int]]:

@@ -1591,10 +1591,10 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def latest_checkpoint(self, tenant: str) -> CheckpointRecord | None:
+    async def latest_checkpoint(self, tenant: str, max_size: int | None = None) -> CheckpointRecord | None:
         def tx(c: Conn) -> CheckpointRecord | None:
-            q = "SELECT * FROM log_checkpoints WHERE tenant=? ORDER BY size DESC LIMIT 1"
-            row = c.execute(q, (tenant,)).fetchone()
+            q = "SELECT * FROM log_checkpoints WHERE tenant=? AND size<=? ORDER BY size DESC LIMIT 1"
+            row = c.execute(q, (tenant, MAX_SQL_INT if max_size is None else int(max_size))).fetchone()
             return None if row is None else _record(CheckpointRecord, row)
 
         return await self._run(tx)
