@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from crossaudit.evidence import bundle as bundle_mod
 from crossaudit.evidence import verify as verify_mod
 from crossaudit.evidence.bundle import BundleError, verify_bundle
 from crossaudit.evidence.leaf import leaf_document
@@ -328,3 +329,27 @@ async def test_a_huge_gap_in_the_middle_is_read_at_once(db: Db) -> None:
     report = await verify(db.store)
     assert time.monotonic() - t0 < FAST_S
     assert report.records == 12 and report.first_bad is not None and report.first_bad.seq == 10
+
+
+async def test_a_bundle_of_another_tenants_log_is_refused_when_the_auditor_names_theirs(
+    db: Db, tmp_path: Path
+) -> None:
+    """Exploit: one key signs every tenant's log, so globex's bundle verified for an auditor of
+    acme, and the ok line did not say whose log it was."""
+    log, _ = await signed(db, 4, "globex")
+    out = tmp_path / "globex-bundle"
+    assert export_chunks(await chunks(log, "globex"), out, KEY.public, [KEY.public], False).ok
+    assert verify_bundle(out, [KEY.public]).ok
+    assert verify_bundle(out, [KEY.public], "crossaudit/globex").ok
+    report = verify_bundle(out, [KEY.public], "crossaudit/acme")
+    assert report.counts == {"bundle": 1} and "not 'crossaudit/acme'" in report.findings[0].detail
+    _refresh_manifest(out, log="crossaudit/acme")  # renamed: its checkpoints name globex's log
+    assert not verify_bundle(out, [KEY.public], "crossaudit/acme").ok
+
+
+async def test_a_bundle_with_a_huge_checkpoints_file_is_refused_unread(db: Db, tmp_path: Path) -> None:
+    out = await _export(db, tmp_path)
+    with (out / "checkpoints.json").open("ab") as f:
+        f.truncate(bundle_mod.MAX_CHECKPOINTS_BYTES + 1)  # sparse: no disk spent
+    with pytest.raises(BundleError, match="larger than"):
+        verify_bundle(out, [KEY.public])
