@@ -194,6 +194,9 @@ class Verifier:
                 )
             )
             return
+        if e.seq < 0:
+            r.add(Finding(None, "inserted", f"the record is at seq {e.seq}, a number no log has", e.decision_id))
+            return
         if self.head is not None and e.seq >= self.head:
             r.add(Finding(e.seq, "inserted", f"past the log's head ({self.head})", e.decision_id))
             return

@@ -480,7 +480,8 @@ def _logged(audit: AuditRecord, seqs: Mapping[str, Iterator[int]], encoded: Mapp
 
 
 def _log_row(row: Row) -> LogRow:
-    return LogRow(row[0], None if row[1] is None else int(row[1]), row[2], tuple(row[3:]))
+    seq = row[1]  # an integer, or NULL: anything else (SQLite keeps what it is given) is outside the log
+    return LogRow(row[0], seq if isinstance(seq, int) and not isinstance(seq, bool) else None, row[2], tuple(row[3:]))
 
 
 # A decision's log columns, then LEAF_COLUMNS: what verification reads of each record.
@@ -1547,9 +1548,14 @@ class SqlStore(Store):
 
     async def log_rows_outside(self, tenant: str, *, since: float | None, limit: int) -> list[LogRow]:
         def tx(c: Conn) -> list[LogRow]:
-            q = f"{_LOG_SELECT} WHERE tenant=? AND log_seq IS NULL AND created_at>=? ORDER BY created_at LIMIT ?"
+            # no number, or one no log has (negative; in SQLite, not a number at all): the log's reads by
+            # number never see these, so they are read here (verify names them)
+            q = (
+                f"{_LOG_SELECT} WHERE tenant=? AND (log_seq IS NULL OR NOT (log_seq>=0 AND log_seq<?)) "
+                "AND created_at>=? ORDER BY created_at LIMIT ?"
+            )
             since_ = float("-inf") if since is None else float(since)
-            return [_log_row(r) for r in c.execute(q, (tenant, since_, _page(limit))).fetchall()]
+            return [_log_row(r) for r in c.execute(q, (tenant, MAX_SQL_INT, since_, _page(limit))).fetchall()]
 
         return await self._run(tx)
 

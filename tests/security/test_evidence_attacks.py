@@ -30,7 +30,7 @@ from crossaudit.evidence.verify import Entry, Verifier
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.evidence import EvidenceLog, export_chunks
 from tests.unit import test_evidence_log
-from tests.unit.test_evidence_log import KEY, OTHER_KEY, Db, chunks, signed, verify, write
+from tests.unit.test_evidence_log import INSERT_COPY, KEY, OTHER_KEY, Db, chunks, signed, verify, write
 
 db = test_evidence_log.db  # the fixture: the log on SQLite and on PostgreSQL, two stores each, and raw SQL
 
@@ -353,3 +353,24 @@ async def test_a_bundle_with_a_huge_checkpoints_file_is_refused_unread(db: Db, t
         f.truncate(bundle_mod.MAX_CHECKPOINTS_BYTES + 1)  # sparse: no disk spent
     with pytest.raises(BundleError, match="larger than"):
         verify_bundle(out, [KEY.public])
+
+
+async def test_a_record_forged_at_a_negative_sequence_number_is_named(db: Db) -> None:
+    """Exploit: the log was read from seq 0 and the records outside it were those with no number,
+    so a decision inserted at seq -1 was read by neither (and is listed with the tenant's decisions)."""
+    await signed(db)
+    db.execute(INSERT_COPY.format(seq="-1"), ("forged-negative",))
+    assert (await db.store.get_decision("acme", "forged-negative")).log_seq == -1
+    report = await verify(db.store)
+    assert report.counts == {"inserted": 1}
+    assert report.findings[0].decision_id == "forged-negative" and "-1" in report.findings[0].detail
+
+
+async def test_a_record_whose_number_is_not_a_number_is_named(db: Db) -> None:
+    """SQLite keeps the text it is given in an INTEGER column: such a record was in no read by number."""
+    if db.store.__class__.__name__ != "SQLiteStore":
+        pytest.skip("PostgreSQL refuses text in a BIGINT column")
+    await signed(db)
+    db.execute(INSERT_COPY.format(seq="'x'"), ("forged-text",))
+    report = await verify(db.store)
+    assert report.counts == {"inserted": 1} and report.findings[0].decision_id == "forged-text"
