@@ -421,7 +421,7 @@ class EvidenceLog:
     async def inclusion(self, tenant: str, decision_id: str) -> InclusionProof:
         """That ``decision_id`` is in ``tenant``'s log: its leaf, and the path to the latest checkpoint."""
         rec = await self.store.get_decision(tenant, decision_id)
-        if rec.log_seq is None:
+        if rec.log_seq is None or rec.log_seq < 0:  # negative: no log has it (written into the database)
             raise NotFoundError(f"decision {decision_id!r} is not in the decision log (written while it was off)")
         await self.checkpoint(tenant)
         cp = await self.store.latest_checkpoint(tenant)

@@ -1568,7 +1568,7 @@ class SqlStore(Store):
 
     async def first_seq_since(self, tenant: str, since: float) -> int | None:
         def tx(c: Conn) -> int | None:
-            q = "SELECT MIN(log_seq) FROM decisions WHERE tenant=? AND created_at>=?"
+            q = "SELECT MIN(log_seq) FROM decisions WHERE tenant=? AND log_seq>=0 AND created_at>=?"
             row = c.execute(q, (tenant, float(since))).fetchone()
             return None if row is None or row[0] is None else int(row[0])
 

@@ -27,6 +27,7 @@ from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import Frontier, leaf_hash
 from crossaudit.evidence.notes import NoteError, open_checkpoint
 from crossaudit.evidence.verify import Entry, Verifier
+from crossaudit.kernel.errors import NotFoundError
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.evidence import EvidenceLog, export_chunks
 from tests.unit import test_evidence_log
@@ -364,6 +365,11 @@ async def test_a_record_forged_at_a_negative_sequence_number_is_named(db: Db) ->
     report = await verify(db.store)
     assert report.counts == {"inserted": 1}
     assert report.findings[0].decision_id == "forged-negative" and "-1" in report.findings[0].detail
+    log = EvidenceLog(db.store, EvidenceConfig(), key=KEY)
+    with pytest.raises(NotFoundError):  # not a ProofError from deep inside (an internal error on the wire)
+        await log.inclusion("acme", "forged-negative")
+    since = [c async for c in log.read("acme", since=0.0)]
+    assert since[0].start == 0  # the forged number is not where a read --since starts
 
 
 async def test_a_record_whose_number_is_not_a_number_is_named(db: Db) -> None:
