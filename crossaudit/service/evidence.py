@@ -381,20 +381,26 @@ class EvidenceLog:
                 last.covering = cp.note
                 last.covering_proof = await self._range_proof(tenant, cp.size, start, end)
         if outside:
-            # records past the head as it is now (decisions written meanwhile are below it): inserted
-            beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
-            if beyond:
-                yield LogChunk([entry_of(r) for r in beyond])
-            after = since
-            while True:
-                rows = await self.store.log_rows_outside(tenant, since=after, limit=chunk)
-                if not rows:
-                    break
-                yield LogChunk([entry_of(r) for r in rows])
-                if len(rows) < chunk:
-                    break
-                after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later
+            async for part in self._outside(tenant, since):
+                yield part
         yield last
+
+    async def _outside(self, tenant: str, since: float | None) -> AsyncIterator[LogChunk]:
+        """The records verify names as inserted: past the head as it is now (decisions written
+        meanwhile are below it), and those with no number (or one no log has)."""
+        chunk = self.config.read_chunk
+        beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
+        if beyond:
+            yield LogChunk([entry_of(r) for r in beyond])
+        after = since
+        while True:
+            rows = await self.store.log_rows_outside(tenant, since=after, limit=chunk)
+            if not rows:
+                break
+            yield LogChunk([entry_of(r) for r in rows])
+            if len(rows) < chunk:
+                break
+            after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later
 
     async def _leaves(self, tenant: str, start: int, end: int) -> list[bytes]:
         if end - start > self.config.max_proof_leaves:
