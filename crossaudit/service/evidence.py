@@ -297,8 +297,11 @@ class EvidenceLog:
     async def _frontier_at(self, tenant: str, start: int) -> merkle.Frontier:
         """The tree's edge before ``start``, from the latest checkpoint at or below it and the
         stored leaves after (untrusted: a wrong edge fails against the signed roots)."""
-        below = await self.store.list_checkpoints(tenant, max_size=start, limit=MAX_CHECKPOINTS_READ)
-        tree = merkle.Frontier() if not below else merkle.Frontier.restore(below[-1].size, below[-1].frontier)
+        below = await self.store.latest_checkpoint(tenant, max_size=start)  # not every checkpoint below: the last
+        try:
+            tree = merkle.Frontier() if below is None else merkle.Frontier.restore(below.size, below.frontier)
+        except (merkle.ProofError, ValueError, TypeError):  # an edge that does not parse: from the first leaf
+            tree = merkle.Frontier()
         while tree.size < start:
             end = min(start, tree.size + self.config.checkpoint_batch)
             leaves = await self.store.log_leaves(tenant, tree.size, end)

@@ -380,3 +380,15 @@ async def test_a_record_whose_number_is_not_a_number_is_named(db: Db) -> None:
     db.execute(INSERT_COPY.format(seq="'x'"), ("forged-text",))
     report = await verify(db.store)
     assert report.counts == {"inserted": 1} and report.findings[0].decision_id == "forged-text"
+
+
+async def test_a_stored_edge_that_does_not_parse_is_a_finding_not_a_crash(db: Db) -> None:
+    """Exploit: a checkpoint row's edge set to text that is not hex made every read --since past it raise."""
+    await signed(db, 10)
+    await write(db.store, 5)
+    log = EvidenceLog(db.store, EvidenceConfig(), key=None, trusted=[KEY.public])
+    db.execute("UPDATE log_checkpoints SET frontier=? WHERE tenant='acme' AND size=10", (json.dumps(["zz"]),))
+    db.execute("UPDATE decisions SET created_at=created_at+100 WHERE tenant='acme' AND log_seq>=10")
+    parts = [c async for c in log.read("acme", since=1_102.0)]  # from seq 12: the edge below is rebuilt
+    assert parts[0].start == 12 and len(parts[0].frontier) == 2
+    assert await EvidenceLog(db.store, EvidenceConfig(), key=KEY).checkpoint("acme") is None  # not extended
