@@ -68,8 +68,10 @@ def register(asub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     v.add_argument("--since", default=None, metavar="WHEN", help="from this time (a duration back, or ISO time)")
     v.add_argument("--bundle", default=None, metavar="DIR", help="verify an exported bundle, offline")
     v.add_argument("--store", default=None, metavar="URL", help="read the store itself (postgresql://... or a file)")
-    v.add_argument("--tenant", default=None, help="with --store: the tenant whose log to verify")
-    v.add_argument("--origin", default="crossaudit", help="with --store: evidence.origin of the server")
+    v.add_argument(
+        "--tenant", default=None, help="with --store: the tenant whose log to verify; with --bundle: whose it must be"
+    )
+    v.add_argument("--origin", default="crossaudit", help="with --store or --tenant: evidence.origin of the server")
     v.set_defaults(func=cmd_audit_verify)
 
     p = asub.add_parser(
@@ -191,12 +193,14 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             raise InvalidInputError("--bundle needs --key PUB: a bundle's own key.pem proves nothing")
         if args.since:
             raise InvalidInputError("--since does not apply to a bundle (it holds what was exported)")
+        expected = f"{args.origin}/{args.tenant}" if args.tenant else None
         try:
-            report = verify_bundle(Path(args.bundle), keys)
+            report = verify_bundle(Path(args.bundle), keys, expected)
         except BundleError as exc:
             print(f"FAILED: {exc}")
             return EXIT_FAIL
-        return _report(args, report, f"bundle {args.bundle}")
+        # the log is named: a bundle of another tenant's log, signed by the same key, verifies as that log
+        return _report(args, report, f"bundle {args.bundle} of log {report.origin}")
     if args.store:
         if not args.tenant or not keys:
             raise InvalidInputError("--store needs --tenant T and --key PUB")

@@ -27,11 +27,13 @@ from typing import Any
 from crossaudit.evidence.leaf import rules_text, sha256_hex
 from crossaudit.evidence.merkle import Node
 from crossaudit.evidence.notes import PublicKey
-from crossaudit.evidence.verify import Entry, Finding, Report, Verifier
+from crossaudit.evidence.verify import Entry, Finding, Report, Verifier, require_signed
 
 BUNDLE_FORMAT = "crossaudit.bundle/v1"
 FILES = ("records.jsonl", "leaves.txt", "details.jsonl", "checkpoints.json", "key.pem")
 MAX_LINE_BYTES = 4 << 20  # a line of a bundle's files read at most (a record's details are capped far below)
+MAX_MANIFEST_BYTES = 1 << 20  # manifest.json (a frontier is at most 64 hashes)
+MAX_CHECKPOINTS_BYTES = 64 << 20  # checkpoints.json: an export's 100,000 checkpoints at most are ~25 MB
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
@@ -125,10 +127,19 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _read_capped(path: Path, cap: int) -> bytes:
+    """A whole file of at most ``cap`` bytes (a crafted bundle does not get to fill the memory)."""
+    with path.open("rb") as f:
+        raw = f.read(cap + 1)
+    if len(raw) > cap:
+        raise BundleError(f"{path.name}: larger than {cap} bytes")
+    return raw
+
+
 def read_manifest(bundle: Path) -> dict[str, Any]:
     path = bundle / "manifest.json"
     try:
-        raw = path.read_bytes()
+        raw = _read_capped(path, MAX_MANIFEST_BYTES)
         manifest = json.loads(raw)
     except FileNotFoundError:
         raise BundleError(f"{bundle}: no manifest.json (not a bundle, or an unfinished export)") from None
@@ -141,18 +152,23 @@ def read_manifest(bundle: Path) -> dict[str, Any]:
     return manifest
 
 
-def verify_bundle(bundle: Path, keys: Sequence[PublicKey]) -> Report:
-    """Verify ``bundle`` with ``keys`` alone; BundleError when it cannot be read at all."""
+def verify_bundle(bundle: Path, keys: Sequence[PublicKey], log: str | None = None) -> Report:
+    """Verify ``bundle`` with ``keys`` alone (and that it is of ``log``, e.g. ``crossaudit/acme``,
+    when given); BundleError when it cannot be read at all."""
     manifest = read_manifest(bundle)
     try:
         origin, start, count = str(manifest["log"]), int(manifest["start"]), int(manifest["records"])
         frontier, digests = [str(h) for h in manifest["frontier"]], dict(manifest["files"])
-        cps = json.loads((bundle / "checkpoints.json").read_bytes())
+        cps = json.loads(_read_capped(bundle / "checkpoints.json", MAX_CHECKPOINTS_BYTES))
         notes = [str(n) for n in cps["checkpoints"]]
         covering = cps.get("covering")
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise BundleError(f"{bundle}: {exc}") from None
+    if start < 0 or count < 0:
+        raise BundleError(f"{bundle}: manifest.json: a negative start or count of records")
     v = Verifier(origin, keys, notes, start=start, frontier=frontier, head=start + count)
+    if log is not None and origin != log:  # its checkpoints may well verify: they are another log's
+        v.report.add(Finding(None, "bundle", f"the bundle is of log {origin!r}, not {log!r}"))
     for name in FILES:
         path = bundle / name
         if name not in digests or not path.is_file() or _file_sha256(path) != digests[name]:
@@ -180,7 +196,8 @@ def verify_bundle(bundle: Path, keys: Sequence[PublicKey]) -> Report:
             v.check_range(str(covering["note"]), start, nodes)
         except (KeyError, TypeError, ValueError) as exc:
             raise BundleError(f"{bundle}: checkpoints.json: {exc}") from None
-    return v.finish()
+    # nothing in a bundle but the checkpoints is signed: a record no checkpoint covers proves nothing
+    return require_signed(v.finish())
 
 
 def _check_detail(report: Report, d: dict[str, Any], detail: bytes) -> None:

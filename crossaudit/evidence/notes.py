@@ -24,6 +24,7 @@ SIG_PREFIX = "\u2014 "  # an em dash and a space start every signature line
 ED25519_ALG = b"\x01"  # signed-note's algorithm byte for Ed25519
 _KEY_NAME = re.compile(r"^[!-*,-~]+$")  # printable, no space, no '+'
 TIME_EXTENSION = "timestamp "  # the extension line carrying when the checkpoint was signed
+_TIMESTAMP = re.compile(r"^timestamp [0-9]{1,19}$")  # seconds, at most an int64's digits
 
 
 class EvidenceKeyError(ValueError):
@@ -175,7 +176,7 @@ def open_checkpoint(note: str, trusted: dict[str, PublicKey]) -> Checkpoint:
         raise NoteError("a checkpoint's size or root does not parse")
     timestamp = 0
     for line in lines[3:]:
-        if line.startswith(TIME_EXTENSION) and line[len(TIME_EXTENSION) :].isdigit():
+        if _TIMESTAMP.match(line):  # ASCII digits only: str.isdigit() also says yes to '²', which int() refuses
             timestamp = int(line[len(TIME_EXTENSION) :])
     seen: list[str] = []
     for line in sigs.splitlines():

@@ -29,6 +29,8 @@ from crossaudit.evidence.notes import Checkpoint, NoteError, PublicKey, open_che
 
 MAX_FINDINGS = 100  # findings a report lists (the count of each kind is always whole)
 MAX_REORDER_CANDIDATES = 1000  # mismatched records tried against each other's sequence numbers
+MAX_REORDER_TRIES = 200_000  # of those tries in one verification (each a JSON parse and a hash); then "edited"
+MAX_SIZE_DIGITS = 19  # the digits of a sequence number or size a note may name (an int64, as the store keeps)
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
@@ -99,8 +101,9 @@ class Report:
                 return min(pool, key=lambda f: f.seq or 0)
         return self.findings[0] if self.findings else None
 
-    def add(self, finding: Finding) -> None:
-        self.counts[finding.kind] = self.counts.get(finding.kind, 0) + 1
+    def add(self, finding: Finding, n: int = 1) -> None:
+        """``finding``, standing for ``n`` of its kind (a run of missing numbers is one line)."""
+        self.counts[finding.kind] = self.counts.get(finding.kind, 0) + n
         if len(self.findings) < MAX_FINDINGS:
             self.findings.append(finding)
 
@@ -164,6 +167,7 @@ class Verifier:
             self.report.add(Finding(start, "checkpoint", f"the tree's edge before seq {start} is wrong: {exc}"))
         self._mismatched: dict[str, tuple[int, Entry]] = {}  # stored leaf -> (seq, entry) not yet explained
         self._leaves: list[bytes] | None = None  # kept only when a range proof will need them
+        self._tries = 0  # records tried under other sequence numbers (bounded: MAX_REORDER_TRIES)
 
     def _open(self, note: str) -> None:
         try:
@@ -193,17 +197,16 @@ class Verifier:
                 )
             )
             return
+        if e.seq < 0:
+            r.add(Finding(None, "inserted", f"the record is at seq {e.seq}, a number no log has", e.decision_id))
+            return
         if self.head is not None and e.seq >= self.head:
             r.add(Finding(e.seq, "inserted", f"past the log's head ({self.head})", e.decision_id))
             return
         if e.seq < self._next:
             r.add(Finding(e.seq, "inserted", "a second record at this sequence number", e.decision_id))
             return
-        while self._next < e.seq:
-            r.add(Finding(self._next, "deleted", "no record holds this sequence number"))
-            if self._broken_at is None:
-                self._broken_at = self._next
-            self._next += 1
+        self._missing(e.seq)
         if leaf is None:
             leaf = leaf_hash(e.document)
         if e.stored_leaf != leaf.hex():
@@ -216,15 +219,34 @@ class Verifier:
             while self._pending and self._pending[0].size <= self._tree.size:
                 self._check(self._pending.pop(0), self._tree.root())
 
+    def _missing(self, upto: int) -> None:
+        """Sequence numbers from the next expected one up to ``upto`` hold no record: one finding
+        for the run, counted whole (a run of any length costs the same)."""
+        if self._next >= upto:
+            return
+        first, last = self._next, upto - 1
+        what = "no record holds this sequence number" if first == last else f"no record holds seq {first}..{last}"
+        self.report.add(Finding(first, "deleted", what), upto - first)
+        if self._broken_at is None:
+            self._broken_at = first
+        self._next = upto
+
     def _explain(self, e: Entry) -> None:
         assert e.seq is not None
         stored = e.stored_leaf or ""
+        candidates = list(self._mismatched.values())
+        if self._tries + 2 + len(candidates) > MAX_REORDER_TRIES:  # the search's budget is spent: say what is sure
+            candidates = []
+            if self._tries + 2 > MAX_REORDER_TRIES:
+                self.report.add(Finding(e.seq, "edited", "the record does not hash to its stored leaf", e.decision_id))
+                return
+        self._tries += 2 + len(candidates)
         for other in (e.seq - 1, e.seq + 1):
             if other >= 0 and leaf_hash(reseq(e.document, other)).hex() == stored:
                 how = "an insertion or deletion shifted it" if abs(other - e.seq) == 1 else "moved"
                 self.report.add(Finding(e.seq, "reordered", f"it was written as seq {other} ({how})", e.decision_id))
                 return
-        for seq, prev in list(self._mismatched.values()):
+        for seq, prev in candidates:
             assert prev.seq is not None
             if leaf_hash(reseq(e.document, seq)).hex() == stored:
                 self._mismatched.pop(prev.stored_leaf or "", None)
@@ -278,11 +300,7 @@ class Verifier:
         for seq, e in sorted(self._mismatched.values(), key=lambda v: v[0]):
             r.add(Finding(seq, "edited", "the record does not hash to its stored leaf", e.decision_id))
         if self.head is not None:
-            while self._next < self.head:
-                r.add(Finding(self._next, "deleted", "no record holds this sequence number"))
-                if self._broken_at is None:
-                    self._broken_at = self._next
-                self._next += 1
+            self._missing(self.head)
         for cp in self._pending:
             if self._broken_at is not None and cp.size > self._broken_at:
                 r.add(
@@ -301,7 +319,7 @@ class Verifier:
                     )
                 )
         r.uncovered = max(0, self._next - max(r.covered, r.start))
-        if self._next > r.start and r.checkpoints == 0 and "checkpoint" not in r.counts:
+        if self._next > r.start and r.checkpoints == 0 and not r.counts:
             # records, and no signature over any of them: nothing here is evidence
             r.add(Finding(r.start, "unsigned", "no checkpoint by a trusted key signs these records"))
         r.findings.sort(key=lambda f: (f.seq is None, f.seq or 0))
@@ -309,8 +327,29 @@ class Verifier:
 
 
 def _claimed_size(note: str) -> int | None:
-    lines = note.split("\n")
-    return int(lines[1]) if len(lines) > 1 and lines[1].isdigit() else None
+    lines = note.split("\n", 2)
+    size = lines[1] if len(lines) > 1 else ""
+    return int(size) if size.isascii() and size.isdigit() and len(size) <= MAX_SIZE_DIGITS else None
+
+
+def require_signed(report: Report) -> Report:
+    """``report`` with a finding when records it read are signed by no checkpoint it verified: an
+    export (whose server signs its log first) must be signed to its last record, or whoever
+    handed it over could have dropped the checkpoints that show an edit."""
+    if report.uncovered:
+        if report.counts.pop("unsigned", None):  # said more precisely below
+            report.findings = [f for f in report.findings if f.kind != "unsigned"]
+        first = max(report.covered, report.start)
+        report.add(
+            Finding(
+                first,
+                "checkpoint",
+                f"seq {first}..{first + report.uncovered - 1} signed by no checkpoint that verifies "
+                f"(the checkpoints that cover them are missing)",
+            )
+        )
+        report.findings.sort(key=lambda f: (f.seq is None, f.seq or 0))
+    return report
 
 
 class ChunkVerifier:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ from crossaudit.evidence.notes import (
     open_checkpoint,
     sign_checkpoint,
 )
-from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report, Verifier
+from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report, Verifier, require_signed
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, NotFoundError, QuotaExceededError
 from crossaudit.service.auth import check_private_file
 from crossaudit.service.config import EvidenceConfig
@@ -124,6 +125,14 @@ class ConsistencyProof:
     path: list[bytes]
 
 
+_LEAF_HEX = re.compile(r"[0-9a-f]{64}")  # a leaf hash as the store keeps it
+
+
+def _is_leaf(leaf: str | None) -> bool:
+    """A stored leaf hash a tree can be built from (anything else stops the tree there, as a missing leaf)."""
+    return isinstance(leaf, str) and _LEAF_HEX.fullmatch(leaf) is not None
+
+
 def entry_of(row: LogRow, details: bool = True) -> tuple[Entry, str, str]:
     """A stored record as the verifier reads it, with its rules (as stored) and receipt texts
     (empty unless ``details``)."""
@@ -144,7 +153,7 @@ def _extend(tree: merkle.Frontier, leaves: Sequence[tuple[int, str | None]], at:
     """Append ``leaves`` (seq, stored hex) to ``tree`` while they follow on from ``at`` without a
     gap or a missing hash; the next sequence number expected."""
     for seq, leaf in leaves:
-        if seq != at or not leaf:
+        if seq != at or not _is_leaf(leaf):
             break
         tree.append(bytes.fromhex(leaf))
         at += 1
@@ -189,19 +198,22 @@ class EvidenceLog:
         if n >= self.config.checkpoint_every:
             self._nudge.set()
 
-    async def checkpoint(self, tenant: str) -> CheckpointRecord | None:
-        """Sign ``tenant``'s log up to its head (or up to a missing sequence number, which is
-        logged: verify names it). None when the latest checkpoint already covers it all."""
+    async def checkpoint(self, tenant: str, upto: int | None = None) -> CheckpointRecord | None:
+        """Sign ``tenant``'s log up to its head (or ``upto``, or a missing sequence number, which
+        is logged: verify names it), extending the largest checkpoint below that once it checks.
+        None when that checkpoint already covers it all, or does not check."""
         if self.key is None:
             return None
         lock = self._locks.setdefault(tenant, asyncio.Lock())
         async with lock:
             self._unsigned.pop(tenant, None)
-            latest = await self.store.latest_checkpoint(tenant)
-            tree = self._trusted_base(tenant, latest)
+            latest = await self.store.latest_checkpoint(tenant, max_size=upto)
+            tree = self._trusted_base(tenant, latest, upto)
             if tree is None:
                 return None
             head = await self.store.log_size(tenant)
+            if upto is not None:
+                head = min(head, upto)
             while tree.size < head:
                 end = min(head, tree.size + self.config.checkpoint_batch)
                 leaves = await self.store.log_leaves(tenant, tree.size, end)
@@ -226,16 +238,21 @@ class EvidenceLog:
             rec = CheckpointRecord(tenant, cp.size, cp.root.hex(), cp.key_id, cp.note, tree.state(), now)
             if await self.store.add_checkpoint(rec):
                 self.signed += 1
-            self._seen[tenant] = (cp.size, cp.root)
+            if cp.size > self._seen.get(tenant, (0, b""))[0]:
+                self._seen[tenant] = (cp.size, cp.root)
             return rec
 
-    def _trusted_base(self, tenant: str, latest: CheckpointRecord | None) -> merkle.Frontier | None:
+    def _trusted_base(
+        self, tenant: str, latest: CheckpointRecord | None, upto: int | None = None
+    ) -> merkle.Frontier | None:
         """The tree to extend: the latest stored checkpoint's, once its note verifies under a
         trusted key, names this tenant's log and its size, and its stored edge folds to its signed
         root; never smaller than a checkpoint this process signed or saw. None (logged once)
         when the stored checkpoints cannot be trusted: a new checkpoint would otherwise sign
         whatever someone with write access to the database put there."""
         seen = self._seen.get(tenant)
+        if seen is not None and upto is not None and seen[0] > upto:
+            seen = None  # a checkpoint below the largest, asked for on purpose (the records a read covers)
         why = ""
         tree = merkle.Frontier()
         if latest is None:
@@ -244,8 +261,10 @@ class EvidenceLog:
             try:
                 cp = open_checkpoint(latest.note, {k.key_id: k for k in self.trusted})
                 tree = merkle.Frontier.restore(latest.size, latest.frontier)
-            except (NoteError, merkle.ProofError, ValueError) as exc:
+            except (NoteError, merkle.ProofError, ValueError, TypeError) as exc:
                 why = f"its latest checkpoint ({latest.size}) does not verify: {exc}"
+                if "not a trusted key" in why:
+                    why += " (after a rotation, the retired key's public half goes in evidence.previous_public_keys)"
             else:
                 if cp.origin != self.origin(tenant) or cp.size != latest.size or tree.root() != cp.root:
                     why = f"its latest checkpoint ({latest.size}) does not match its stored row"
@@ -267,8 +286,11 @@ class EvidenceLog:
         """Sign every log with unsigned leaves; how many were signed."""
         n = 0
         for tenant, _size, _signed in await self.store.logs_behind(limit=10_000):
-            if await self.checkpoint(tenant) is not None:
-                n += 1
+            try:
+                if await self.checkpoint(tenant) is not None:
+                    n += 1
+            except (ValueError, TypeError):  # one log's stored rows do not parse: the others are still signed
+                log.exception("signing the decision log of tenant %s failed; run crossaudit audit verify", tenant)
         return n
 
     def start(self) -> None:
@@ -312,7 +334,7 @@ class EvidenceLog:
         below = await self.store.latest_checkpoint(tenant, max_size=start)
         tree = merkle.Frontier()
         if below is not None:
-            with contextlib.suppress(merkle.ProofError, ValueError):  # a bad stored edge: rebuilt from the leaves
+            with contextlib.suppress(merkle.ProofError, ValueError, TypeError):  # a bad stored edge: from the leaves
                 tree = merkle.Frontier.restore(below.size, below.frontier)
         while tree.size < start:
             end = min(start, tree.size + self.config.checkpoint_batch)
@@ -362,7 +384,17 @@ class EvidenceLog:
             found = await self.store.first_seq_since(tenant, until)
             end = head if found is None else max(start, found)
         tree = await self._frontier_at(tenant, start)
-        notes = await self.store.list_checkpoints(tenant, min_size=start + 1, max_size=end, limit=MAX_CHECKPOINTS_READ)
+        top = None if until is None else end
+        notes = await self.store.list_checkpoints(tenant, min_size=start + 1, max_size=top, limit=MAX_CHECKPOINTS_READ)
+        if until is None:
+            # the head read again after the checkpoints: an honest head is at or past every checkpoint
+            # listed, so one past it shows a log cut short (its last rows deleted, the head lowered)
+            end = head = max(head, await self.store.log_size(tenant))
+            if self.key is not None and end > start and not any(c.size == end for c in notes):
+                # decisions written since the signing above: sign exactly the records read, so that
+                # none is left unsigned (an export proves nothing of a record no checkpoint covers)
+                await self.checkpoint(tenant, upto=end)
+                notes = await self.store.list_checkpoints(tenant, min_size=start + 1, limit=MAX_CHECKPOINTS_READ)
         first = LogChunk(
             [],
             log=self.origin(tenant),
@@ -386,6 +418,11 @@ class EvidenceLog:
             while pending is not None:
                 rows = await pending
                 seq = min(end, seq + chunk)
+                if not rows and seq < end:
+                    # a page of numbers no record holds (rows deleted, or a head moved far ahead):
+                    # on to the next record that is there, not through every empty page up to the head
+                    after = await self.store.log_rows(tenant, start=seq, end=end, limit=1)
+                    seq = end if not after or after[0].seq is None else after[0].seq
                 pending = page(seq) if seq < end else None
                 for piece in self._chunks(rows, details):
                     yield piece
@@ -402,21 +439,27 @@ class EvidenceLog:
                 subtree = await self._subtrees(tenant, merkle.range_path(cp.size, start, end))
                 last.covering_proof = merkle.range_proof(subtree, cp.size, start, end)
         if outside:
-            # records past the head as it is now (decisions written meanwhile are below it): inserted
-            beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
-            for piece in self._chunks(beyond, details):
-                yield piece
-            after = since
-            while True:
-                rows = await self.store.log_rows_outside(tenant, since=after, limit=chunk)
-                if not rows:
-                    break
-                for piece in self._chunks(rows, details):
-                    yield piece
-                if len(rows) < chunk:
-                    break
-                after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later
+            async for part in self._outside(tenant, since, details):
+                yield part
         yield last
+
+    async def _outside(self, tenant: str, since: float | None, details: bool) -> AsyncIterator[LogChunk]:
+        """The records verify names as inserted: past the head as it is now (decisions written
+        meanwhile are below it), and those with no number (or one no log has)."""
+        chunk = self.config.read_chunk
+        beyond = await self.store.log_rows(tenant, start=await self.store.log_size(tenant), limit=chunk)
+        for piece in self._chunks(beyond, details):
+            yield piece
+        after = since
+        while True:
+            rows = await self.store.log_rows_outside(tenant, since=after, limit=chunk)
+            if not rows:
+                break
+            for piece in self._chunks(rows, details):
+                yield piece
+            if len(rows) < chunk:
+                break
+            after = float(rows[-1].values[17]) + 1e-6  # created_at: bounded, each page strictly later
 
     async def _subtrees(self, tenant: str, ranges: Sequence[tuple[int, int]]) -> merkle.Subtree:
         """The roots of ``ranges`` (disjoint subtrees of the log) from the stored leaves, read in
@@ -444,7 +487,7 @@ class EvidenceLog:
     async def inclusion(self, tenant: str, decision_id: str) -> InclusionProof:
         """That ``decision_id`` is in ``tenant``'s log: its leaf, and the path to the latest checkpoint."""
         rec = await self.store.get_decision(tenant, decision_id)
-        if rec.log_seq is None:
+        if rec.log_seq is None or rec.log_seq < 0:  # negative: no log has it (written into the database)
             raise NotFoundError(f"decision {decision_id!r} is not in the decision log (written while it was off)")
         await self.checkpoint(tenant)
         cp = await self.store.latest_checkpoint(tenant)
@@ -521,7 +564,7 @@ class Exporter:
         if self.writer is None:
             raise NotFoundError("the server sent no log")
         self.writer.finish(self.notes, self.covering)
-        return self.checker.finish()
+        return require_signed(self.checker.finish())  # as the bundle will be checked offline
 
 
 def export_chunks(
@@ -631,7 +674,9 @@ async def _plan(
             found = await store.first_seq_since(tenant, since)
             start = head if found is None else found
         tree = await log._frontier_at(tenant, start)
-        cps = await store.list_checkpoints(tenant, min_size=start + 1, max_size=head, limit=MAX_CHECKPOINTS_READ)
+        # every checkpoint past the start, also past the head: one there shows a log cut short
+        cps = await store.list_checkpoints(tenant, min_size=start + 1, limit=MAX_CHECKPOINTS_READ)
+        head = max(head, await store.log_size(tenant))
         extra = [entry_of(r, False)[0] for r in await store.log_rows(tenant, start=head, limit=log.config.read_chunk)]
         after = since
         while True:

@@ -819,7 +819,7 @@ class Store(abc.ABC):
         """``tenant``'s checkpoints with ``min_size <= size <= max_size``, smallest first."""
 
     @abc.abstractmethod
-    async def latest_checkpoint(self, tenant: str, *, max_size: int | None = None) -> CheckpointRecord | None:
+    async def latest_checkpoint(self, tenant: str, max_size: int | None = None) -> CheckpointRecord | None:
         """``tenant``'s largest checkpoint (of at most ``max_size`` leaves)."""
 
     @abc.abstractmethod

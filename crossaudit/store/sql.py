@@ -530,7 +530,8 @@ def _rule_score(rules: Any, rule: str) -> float | None:
 
 
 def _log_row(row: Row) -> LogRow:
-    return LogRow(row[0], row[1], row[2], tuple(row[3:]))
+    seq = row[1]  # an integer, or NULL: anything else (SQLite keeps what it is given) is outside the log
+    return LogRow(row[0], seq if isinstance(seq, int) and not isinstance(seq, bool) else None, row[2], tuple(row[3:]))
 
 
 def _log_select(as_bytes: str) -> str:
@@ -1647,9 +1648,14 @@ class SqlStore(Store):
 
     async def log_rows_outside(self, tenant: str, *, since: float | None, limit: int) -> list[LogRow]:
         def tx(c: Conn) -> list[LogRow]:
-            q = f"{self._log_select} WHERE tenant=? AND log_seq IS NULL AND created_at>=? ORDER BY created_at LIMIT ?"
+            # no number, or one no log has (negative; in SQLite, not a number at all): the log's reads by
+            # number never see these, so they are read here (verify names them)
+            q = (
+                f"{self._log_select} WHERE tenant=? AND (log_seq IS NULL OR NOT (log_seq>=0 AND log_seq<?)) "
+                "AND created_at>=? ORDER BY created_at LIMIT ?"
+            )
             since_ = float("-inf") if since is None else float(since)
-            return [_log_row(r) for r in c.execute(q, (tenant, since_, _page(limit))).fetchall()]
+            return [_log_row(r) for r in c.execute(q, (tenant, MAX_SQL_INT, since_, _page(limit))).fetchall()]
 
         return await self._run(tx)
 
@@ -1662,7 +1668,7 @@ class SqlStore(Store):
 
     async def first_seq_since(self, tenant: str, since: float) -> int | None:
         def tx(c: Conn) -> int | None:
-            q = "SELECT MIN(log_seq) FROM decisions WHERE tenant=? AND created_at>=?"
+            q = "SELECT MIN(log_seq) FROM decisions WHERE tenant=? AND log_seq>=0 AND created_at>=?"
             row = c.execute(q, (tenant, float(since))).fetchone()
             return None if row is None or row[0] is None else int(row[0])
 
@@ -1691,7 +1697,7 @@ class SqlStore(Store):
 
         return await self._run(tx)
 
-    async def latest_checkpoint(self, tenant: str, *, max_size: int | None = None) -> CheckpointRecord | None:
+    async def latest_checkpoint(self, tenant: str, max_size: int | None = None) -> CheckpointRecord | None:
         def tx(c: Conn) -> CheckpointRecord | None:
             q = "SELECT * FROM log_checkpoints WHERE tenant=? AND size<=? ORDER BY size DESC LIMIT 1"
             row = c.execute(q, (tenant, MAX_SQL_INT if max_size is None else int(max_size))).fetchone()

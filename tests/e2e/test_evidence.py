@@ -84,6 +84,11 @@ def test_an_export_verifies_offline_and_fails_after_a_one_byte_change(
     assert res.returncode == 0 and "wrote" in res.stdout, res.stdout + res.stderr
     offline = run_cli("audit", "verify", "--bundle", str(out), "--key", str(pub), sandbox=None)  # no server
     assert offline.returncode == 0 and offline.stdout.startswith("ok:"), offline.stdout
+    assert "of log crossaudit/acme" in offline.stdout  # whose log it is, said
+    ours = run_cli("audit", "verify", "--bundle", str(out), "--key", str(pub), "--tenant", "acme", sandbox=None)
+    assert ours.returncode == 0, ours.stdout
+    theirs = run_cli("audit", "verify", "--bundle", str(out), "--key", str(pub), "--tenant", "globex", sandbox=None)
+    assert theirs.returncode == 1 and "not 'crossaudit/globex'" in theirs.stdout, theirs.stdout
     records = out / "records.jsonl"
     text = records.read_bytes()
     i = text.index(b'"passed":') + len(b'"passed":')
