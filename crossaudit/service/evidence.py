@@ -361,18 +361,12 @@ class EvidenceLog:
             out.append(LogChunk(entries))
         return out
 
-    async def read(
-        self,
-        tenant: str,
-        *,
-        since: float | None = None,
-        until: float | None = None,
-        outside: bool = True,
-        details: bool = False,
-    ) -> AsyncIterator[LogChunk]:
-        """``tenant``'s log from the first decision at or after ``since`` (all: None) to the first
-        at or after ``until`` (the head: None), signed up to its head first; with ``outside``,
-        the records written outside the log follow (verification names them)."""
+    async def _first(self, tenant: str, since: float | None, until: float | None) -> tuple[LogChunk, int, int]:
+        """A read's first chunk: the log's name, the first sequence number (of the first decision
+        at or after ``since``), the tree's edge before it, where the read ends (its ``head``: the
+        first decision at or after ``until``, else the log's head, read again after listing the
+        checkpoints) and the checkpoints past the start; the log is signed to its head first. Also
+        the log's own head and the size of the last checkpoint listed (0: none)."""
         await self.checkpoint(tenant)
         head = await self.store.log_size(tenant)
         start = 0
@@ -400,9 +394,25 @@ class EvidenceLog:
             log=self.origin(tenant),
             start=start,
             frontier=tree.state() if tree.size == start else [],
-            head=head if until is None else end,
+            head=end,
             checkpoints=[c.note for c in notes],
         )
+        return first, head, notes[-1].size if notes else 0
+
+    async def read(
+        self,
+        tenant: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        outside: bool = True,
+        details: bool = False,
+    ) -> AsyncIterator[LogChunk]:
+        """``tenant``'s log from the first decision at or after ``since`` (all: None) to the first
+        at or after ``until`` (the head: None), signed up to its head first; with ``outside``,
+        the records written outside the log follow (verification names them)."""
+        first, head, last_signed = await self._first(tenant, since, until)
+        start, end = first.start, first.head
         yield first
         chunk = self.config.read_chunk
 
@@ -433,7 +443,7 @@ class EvidenceLog:
         if until is not None and end < head:
             # the first checkpoint past the records, proved over them: its subtrees outside [start, end)
             past = await self.store.list_checkpoints(tenant, min_size=end + 1, limit=1)
-            if (past and not notes) or (past and notes[-1].size != end):
+            if past and last_signed != end:
                 cp = past[0]
                 last.covering = cp.note
                 subtree = await self._subtrees(tenant, merkle.range_path(cp.size, start, end))
