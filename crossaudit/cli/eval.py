@@ -306,7 +306,7 @@ def print_report(r: Any) -> None:
     from rich.text import Text
 
     from crossaudit.evals.metrics import METRICS
-    from crossaudit.evals.report import DECISION, test_cases_yaml
+    from crossaudit.evals.report import DECISION, cases_yaml
 
     out = render.console()
     p = render.printable
@@ -360,7 +360,7 @@ def print_report(r: Any) -> None:
         out.print(Text(f"note: {p(note)}"))
     for rid, err in r.errors:
         out.print(Text(f"row {p(rid)} could not be evaluated: {p(err)}"))
-    yaml_text = test_cases_yaml(r)
+    yaml_text = cases_yaml(r)
     if yaml_text:
         cases = yaml_text.split("\n- name: ")
         shown_yaml = "\n- name: ".join(cases[: HUMAN_TEST_CASES + 1])

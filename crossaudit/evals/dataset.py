@@ -57,7 +57,8 @@ class _Problems:
     def raise_if_any(self) -> None:
         if not self.items:
             return
-        listed = [f"  {self.where}:{line}: {msg}" for line, msg in self.items[:MAX_LISTED_PROBLEMS]]
+        ordered = sorted(self.items, key=lambda item: item[0])  # stable: a line's problems keep their order
+        listed = [f"  {self.where}:{line}: {msg}" for line, msg in ordered[:MAX_LISTED_PROBLEMS]]
         more = len(self.items) - MAX_LISTED_PROBLEMS
         if more > 0:
             listed.append(f"  … and {more} more")
@@ -214,7 +215,7 @@ def row_from_mapping(doc: Any, line: int, problems: _Problems, rules: set[str] |
         problems.add(line, f"action: {action!r} is not one of {', '.join(ACTIONS)}")
     labels = _labels(doc.get("rules", {}), line, problems, rules)
     scores = _scores(doc.get("scores", {}), line, problems, rules)
-    if passed is None and action is None and not labels:
+    if passed is None and action is None and not doc.get("rules"):
         problems.add(line, "no label: give passed, action or rules")
     if texts["response"] is None and not scores:
         problems.add(line, "no response (and no recorded scores): nothing to evaluate")

@@ -5,7 +5,7 @@
 suggested thresholds, wrong rows); :func:`compare` two runs of the same rows into a
 :class:`Comparison` with McNemar's test per rule; :class:`Gate` is one ``--fail-under``.
 Renderings: ``to_json`` (``--json``), :func:`html_report` (``--html``: self-contained, images as
-``data:`` URIs, every value escaped), :func:`test_cases_yaml` (wrong rows as ``test_cases``).
+``data:`` URIs, every value escaped), :func:`cases_yaml` (wrong rows as ``test_cases``).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class EvalReport:
             "notes": self.notes,
             "decision": self.subjects[DECISION].to_json(),
             "rules": {k: s.to_json() for k, s in self.subjects.items() if k != DECISION},
-            "test_cases": test_cases(self),
+            "test_cases": cases_of(self),
         }
 
 
@@ -297,7 +297,7 @@ def _case(row: Row, expected: str, action: str | None, why: str) -> dict[str, An
     return case
 
 
-def test_cases(report: EvalReport) -> list[dict[str, Any]]:
+def cases_of(report: EvalReport) -> list[dict[str, Any]]:
     """The rows something got wrong, as ``test_cases`` entries (one per row; rows without text left out).
 
     A row labelled at the decision level keeps its labels (``passed``, ``action``); a row
@@ -321,8 +321,8 @@ def test_cases(report: EvalReport) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def test_cases_yaml(report: EvalReport) -> str:
-    cases = test_cases(report)
+def cases_yaml(report: EvalReport) -> str:
+    cases = cases_of(report)
     if not cases:
         return ""
     return yaml.safe_dump({"test_cases": cases}, sort_keys=False, allow_unicode=True, width=120)
@@ -482,7 +482,7 @@ def html_report(r: EvalReport) -> str:
                 f"<tr><td>{_e(name)}</td><td>{_e(w.row.id)}</td><td>{w.row.line}</td><td>{_e(w.expected)}</td>"
                 f"<td>{_e(w.got)}</td><td>{_num(w.score, 4)}</td><td>{_num(w.threshold, 4)}</td></tr>"
             )
-    cases = test_cases_yaml(r)
+    cases = cases_yaml(r)
     notes = "".join(f"<p class=note>{_e(n)}</p>" for n in r.notes)
     errors = "".join(f"<tr><td>{_e(i)}</td><td>{_e(e)}</td></tr>" for i, e in r.errors)
     failed = (
