@@ -84,6 +84,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    spare = connect.reclaim_positional(args)  # `--server POLICY DATASET`: POLICY is not an address
+    if spare is not None:
+        args.inputs.insert(0, spare)
     want = 3 if args.compare else 2
     if len(args.inputs) != want:
         shape = "--compare A.yaml B.yaml DATASET" if args.compare else "POLICY DATASET"
