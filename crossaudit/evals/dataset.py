@@ -251,8 +251,8 @@ def _labels(value: Any, line: int, problems: _Problems, rules: set[str] | None) 
     for name, label in value.items():
         if rules is not None and name not in rules:
             problems.add(line, f"rules.{name}: {_unknown_rule(name, rules)}")
-        if isinstance(label, str) and label.strip().lower() in LABELS:
-            out[name] = LABELS[label.strip().lower()]
+        if isinstance(label, str) and label in LABELS:
+            out[name] = LABELS[label]
         else:
             problems.add(line, f"rules.{name}: expected pass or fail, got {label!r}")
     return out

@@ -153,3 +153,47 @@ def test_check_rows_names_unknown_rules() -> None:
     rows = [Row(4, "review:9", None, None, {}, None, None, {"gone": False}, {"gone": 0.1}, "review:9")]
     with pytest.raises(InvalidInputError, match=r"rows:4: rule 'gone' is not in the policy"):
         check_rows(rows, RULES)
+
+
+def test_the_json_schema_agrees_with_the_loader() -> None:
+    import jsonschema
+
+    schema = json.loads((ROOT / "policies" / "dataset.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for line in (ROOT / "policies" / "demo_offline.eval.jsonl").read_text().splitlines():
+        validator.validate(json.loads(line))
+    good = [
+        {"response": "x", "passed": True},
+        {"id": 3, "prompt": "p", "response": "x", "context": {"a": 1}, "action": "block"},
+        {"rules": {"tone": "fail"}, "scores": {"tone": 0.25}},
+    ]
+    bad = [
+        {"response": "x"},  # no label
+        {"response": "x", "passed": "yes"},
+        {"response": "x", "rules": {"tone": "Fail"}},
+        {"response": "x", "action": "explode"},
+        {"prompt": "only", "passed": False},  # nothing to evaluate
+        {"response": "x", "passed": True, "colour": "red"},
+        {"rules": {"tone": "fail"}, "scores": {"tone": 1.5}},
+        {"response": 3, "passed": True},
+    ]
+    for doc in good:
+        validator.validate(doc)
+    for doc in bad:
+        assert not validator.is_valid(doc), doc
+    for n, doc in enumerate(good + bad):  # the loader accepts exactly what the schema accepts
+        assert _loads(doc) == (n < len(good)), doc
+
+
+def _loads(doc: dict) -> bool:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "one.jsonl"
+        path.write_text(json.dumps(doc) + "\n")
+        try:
+            load_dataset(path, RULES)
+        except InvalidInputError:
+            return False
+    return True
