@@ -184,7 +184,7 @@ def _run_local(args: argparse.Namespace, policy_path: str, rows: Any = None, dat
             return run_local(tester, rows, usage=usage, concurrency=args.concurrency, progress=tick)
 
 
-def _run_remote(args: argparse.Namespace, policy_arg: str, dataset: str) -> Any:
+def _run_remote(args: argparse.Namespace, policy_arg: str, dataset: str, check: Any = None) -> Any:
     from crossaudit.evals.dataset import load_dataset
     from crossaudit.evals.runner import rule_names, run_server
     from orchestrator.policy import load_policy, load_policy_file
@@ -193,6 +193,8 @@ def _run_remote(args: argparse.Namespace, policy_arg: str, dataset: str) -> Any:
     with connect.client(args) as c:
         info = c.get_policy(name, args.environment)
         policy = load_policy(info.content, f"{name} (deployed)")
+        if check is not None:
+            check(policy)  # the gates name its rules: refused before anything runs
         rows = load_dataset(dataset, rule_names(policy))
         with _row_progress(args.json) as tick:
             return run_server(
@@ -238,14 +240,23 @@ def _eval(args: argparse.Namespace) -> int:
         _matplotlib()
     if not Path(dataset).is_file():
         raise InvalidInputError(f"dataset {dataset}: file not found")
+    gates: list[Gate] = []
+
+    def check(policy: Any) -> None:
+        subjects = [DECISION, *[r.name for r in policy.rules if r.enabled]]
+        gates[:] = [Gate.parse(g, subjects) for g in args.fail_under]
+
     # cassettes: wired at merge (with cassette_from_args(args): around the evaluation below)
-    run = (
-        _run_remote(args, policy_arg, dataset)
-        if args.server is not None
-        else _run_local(args, policy_arg, None, dataset)
-    )
-    subjects = [DECISION, *[r.name for r in run.policy.rules if r.enabled]]
-    gates = [Gate.parse(g, subjects) for g in args.fail_under]
+    if args.server is not None:
+        run = _run_remote(args, policy_arg, dataset, check)
+    else:
+        from crossaudit.evals.dataset import load_dataset
+        from crossaudit.evals.runner import rule_names
+        from orchestrator.policy import load_policy_file
+
+        policy = load_policy_file(policy_arg)  # bad gates and datasets are refused before any sandbox starts
+        check(policy)
+        run = _run_local(args, policy_arg, load_dataset(dataset, rule_names(policy)), dataset)
     report = build_report(run, seed=args.seed, target=target)
     if args.plots:
         written = write_plots([s.sweep for s in report.subjects.values() if s.sweep is not None], Path(args.plots))
