@@ -117,7 +117,7 @@ def check_rows(rows: list[Row], rules: Iterable[str], where: str = "rows") -> No
 
 
 def _jsonl_records(text: str, problems: _Problems) -> list[tuple[int, Any]]:
-    out = []
+    out: list[tuple[int, Any]] = []
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
