@@ -136,3 +136,44 @@ def test_html_is_self_contained_and_escaped(run_a) -> None:
     assert page.count("data:image/png;base64,") == 2  # the PR and ROC curves of the one scored rule
     assert "<script" not in page and "http://" not in page and "https://" not in page
     assert "eval_one_awful" in page
+
+
+def test_llm_cost_per_rule_from_the_calls_tokens(tmp_path: Path) -> None:
+    """An LLM judge (a stub provider on loopback speaking OpenAI's API) is priced per rule from the
+    tokens each call reported, at the built-in list price of its model."""
+    from tests.openai_stub import OpenAIStub
+
+    stub = OpenAIStub(prompt_tokens=1000, completion_tokens=100, score=0.9)
+    try:
+        policy = f"""
+name: judged
+description: an LLM judge and a custom rule
+version: "1.0"
+evaluators:
+  - name: judge
+    type: llm
+    config: {{provider: openai_compatible, model: gpt-4o-mini, base_url: "{stub.url}"}}
+  - name: kw
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {{"score": 0.0 if "awful" in response else 1.0}}
+rules:
+  - {{name: judged_safe, evaluator: judge, threshold: 0.5, action: warn}}
+  - {{name: rude, evaluator: kw, threshold: 0.5, action: flag}}
+"""
+        p = tmp_path / "d.jsonl"
+        p.write_text("".join(json.dumps({"response": t, "rules": {"judged_safe": "pass"}}) + "\n" for t in "abc"))
+        usage = LLMUsage()
+        with PolicyTester(policy, sandbox="process", llm_usage=usage, env={"OPENAI_API_KEY": "sk-test"}) as tester:
+            result = run_local(tester, load_dataset(p, ["judged_safe", "rude"]), usage=usage)
+        r = build_report(result)
+    finally:
+        stub.close()
+    assert stub.calls == 3
+    per_call = (1000 * 0.15 + 100 * 0.60) / 1_000_000  # gpt-4o-mini: USD 0.15 / 0.60 per million tokens
+    assert r.subjects["judged_safe"].cost_usd == pytest.approx(3 * per_call)
+    assert r.subjects["rude"].cost_usd is None  # no LLM behind it
+    assert r.subjects["judged_safe"].metrics["precision"].value is None  # never fired: undefined
+    assert r.to_json()["rules"]["judged_safe"]["llm_cost_usd"] == pytest.approx(3 * per_call)
