@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from crossaudit.cli import completion, evaluate, models, policy, remote, server
 from crossaudit.cli import config as config_cli
+from crossaudit.cli import eval as eval_cli
 from crossaudit.cli import proxy as proxy_cli
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.register(sub)
     config_cli.register(sub)
     evaluate.register(sub)
+    eval_cli.register(sub)
     completion.register(sub)
     proxy_cli.register(sub)
     return parser

@@ -1,9 +1,35 @@
-"""Dataset rows (the shared contract of issue 24; eval-core owns this module)."""
+"""The labelled dataset of ``crossaudit eval``: JSONL or CSV rows (``policies/dataset.schema.json``).
+
+Each row holds the text to evaluate (``prompt``, ``response``, ``context``) and what the policy
+*should* answer: at the decision level (``passed``, ``action``) and/or per rule (``rules``:
+name -> ``pass``|``fail``). Production rows without retained text carry recorded ``scores``
+instead. Every problem of a file is reported at once, each with its line (JSONL) or record
+number (CSV, the header is line 1); a label for a rule the policy lacks is named.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.results import Action
+
+# Bounds of what a dataset file may hold: a file is read whole, so it is capped; the number of
+# problems listed is capped too (the count of the rest is said).
+MAX_DATASET_BYTES = 256 * 1024 * 1024
+MAX_ROWS = 1_000_000
+MAX_LISTED_PROBLEMS = 200
+RULE_COLUMN_PREFIX = "rule:"  # CSV: one column per rule, ``rule:<name>``
+LABELS = {"pass": True, "fail": False}
+ACTIONS = tuple(a.value for a in Action if a is not Action.CONTINUE)
+FIELDS = ("id", "prompt", "response", "context", "passed", "action", "rules", "scores")
 
 
 @dataclass(frozen=True)
@@ -18,3 +44,250 @@ class Row:
     rules: dict[str, bool]  # expected per-rule outcome: True = the rule should pass, False = should fail
     scores: dict[str, float]  # recorded per-rule scores (production rows without text), else empty
     source: str = ""  # where the row came from ("file", "review:<id>", "feedback:<id>")
+
+
+@dataclass
+class _Problems:
+    where: str
+    items: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, line: int, message: str) -> None:
+        self.items.append((line, message))
+
+    def raise_if_any(self) -> None:
+        if not self.items:
+            return
+        ordered = sorted(self.items, key=lambda item: item[0])  # stable: a line's problems keep their order
+        listed = [f"  {self.where}:{line}: {msg}" for line, msg in ordered[:MAX_LISTED_PROBLEMS]]
+        more = len(self.items) - MAX_LISTED_PROBLEMS
+        if more > 0:
+            listed.append(f"  … and {more} more")
+        raise InvalidInputError(f"{self.where}: {len(self.items)} problem(s):\n" + "\n".join(listed))
+
+
+def load_dataset(path: str | Path, rules: Iterable[str] | None = None) -> list[Row]:
+    """Every row of a ``.jsonl`` or ``.csv`` file (by its suffix; ``.json`` lines are JSONL too).
+
+    ``rules``: the policy's rule names; a label or score naming another rule is a problem.
+    Raises InvalidInputError listing every problem with its line, or naming an empty dataset."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise InvalidInputError(f"dataset {p}: file not found") from None
+    except OSError as e:
+        raise InvalidInputError(f"dataset {p}: cannot read: {e.strerror}") from None
+    if size > MAX_DATASET_BYTES:
+        raise InvalidInputError(f"dataset {p}: {size} bytes, over the {MAX_DATASET_BYTES} a dataset may hold")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"dataset {p}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise InvalidInputError(f"dataset {p}: cannot read: {e.strerror}") from None
+    problems = _Problems(str(p))
+    known = set(rules) if rules is not None else None
+    records = _csv_records(text, problems) if p.suffix.lower() == ".csv" else _jsonl_records(text, problems)
+    out: list[Row] = []
+    seen: dict[str, int] = {}
+    for line, doc in records:
+        row = row_from_mapping(doc, line, problems, known)
+        if row is None:
+            continue
+        if row.id in seen:
+            problems.add(line, f"id {row.id!r} repeats line {seen[row.id]}'s")
+        seen.setdefault(row.id, line)
+        out.append(row)
+    problems.raise_if_any()
+    if not out:
+        raise InvalidInputError(f"dataset {p}: no rows (an empty dataset measures nothing)")
+    return out
+
+
+def check_rows(rows: list[Row], rules: Iterable[str], where: str = "rows") -> None:
+    """Rows built elsewhere (production labels) against the policy's rules: the same problems."""
+    problems = _Problems(where)
+    known = set(rules)
+    for row in rows:
+        for name in sorted((set(row.rules) | set(row.scores)) - known):
+            problems.add(row.line, _unknown_rule(name, known))
+    problems.raise_if_any()
+    if not rows:
+        raise InvalidInputError(f"{where}: no rows (an empty dataset measures nothing)")
+
+
+def _jsonl_records(text: str, problems: _Problems) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        if len(out) >= MAX_ROWS:
+            problems.add(n, f"more than {MAX_ROWS} rows")
+            break
+        try:
+            out.append((n, json.loads(raw, parse_constant=_no_constant)))
+        except ValueError as e:
+            col = f" column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+            problems.add(n, f"invalid JSON{col}: {getattr(e, 'msg', e)}")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _csv_records(text: str, problems: _Problems) -> list[tuple[int, Any]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    out: list[tuple[int, Any]] = []
+    try:
+        header = reader.fieldnames or []
+        for name in header:
+            if name not in FIELDS and not name.startswith(RULE_COLUMN_PREFIX):
+                problems.add(1, f"unknown column {name!r} (columns: {', '.join(FIELDS)}, or rule:<name>)")
+        for n, rec in enumerate(reader, start=2):
+            if len(out) >= MAX_ROWS:
+                problems.add(n, f"more than {MAX_ROWS} rows")
+                break
+            if None in rec:
+                problems.add(n, f"{len(rec[None])} value(s) more than the header's columns")  # type: ignore[index]
+                continue
+            out.append((n, _csv_doc(rec, n, problems)))
+    except csv.Error as e:
+        problems.add(reader.line_num, f"invalid CSV: {e}")
+    return out
+
+
+def _csv_doc(rec: Mapping[str, str | None], line: int, problems: _Problems) -> dict[str, Any]:
+    """A CSV record as the JSONL document it stands for: JSON columns parsed, empty cells absent."""
+    doc: dict[str, Any] = {}
+    per_rule: dict[str, str] = {}
+    for key, value in rec.items():
+        if value is None or value == "":
+            continue
+        if key.startswith(RULE_COLUMN_PREFIX):
+            per_rule[key[len(RULE_COLUMN_PREFIX) :]] = value.strip()
+        elif key in ("context", "rules", "scores"):
+            try:
+                doc[key] = json.loads(value, parse_constant=_no_constant)
+            except ValueError as e:
+                problems.add(line, f"{key}: invalid JSON: {getattr(e, 'msg', e)}")
+        elif key == "passed":
+            low = value.strip().lower()
+            doc[key] = {"true": True, "false": False, "1": True, "0": False}.get(low, value)
+        else:
+            doc[key] = value
+    if per_rule:
+        if "rules" in doc:
+            problems.add(line, "rules given twice: a rules column and rule:<name> columns")
+        else:
+            doc["rules"] = per_rule
+    return doc
+
+
+def row_from_mapping(doc: Any, line: int, problems: _Problems, rules: set[str] | None) -> Row | None:
+    """One row from its document; its problems (all of them) go to ``problems``; None if any."""
+    before = len(problems.items)
+    if not isinstance(doc, Mapping):
+        problems.add(line, f"expected a JSON object, got {type(doc).__name__}")
+        return None
+    for key in doc:
+        if key not in FIELDS:
+            problems.add(line, f"unknown field {key!r} (fields: {', '.join(FIELDS)})")
+    rid = doc.get("id", f"line-{line}")
+    if not isinstance(rid, str | int) or isinstance(rid, bool) or rid == "":
+        problems.add(line, "id: expected a non-empty string")
+        rid = f"line-{line}"
+    texts: dict[str, str | None] = {}
+    for key in ("prompt", "response"):
+        value = doc.get(key)
+        if value is not None and not isinstance(value, str):
+            problems.add(line, f"{key}: expected a string, got {type(value).__name__}")
+        texts[key] = value if isinstance(value, str) else None
+    context = doc.get("context", {})
+    if not isinstance(context, Mapping):
+        problems.add(line, f"context: expected an object, got {type(context).__name__}")
+        context = {}
+    passed = doc.get("passed")
+    if passed is not None and not isinstance(passed, bool):
+        problems.add(line, f"passed: expected true or false, got {passed!r}")
+    action = doc.get("action")
+    if action is not None and action not in ACTIONS:
+        problems.add(line, f"action: {action!r} is not one of {', '.join(ACTIONS)}")
+    labels = _labels(doc.get("rules", {}), line, problems, rules)
+    scores = _scores(doc.get("scores", {}), line, problems, rules)
+    if passed is None and action is None and not doc.get("rules"):
+        problems.add(line, "no label: give passed, action or rules")
+    if texts["response"] is None and not scores:
+        problems.add(line, "no response (and no recorded scores): nothing to evaluate")
+    if len(problems.items) > before:
+        return None
+    return Row(
+        line=line,
+        id=str(rid),
+        prompt=texts["prompt"] if texts["prompt"] is not None or texts["response"] is None else "",
+        response=texts["response"],
+        context=dict(context),
+        passed=passed,
+        action=action,
+        rules=labels,
+        scores=scores,
+        source="file",
+    )
+
+
+def _unknown_rule(name: str, known: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (its rules: {', '.join(sorted(known)) or 'none'})"
+    return f"rule {name!r} is not in the policy{hint}"
+
+
+def _labels(value: Any, line: int, problems: _Problems, rules: set[str] | None) -> dict[str, bool]:
+    if not isinstance(value, Mapping):
+        problems.add(line, f"rules: expected an object of rule -> pass|fail, got {type(value).__name__}")
+        return {}
+    out = {}
+    for name, label in value.items():
+        if rules is not None and name not in rules:
+            problems.add(line, f"rules.{name}: {_unknown_rule(name, rules)}")
+        if isinstance(label, str) and label in LABELS:
+            out[name] = LABELS[label]
+        else:
+            problems.add(line, f"rules.{name}: expected pass or fail, got {label!r}")
+    return out
+
+
+def _scores(value: Any, line: int, problems: _Problems, rules: set[str] | None) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        problems.add(line, f"scores: expected an object of rule -> number, got {type(value).__name__}")
+        return {}
+    out = {}
+    for name, score in value.items():
+        if rules is not None and name not in rules:
+            problems.add(line, f"scores.{name}: {_unknown_rule(name, rules)}")
+        if isinstance(score, int | float) and not isinstance(score, bool) and math.isfinite(score) and 0 <= score <= 1:
+            out[name] = float(score)
+        else:
+            problems.add(line, f"scores.{name}: expected a number in [0, 1], got {score!r}")
+    return out
+
+
+def row_to_json(row: Row) -> dict[str, Any]:
+    """A row as one JSONL document of the dataset format (what :func:`load_dataset` reads back)."""
+    doc: dict[str, Any] = {"id": row.id}
+    if row.prompt is not None:
+        doc["prompt"] = row.prompt
+    if row.response is not None:
+        doc["response"] = row.response
+    if row.context:
+        doc["context"] = row.context
+    if row.passed is not None:
+        doc["passed"] = row.passed
+    if row.action is not None:
+        doc["action"] = row.action
+    if row.rules:
+        doc["rules"] = {k: "pass" if v else "fail" for k, v in row.rules.items()}
+    if row.scores:
+        doc["scores"] = row.scores
+    return doc

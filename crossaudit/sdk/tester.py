@@ -20,7 +20,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from crossaudit.kernel.errors import (
     PolicyIssue,
     PolicyValidationError,
 )
-from crossaudit.kernel.limits import EngineLimits, SandboxLimits
+from crossaudit.kernel.limits import EngineLimits, PoolLimits, SandboxLimits
 from crossaudit.kernel.results import Decision
 from crossaudit.sdk.cases import CaseResult, judge_case
 from orchestrator.engine.engine import Engine
@@ -51,6 +51,11 @@ from sandbox.base import ProgressCallback, Sandbox
 __all__ = ["SANDBOX_ENV", "CaseResult", "PolicyTester", "load_cases_file"]
 
 T = TypeVar("T")
+# evaluate_many: requests in flight at once (each still bounded by the engine's limits and the
+# policy's deadline): the warm sandboxes one evaluator may have (PoolLimits.max_size).
+DEFAULT_CONCURRENCY = PoolLimits().max_size
+MAX_CONCURRENCY = 256
+Request = tuple[str, str, "Mapping[str, Any] | None"]  # (prompt, response, context)
 SANDBOX_ENV = "CROSSAUDIT_SANDBOX"  # default sandbox of PolicyTester (process) and of the CLI (auto)
 
 
@@ -69,8 +74,11 @@ class PolicyTester:
         prepare: bool = True,
         model_servers: str | None = None,
         progress: ProgressCallback | None = None,
+        llm_usage: Callable[[str, str, int, int], None] | None = None,
     ) -> None:
-        """``model_servers``: subprocess | docker (builtin model servers as hardened containers);
+        """``llm_usage(provider, model, prompt_tokens, completion_tokens)`` is told the tokens of
+        every LLM call (as the server's metrics are).
+        ``model_servers``: subprocess | docker (builtin model servers as hardened containers);
         default $CROSSAUDIT_MODEL_SERVERS, else subprocess. ``progress(message, fraction)`` hears
         the preparation of the custom evaluators here (with the docker sandbox their dependency
         images are built first: minutes the first time), as ``"<evaluator>: <step>"``."""
@@ -104,7 +112,7 @@ class PolicyTester:
         self._models = ModelServerPool(isolation=model_servers)  # started lazily: costs nothing unless a builtin runs
         # Local convenience: ${NAME} and the LLM providers' variables come from ``env`` (default:
         # this process's environment), and code_file / evaluators/<name>.py are read from disk.
-        self.runtime = Runtime(box, env=env, model_backend=self._models, local_files=True)
+        self.runtime = Runtime(box, env=env, model_backend=self._models, local_files=True, llm_usage=llm_usage)
         self.engine = Engine(self.runtime, limits=engine_limits)
         self._closed = False
         # Why local results may differ from the server's, per evaluator (see _local_differences).
@@ -162,6 +170,46 @@ class PolicyTester:
         if asyncio.get_running_loop() is self._loop:
             return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def evaluate_many(
+        self,
+        requests: Sequence[Request],
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        on_done: Callable[[int, Decision | CrossAuditError], None] | None = None,
+    ) -> list[Decision | CrossAuditError]:
+        """Evaluate many requests, at most ``concurrency`` at once (as a server's concurrent callers
+        would: builtins batch across them). Each answer is its Decision or its typed error, in
+        the order of ``requests``; ``on_done(index, answer)`` hears each as it finishes (from the
+        tester's thread)."""
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise InvalidInputError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
+        return self._run(self._evaluate_many(requests, concurrency, on_done))
+
+    async def _evaluate_many(
+        self,
+        requests: Sequence[Request],
+        concurrency: int,
+        on_done: Callable[[int, Decision | CrossAuditError], None] | None,
+    ) -> list[Decision | CrossAuditError]:
+        out: list[Decision | CrossAuditError | None] = [None] * len(requests)
+        pending = iter(range(len(requests)))
+
+        async def worker() -> None:
+            for i in pending:  # shared iterator: each index is taken by exactly one worker
+                prompt, response, context = requests[i]
+                try:
+                    answer: Decision | CrossAuditError = await self.engine.evaluate(
+                        self.policy, prompt, response, context, timeout=self.timeout
+                    )
+                except CrossAuditError as e:
+                    answer = e
+                out[i] = answer
+                if on_done is not None:
+                    on_done(i, answer)
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
+        return [a for a in out if a is not None]
 
     def run_cases(self, cases: list[TestCase] | None = None) -> list[CaseResult]:
         """Run the policy's ``test_cases`` (or ``cases``), one CaseResult each (judged by

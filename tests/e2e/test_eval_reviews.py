@@ -112,6 +112,18 @@ def test_reviews_and_feedback_become_a_dataset_with_text_and_scores(srv: ServerP
     assert bad["context"] == {"score": 0.2, "who": "bad"}
     assert "passed" not in bad and "action" not in bad  # people labelled rules, not decisions
 
+    # the author's loop: eval the policy file on the production labels directly
+    policy_file = tmp_path / "labelled.yaml"
+    policy_file.write_text(POLICY)
+    kept = tmp_path / "kept.jsonl"
+    ev = run_cli(
+        "eval", str(policy_file), "--from-reviews", "labelled", "--since", "1d", "--out", str(kept), "--json",
+        server=None, env={"CROSSAUDIT_SERVER": srv.address, "CROSSAUDIT_API_KEY": AUDITOR},
+    )  # fmt: skip
+    assert ev.returncode in (0, 1), ev.stderr  # 1: rows the policy gets wrong are listed, not a failure of eval
+    report = json.loads(ev.stdout)
+    assert _rows(kept) == rows and report["rows"] == 3, report.get("rows")
+
     # the SDK pages the same labels; a reviewer key may not read them (retained text)
     with Client(srv.address, api_key=AUDITOR) as a:
         first = a.list_labels("labelled", page_size=1)
