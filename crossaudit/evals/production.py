@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from crossaudit.evals.dataset import Row
+from crossaudit.evals.dataset import Row, row_to_json
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.labels import LabelledDecision, LabelPage
 from orchestrator.engine.calibration import Calibration, calibrate
@@ -127,26 +127,6 @@ def rows_from_reviews(
     """The dataset rows of ``policy``'s labels in ``environment`` since ``since`` (module docstring)."""
     rows, _ = rows_from_labels(read_labels(client, policy, since, environment).labels)
     return rows
-
-
-def row_to_json(row: Row) -> dict[str, Any]:
-    """One JSONL document of the dataset format (docs/evals.md): absent fields are not written."""
-    doc: dict[str, Any] = {"id": row.id}
-    if row.prompt is not None:
-        doc["prompt"] = row.prompt
-    if row.response is not None:
-        doc["response"] = row.response
-    if row.context:
-        doc["context"] = row.context
-    if row.passed is not None:
-        doc["passed"] = row.passed
-    if row.action is not None:
-        doc["action"] = row.action
-    if row.rules:
-        doc["rules"] = {k: "pass" if v else "fail" for k, v in row.rules.items()}
-    if row.scores:
-        doc["scores"] = row.scores
-    return doc
 
 
 def write_jsonl(rows: Sequence[Row], path: str | Path) -> None:
