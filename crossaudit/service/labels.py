@@ -172,9 +172,11 @@ class Labels:
         since: float | None = None,
         page_token: str = "",
         page_size: int = 0,
+        with_text: bool = True,
     ) -> LabelPage:
         """One page of at most ``page_size`` labels (0, or more than ``limits.label_page_size``:
-        that setting), with the retained inputs of their decisions where retained."""
+        that setting), with the retained inputs of their decisions where retained and ``with_text``
+        (admin keys: retained text is read by admins alone, as by replay)."""
         name = inputs.policy_name(policy, self.limits.max_name_length)
         env = inputs.environment(environment)
         if page_size < 0:
@@ -188,7 +190,7 @@ class Labels:
         )
         more = len(recs) > size
         recs = recs[:size]
-        kept = await self._retained(tenant, [r.decision_id for r in recs])
+        kept = await self._retained(tenant, [r.decision_id for r in recs]) if with_text else {}
         # A page of retained texts could outgrow one answer: it stops at half of
         # limits.max_send_message_bytes (as a ListDecisions page does); the first row always goes.
         budget, used = self.limits.max_send_message_bytes // 2, 0

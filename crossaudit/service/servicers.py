@@ -27,6 +27,7 @@ from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
 from crossaudit.service.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
+from crossaudit.service.principals import Role
 from crossaudit.service.replay import ReplayRequest
 from crossaudit.service.replaydiff import ReplayReport
 from crossaudit.store.base import ReviewState
@@ -466,7 +467,9 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
 
     @unary
     async def ListLabels(self, tenant: str, request: audit_pb.ListLabelsRequest, context: Any):
-        # admin and auditor keys (principals.PERMISSIONS): it reads the tenant's retained text
+        # admin and auditor keys (principals.PERMISSIONS); the retained text to admin keys alone
+        # (as replay): an auditor gets the labels and the recorded scores
+        with_text = self.auth.principal(context).role is Role.ADMIN
         page = await self.svc.list_labels(
             tenant,
             policy=request.policy,
@@ -474,6 +477,7 @@ class AuditServicer(_Base, audit_grpc.AuditServiceServicer):
             since=convert.seconds(request.since) if request.HasField("since") else None,
             page_token=request.page_token,
             page_size=request.page_size,
+            with_text=with_text,
         )
         return convert.label_page_to_pb(page)
 

@@ -98,7 +98,7 @@ def test_reviews_and_feedback_become_a_dataset_with_text_and_scores(srv: ServerP
     with Client(srv.address, api_key=ADMIN) as c:
         ids = _label_traffic(c)
     out = tmp_path / "labels.jsonl"
-    res = run_cli("eval-labels", "labelled", "--since", "1d", "--out", str(out), server=srv, api_key=AUDITOR)
+    res = run_cli("eval-labels", "labelled", "--since", "1d", "--out", str(out), server=srv, api_key=ADMIN)
     assert res.returncode == 0, res.stderr
     assert "wrote 3 row(s)" in res.stdout and "4 label(s) (2 review(s), 2 feedback)" in res.stdout, res.stdout
     rows = _rows(out)
@@ -111,6 +111,12 @@ def test_reviews_and_feedback_become_a_dataset_with_text_and_scores(srv: ServerP
     assert (bad["prompt"], bad["response"]) == ("prompt bad", "response bad")
     assert bad["context"] == {"score": 0.2, "who": "bad"}
     assert "passed" not in bad and "action" not in bad  # people labelled rules, not decisions
+    # an auditor gets the same labels and scores, never the retained text (admins alone read it)
+    audited = tmp_path / "audited.jsonl"
+    res = run_cli("eval-labels", "labelled", "--since", "1d", "--out", str(audited), server=srv, api_key=AUDITOR)
+    assert res.returncode == 0, res.stderr
+    for doc in _rows(audited).values():
+        assert "prompt" not in doc and "response" not in doc and doc["scores"]
 
     # the author's loop: eval the policy file on the production labels directly
     policy_file = tmp_path / "labelled.yaml"
@@ -118,7 +124,7 @@ def test_reviews_and_feedback_become_a_dataset_with_text_and_scores(srv: ServerP
     kept = tmp_path / "kept.jsonl"
     ev = run_cli(
         "eval", str(policy_file), "--from-reviews", "labelled", "--since", "1d", "--out", str(kept), "--json",
-        server=None, env={"CROSSAUDIT_SERVER": srv.address, "CROSSAUDIT_API_KEY": AUDITOR},
+        server=None, env={"CROSSAUDIT_SERVER": srv.address, "CROSSAUDIT_API_KEY": ADMIN},
     )  # fmt: skip
     assert ev.returncode in (0, 1), ev.stderr  # 1: rows the policy gets wrong are listed, not a failure of eval
     report = json.loads(ev.stdout)
