@@ -92,7 +92,7 @@ def _call(channel: grpc.Channel, service: object, method: object, metadata: tupl
 )
 def test_every_method_rejects_a_missing_or_wrong_key(server: ServerProcess, metadata: tuple) -> None:
     methods = [(s, m) for s in PUBLIC_SERVICES for m in s.methods]
-    assert len(methods) == 26  # with the decision log: GetLogKey, ReadLog, two proofs, GetReceipt
+    assert len(methods) == 27  # with the decision log (GetLogKey, ReadLog, two proofs, GetReceipt) and ListLabels
     with grpc.insecure_channel(server.address) as ch:
         codes = {f"{s.name}.{m.name}": _call(ch, s, m, metadata) for s, m in methods}
     assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, codes
