@@ -28,6 +28,7 @@ from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
 from crossaudit.service.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
 from crossaudit.service.principals import Role
+from crossaudit.service.records import engine_version
 from crossaudit.service.replay import ReplayRequest
 from crossaudit.service.replaydiff import ReplayReport
 from crossaudit.store.base import ReviewState
@@ -516,7 +517,7 @@ class InfoServicer(_Base, info_grpc.InfoServiceServicer):
         backend = str(info.get("backend", ""))
         return convert.server_info_to_pb(
             ServerInfo(
-                version=_version(),
+                version=engine_version(),
                 tenant=tenant,
                 multi_tenant=not self.auth.dev,
                 sandbox_backend=backend,
@@ -524,15 +525,6 @@ class InfoServicer(_Base, info_grpc.InfoServiceServicer):
                 weaker_isolation=backend == "process",
             )
         )
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("crossaudit")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "unknown"
 
 
 def add_servicers(server: grpc.aio.Server, service: CrossAuditService, auth: Authenticator) -> list[str]:
