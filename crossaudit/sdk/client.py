@@ -158,9 +158,16 @@ def _evaluate_request(
     environment: str,
     request_id: str = "",
     stage: str = "",
+    provisional: bool = False,
 ) -> ev_pb.EvaluateRequest:
     req = ev_pb.EvaluateRequest(
-        policy=policy, environment=environment, prompt=prompt, response=response, request_id=request_id, stage=stage
+        policy=policy,
+        environment=environment,
+        prompt=prompt,
+        response=response,
+        request_id=request_id,
+        stage=stage,
+        provisional=provisional,
     )
     # CopyFrom, not the constructor (which re-parses): a context too deep to parse is the
     # server's to refuse, typed (INVALID_ARGUMENT naming max_struct_depth)
@@ -385,8 +392,9 @@ class ClientBase(abc.ABC):
         timeout: float | None,
         stage: str = "",
         request_id: str = "",
+        provisional: bool = False,
     ) -> Unary[RemoteDecision]:
-        req = _evaluate_request(policy, prompt, response, context, environment, request_id, stage)
+        req = _evaluate_request(policy, prompt, response, context, environment, request_id, stage, provisional)
         return Unary(self._evaluation.Evaluate, req, convert.decision_from_pb, timeout)
 
     def _evaluate_many(
@@ -666,11 +674,15 @@ class Client(ClientBase):
         *,
         stage: str = "",
         request_id: str = "",
+        provisional: bool = False,
     ) -> RemoteDecision:
         """``timeout`` (seconds) is the call's deadline: the server's evaluators get what is left.
         ``stage`` ("input" | "output") runs only that stage's rules (docs/proxy.md); ``request_id``
-        is recorded with the decision in the audit log."""
-        return self._unary(self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id))
+        is recorded with the decision in the audit log. ``provisional`` (output stage only): a
+        window of a streamed answer, audited only when it blocks (docs/proxy.md#streaming)."""
+        return self._unary(
+            self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id, provisional)
+        )
 
     def evaluate_many(
         self,
@@ -932,9 +944,10 @@ class AsyncClient(ClientBase):
         *,
         stage: str = "",
         request_id: str = "",
+        provisional: bool = False,
     ) -> RemoteDecision:
         return await self._unary(
-            self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id)
+            self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id, provisional)
         )
 
     async def evaluate_many(

@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossaudit.kernel.errors import DeadlineExceededError, QuotaExceededError, RateLimitedError
-from crossaudit.kernel.results import Decision
+from crossaudit.kernel.dsl import Stage
+from crossaudit.kernel.errors import DeadlineExceededError, InvalidInputError, QuotaExceededError, RateLimitedError
+from crossaudit.kernel.results import Action, Decision
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
@@ -109,11 +110,16 @@ class Admission:
         request_id: str = "",
         encode: Callable[[EvaluationOutcome], Any] | None = None,
         stage: str = "",
+        provisional: bool = False,
     ) -> EvaluationOutcome:
         """Decide, audit, answer. ``encode`` turns the outcome into the answer (the wire message)
         *before* the audit record is written: if it fails, nothing is audited, so the audit log
-        never holds a decision the caller did not receive. ``stage``: only that stage's rules run."""
+        never holds a decision the caller did not receive. ``stage``: only that stage's rules run.
+        ``provisional`` (a window of a streamed answer): audited only when it blocks, the caller's
+        final decision on the whole answer being the audited one otherwise."""
         t0 = time.monotonic()
+        if provisional and stage != Stage.OUTPUT.value:
+            raise InvalidInputError("a provisional decision is one of the output stage (stage: output)")
         budget = self.budget(time_remaining)
         if budget <= 0:
             raise DeadlineExceededError("the deadline leaves no time to evaluate")
@@ -154,6 +160,11 @@ class Admission:
                 raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
             rec, pol, decision, candidate = task.result()
             decision.decision_id = decision_id
+            if provisional and decision.action is not Action.BLOCK:  # not final: nothing is recorded
+                outcome = EvaluationOutcome(decision, rec.version, env)
+                outcome.answer = encode(outcome) if encode is not None else None
+                self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
+                return outcome
             outcome = await self._record(
                 tenant, rec, pol, decision, env, prompt, response, context, request_id=request_id, encode=encode,
                 stage=stage,

@@ -225,6 +225,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
             request_id=request.request_id,
             encode=encode,
             stage=request.stage,
+            provisional=request.provisional,
         )
         return out.answer
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63rossaudit/v1/evaluation.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xa5\x01\n\x0f\x45valuateRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\t\x12(\n\x07\x63ontext\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\r\n\x05stage\x18\x07 \x01(\t\"@\n\x04Span\x12\r\n\x05start\x18\x01 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x05\x12\r\n\x05label\x18\x03 \x01(\t\x12\r\n\x05score\x18\x04 \x01(\x01\"\xc9\x03\n\x0f\x45valuatorResult\x12\x11\n\tevaluator\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.crossaudit.v1.Status\x12\x12\n\x05score\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06passed\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x12\n\nviolations\x18\x06 \x03(\t\x12(\n\x07\x64\x65tails\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\"\n\x05spans\x18\x08 \x03(\x0b\x32\x13.crossaudit.v1.Span\x12\x12\n\nlatency_ms\x18\t \x01(\x01\x12\x10\n\x08\x61ttempts\x18\n \x01(\x05\x12\x0e\n\x06\x63\x61\x63hed\x18\x0b \x01(\x08\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x12\n\nerror_type\x18\r \x01(\t\x12\x42\n\nprovenance\x18\x0e \x03(\x0b\x32..crossaudit.v1.EvaluatorResult.ProvenanceEntry\x1a\x31\n\x0fProvenanceEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06_scoreB\t\n\x07_passed\"m\n\rActionOutcome\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12%\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x15.crossaudit.v1.Action\x12\'\n\x06params\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xda\x02\n\nRuleResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.crossaudit.v1.Status\x12\x0e\n\x06passed\x18\x03 \x01(\x08\x12\x12\n\x05score\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x16\n\tthreshold\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12%\n\x06\x61\x63tion\x18\x06 \x01(\x0e\x32\x15.crossaudit.v1.Action\x12\x32\n\nevaluators\x18\x07 \x03(\x0b\x32\x1e.crossaudit.v1.EvaluatorResult\x12\x15\n\rfallback_used\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x12\n\nlatency_ms\x18\n \x01(\x01\x12-\n\x07outcome\x18\x0b \x01(\x0b\x32\x1c.crossaudit.v1.ActionOutcomeB\x08\n\x06_scoreB\x0c\n\n_threshold\"\x97\x03\n\x10\x45valuateResponse\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x04 \x01(\x05\x12\x13\n\x0b\x65nvironment\x18\x05 \x01(\t\x12\x0e\n\x06passed\x18\x06 \x01(\x08\x12%\n\x06\x61\x63tion\x18\x07 \x01(\x0e\x32\x15.crossaudit.v1.Action\x12(\n\x05rules\x18\x08 \x03(\x0b\x32\x19.crossaudit.v1.RuleResult\x12\x1e\n\x11modified_response\x18\t \x01(\tH\x00\x88\x01\x01\x12.\n\x08outcomes\x18\n \x03(\x0b\x32\x1c.crossaudit.v1.ActionOutcome\x12\x15\n\rerrored_rules\x18\x0b \x03(\t\x12\x12\n\nlatency_ms\x18\x0c \x01(\x01\x12\x12\n\nreview_ids\x18\r \x03(\t\x12\x12\n\nrequest_id\x18\x0e \x01(\tB\x14\n\x12_modified_response\"a\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x12\n\nerror_type\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"\x96\x01\n\x16\x45valuateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x33\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0b\x32\x1f.crossaudit.v1.EvaluateResponseH\x00\x12)\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x18.crossaudit.v1.ItemErrorH\x00\x42\x08\n\x06result\"Z\n\x15SubmitFeedbackRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12\x0f\n\x07\x63omment\x18\x04 \x01(\t\"-\n\x16SubmitFeedbackResponse\x12\x13\n\x0b\x66\x65\x65\x64\x62\x61\x63k_id\x18\x01 \x01(\t*\xbc\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43TION_CONTINUE\x10\x01\x12\x10\n\x0c\x41\x43TION_ALLOW\x10\x02\x12\x0f\n\x0b\x41\x43TION_WARN\x10\x03\x12\x0f\n\x0b\x41\x43TION_FLAG\x10\x04\x12\x11\n\rACTION_MODIFY\x10\x05\x12\x11\n\rACTION_CUSTOM\x10\x06\x12\x19\n\x15\x41\x43TION_REQUIRE_REVIEW\x10\x07\x12\x10\n\x0c\x41\x43TION_BLOCK\x10\x08*|\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSTATUS_PASS\x10\x01\x12\x0f\n\x0bSTATUS_FAIL\x10\x02\x12\x10\n\x0cSTATUS_ERROR\x10\x03\x12\x12\n\x0eSTATUS_TIMEOUT\x10\x04\x12\x12\n\x0eSTATUS_SKIPPED\x10\x05\x32\x9c\x02\n\x11\x45valuationService\x12K\n\x08\x45valuate\x12\x1e.crossaudit.v1.EvaluateRequest\x1a\x1f.crossaudit.v1.EvaluateResponse\x12[\n\x0e\x45valuateStream\x12\x1e.crossaudit.v1.EvaluateRequest\x1a%.crossaudit.v1.EvaluateStreamResponse(\x01\x30\x01\x12]\n\x0eSubmitFeedback\x12$.crossaudit.v1.SubmitFeedbackRequest\x1a%.crossaudit.v1.SubmitFeedbackResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63rossaudit/v1/evaluation.proto\x12\rcrossaudit.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xba\x01\n\x0f\x45valuateRequest\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x13\n\x0b\x65nvironment\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\t\x12(\n\x07\x63ontext\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\r\n\x05stage\x18\x07 \x01(\t\x12\x13\n\x0bprovisional\x18\x08 \x01(\x08\"@\n\x04Span\x12\r\n\x05start\x18\x01 \x01(\x05\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x05\x12\r\n\x05label\x18\x03 \x01(\t\x12\r\n\x05score\x18\x04 \x01(\x01\"\xc9\x03\n\x0f\x45valuatorResult\x12\x11\n\tevaluator\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.crossaudit.v1.Status\x12\x12\n\x05score\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06passed\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x12\n\nviolations\x18\x06 \x03(\t\x12(\n\x07\x64\x65tails\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\"\n\x05spans\x18\x08 \x03(\x0b\x32\x13.crossaudit.v1.Span\x12\x12\n\nlatency_ms\x18\t \x01(\x01\x12\x10\n\x08\x61ttempts\x18\n \x01(\x05\x12\x0e\n\x06\x63\x61\x63hed\x18\x0b \x01(\x08\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x12\n\nerror_type\x18\r \x01(\t\x12\x42\n\nprovenance\x18\x0e \x03(\x0b\x32..crossaudit.v1.EvaluatorResult.ProvenanceEntry\x1a\x31\n\x0fProvenanceEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06_scoreB\t\n\x07_passed\"m\n\rActionOutcome\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12%\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x15.crossaudit.v1.Action\x12\'\n\x06params\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xda\x02\n\nRuleResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.crossaudit.v1.Status\x12\x0e\n\x06passed\x18\x03 \x01(\x08\x12\x12\n\x05score\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x16\n\tthreshold\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12%\n\x06\x61\x63tion\x18\x06 \x01(\x0e\x32\x15.crossaudit.v1.Action\x12\x32\n\nevaluators\x18\x07 \x03(\x0b\x32\x1e.crossaudit.v1.EvaluatorResult\x12\x15\n\rfallback_used\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x12\n\nlatency_ms\x18\n \x01(\x01\x12-\n\x07outcome\x18\x0b \x01(\x0b\x32\x1c.crossaudit.v1.ActionOutcomeB\x08\n\x06_scoreB\x0c\n\n_threshold\"\x97\x03\n\x10\x45valuateResponse\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\t\x12\x17\n\x0fpolicy_revision\x18\x04 \x01(\x05\x12\x13\n\x0b\x65nvironment\x18\x05 \x01(\t\x12\x0e\n\x06passed\x18\x06 \x01(\x08\x12%\n\x06\x61\x63tion\x18\x07 \x01(\x0e\x32\x15.crossaudit.v1.Action\x12(\n\x05rules\x18\x08 \x03(\x0b\x32\x19.crossaudit.v1.RuleResult\x12\x1e\n\x11modified_response\x18\t \x01(\tH\x00\x88\x01\x01\x12.\n\x08outcomes\x18\n \x03(\x0b\x32\x1c.crossaudit.v1.ActionOutcome\x12\x15\n\rerrored_rules\x18\x0b \x03(\t\x12\x12\n\nlatency_ms\x18\x0c \x01(\x01\x12\x12\n\nreview_ids\x18\r \x03(\t\x12\x12\n\nrequest_id\x18\x0e \x01(\tB\x14\n\x12_modified_response\"a\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x12\n\nerror_type\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"\x96\x01\n\x16\x45valuateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x33\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0b\x32\x1f.crossaudit.v1.EvaluateResponseH\x00\x12)\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x18.crossaudit.v1.ItemErrorH\x00\x42\x08\n\x06result\"Z\n\x15SubmitFeedbackRequest\x12\x13\n\x0b\x64\x65\x63ision_id\x18\x01 \x01(\t\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12\x0f\n\x07\x63omment\x18\x04 \x01(\t\"-\n\x16SubmitFeedbackResponse\x12\x13\n\x0b\x66\x65\x65\x64\x62\x61\x63k_id\x18\x01 \x01(\t*\xbc\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43TION_CONTINUE\x10\x01\x12\x10\n\x0c\x41\x43TION_ALLOW\x10\x02\x12\x0f\n\x0b\x41\x43TION_WARN\x10\x03\x12\x0f\n\x0b\x41\x43TION_FLAG\x10\x04\x12\x11\n\rACTION_MODIFY\x10\x05\x12\x11\n\rACTION_CUSTOM\x10\x06\x12\x19\n\x15\x41\x43TION_REQUIRE_REVIEW\x10\x07\x12\x10\n\x0c\x41\x43TION_BLOCK\x10\x08*|\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSTATUS_PASS\x10\x01\x12\x0f\n\x0bSTATUS_FAIL\x10\x02\x12\x10\n\x0cSTATUS_ERROR\x10\x03\x12\x12\n\x0eSTATUS_TIMEOUT\x10\x04\x12\x12\n\x0eSTATUS_SKIPPED\x10\x05\x32\x9c\x02\n\x11\x45valuationService\x12K\n\x08\x45valuate\x12\x1e.crossaudit.v1.EvaluateRequest\x1a\x1f.crossaudit.v1.EvaluateResponse\x12[\n\x0e\x45valuateStream\x12\x1e.crossaudit.v1.EvaluateRequest\x1a%.crossaudit.v1.EvaluateStreamResponse(\x01\x30\x01\x12]\n\x0eSubmitFeedback\x12$.crossaudit.v1.SubmitFeedbackRequest\x1a%.crossaudit.v1.SubmitFeedbackResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,32 +34,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EVALUATORRESULT_PROVENANCEENTRY']._loaded_options = None
   _globals['_EVALUATORRESULT_PROVENANCEENTRY']._serialized_options = b'8\001'
-  _globals['_ACTION']._serialized_start=2035
-  _globals['_ACTION']._serialized_end=2223
-  _globals['_STATUS']._serialized_start=2225
-  _globals['_STATUS']._serialized_end=2349
+  _globals['_ACTION']._serialized_start=2056
+  _globals['_ACTION']._serialized_end=2244
+  _globals['_STATUS']._serialized_start=2246
+  _globals['_STATUS']._serialized_end=2370
   _globals['_EVALUATEREQUEST']._serialized_start=80
-  _globals['_EVALUATEREQUEST']._serialized_end=245
-  _globals['_SPAN']._serialized_start=247
-  _globals['_SPAN']._serialized_end=311
-  _globals['_EVALUATORRESULT']._serialized_start=314
-  _globals['_EVALUATORRESULT']._serialized_end=771
-  _globals['_EVALUATORRESULT_PROVENANCEENTRY']._serialized_start=701
-  _globals['_EVALUATORRESULT_PROVENANCEENTRY']._serialized_end=750
-  _globals['_ACTIONOUTCOME']._serialized_start=773
-  _globals['_ACTIONOUTCOME']._serialized_end=882
-  _globals['_RULERESULT']._serialized_start=885
-  _globals['_RULERESULT']._serialized_end=1231
-  _globals['_EVALUATERESPONSE']._serialized_start=1234
-  _globals['_EVALUATERESPONSE']._serialized_end=1641
-  _globals['_ITEMERROR']._serialized_start=1643
-  _globals['_ITEMERROR']._serialized_end=1740
-  _globals['_EVALUATESTREAMRESPONSE']._serialized_start=1743
-  _globals['_EVALUATESTREAMRESPONSE']._serialized_end=1893
-  _globals['_SUBMITFEEDBACKREQUEST']._serialized_start=1895
-  _globals['_SUBMITFEEDBACKREQUEST']._serialized_end=1985
-  _globals['_SUBMITFEEDBACKRESPONSE']._serialized_start=1987
-  _globals['_SUBMITFEEDBACKRESPONSE']._serialized_end=2032
-  _globals['_EVALUATIONSERVICE']._serialized_start=2352
-  _globals['_EVALUATIONSERVICE']._serialized_end=2636
+  _globals['_EVALUATEREQUEST']._serialized_end=266
+  _globals['_SPAN']._serialized_start=268
+  _globals['_SPAN']._serialized_end=332
+  _globals['_EVALUATORRESULT']._serialized_start=335
+  _globals['_EVALUATORRESULT']._serialized_end=792
+  _globals['_EVALUATORRESULT_PROVENANCEENTRY']._serialized_start=722
+  _globals['_EVALUATORRESULT_PROVENANCEENTRY']._serialized_end=771
+  _globals['_ACTIONOUTCOME']._serialized_start=794
+  _globals['_ACTIONOUTCOME']._serialized_end=903
+  _globals['_RULERESULT']._serialized_start=906
+  _globals['_RULERESULT']._serialized_end=1252
+  _globals['_EVALUATERESPONSE']._serialized_start=1255
+  _globals['_EVALUATERESPONSE']._serialized_end=1662
+  _globals['_ITEMERROR']._serialized_start=1664
+  _globals['_ITEMERROR']._serialized_end=1761
+  _globals['_EVALUATESTREAMRESPONSE']._serialized_start=1764
+  _globals['_EVALUATESTREAMRESPONSE']._serialized_end=1914
+  _globals['_SUBMITFEEDBACKREQUEST']._serialized_start=1916
+  _globals['_SUBMITFEEDBACKREQUEST']._serialized_end=2006
+  _globals['_SUBMITFEEDBACKRESPONSE']._serialized_start=2008
+  _globals['_SUBMITFEEDBACKRESPONSE']._serialized_end=2053
+  _globals['_EVALUATIONSERVICE']._serialized_start=2373
+  _globals['_EVALUATIONSERVICE']._serialized_end=2657
 # @@protoc_insertion_point(module_scope)

@@ -45,7 +45,7 @@ STATUS_TIMEOUT: Status
 STATUS_SKIPPED: Status
 
 class EvaluateRequest(_message.Message):
-    __slots__ = ("policy", "environment", "prompt", "response", "context", "request_id", "stage")
+    __slots__ = ("policy", "environment", "prompt", "response", "context", "request_id", "stage", "provisional")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class EvaluateRequest(_message.Message):
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
+    PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
     policy: str
     environment: str
     prompt: str
@@ -60,7 +61,8 @@ class EvaluateRequest(_message.Message):
     context: _struct_pb2.Struct
     request_id: str
     stage: str
-    def __init__(self, policy: _Optional[str] = ..., environment: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., stage: _Optional[str] = ...) -> None: ...
+    provisional: bool
+    def __init__(self, policy: _Optional[str] = ..., environment: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., stage: _Optional[str] = ..., provisional: _Optional[bool] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("start", "end", "label", "score")
