@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -31,8 +32,9 @@ from starlette.routing import Route
 from crossaudit.kernel.errors import CrossAuditError
 from crossaudit.proxy import chat
 from crossaudit.proxy.chat import Change, Chunks, ProxyError
-from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
+from crossaudit.proxy.config import Caller, PolicyRun, ProxyConfig, read_secret
 from crossaudit.proxy.guard import Guard, Verdict
+from crossaudit.proxy.stream import Blocked, StreamGuard, Windows
 
 log = logging.getLogger("crossaudit.proxy")
 
@@ -221,14 +223,17 @@ class ProxyApp:
     ) -> Response:
         """The input stage, the model, the output stage: each stage may answer in its place."""
         stream = payload.get("stream") is True
-        include_usage = isinstance(payload.get("stream_options"), dict) and bool(
-            payload["stream_options"].get("include_usage")
-        )
+        include_usage = _include_usage(payload)
         base = self._context(caller, payload)
-        refused = await self._input_stage(caller, policy, payload, base, headers, request_id, stream, include_usage)
-        if refused is not None:
-            return refused
-        status, body, upstream_headers = await self._upstream(request, "POST", "/chat/completions", payload)
+        run = self.config.policy_run(policy)
+        started = await self._input_then_upstream(request, caller, policy, payload, base, headers, request_id, run)
+        if isinstance(started, Response):
+            return started
+        deadline, resp = started
+        if stream and self._windowed(run, payload, resp):
+            return await self._streamed(resp, deadline, caller, policy, payload, base, headers, request_id, run)
+        body = await self._read_all(resp, deadline)
+        status, upstream_headers = resp.status_code, resp.headers
         if status != 200:
             return self._upstream_failure(status, body, upstream_headers, headers)
         completion, chunks = self._read_answer(body, upstream_headers, stream)
@@ -247,6 +252,45 @@ class ProxyApp:
         if isinstance(changes, Response):
             return changes
         return self._answer(completion, chunks, changes, stream, include_usage, headers)
+
+    async def _input_then_upstream(
+        self,
+        request: Request,
+        caller: Caller,
+        policy: str,
+        payload: dict[str, Any],
+        base: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        run: PolicyRun,
+    ) -> Response | tuple[float, httpx.Response]:
+        """The input stage's answer in place of the model's, or the upstream's answer (headers
+        read) and the loop time its body must end by. ``input_mode: parallel`` sends the request
+        upstream at once, beside the input stage: a refused request's answer is dropped unread,
+        and a redacted one is sent again, redacted (the upstream saw the original)."""
+        stream = payload.get("stream") is True
+        include_usage = _include_usage(payload)
+        loop = asyncio.get_running_loop()
+        early: asyncio.Task[httpx.Response] | None = None
+        deadline = loop.time() + self.limits.upstream_timeout_s
+        if run.input_mode == "parallel":
+            original = copy.deepcopy(payload)
+            early = asyncio.create_task(self._send(request, "POST", "/chat/completions", original, deadline))
+        try:
+            refused = await self._input_stage(caller, policy, payload, base, headers, request_id, stream, include_usage)
+            if refused is not None:
+                return refused
+            if early is not None and payload != original:  # redacted: the redacted prompt goes upstream
+                _discard(early)
+                early = None
+                deadline = loop.time() + self.limits.upstream_timeout_s
+            if early is None:
+                return deadline, await self._send(request, "POST", "/chat/completions", payload, deadline)
+            resp, early = await early, None
+            return deadline, resp
+        finally:
+            if early is not None:
+                _discard(early)
 
     async def _input_stage(
         self,
@@ -350,6 +394,111 @@ class ProxyApp:
                 changes[idx] = Change(verdict.text)
         return changes
 
+    @staticmethod
+    def _windowed(run: PolicyRun, payload: Mapping[str, Any], resp: httpx.Response) -> bool:
+        """A stream evaluated window by window: one choice without logprobs (their tokens spell
+        the original text), answered as a stream; others are buffered whole."""
+        kind = resp.headers.get("content-type", "").partition(";")[0].strip().lower()
+        one = (payload.get("n") or 1) == 1 and not payload.get("logprobs")
+        return run.stream == "windows" and one and resp.status_code == 200 and kind == "text/event-stream"
+
+    async def _streamed(
+        self,
+        resp: httpx.Response,
+        deadline: float,
+        caller: Caller,
+        policy: str,
+        payload: dict[str, Any],
+        base: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+        run: PolicyRun,
+    ) -> Response:
+        """A streamed answer released window by window (stream.py). Nothing is sent before the
+        first window passed: a block there is the same HTTP error or refusal as a buffered one."""
+        prompt = chat.last_user_text(payload["messages"])
+
+        def context(field: str, **more: Any) -> dict[str, Any]:
+            proxy = {**base["proxy"], "stage": "output", "choice": 0, "field": field, **more}
+            return {**base, "proxy": proxy}
+
+        async def judge(text: str, window: int, final: bool) -> Verdict:
+            return await self.guard.check(
+                caller, policy, "output", prompt=prompt, response=text, request_id=request_id,
+                context=context("content", stream={"window": window, "final": final}), provisional=not final,
+            )  # fmt: skip
+
+        async def outside(text: str) -> Verdict:
+            return await self.guard.check(
+                caller, policy, "output", prompt=prompt, response=text, context=context("outside"),
+                request_id=request_id,
+            )  # fmt: skip
+
+        include_usage = _include_usage(payload)
+        guard = StreamGuard(
+            resp,
+            Windows(run.window_chars, run.context_chars),
+            judge,
+            outside,
+            deadline=deadline,
+            max_bytes=self.limits.max_upstream_response_bytes,
+            include_usage=include_usage,
+        )
+        events = guard.run()
+        try:
+            first = await anext(events)
+        except ProxyError as e:
+            await events.aclose()
+            return self._error(self._masked(e), headers)
+        if isinstance(first, Blocked):
+            await events.aclose()
+            _decision_headers(headers, OUTPUT_DECISION_HEADER, OUTPUT_ACTION_HEADER, guard.final or [first.verdict])
+            if caller.on_block == "refusal":
+                refusal = chat.refusal_completion(payload.get("model"), self.config.refusal_message, 1)
+                return self._answer(refusal, None, {}, True, include_usage, headers)
+            return self._error(self._stop_error(first, policy), headers)
+        if guard.final:  # the whole answer was decided before the first byte: the ids go in headers
+            _decision_headers(headers, OUTPUT_DECISION_HEADER, OUTPUT_ACTION_HEADER, guard.final)
+        return StreamingResponse(
+            self._rest(first, events, guard, caller, policy),
+            media_type="text/event-stream",
+            headers={**headers, "cache-control": "no-cache"},
+        )
+
+    async def _rest(
+        self,
+        first: bytes,
+        events: AsyncIterator[bytes | Blocked],
+        guard: StreamGuard,
+        caller: Caller,
+        policy: str,
+    ) -> AsyncIterator[bytes]:
+        """The stream after its first window; a window that fails ends it (an error event, or the refusal)."""
+        yield first
+        try:
+            async for item in events:
+                if isinstance(item, Blocked):
+                    error = None if caller.on_block == "refusal" else self._stop_error(item, policy)
+                    for event in guard.cut(self.config.refusal_message, error):
+                        yield event
+                    return
+                yield item
+        except ProxyError as e:  # the upstream or the guard failed mid-stream: nothing unevaluated goes
+            for event in guard.cut(None, self._masked(e)):
+                yield event
+        finally:
+            await events.aclose()
+
+    def _stop_error(self, blocked: Blocked, policy: str) -> ProxyError:
+        if blocked.unredactable:
+            return _unredactable("choices[0]", policy, DEFAULT_BLOCK_STATUS)
+        error = self._block_error(blocked.verdict, "output", policy)
+        error.extra["crossaudit"]["window"] = blocked.window
+        return error
+
+    def _masked(self, e: ProxyError) -> ProxyError:
+        return ProxyError(e.status, self._mask(e.message), e.type, e.code, headers=e.headers, extra=e.extra)
+
     async def _all(self, calls: Iterable[Awaitable[Verdict]]) -> list[Verdict]:
         """A stage's evaluations, ``max_evaluations_per_call`` at a time (a long history checked
         message by message must not exhaust the tenant's in-flight evaluations on its own); the
@@ -452,14 +601,29 @@ class ProxyApp:
         self, request: Request, method: str, path: str, payload: Mapping[str, Any] | None
     ) -> tuple[int, bytes, httpx.Headers]:
         """The upstream's status, whole body (bounded) and headers."""
+        deadline = asyncio.get_running_loop().time() + self.limits.upstream_timeout_s
+        resp = await self._send(request, method, path, payload, deadline)
+        body = await self._read_all(resp, deadline)
+        return resp.status_code, body, resp.headers
+
+    async def _send(
+        self, request: Request, method: str, path: str, payload: Mapping[str, Any] | None, deadline: float
+    ) -> httpx.Response:
+        """The upstream's answer, its headers read and its body not (the caller closes it)."""
         assert self.http is not None
         headers = self._upstream_headers(request, payload is not None)
         content = json.dumps(payload).encode() if payload is not None else None
+        req = self.http.build_request(method, self.config.upstream_url + path, content=content, headers=headers)
+        with self._upstream_errors():
+            async with asyncio.timeout_at(deadline):
+                return await self.http.send(req, stream=True)
+
+    async def _read_all(self, resp: httpx.Response, deadline: float) -> bytes:
+        """The upstream's whole body (at most max_upstream_response_bytes), by ``deadline``; then closed."""
         limit = self.limits.max_upstream_response_bytes
-        url = self.config.upstream_url + path
         try:
-            async with asyncio.timeout(self.limits.upstream_timeout_s):
-                async with self.http.stream(method, url, content=content, headers=headers) as resp:
+            with self._upstream_errors():
+                async with asyncio.timeout_at(deadline):
                     declared = resp.headers.get("content-length", "")
                     if declared.isdigit() and int(declared) > limit:
                         raise self._too_large(limit)
@@ -468,7 +632,15 @@ class ProxyApp:
                         buf += piece
                         if len(buf) > limit:
                             raise self._too_large(limit)
-                    return resp.status_code, bytes(buf), resp.headers
+                    return bytes(buf)
+        finally:
+            await resp.aclose()
+
+    @contextlib.contextmanager
+    def _upstream_errors(self) -> Iterator[None]:
+        """httpx's failures (and the deadline) as the caller's 502/504."""
+        try:
+            yield
         except (TimeoutError, httpx.TimeoutException) as e:
             if isinstance(e, httpx.ConnectTimeout):
                 raise self._unreachable("no connection in time") from None
@@ -569,6 +741,22 @@ def _decision_headers(headers: dict[str, str], id_header: str, action_header: st
     headers[action_header] = ",".join(v.action for v in verdicts)
     if not headers[id_header]:
         del headers[id_header]
+
+
+def _include_usage(payload: Mapping[str, Any]) -> bool:
+    options = payload.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def _discard(task: asyncio.Task[httpx.Response]) -> None:
+    """An upstream call started beside the input stage, not wanted: stopped, or its answer closed unread."""
+
+    def close(t: asyncio.Task[httpx.Response]) -> None:
+        if not t.cancelled() and t.exception() is None:
+            asyncio.get_running_loop().create_task(t.result().aclose())
+
+    task.cancel()
+    task.add_done_callback(close)
 
 
 def _changes(verdict: Verdict, text: str) -> bool:

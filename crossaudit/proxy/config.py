@@ -79,6 +79,14 @@ class ProxyLimits:
     header_timeout_s: float = 10.0
     # Seconds a client has to send a request's body once its head arrived; more is HTTP 408.
     body_timeout_s: float = 30.0
+    # A streamed answer is evaluated in windows of at least this many new characters; each is
+    # released once its output rules pass, so the first token waits for the first window
+    # (docs/proxy.md#streaming). Per policy: policies.NAME.stream_window_chars.
+    stream_window_chars: int = 256
+    # Characters of the text already released that each window is evaluated with, and of each
+    # window held back until the next one: a match of at most this many characters is evaluated
+    # whole before any of it is released. Less than stream_window_chars.
+    stream_context_chars: int = 64
 
 
 class _Strict(BaseModel):
@@ -151,6 +159,15 @@ class CallerSection(_Strict):
         return self
 
 
+class PolicySection(_Strict):
+    """How the proxy runs one policy's calls (``policies: NAME: {...}``); unset: the proxy's own."""
+
+    input_mode: Literal["blocking", "parallel"] | None = Field(default=None, description="Overrides input_mode")
+    stream: Literal["windows", "buffered"] | None = Field(default=None, description="Overrides stream")
+    stream_window_chars: int | None = Field(default=None, gt=0, description="Overrides limits.stream_window_chars")
+    stream_context_chars: int | None = Field(default=None, gt=0, description="Overrides limits.stream_context_chars")
+
+
 class ProxyFile(_Strict):
     """The configuration file, as written."""
 
@@ -161,6 +178,11 @@ class ProxyFile(_Strict):
     refusal_message: str = Field(default=DEFAULT_REFUSAL, min_length=1, max_length=4096)
     fail_open: bool = False
     input_messages: Literal["last_user", "all"] = "last_user"
+    # blocking: the upstream is called once the input stage passed; parallel: at once, alongside it
+    input_mode: Literal["blocking", "parallel"] = "blocking"
+    # windows: a stream is evaluated and released window by window; buffered: whole, then replayed
+    stream: Literal["windows", "buffered"] = "windows"
+    policies: dict[str, PolicySection] = Field(default_factory=dict)
     limits: dict[str, float] = Field(default_factory=dict)
 
 
@@ -178,6 +200,16 @@ class Caller:
 
     def may_use(self, policy: str) -> bool:
         return ANY_POLICY in self.policies or policy in self.policies
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """How one policy's calls run: the input stage's mode and the stream's windows."""
+
+    input_mode: str = "blocking"  # "blocking" | "parallel"
+    stream: str = "windows"  # "windows" | "buffered"
+    window_chars: int = ProxyLimits.stream_window_chars
+    context_chars: int = ProxyLimits.stream_context_chars
 
 
 @dataclass(frozen=True)
@@ -204,6 +236,11 @@ class ProxyConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     limits: ProxyLimits = field(default_factory=ProxyLimits)
+    run: PolicyRun = field(default_factory=PolicyRun)  # every policy's, unless policies names it
+    policies: Mapping[str, PolicyRun] = field(default_factory=dict)
+
+    def policy_run(self, policy: str) -> PolicyRun:
+        return self.policies.get(policy, self.run)
 
     def caller(self, key: str | None) -> Caller | None:
         """The caller a bearer key belongs to (None: unknown). Keys are looked up by their SHA-256,
@@ -295,6 +332,26 @@ def _limits(values: Mapping[str, float], base: ProxyLimits) -> ProxyLimits:
             raise ConfigurationError(f"limits.{name}: a whole number, got {value!r}")
         changes[name] = int(value) if is_int else float(value)
     return replace(base, **changes)
+
+
+def _runs(f: ProxyFile, limits: ProxyLimits) -> tuple[PolicyRun, dict[str, PolicyRun]]:
+    """The proxy's way of running a policy's calls, and each named policy's, checked."""
+    base = PolicyRun(f.input_mode, f.stream, limits.stream_window_chars, limits.stream_context_chars)
+    named: dict[str, PolicyRun] = {}
+    for name, p in f.policies.items():
+        named[name] = PolicyRun(
+            p.input_mode or base.input_mode,
+            p.stream or base.stream,
+            p.stream_window_chars or base.window_chars,
+            p.stream_context_chars or base.context_chars,
+        )
+    for where, run in [("limits", base), *((f"policies.{n}", r) for n, r in named.items())]:
+        if run.context_chars >= run.window_chars:
+            raise ConfigurationError(
+                f"{where}: stream_context_chars ({run.context_chars}) must be less than stream_window_chars "
+                f"({run.window_chars}), else a window releases nothing"
+            )
+    return base, named
 
 
 def _callers(f: ProxyFile, defaults: Caller, config_dir: Path | None) -> dict[str, Caller]:
@@ -390,6 +447,8 @@ def build(
     elif policy:
         raise ConfigurationError("--policy is the --dev default policy; callers have default_policy in the file")
     _check_tls(bind, tls_cert, tls_key)
+    limits = _limits(f.limits, ProxyLimits())
+    run, runs = _runs(f, limits)
     ca_tls: bool | str = f.crossaudit.ca_cert or f.crossaudit.tls
     if crossaudit_tls is not None and crossaudit_tls is not False:
         ca_tls = crossaudit_tls
@@ -413,5 +472,7 @@ def build(
         port=DEFAULT_PORT if port is None else port,
         tls_cert=tls_cert,
         tls_key=tls_key,
-        limits=_limits(f.limits, ProxyLimits()),
+        limits=limits,
+        run=run,
+        policies=runs,
     )

@@ -172,7 +172,9 @@ class Guard:
         response: str,
         context: Mapping[str, Any],
         request_id: str,
+        provisional: bool = False,
     ) -> Verdict:
+        """``provisional``: a window of a streamed answer, audited by the server only if it blocks."""
         client = self._client(caller)
         try:
             decision = await client.evaluate(
@@ -184,6 +186,7 @@ class Guard:
                 timeout=self.config.limits.evaluation_timeout_s,
                 stage=stage,
                 request_id=request_id,
+                provisional=provisional,
             )
         except CrossAuditError as e:
             return self._failed(e, caller, policy, stage)

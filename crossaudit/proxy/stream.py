@@ -1,0 +1,336 @@
+"""A streamed answer released window by window (docs/proxy.md#streaming).
+
+The upstream's events are read as they come; the answer's text is evaluated in windows of at
+least ``window_chars`` new characters, each with the last ``context_chars`` of the text already
+released before it, and the last ``context_chars`` of each window are held back (released with
+the next one). So a match of at most ``context_chars`` characters is evaluated whole before any
+of it is released. A window's evaluation is provisional (audited by the server only when it
+blocks); the last one is the final decision on the whole answer, audited once. A block stops the
+stream: nothing after the released text reaches the caller. A redaction is released redacted.
+
+One choice (``n: 1``) without ``logprobs``; other streams are buffered (app.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from crossaudit.proxy import chat
+from crossaudit.proxy.chat import DONE, SSE_DONE, Chunks, ProxyError
+from crossaudit.proxy.guard import Verdict
+
+# Changed regions of a redaction closer than this are one: difflib may align a few letters of a
+# replacement ("[EMAIL_ADDRESS]") with the text it replaced, which must not split the region.
+MIN_ANCHOR_CHARS = 8
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The sizes a policy's streams are evaluated with (ProxyLimits, or the policy's own)."""
+
+    window_chars: int
+    context_chars: int
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """The stream stops here: a block (``verdict``), or a redaction of text the guard cannot
+    rewrite (``unredactable``: tool-call arguments, reasoning); ``window`` counts from 1."""
+
+    verdict: Verdict
+    window: int
+    unredactable: bool = False
+
+
+def _regions(evaluated: str, modified: str) -> list[tuple[int, int, int, int]]:
+    """The changed regions ``(i1, i2, j1, j2)`` of a redaction, close ones merged."""
+    ops = difflib.SequenceMatcher(None, evaluated, modified, autojunk=False).get_opcodes()
+    out: list[list[int]] = []
+    gap_from: int | None = None
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            gap_from = i2 - i1
+            continue
+        if out and gap_from is not None and gap_from < MIN_ANCHOR_CHARS:
+            out[-1][1], out[-1][3] = i2, j2
+        else:
+            out.append([i1, i2, j1, j2])
+        gap_from = None
+    return [(a, b, c, d) for a, b, c, d in out]
+
+
+def release(evaluated: str, modified: str | None, start: int, cut: int) -> tuple[str, int]:
+    """What to send of ``evaluated[start:cut]`` (``start``: where the released text ends, ``cut``:
+    where this release may end) given the decision's redaction of ``evaluated``, and where in
+    ``evaluated`` the release really ends: a redaction that straddles ``cut`` is held back whole
+    (the next window sees it again), one that straddles ``start`` is sent whole after what was
+    already released of it (a match longer than the context, released in part before it was
+    whole)."""
+    if modified is None or modified == evaluated:
+        return evaluated[start:cut], cut
+    regions = _regions(evaluated, modified)
+    for i1, i2, _j1, _j2 in regions:
+        if i1 < cut < i2:
+            cut = i1
+    if cut <= start:
+        return "", start
+
+    def mapped(p: int) -> int:  # a position outside every region, in the modified text
+        shift = sum((j2 - j1) - (i2 - i1) for i1, i2, j1, j2 in regions if i2 <= p and i1 < p)
+        return p + shift
+
+    begin = mapped(start)
+    for i1, i2, j1, _j2 in regions:
+        if i1 < start < i2:
+            begin = j1
+    return modified[begin : mapped(cut)], cut
+
+
+Judge = Callable[[str, int, bool], Awaitable[Verdict]]  # (text, window, final) -> the content's verdict
+OutsideJudge = Callable[[str], Awaitable[Verdict]]
+
+
+class StreamGuard:
+    """One streamed choice: ``run()`` yields the SSE bytes to send, or one :class:`Blocked`
+    (then nothing more). ``judge`` evaluates a window (``final``: the whole answer, audited);
+    ``outside`` the text the choice carries outside its content, at the end."""
+
+    def __init__(
+        self,
+        resp: httpx.Response,
+        windows: Windows,
+        judge: Judge,
+        outside: OutsideJudge,
+        *,
+        deadline: float,
+        max_bytes: int,
+        include_usage: bool,
+    ) -> None:
+        self.resp = resp
+        self.windows = windows
+        self.judge = judge
+        self.outside = outside
+        self.deadline = deadline
+        self.max_bytes = max_bytes
+        self.include_usage = include_usage
+        self.text = ""  # the answer's content so far, as the upstream wrote it
+        self.chunks = Chunks()  # every event, for the text outside the content and the finish
+        self.ended = False
+        self.failure: ProxyError | None = None  # the upstream's, once reading stopped on it
+        self.final: list[Verdict] = []  # the final decisions (content, then outside), once made
+        self.windows_done = 0
+        self._grew = asyncio.Event()
+        self._base: dict[str, Any] = {}
+        self._role_sent = False
+        self.early = False  # text went out before the final decision: its ids ride on the last chunk
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def _events(self) -> AsyncIterator[dict[str, Any]]:
+        """The upstream's events as JSON objects, up to ``[DONE]`` (SSE: ``data:`` lines, a blank
+        line ends an event; other fields and comments are ignored)."""
+        seen = 0
+        data: list[str] = []
+        async for line in self.resp.aiter_lines():
+            seen += len(line) + 1
+            if seen > self.max_bytes:
+                raise ProxyError(
+                    502,
+                    f"the upstream's answer is over {self.max_bytes} bytes, the most the guard holds",
+                    "server_error",
+                    "upstream_response_too_large",
+                )
+            if line:
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                continue
+            if not data:
+                continue
+            text, data = "\n".join(data), []
+            if text == DONE:
+                return
+            yield _event(text)
+        if data and "\n".join(data) != DONE:
+            yield _event("\n".join(data))
+
+    async def _read(self) -> None:
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                async for obj in self._events():
+                    self._take(obj)
+                    self._grew.set()
+        except ProxyError as e:
+            self.failure = e
+        except TimeoutError:
+            self.failure = ProxyError(
+                504, "the upstream did not finish its answer in time", "server_error", "upstream_timeout"
+            )
+        except httpx.HTTPError as e:
+            self.failure = ProxyError(
+                502, f"the upstream connection failed: {type(e).__name__}", "server_error", "upstream_error"
+            )
+        finally:
+            self.ended = True
+            self._grew.set()
+
+    def _take(self, obj: dict[str, Any]) -> None:
+        """One event: its choices checked (choice 0 only, once), its content added to the text."""
+        choices = obj.get("choices")
+        if choices is not None:
+            if not isinstance(choices, list):
+                raise _invalid("an event's choices are not a list")
+            indices = [chat._index(c, "a streamed choice") if isinstance(c, dict) else -1 for c in choices]
+            if any(i != 0 for i in indices) or len(indices) > 1:
+                raise _invalid("a stream of one choice carries another choice index, or choice 0 twice in an event")
+            for choice in choices:
+                delta = choice.get("delta")
+                content = delta.get("content") if isinstance(delta, dict) else None
+                if content is not None and not isinstance(content, str):
+                    raise _invalid("a delta's content is not text")
+                self.text += content or ""
+        if not self._base:
+            self._base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
+            self._base["object"] = "chat.completion.chunk"
+        self.chunks.raw.append("")
+        self.chunks.parsed.append(obj)
+
+    # -- releasing -------------------------------------------------------------------------
+
+    async def run(self) -> AsyncIterator[bytes | Blocked]:
+        reader = asyncio.create_task(self._read())
+        try:
+            async for item in self._windows():
+                yield item
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await self.resp.aclose()
+
+    async def _windows(self) -> AsyncIterator[bytes | Blocked]:
+        size, context = self.windows.window_chars, self.windows.context_chars
+        released = 0  # of self.text
+        last_end = 0  # where the last evaluation ended
+        while True:
+            while not self.ended and not (
+                len(self.text) - released >= size and len(self.text) >= last_end + size - context
+            ):
+                self._grew.clear()
+                await self._grew.wait()
+            if self.failure is not None:
+                raise self.failure
+            final = self.ended
+            end = len(self.text)
+            begin = 0 if final else max(0, released - context)  # the final decision covers the whole answer
+            evaluated = self.text[begin:end]
+            self.windows_done += 1
+            if final:
+                verdict, outside = await self._final(evaluated)
+            else:
+                verdict, outside = await self.judge(evaluated, self.windows_done, False), None
+            if verdict.blocked:
+                yield Blocked(verdict, self.windows_done)
+                return
+            if outside is not None and (outside.blocked or outside.text is not None):
+                yield Blocked(outside, self.windows_done, unredactable=not outside.blocked)
+                return
+            cut = end - begin if final else end - begin - context
+            sent, upto = release(evaluated, verdict.text, released - begin, cut)
+            released, last_end = begin + upto, end
+            if sent or (final and not self._role_sent):
+                self.early = self.early or not final
+                yield self._content(sent)
+            if final:
+                for event in self._ending():
+                    yield event
+                return
+
+    async def _final(self, whole: str) -> tuple[Verdict, Verdict | None]:
+        """The whole answer's decision (audited), and its outside text's when it has some."""
+        text = chat.outside_text(self._outside_parts())
+        if text is None:
+            verdict = await self.judge(whole, self.windows_done, True)
+            self.final = [verdict]
+            return verdict, None
+        verdict, outside = await asyncio.gather(self.judge(whole, self.windows_done, True), self.outside(text))
+        self.final = [verdict, outside]
+        return verdict, outside if outside.blocked or (outside.text is not None and outside.text != text) else None
+
+    def _outside_parts(self) -> dict[str, list[str]]:
+        parts: dict[str, list[str]] = {}
+        for obj in self.chunks.parsed:
+            for choice in obj.get("choices") or []:
+                chat.outside_parts(choice.get("delta"), parts)
+        return parts
+
+    def _content(self, text: str) -> bytes:
+        delta: dict[str, Any] = {"content": text}
+        if not self._role_sent:
+            delta = {"role": "assistant", **delta}
+            self._role_sent = True
+        return chat.encode_event({**self._base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
+    def _ending(self) -> list[bytes]:
+        """The held events: the choice's fields outside its content (evaluated), its finish, the
+        usage; then ``[DONE]``."""
+        out: list[bytes] = []
+        finish = "stop"
+        usage = None
+        for obj in self.chunks.parsed:
+            if obj.get("usage") is not None:
+                usage = obj["usage"]
+            for choice in obj.get("choices") or []:
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+                delta = choice.get("delta")
+                if isinstance(delta, dict) and chat.outside_parts(delta):
+                    kept = {k: v for k, v in delta.items() if k not in ("role", "content")}
+                    out.append(chat.encode_event({**self._base, "choices": [{"index": 0, "delta": kept}]}))
+        last: dict[str, Any] = {**self._base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+        if self.early:  # the response's headers went out before these decisions were made
+            last["crossaudit"] = {
+                "output_decision_id": ",".join(v.decision_id for v in self.final if v.decision_id),
+                "output_action": ",".join(v.action for v in self.final),
+            }
+        out.append(chat.encode_event(last))
+        if self.include_usage and usage is not None:
+            out.append(chat.encode_event({**self._base, "choices": [], "usage": usage}))
+        out.append(SSE_DONE)
+        return out
+
+    def cut(self, refusal: str | None, error: ProxyError | None) -> list[bytes]:
+        """The end of a stream stopped after text was sent: the refusal and ``content_filter``,
+        or an OpenAI-style error event; no ``[DONE]`` after an error (the SDKs raise on it)."""
+        if error is not None:
+            return [chat.encode_event(error.body())]
+        base = self._base or {"object": "chat.completion.chunk"}
+        choice = {"index": 0, "delta": {"content": refusal}, "finish_reason": chat.REFUSAL_FINISH_REASON}
+        return [chat.encode_event({**base, "choices": [choice]}), SSE_DONE]
+
+
+def _event(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        raise _invalid("a streamed event is not JSON") from None
+    if not isinstance(obj, dict):
+        raise _invalid("a streamed event is not a JSON object")
+    if "error" in obj:
+        err = obj["error"]
+        message = err.get("message") if isinstance(err, dict) else err
+        raise ProxyError(
+            502, f"the upstream reported an error mid-stream: {str(message)[:500]}", "server_error", "upstream_error"
+        )
+    return obj
+
+
+def _invalid(message: str) -> ProxyError:
+    return ProxyError(
+        502, f"the upstream's answer is not a chat completion: {message}", "server_error", "upstream_invalid_response"
+    )
