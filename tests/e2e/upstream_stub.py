@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 STREAM_PIECE_CHARS = 4  # the stub streams its answer in pieces this small, so a word spans chunks
+GATE_TIMEOUT_S = 30.0  # a stream held at its gate goes on after this long whatever happens
 
 
 class UpstreamStub:
@@ -22,6 +23,9 @@ class UpstreamStub:
         self.extra: dict[str, Any] = {}  # more fields of the answer's message (tool_calls, reasoning_content, ...)
         self.escape_slashes = False  # errors written as some JSON encoders do: "/" as "\/"
         self.raw: tuple[str, bytes] | None = None  # (content type, body): a 200 answered exactly so, hostile or not
+        # (pieces, event): a stream stops after that many content pieces until the event is set, so
+        # a test knows what the proxy had received when the caller saw its first text
+        self.gate: tuple[int, threading.Event] | None = None
         self.lock = threading.Lock()
         owner = self
 
@@ -117,7 +121,9 @@ class UpstreamStub:
 
                 for i in range(n):
                     send({**chunk, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}}]})
-                for piece in pieces:
+                for k, piece in enumerate(pieces):
+                    if owner.gate is not None and k == owner.gate[0]:
+                        owner.gate[1].wait(GATE_TIMEOUT_S)
                     for i in range(n):
                         delta = {"index": i, "delta": {"content": piece}, "finish_reason": None}
                         send({**chunk, "choices": [{**delta, "logprobs": logprobs([piece])}]})
@@ -149,6 +155,7 @@ class UpstreamStub:
         self.extra = dict(extra or {})
         self.escape_slashes = False
         self.raw = None
+        self.gate = None
 
     def close(self) -> None:
         self.httpd.shutdown()
