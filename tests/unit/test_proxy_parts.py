@@ -24,8 +24,9 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.proxy import chat
 from crossaudit.proxy.chat import Change, ProxyError
-from crossaudit.proxy.config import build, read_file
+from crossaudit.proxy.config import PolicyRun, build, read_file
 from crossaudit.proxy.guard import Guard
+from crossaudit.proxy.stream import release
 
 KEY = "caller-key-0123456789abcdef"
 
@@ -319,3 +320,49 @@ def test_what_crossaudit_errors_become(
     assert (info.value.headers.get("x-should-retry") == "false") is unavailable
     if unavailable:
         assert info.value.message.startswith("the guard could not evaluate the request: ")
+
+
+def test_streaming_settings_per_policy(tmp_path: Path) -> None:
+    doc = {
+        "upstream": {"url": "http://127.0.0.1:9/v1"},
+        "callers": {"a": caller()},
+        "input_mode": "parallel",
+        "policies": {"slow": {"input_mode": "blocking", "stream_window_chars": 512}, "whole": {"stream": "buffered"}},
+        "limits": {"stream_window_chars": 128, "stream_context_chars": 32},
+    }
+    config = build(read_file(write(tmp_path, doc)))
+    assert config.policy_run("other") == PolicyRun("parallel", "windows", 128, 32)
+    assert config.policy_run("slow") == PolicyRun("blocking", "windows", 512, 32)
+    assert config.policy_run("whole").stream == "buffered"
+    plain = {k: v for k, v in doc.items() if k not in ("input_mode", "policies", "limits")}
+    assert build(read_file(write(tmp_path, plain))).run == PolicyRun()
+    for bad in ({"limits": {"stream_window_chars": 32}}, {"policies": {"p": {"stream_context_chars": 128}}}):
+        with pytest.raises(ConfigurationError, match="must be less than stream_window_chars"):
+            build(read_file(write(tmp_path, {**doc, **bad})))
+    with pytest.raises(ConfigurationError, match="input_mode"):
+        build(read_file(write(tmp_path, {**doc, "input_mode": "eager"})))
+
+
+@pytest.mark.parametrize(
+    ("evaluated", "modified", "start", "cut", "sent", "upto"),
+    [
+        ("hello world", None, 0, 8, "hello wo", 8),  # nothing changed: up to the cut
+        ("hello world", "hello world", 3, 8, "lo wo", 8),
+        # a redaction before the cut is sent redacted
+        ("mail bob@corp.example now, thanks", "mail [EMAIL] now, thanks", 0, 30, "mail [EMAIL] now, tha", 30),
+        # one straddling the cut is held back whole
+        ("mail bob@corp.example now", "mail [EMAIL] now", 0, 12, "mail ", 5),
+        # one straddling the start (a match longer than the context, partly sent) is sent whole after it
+        ("mail bob@corp.example now", "mail [EMAIL] now", 8, 25, "[EMAIL] now", 25),
+        # nothing to send when a redaction covers the whole range
+        ("xx bob@corp.example", "xx [EMAIL]", 5, 10, "", 5),
+        # two redactions, the second after the cut
+        ("a@b.cc and then c@d.ee and more", "[E] and then [E] and more", 0, 9, "[E] an", 9),
+        # closer than MIN_ANCHOR_CHARS they are one region, held back together
+        ("a@b.cc and c@d.ee and more", "[E] and [E] and more", 0, 9, "", 0),
+    ],
+)
+def test_a_windows_release_maps_a_redaction(
+    evaluated: str, modified: str | None, start: int, cut: int, sent: str, upto: int
+) -> None:
+    assert release(evaluated, modified, start, cut) == (sent, upto)
