@@ -93,6 +93,13 @@ TARGETS = (
         "server CPU per decision with the decision log on, cached 10-rule policy, 16 clients: <= 1.05x log off",
     ),
     Target(
+        "proxy_stream.ttft_over_first_window_ms",
+        "ratio",
+        50,
+        True,
+        "proxy stream TTFT, 400 tokens at 10 ms: at most the upstream's first window + 50 ms (excess in ms)",
+    ),
+    Target(
         "eval.custom.cached",
         "throughput",
         1000,

@@ -26,6 +26,7 @@ class UpstreamStub:
         # (pieces, event): a stream stops after that many content pieces until the event is set, so
         # a test knows what the proxy had received when the caller saw its first text
         self.gate: tuple[int, threading.Event] | None = None
+        self.piece_delay_s = 0.0  # a stream's content pieces come this far apart (a model generating)
         self.lock = threading.Lock()
         owner = self
 
@@ -121,9 +122,12 @@ class UpstreamStub:
 
                 for i in range(n):
                     send({**chunk, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}}]})
+                started = time.monotonic()
                 for k, piece in enumerate(pieces):
                     if owner.gate is not None and k == owner.gate[0]:
                         owner.gate[1].wait(GATE_TIMEOUT_S)
+                    if owner.piece_delay_s:  # on a schedule: piece k at (k + 1) delays, however slow the writes
+                        time.sleep(max(0.0, started + (k + 1) * owner.piece_delay_s - time.monotonic()))
                     for i in range(n):
                         delta = {"index": i, "delta": {"content": piece}, "finish_reason": None}
                         send({**chunk, "choices": [{**delta, "logprobs": logprobs([piece])}]})
@@ -156,6 +160,7 @@ class UpstreamStub:
         self.escape_slashes = False
         self.raw = None
         self.gate = None
+        self.piece_delay_s = 0.0
 
     def close(self) -> None:
         self.httpd.shutdown()
