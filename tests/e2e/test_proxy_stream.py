@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from crossaudit import Client
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.test_proxy import (  # noqa: F401 - deployed and upstream are fixtures, found by name
     APP_KEY,
@@ -201,3 +202,16 @@ def test_parallel_input_never_leaks_a_blocked_inputs_answer(proxy: ProxyProcess,
         r = httpx.post(proxy.url + "/chat/completions", json=body, headers=headers, timeout=60)
         assert r.status_code == 200 and "UPSTREAM-ANSWER" in r.text
         assert r.headers["x-crossaudit-input-action"] == "allow"
+
+
+def test_a_provisional_decision_is_audited_only_when_it_blocks(deployed: ServerProcess) -> None:  # noqa: F811
+    """What the proxy's windows rely on (EvaluateRequest.provisional)."""
+    with Client(deployed.address, api_key=key("acme")) as c:
+        passed = c.evaluate("proxy-guard", "q", "fine words", stage="output", provisional=True)
+        assert passed.action.value == "allow"
+        with pytest.raises(NotFoundError):
+            c.get_decision(passed.decision_id)
+        blocked = c.evaluate("proxy-guard", "q", "TOP-SECRET-1", stage="output", provisional=True)
+        assert blocked.action.value == "block" and c.get_decision(blocked.decision_id).action == "block"
+        with pytest.raises(InvalidInputError, match="output stage"):
+            c.evaluate("proxy-guard", "q", "fine words", stage="input", provisional=True)
