@@ -4,9 +4,10 @@ applied to the request before it goes upstream and to the answer before it comes
 One call, in order: the caller's key (401), the policy it names (route or header; 403 when its
 key may not use it), the body (413 past the limit, 400 when it is not a chat request), the
 input stage (a block never reaches the upstream; a redaction is what goes upstream), the
-upstream call (errors as OpenAI-style 502/504), the output stage (a block is an error or a
-refusal; a redaction replaces the answer's text), then the answer: JSON, or the buffered
-stream replayed as SSE. Every answer carries ``x-request-id`` and the decision ids.
+upstream call (errors as OpenAI-style 502/504; with ``input_mode: parallel`` started beside the
+input stage), the output stage (a block is an error or a refusal; a redaction replaces the
+answer's text), then the answer: JSON, a stream released window by window (stream.py), or a
+buffered stream replayed as SSE. Every answer carries ``x-request-id`` and the decision ids.
 docs/proxy.md is the user's guide.
 """
 

@@ -5,9 +5,10 @@ Only text is evaluated: a message part that is not text (an image, audio, a file
 the guard must evaluate is refused rather than forwarded unseen. Text a message or an answer
 carries outside its content (tool-call arguments, ``function_call``, ``refusal``, a reasoning
 model's ``reasoning_content``, names) is evaluated too (:func:`outside_text`): the model reads
-it, or the caller does. A streamed answer is held
-whole (bounded) before anything is sent, so what reaches the caller is always the evaluated
-answer: unchanged chunks are replayed byte for byte, a changed choice gets its new text in the
+it, or the caller does. A buffered stream (several choices, logprobs, ``stream: buffered``;
+one choice is released window by window by stream.py) is held whole (bounded) before anything is
+sent, so what reaches the caller is always the evaluated answer: unchanged chunks are replayed
+byte for byte, a changed choice gets its new text in the
 place of its first content delta. Choices are matched by their ``index`` only once the indices
 are known to be exactly the integers 0..n-1, each once (per chunk in a stream): an answer that
 repeats one, or writes one that is not an integer, is refused rather than read one way by the

@@ -170,7 +170,10 @@ class StreamGuard:
             self.failure = e
         except TimeoutError:
             self.failure = ProxyError(
-                504, "the upstream did not finish its answer in time", "server_error", "upstream_timeout"
+                504,
+                "the upstream did not finish its answer in time (limits.upstream_timeout_s)",
+                "server_error",
+                "upstream_timeout",
             )
         except httpx.HTTPError as e:
             self.failure = ProxyError(
