@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import io
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -120,8 +121,9 @@ class StreamGuard:
         self.deadline = deadline
         self.max_bytes = max_bytes
         self.include_usage = include_usage
-        self.text = ""  # the answer's content so far, as the upstream wrote it
-        self.chunks = Chunks()  # every event, for the text outside the content and the finish
+        self._text = io.StringIO()  # the answer's content so far, as the upstream wrote it (appends O(1))
+        self.length = 0
+        self.chunks = Chunks()  # the events carrying more than content: outside text, the finish, usage
         self.ended = False
         self.failure: ProxyError | None = None  # the upstream's, once reading stopped on it
         self.final: list[Verdict] = []  # the final decisions (content, then outside), once made
@@ -197,12 +199,19 @@ class StreamGuard:
                 content = delta.get("content") if isinstance(delta, dict) else None
                 if content is not None and not isinstance(content, str):
                     raise _invalid("a delta's content is not text")
-                self.text += content or ""
+                if content:
+                    self._text.seek(self.length)
+                    self.length += self._text.write(content)
         if not self._base:
             self._base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
             self._base["object"] = "chat.completion.chunk"
-        self.chunks.raw.append("")
-        self.chunks.parsed.append(obj)
+        if obj.get("usage") is not None or any(_more_than_content(c) for c in choices or []):
+            self.chunks.raw.append("")
+            self.chunks.parsed.append(obj)
+
+    def text(self, begin: int, end: int) -> str:
+        self._text.seek(begin)
+        return self._text.read(end - begin)
 
     # -- releasing -------------------------------------------------------------------------
 
@@ -218,20 +227,18 @@ class StreamGuard:
 
     async def _windows(self) -> AsyncIterator[bytes | Blocked]:
         size, context = self.windows.window_chars, self.windows.context_chars
-        released = 0  # of self.text
+        released = 0  # characters of the text
         last_end = 0  # where the last evaluation ended
         while True:
-            while not self.ended and not (
-                len(self.text) - released >= size and len(self.text) >= last_end + size - context
-            ):
+            while not self.ended and not (self.length - released >= size and self.length >= last_end + size - context):
                 self._grew.clear()
                 await self._grew.wait()
             if self.failure is not None:
                 raise self.failure
             final = self.ended
-            end = len(self.text)
+            end = self.length
             begin = 0 if final else max(0, released - context)  # the final decision covers the whole answer
-            evaluated = self.text[begin:end]
+            evaluated = self.text(begin, end)
             self.windows_done += 1
             if final:
                 verdict, outside = await self._final(evaluated)
@@ -315,6 +322,11 @@ class StreamGuard:
         base = self._base or {"object": "chat.completion.chunk"}
         choice = {"index": 0, "delta": {"content": refusal}, "finish_reason": chat.REFUSAL_FINISH_REASON}
         return [chat.encode_event({**base, "choices": [choice]}), SSE_DONE]
+
+
+def _more_than_content(choice: Any) -> bool:
+    delta = choice.get("delta") if isinstance(choice, dict) else None
+    return bool(choice.get("finish_reason") or chat.outside_parts(delta)) if isinstance(choice, dict) else False
 
 
 def _event(text: str) -> dict[str, Any]:
