@@ -17,6 +17,7 @@ import asyncio
 import difflib
 import io
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ import httpx
 from crossaudit.proxy import chat
 from crossaudit.proxy.chat import DONE, SSE_DONE, Chunks, ProxyError
 from crossaudit.proxy.guard import Verdict
+
+log = logging.getLogger("crossaudit.proxy")
 
 # Changed regions of a redaction closer than this are one: difflib may align a few letters of a
 # replacement ("[EMAIL_ADDRESS]") with the text it replaced, which must not split the region.
@@ -181,6 +184,9 @@ class StreamGuard:
             self.failure = ProxyError(
                 502, f"the upstream connection failed: {type(e).__name__}", "server_error", "upstream_error"
             )
+        except Exception as e:  # whatever stopped the reading, the rest is not released unevaluated
+            log.error("reading the upstream's stream failed", exc_info=e)
+            self.failure = ProxyError(502, "reading the upstream's stream failed", "server_error", "upstream_error")
         finally:
             self.ended = True
             self._grew.set()
@@ -191,7 +197,10 @@ class StreamGuard:
         if choices is not None:
             if not isinstance(choices, list):
                 raise _invalid("an event's choices are not a list")
-            indices = [chat._index(c, "a streamed choice") if isinstance(c, dict) else -1 for c in choices]
+            try:
+                indices = [chat._index(c, "a streamed choice") for c in choices]
+            except ValueError as e:
+                raise _invalid(str(e)) from None
             if any(i != 0 for i in indices) or len(indices) > 1:
                 raise _invalid("a stream of one choice carries another choice index, or choice 0 twice in an event")
             for choice in choices:

@@ -293,13 +293,14 @@ HIDDEN_STREAMS = {
 }
 
 
+@pytest.mark.parametrize("n", [1, 2], ids=["windows", "buffered"])  # one choice: released window by window
 @pytest.mark.parametrize("key", [APP_KEY, REFUSER_KEY], ids=["on_block_error", "on_block_refusal"])
 @pytest.mark.parametrize("case", sorted(HIDDEN_STREAMS))
 def test_a_stream_whose_choice_indices_are_not_integers_once_per_chunk_is_refused(
-    proxy: ProxyProcess, stub: UpstreamStub, case: str, key: str
+    proxy: ProxyProcess, stub: UpstreamStub, case: str, key: str, n: int
 ) -> None:
     stub.raw = ("text/event-stream", stream_of(*HIDDEN_STREAMS[case]))
-    r = post(proxy, chat(user("tell me"), n=2, stream=True), key=key)
+    r = post(proxy, chat(user("tell me"), n=n, stream=True), key=key)
     assert r.status_code == 502, r.text
     assert r.json()["error"]["code"] == "upstream_invalid_response"
     assert "SECRET" not in r.text
