@@ -42,6 +42,7 @@ class EvaluationOutcome:
     environment: str
     review_ids: list[str] = field(default_factory=list)
     answer: Any = None  # what ``evaluate(encode=...)`` made of it before the audit write
+    recorded: bool = True  # False: a provisional decision that passed (no audit record, review or webhook)
 
 
 @dataclass
@@ -115,16 +116,15 @@ class Admission:
         """Decide, audit, answer. ``encode`` turns the outcome into the answer (the wire message)
         *before* the audit record is written: if it fails, nothing is audited, so the audit log
         never holds a decision the caller did not receive. ``stage``: only that stage's rules run.
-        ``provisional`` (a window of a streamed answer): audited only when it blocks, the caller's
-        final decision on the whole answer being the audited one otherwise."""
+        ``provisional`` (a streamed answer's window, docs/proxy.md): recorded only when it blocks."""
         t0 = time.monotonic()
-        if provisional and stage != Stage.OUTPUT.value:
-            raise InvalidInputError("a provisional decision is one of the output stage (stage: output)")
         budget = self.budget(time_remaining)
         if budget <= 0:
             raise DeadlineExceededError("the deadline leaves no time to evaluate")
         policy = inputs.policy_name(policy, self.limits.max_name_length)  # NFC: either spelling finds it
         env = inputs.environment(environment)
+        if provisional and stage != Stage.OUTPUT.value:
+            raise InvalidInputError("a provisional decision is one of the output stage (stage: output)")
         await self._check_audit_quota(tenant, t0)
         inflight = self._inflight.get(tenant, 0)
         if inflight >= self.limits.max_inflight_evaluations_per_tenant:
@@ -160,17 +160,12 @@ class Admission:
                 raise DeadlineExceededError(f"no decision within the deadline ({budget:.3f}s)")
             rec, pol, decision, candidate = task.result()
             decision.decision_id = decision_id
-            if provisional and decision.action is not Action.BLOCK:  # not final: nothing is recorded
-                outcome = EvaluationOutcome(decision, rec.version, env)
-                outcome.answer = encode(outcome) if encode is not None else None
-                self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
-                return outcome
             outcome = await self._record(
                 tenant, rec, pol, decision, env, prompt, response, context, request_id=request_id, encode=encode,
-                stage=stage,
+                stage=stage, provisional=provisional,
             )  # fmt: skip
             self.metrics.observe_decision(decision, time.monotonic() - t0, tenant)
-            if candidate is not None and self.rollout is not None:  # recorded: a shadow sample, a canary recount
+            if outcome.recorded and candidate is not None and self.rollout is not None:  # a shadow sample, a recount
                 self.rollout.decided(candidate, rec.version, decision, prompt, response, context, stage)
             if log.isEnabledFor(logging.DEBUG):
                 verdict = "passed" if decision.passed else "failed"
@@ -233,9 +228,16 @@ class Admission:
         request_id: str,
         encode: Callable[[EvaluationOutcome], Any] | None,
         stage: str = "",
+        provisional: bool = False,
     ) -> EvaluationOutcome:
         """The answer, then its audit record, reviews and outbox rows in one write: the audit log
-        never holds a decision that could not be sent, and the answer names only what was kept."""
+        never holds a decision that could not be sent, and the answer names only what was kept.
+        A provisional decision that does not block is not final (the caller decides the whole
+        answer later, audited): answered, nothing written."""
+        if provisional and decision.action is not Action.BLOCK:
+            outcome = EvaluationOutcome(decision, rec.version, env, recorded=False)
+            outcome.answer = encode(outcome) if encode is not None else None
+            return outcome
         reviews = review_records(tenant, decision, rec.version, env, time.time())
         outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
         if encode is not None:
