@@ -19,7 +19,7 @@ import copy
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -469,7 +469,7 @@ class ProxyApp:
     async def _rest(
         self,
         first: bytes,
-        events: AsyncIterator[bytes | Blocked],
+        events: AsyncGenerator[bytes | Blocked, None],
         guard: StreamGuard,
         caller: Caller,
         policy: str,

@@ -18,7 +18,7 @@ import difflib
 import io
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,7 +224,7 @@ class StreamGuard:
 
     # -- releasing -------------------------------------------------------------------------
 
-    async def run(self) -> AsyncIterator[bytes | Blocked]:
+    async def run(self) -> AsyncGenerator[bytes | Blocked, None]:
         reader = asyncio.create_task(self._read())
         try:
             async for item in self._windows():
