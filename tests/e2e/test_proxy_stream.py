@@ -215,3 +215,18 @@ def test_a_provisional_decision_is_audited_only_when_it_blocks(deployed: ServerP
         assert blocked.action.value == "block" and c.get_decision(blocked.decision_id).action == "block"
         with pytest.raises(InvalidInputError, match="output stage"):
             c.evaluate("proxy-guard", "q", "fine words", stage="input", provisional=True)
+
+
+def test_a_streamed_tool_call_is_held_evaluated_and_passed_on(proxy: ProxyProcess, stub: UpstreamStub) -> None:
+    """Text outside the content (here a tool call's arguments) is held to the end, evaluated whole
+    beside the final decision, then sent after the content."""
+    args = json.dumps({"city": "Paris"})
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": args}}
+    gate = gated(stub, CLEAN * 3, held_from=100)  # the first text goes out before the rest arrives
+    stub.extra = {"tool_calls": [call]}
+    status, _, events = stream(proxy, "weather?", gate)
+    assert status == 200 and content(events) == CLEAN * 3 and events[-1] == "[DONE]"
+    [calls] = [c["delta"]["tool_calls"] for e in events[:-1] for c in e["choices"] if "tool_calls" in c["delta"]]
+    assert calls[0]["function"] == {"name": "weather", "arguments": args}
+    finish = next(e for e in events[:-1] if e["choices"] and e["choices"][0].get("finish_reason"))
+    assert finish["crossaudit"]["output_action"] == "allow,allow"  # the content's decision, then the tool call's
