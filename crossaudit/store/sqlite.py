@@ -34,7 +34,14 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 class SQLiteStore(SqlStore):
     """``SQLiteStore(path)``; ``path=":memory:"`` for tests. Call :meth:`aclose` when done."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5_000) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 5_000,
+        release_leases: bool = True,
+    ) -> None:
         sync = synchronous.upper()
         if sync not in SYNCHRONOUS_MODES:
             raise InvalidInputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
@@ -44,13 +51,13 @@ class SQLiteStore(SqlStore):
         # One thread owns the connection: sqlite3 objects never cross threads concurrently.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossaudit-store")
         try:
-            self._conn = self._executor.submit(self._open, sync, busy_timeout_ms).result()
+            self._conn = self._executor.submit(self._open, sync, busy_timeout_ms, release_leases).result()
         except sqlite3.Error as e:  # corrupt file, not a database, locked by another program, I/O error
             self._executor.shutdown(wait=False)
             raise StoreUnavailableError(f"cannot open the database {self.path}: {e}") from None
         self._closed = False
 
-    def _open(self, sync: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    def _open(self, sync: str, busy_timeout_ms: int, release_leases: bool) -> sqlite3.Connection:
         # Bounded by busy_timeout_ms: a database another program holds locked fails start-up with
         # one clear error instead of hanging.
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -67,9 +74,12 @@ class SQLiteStore(SqlStore):
         done = int(conn.execute("PRAGMA user_version").fetchone()[0])
         for version, step in enumerate(migrations.SQLITE[done:], start=done + 1):
             conn.executescript(f"BEGIN IMMEDIATE; {step}; PRAGMA user_version={version}; COMMIT;")
-        # One process owns an SQLite store (the server locks its data dir): leases a previous
-        # process held died with it, so its in-flight messages are due again now, not after lease_s.
-        conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
+        # The process that owns an SQLite store (the server locks its data dir) releases the leases
+        # a previous process held, which died with it: its in-flight messages are due now, not after
+        # lease_s. Workers of `serve --workers N` open it with release_leases=False: their siblings'
+        # leases are alive (a dead worker's expire after lease_s, as a PostgreSQL replica's do).
+        if release_leases:
+            conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
         return conn
 
     def _tx(self, fn: Callable[[Conn], T], contended: bool = False) -> T:
