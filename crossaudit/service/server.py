@@ -381,7 +381,9 @@ def open_config_store(config: ServerConfig, *, owner: bool = True) -> Store:
     ``serve --workers N`` is not: its siblings' outbox leases are alive)."""
     if config.store_url:
         return open_store(config.store_url, postgres_limits=config.postgres_limits)
-    return SQLiteStore(config.database_path, synchronous=config.store_synchronous, release_leases=owner)
+    return SQLiteStore(
+        config.database_path, synchronous=config.store_synchronous, release_leases=owner, shared=not owner
+    )
 
 
 @dataclass

@@ -93,6 +93,13 @@ TARGETS = (
         "server CPU per decision with the decision log on, cached 10-rule policy, 16 clients: <= 1.05x log off",
     ),
     Target(
+        "ratio.workers.c16",
+        "ratio",
+        1.35,
+        False,
+        "serve --workers 2 vs --workers 1, 16 client processes, cached 10-rule policy: >= 1.35x decisions/s",
+    ),
+    Target(
         "eval.custom.cached",
         "throughput",
         1000,
