@@ -24,7 +24,7 @@ from pathlib import Path
 
 from crossaudit.sdk.client import AsyncClient
 from tests.bench import report
-from tests.bench.bench_capacity import own_cpu_s, tree_cpu_s
+from tests.bench.bench_capacity import _cmdline, _processes, memory_mib, own_cpu_s, server_parts, tree_cpu_s
 from tests.bench.bench_grpc import RESPONSE, TIMEOUT_S
 from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.policies import ten_rules
@@ -70,6 +70,19 @@ class Side:
         self.wall_s = 0.0
         self.server_cpu_s = 0.0
         self.client_cpu_s = 0.0
+        self.memory: dict[str, list[dict[str, float]]] = {}
+
+    def read_memory(self) -> None:
+        """RSS/PSS (MiB) of the serving processes by role, after the load: the process that
+        serves (the supervisor too, with workers), and each server's sandbox agents."""
+        root = self.srv.pid
+        children = {pid for pid, (ppid, _) in _processes().items() if ppid == root}
+        servers = [root] if self.workers == 1 else [p for p in children if _spawned(p)]
+        self.memory = {"server process" if self.workers == 1 else "worker": [memory_mib(p) for p in servers]}
+        if self.workers > 1:
+            self.memory["supervisor"] = [memory_mib(root)]
+        agents = [p for s in servers for p in server_parts(s).get("process sandbox", [])]
+        self.memory["process sandbox agents"] = [memory_mib(p) for p in agents]
 
     def window(self, pool: multiprocessing.pool.Pool, clients: list[int], seconds: float, keep: bool) -> None:
         s0, c0, t0 = tree_cpu_s(self.srv.pid), own_cpu_s(clients), time.perf_counter()
@@ -105,6 +118,8 @@ def main() -> None:
                 for _ in range(ROUNDS):
                     for side in sides:
                         side.window(pool, clients, WINDOW_S, keep=True)
+                for side in sides:
+                    side.read_memory()
         finally:
             for srv in servers:
                 srv.stop()
@@ -121,6 +136,7 @@ def main() -> None:
             f"clients {side.client_cpu_s / wall:4.2f} cores "
             f"({100 * side.server_cpu_s / total:.0f}% / {100 * side.client_cpu_s / total:.0f}% of the CPU used)"
         )
+        print("    memory: " + "; ".join(f"{part} {_mib(parts)}" for part, parts in side.memory.items()))
         report.record(
             f"workers.w{side.workers}.c{CLIENTS}",
             f"--workers {side.workers}, 16 client processes, cached 10 rules",
@@ -132,10 +148,20 @@ def main() -> None:
             server_cpu_cores=side.server_cpu_s / side.wall_s,
             client_cpu_cores=side.client_cpu_s / side.wall_s,
             server_cpu_ms_per_decision=1000 * side.server_cpu_s / n,
+            memory_mib=side.memory,
         )
     ratio = two.rate / one.rate
     report.ratio("ratio.workers.c16", ratio)
     print(f"  --workers 2 / --workers 1: {ratio:.2f}x decisions/s")
+
+
+def _spawned(pid: int) -> bool:
+    return any("spawn_main" in a for a in _cmdline(pid))
+
+
+def _mib(parts: list[dict[str, float]]) -> str:
+    rss, pss = sum(p.get("rss", 0.0) for p in parts), sum(p.get("pss", 0.0) for p in parts)
+    return f"{len(parts)} x, RSS {rss:.0f} MiB, PSS {pss:.0f} MiB"
 
 
 async def _deploy(address: str) -> None:
