@@ -50,6 +50,9 @@ rules:
   - {name: r, evaluator: spin, threshold: 0.5, action: block}
 """
 
+SLOW = BUSY.replace("name: busy", "name: slow").replace("range(200000)", "range(3000000)")
+DRAIN_GRACE_S = 60  # limits.shutdown_grace_s of this module's server: the slow call finishes within it
+
 # 6 per minute: a burst of one, the next token 10 s later; a call waits at most its 1 s timeout.
 LIMITED = """
 name: limited
@@ -118,7 +121,8 @@ def connections(pid: int, port: int) -> int:
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory):
     """One supervisor for this module's tests (the last one stops it)."""
-    with ServerProcess(tmp_path_factory.mktemp("workers"), extra=("--workers", "2")) as srv:
+    extra = ("--workers", "2", "--set", f"limits.shutdown_grace_s={DRAIN_GRACE_S}")
+    with ServerProcess(tmp_path_factory.mktemp("workers"), extra=extra) as srv:
         yield srv
 
 
@@ -216,11 +220,24 @@ def test_a_rate_limit_holds_across_workers_and_metrics_sum_every_worker(two_work
 def test_sigterm_drains_every_worker_and_exits_0(two_workers: ServerProcess) -> None:
     srv = two_workers
     with Client(srv.address, api_key=key("acme")) as c:
-        c.deploy_policy(BUSY)  # again: still the same version
-        assert c.evaluate("busy", "p", "r").passed
+        c.deploy_policy(SLOW)
+    answers: list[bool] = []
+
+    def call() -> None:
+        with Client(srv.address, api_key=key("acme")) as c:
+            answers.append(c.evaluate("slow", "p", "r", timeout=DRAIN_GRACE_S).passed)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + MAX_LOAD_S
+    while metrics(srv)["crossaudit_inflight_evaluations"] < 1 and caller.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the call is being decided in a worker
+    assert caller.is_alive(), "the slow call ended before the stop: nothing was in flight"
     workers = workers_of(srv)
     assert srv.stop() == 0
-    assert not [p for p in workers if Path(f"/proc/{p}").exists() and _alive(p)]
+    caller.join(DRAIN_GRACE_S)
+    assert answers == [True]  # the call in flight at SIGTERM was answered
+    assert not [p for p in workers if _alive(p)]
     assert "did not stop in time" not in srv.log.read_text()
 
 
