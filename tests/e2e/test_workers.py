@@ -188,7 +188,18 @@ def test_a_killed_worker_is_replaced_and_no_answered_decision_is_lost(two_worker
 
 
 def test_a_rate_limit_holds_across_workers_and_metrics_sum_every_worker(two_workers: ServerProcess) -> None:
-    srv = two_workers
+    check_one_bucket_and_one_scrape(two_workers)
+
+
+def test_workers_on_postgresql_share_the_bucket_too(tmp_path: Path, postgres_url: str) -> None:
+    with ServerProcess(tmp_path, extra=("--workers", "2", "--store", postgres_url)) as srv:
+        assert "store postgresql://" in srv.start_line
+        check_one_bucket_and_one_scrape(srv)
+
+
+def check_one_bucket_and_one_scrape(srv: ServerProcess) -> None:
+    """Clients on both workers call a policy whose bucket holds one call: one passes in all, and
+    the one scrape counts every worker's decisions."""
     with Client(srv.address, api_key=key("acme")) as c:
         c.deploy_policy(LIMITED)
     results: list[bool] = []
