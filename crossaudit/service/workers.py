@@ -45,6 +45,7 @@ from crossaudit.service.evidence import build_evidence
 from crossaudit.service.metrics import WorkerMetrics
 from crossaudit.service.server import (
     WorkerRole,
+    _address,
     build_authenticator,
     check_config,
     open_locked_store,
@@ -234,11 +235,10 @@ class Supervisor:
 
 
 def _console_url(config: ServerConfig, port: int) -> str | None:
+    """Worker 0's review console, as its start line would say it (TLS with the gRPC port's)."""
     if not port:
         return None
-    host = config.console_host
-    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"{'https' if config.tls_cert else 'http'}://{host}:{port}"
+    return f"{'https' if config.tls_cert else 'http'}://{_address(config.console_host, port)}"
 
 
 async def supervise(config: ServerConfig, *, announce: Any = print) -> None:
