@@ -551,6 +551,15 @@ def where_data_lives(config: ServerConfig) -> str:
     return f"sqlite {Path(config.database_path).resolve()}"
 
 
+def sandbox_backend(running: RunningServer) -> str | None:
+    """The sandbox backend for the start line; the process sandbox's weaker isolation is logged."""
+    info = running.sandbox.info() if running.sandbox is not None else {}
+    backend = info.get("backend", "?") if info else None
+    if backend == "process":
+        log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
+    return backend
+
+
 def start_line(
     config: ServerConfig,
     port: int,
@@ -591,10 +600,7 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    info = running.sandbox.info() if running.sandbox is not None else {}
-    backend = info.get("backend", "?") if info else None
-    if backend == "process":
-        log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
+    backend = sandbox_backend(running)
     tenants = running.auth.tenants if running.auth else []
     console = running.console.url if running.console is not None else None
     announce(start_line(config, running.port, len(tenants), backend, console, running.metrics_port), flush=True)

@@ -49,6 +49,7 @@ from crossaudit.service.server import (
     build_authenticator,
     check_config,
     open_locked_store,
+    sandbox_backend,
     start_line,
     start_server,
 )
@@ -349,8 +350,9 @@ async def _serve_worker(
     if index == 0:
         if running.console is not None:
             console_port[0] = running.console.port
-        if running.sandbox is not None:
-            sandbox.value = str(running.sandbox.info().get("backend", "?")).encode()[: SANDBOX_NAME_BYTES - 1]
+        backend = sandbox_backend(running)
+        if backend:
+            sandbox.value = backend.encode()[: SANDBOX_NAME_BYTES - 1]
     ready[index] = 1
     log.info("worker %d (pid %d) serving", index, os.getpid())
     try:
