@@ -328,7 +328,7 @@ def worker_main(config: ServerConfig, index: int, supervisor_pid: int, shared: t
     """A worker's process (spawned): serve until SIGTERM/SIGINT or the supervisor is gone."""
     from crossaudit.service.logs import configure_logging
 
-    configure_logging(config.log_level, config.log_format)
+    configure_logging(config.log_level, config.log_format, worker=index)
     try:
         asyncio.run(_serve_worker(config, index, supervisor_pid, shared))
     except ConfigurationError as e:

@@ -85,3 +85,27 @@ async def test_writers_sharing_one_sqlite_file_queue_on_its_lock_and_share_a_buc
     finally:
         for s in stores:
             await s.aclose()
+
+
+def test_a_workers_lines_name_it_in_text_and_json() -> None:
+    import io
+    import json
+    import logging
+
+    from crossaudit.service.logs import configure_logging
+
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    try:
+        for fmt in ("text", "json"):
+            out = io.StringIO()
+            configure_logging("INFO", fmt, out, worker=1)
+            logging.getLogger("crossaudit.test").info("serving")
+            line = out.getvalue().strip()
+            if fmt == "json":
+                assert json.loads(line)["worker"] == 1
+            else:
+                assert line.endswith("INFO [worker 1] crossaudit.test: serving")
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
