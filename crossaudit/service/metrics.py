@@ -197,6 +197,7 @@ class ServiceMetrics:
         )
         # Labelled children, looked up once (labels() hashes and locks on every call).
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._read_at_scrape: list[Collector] = []  # the collectors below that read state when scraped
         self._http: Any = None
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -210,11 +211,41 @@ class ServiceMetrics:
         self._child(self.shadow_samples, self.tenant_label(tenant), outcome).inc()
 
     def watch_sandbox(self, info: Callable[[], dict[str, Any]]) -> None:
-        self.registry.register(_SandboxCollector(info))
+        self._watch(_SandboxCollector(info))
 
     def watch_caches(self, stats: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
         """``stats()``: (tenant, hits, misses, entries) of each tenant's result cache, at scrape time."""
-        self.registry.register(_CacheCollector(stats, self.tenant_label))
+        self._watch(_CacheCollector(stats, self.tenant_label))
+
+    def _watch(self, collector: Collector) -> None:
+        self.registry.register(collector)
+        self._read_at_scrape.append(collector)
+
+    def shared_copy(self) -> Callable[[], None]:
+        """For a worker of ``serve --workers N``: the collectors that read this process's state at
+        scrape time (sandbox pools, result caches) have no file the supervisor's endpoint reads,
+        so the returned function copies what they read now into multiprocess gauges of the same
+        series names, summed over the live workers. Call it every few seconds: the endpoint shows
+        those series as of the last copy (their counters as gauges, which ``rate()`` still reads;
+        a worker's death drops its part, as a counter reset)."""
+        gauges: dict[str, Gauge] = {}
+
+        def copy() -> None:
+            for collector in self._read_at_scrape:
+                for family in collector.collect():
+                    for sample in family.samples:
+                        gauge = gauges.get(sample.name)
+                        if gauge is None:
+                            gauge = gauges[sample.name] = Gauge(
+                                sample.name,
+                                family.documentation,
+                                list(sample.labels),
+                                registry=None,
+                                multiprocess_mode="livesum",
+                            )
+                        (gauge.labels(**sample.labels) if sample.labels else gauge).set(sample.value)
+
+        return copy
 
     def observe_decision(self, decision: Decision, seconds: float, tenant: str = "") -> None:
         policy = decision.policy
@@ -295,9 +326,10 @@ class WorkerMetrics:
     metrics from the multiprocess directory (prometheus_client's multiprocess mode, summed across
     workers), plus the supervisor's own counters and process figures.
 
-    Collectors that read a process's state at scrape time (result caches, sandbox pools, the
-    workers' process_* figures) have no file to share: this endpoint does not carry them per
-    worker (docs/service.md, "Workers")."""
+    Collectors that read a process's state at scrape time (result caches, sandbox pools) are
+    copied by each worker into multiprocess gauges every second (:meth:`ServiceMetrics.shared_copy`);
+    the workers' process_* figures are not here: those are the supervisor's (docs/service.md,
+    "Workers")."""
 
     def __init__(self, directory: str) -> None:
         from prometheus_client import multiprocess

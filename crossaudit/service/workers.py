@@ -57,7 +57,9 @@ from crossaudit.service.server import (
 log = logging.getLogger("crossaudit.service.workers")
 
 WORKER_POLL_S = 0.1  # how often the supervisor looks for a dead or ready worker
-PARENT_CHECK_S = 1.0  # how often a worker checks that its supervisor lives (an orphan stops)
+# how often a worker checks that its supervisor lives (an orphan stops) and copies its scrape-time
+# metrics (sandbox pools, result caches) to the shared metrics directory
+WORKER_TICK_S = 1.0
 EXIT_WORKER_CONFIG = 3  # a worker's exit code when it could not start (a configuration problem)
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multiprocess directory
 SANDBOX_NAME_BYTES = 32
@@ -353,12 +355,14 @@ async def _serve_worker(
         backend = sandbox_backend(running)
         if backend:
             sandbox.value = backend.encode()[: SANDBOX_NAME_BYTES - 1]
+    copy_metrics = running.metrics.shared_copy()
     ready[index] = 1
     log.info("worker %d (pid %d) serving", index, os.getpid())
     try:
         while not stop.is_set():
+            copy_metrics()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), PARENT_CHECK_S)
+                await asyncio.wait_for(stop.wait(), WORKER_TICK_S)
             if os.getppid() != supervisor_pid:
                 log.error("worker %d: the supervisor is gone; stopping", index)
                 break

@@ -226,6 +226,12 @@ def check_one_bucket_and_one_scrape(srv: ServerProcess) -> None:
         for flag in ("true", "false")
     }  # fmt: skip
     assert passed == {"true": 1.0, "false": len(results) - 1.0}  # every worker's decisions, in one scrape
+    flag = 'crossaudit_sandbox_state{key="restricted"}'  # 1 in each worker (the process sandbox)
+    deadline = time.monotonic() + MAX_LOAD_S
+    while m.get(flag) != 2.0 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the workers copy their scrape-time series every second
+        m = metrics(srv)
+    assert m.get(flag) == 2.0  # both workers' sandbox state, summed
 
 
 def test_sigterm_drains_every_worker_and_exits_0(two_workers: ServerProcess) -> None:
