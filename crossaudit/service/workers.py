@@ -111,12 +111,15 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def worker_config(config: ServerConfig, index: int, port: int) -> ServerConfig:
+def worker_config(config: ServerConfig, index: int, port: int, console_port: int = 0) -> ServerConfig:
     """A worker's settings: the reserved port, no metrics port (the supervisor serves it), the
-    console on worker 0 only (one port)."""
+    console on worker 0 only (one port; ``console_port``: the one a previous worker 0 served on,
+    so a restarted one keeps the address the start line printed)."""
     console = config.console_port if index == 0 else CONSOLE_OFF
     if index == 0 and config.console_default_port:
         console = config.console_listen_port  # --dev's default, resolved here: the worker has no --dev default
+    if index == 0 and console_port and console != CONSOLE_OFF:
+        console = console_port
     return dataclasses.replace(config, port=port, metrics_port=None, console_port=console)
 
 
@@ -143,7 +146,7 @@ class Supervisor:
         w.process = self._ctx.Process(
             target=worker_main,
             args=(
-                worker_config(self.config, w.index, self.port),
+                worker_config(self.config, w.index, self.port, self.console_port[0]),
                 w.index,
                 os.getpid(),
                 (self.inflight, self.ready, self.console_port, self.sandbox),

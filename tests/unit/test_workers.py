@@ -60,6 +60,8 @@ def test_a_workers_settings() -> None:
     assert first.console_port == DEV_CONSOLE_PORT  # --dev's console: worker 0 only
     assert second.console_port == CONSOLE_OFF
     assert first.worker_count == 2  # rate_limit buckets go to the store
+    assert worker_config(config, 0, 4242, console_port=38001).console_port == 38001  # a restart keeps it
+    assert worker_config(ServerConfig(workers=2, console_port="off"), 0, 1, 38001).console_port == CONSOLE_OFF
 
 
 def test_auto_is_the_usable_cores_within_the_bound() -> None:
