@@ -115,11 +115,11 @@ def main() -> None:
                 for side in sides:
                     asyncio.run(_deploy(side.srv.address))
                     side.window(pool, clients, WARMUP_S, keep=False)
-                for _ in range(ROUNDS):
+                for r in range(ROUNDS):
                     for side in sides:
                         side.window(pool, clients, WINDOW_S, keep=True)
-                for side in sides:
-                    side.read_memory()
+                        if r == ROUNDS - 1:
+                            side.read_memory()  # at once: idle pools shrink while the other side runs
         finally:
             for srv in servers:
                 srv.stop()
