@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -472,6 +473,46 @@ class MetricsLimits:
 
 
 @dataclass(frozen=True)
+class WorkerLimits:
+    """Supervision of ``crossaudit serve --workers N`` (N > 1; docs/service.md, "Workers")."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    max_workers: Annotated[
+        PositiveInt,
+        Field(description="most worker processes `workers` may ask for (each keeps its own warm pools)"),
+    ] = 64
+    start_timeout_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "how long one worker may take to start serving (the first one deploys policies/*.yaml on a data "
+                "dir's first start, which may build images); past it the start fails"
+            )
+        ),
+    ] = 1_800.0
+    restart_backoff_s: Annotated[
+        PositiveFloat, Field(description="wait before restarting a worker that died; doubled per quick death")
+    ] = 0.5
+    restart_backoff_max_s: Annotated[
+        PositiveFloat, Field(description="the longest wait before restarting a worker that keeps dying")
+    ] = 30.0
+    stable_after_s: Annotated[
+        PositiveFloat,
+        Field(description="a worker that served this long before dying is restarted after the first wait again"),
+    ] = 60.0
+    stop_margin_s: Annotated[
+        PositiveFloat,
+        Field(
+            description=(
+                "on SIGTERM, workers get `limits.shutdown_grace_s` plus this to drain and close before the "
+                "supervisor kills them"
+            )
+        ),
+    ] = 10.0
+
+
+@dataclass(frozen=True)
 class RetentionConfig:
     """Retained evaluation inputs: the operator key, the server's ceiling, the purge worker
     (docs/retention.md). Nothing is retained until an operator key is configured."""
@@ -700,6 +741,19 @@ class ServerConfig:
         CLI(flag="--api-keys", metavar="FILE"),
     ] = None
     dev: Annotated[bool, Field(description="no keys, one 'default' tenant; loopback only"), CLI()] = False
+    workers: Annotated[
+        PositiveInt | Literal["auto"],
+        Field(
+            description=(
+                "server processes on one port (SO_REUSEPORT), supervised: 1 = this process serves; auto = the "
+                "cores this process may run on (docs/service.md, \"Workers\")"
+            )
+        ),
+        CLI(metavar="N|auto"),
+    ] = 1
+    worker_limits: Annotated[WorkerLimits, Field(description="supervision of --workers N")] = field(
+        default_factory=WorkerLimits
+    )
     metrics_port: Annotated[
         Port | None, Field(description="serve Prometheus /metrics on this port (0 = any; unset: none)"), CLI()
     ] = None
@@ -828,6 +882,14 @@ class ServerConfig:
     @property
     def database_path(self) -> Path:
         return self.data_dir / "crossaudit.db"
+
+    @property
+    def worker_count(self) -> int:
+        """The worker processes in effect: ``auto`` is the cores this process may run on (its CPU
+        affinity, which a container's cpuset narrows), at most ``worker_limits.max_workers``."""
+        if self.workers == "auto":
+            return max(1, min(len(os.sched_getaffinity(0)), self.worker_limits.max_workers))
+        return int(self.workers)
 
     @property
     def console_default_port(self) -> bool:

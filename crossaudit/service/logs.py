@@ -19,6 +19,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+WORKER_TEXT_FORMAT = "%(asctime)s %(levelname)s [worker %(worker)s] %(name)s: %(message)s"
 DECISION_FIELDS = ("decision_id", "tenant", "policy", "request_id")
 
 # (decision_id, tenant, policy, request_id) of the decision the current task works for.
@@ -66,13 +67,31 @@ class JsonLineFormatter(JsonFormatter):
         return dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text", stream: Any = None) -> logging.Handler:
-    """Replace the root logger's handlers with one that writes ``fmt`` lines to ``stream`` (stderr)."""
+class WorkerFilter(logging.Filter):
+    """Marks every line of a worker of ``serve --workers N`` with its index (``worker``)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
+def configure_logging(
+    level: str = "INFO", fmt: str = "text", stream: Any = None, *, worker: int | None = None
+) -> logging.Handler:
+    """Replace the root logger's handlers with one that writes ``fmt`` lines to ``stream`` (stderr).
+    ``worker``: this process is that worker of ``serve --workers N``; its lines say so."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {LOG_FORMATS}, not {fmt!r}")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonLineFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    text = TEXT_FORMAT if worker is None else WORKER_TEXT_FORMAT
+    handler.setFormatter(JsonLineFormatter() if fmt == "json" else logging.Formatter(text))
     handler.addFilter(DecisionFilter())
+    if worker is not None:
+        handler.addFilter(WorkerFilter(worker))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

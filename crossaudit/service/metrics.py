@@ -168,7 +168,10 @@ class ServiceMetrics:
             registry=r,
         )
         self.rpcs = Counter("crossaudit_rpcs_total", "RPCs by method and status code", ["method", "code"], registry=r)
-        self.inflight = Gauge("crossaudit_inflight_evaluations", "Decisions being made now", registry=r)
+        # summed over the live workers of `serve --workers N` (multiprocess mode; one process: its own)
+        self.inflight = Gauge(
+            "crossaudit_inflight_evaluations", "Decisions being made now", registry=r, multiprocess_mode="livesum"
+        )
         self.uploads = Counter("crossaudit_evaluator_uploads_total", "Evaluator uploads", ["created"], registry=r)
         self.llm_tokens = Counter(
             "crossaudit_llm_tokens_total",
@@ -194,6 +197,7 @@ class ServiceMetrics:
         )
         # Labelled children, looked up once (labels() hashes and locks on every call).
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._read_at_scrape: list[Collector] = []  # the collectors below that read state when scraped
         self._http: Any = None
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -207,11 +211,41 @@ class ServiceMetrics:
         self._child(self.shadow_samples, self.tenant_label(tenant), outcome).inc()
 
     def watch_sandbox(self, info: Callable[[], dict[str, Any]]) -> None:
-        self.registry.register(_SandboxCollector(info))
+        self._watch(_SandboxCollector(info))
 
     def watch_caches(self, stats: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
         """``stats()``: (tenant, hits, misses, entries) of each tenant's result cache, at scrape time."""
-        self.registry.register(_CacheCollector(stats, self.tenant_label))
+        self._watch(_CacheCollector(stats, self.tenant_label))
+
+    def _watch(self, collector: Collector) -> None:
+        self.registry.register(collector)
+        self._read_at_scrape.append(collector)
+
+    def shared_copy(self) -> Callable[[], None]:
+        """For a worker of ``serve --workers N``: the collectors that read this process's state at
+        scrape time (sandbox pools, result caches) have no file the supervisor's endpoint reads,
+        so the returned function copies what they read now into multiprocess gauges of the same
+        series names, summed over the live workers. Call it every few seconds: the endpoint shows
+        those series as of the last copy (their counters as gauges, which ``rate()`` still reads;
+        a worker's death drops its part, as a counter reset)."""
+        gauges: dict[str, Gauge] = {}
+
+        def copy() -> None:
+            for collector in self._read_at_scrape:
+                for family in collector.collect():
+                    for sample in family.samples:
+                        gauge = gauges.get(sample.name)
+                        if gauge is None:
+                            gauge = gauges[sample.name] = Gauge(
+                                sample.name,
+                                family.documentation,
+                                list(sample.labels),
+                                registry=None,
+                                multiprocess_mode="livesum",
+                            )
+                        (gauge.labels(**sample.labels) if sample.labels else gauge).set(sample.value)
+
+        return copy
 
     def observe_decision(self, decision: Decision, seconds: float, tenant: str = "") -> None:
         policy = decision.policy
@@ -244,14 +278,88 @@ class ServiceMetrics:
 
         return record
 
+    def count_inflight_in(self, slot: Any, index: int) -> None:
+        """Also count the decisions in flight in ``slot[index]`` (shared memory a supervisor reads
+        when this worker dies: those calls are lost). Only the event loop moves the count."""
+        self.inflight = _SlotGauge(self.inflight, slot, index)
+
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint; returns the bound port (``port=0``: ephemeral)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self._http = server
-        return int(server.server_port)
+        self._http = _serve(self.registry, host, port)
+        return int(self._http.server_port)
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
+        _close(self._http)
+        self._http = None
+
+
+class _SlotGauge:
+    """A gauge whose moves are mirrored in one slot of a shared array."""
+
+    def __init__(self, gauge: Gauge, slot: Any, index: int) -> None:
+        self._gauge = gauge
+        self._slot = slot
+        self._index = index
+
+    def inc(self, amount: float = 1) -> None:
+        self._gauge.inc(amount)
+        self._slot[self._index] += int(amount)
+
+    def dec(self, amount: float = 1) -> None:
+        self._gauge.dec(amount)
+        self._slot[self._index] -= int(amount)
+
+
+def _serve(registry: CollectorRegistry, host: str, port: int) -> Any:
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server
+
+
+def _close(server: Any) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
+class WorkerMetrics:
+    """The one /metrics endpoint of ``serve --workers N``, served by the supervisor: every worker's
+    metrics from the multiprocess directory (prometheus_client's multiprocess mode, summed across
+    workers), plus the supervisor's own counters and process figures.
+
+    Collectors that read a process's state at scrape time (result caches, sandbox pools) are
+    copied by each worker into multiprocess gauges every second (:meth:`ServiceMetrics.shared_copy`);
+    the workers' process_* figures are not here: those are the supervisor's (docs/service.md,
+    "Workers")."""
+
+    def __init__(self, directory: str) -> None:
+        from prometheus_client import multiprocess
+
+        self.directory = directory
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        multiprocess.MultiProcessCollector(r, path=directory)
+        ProcessCollector(registry=r)  # the supervisor's own
+        self.restarts = Counter(
+            "crossaudit_worker_restarts_total", "Worker processes restarted after they died", registry=r
+        )
+        self.lost_calls = Counter(
+            "crossaudit_worker_lost_calls_total",
+            "Decisions in flight in a worker when it died (their callers got UNAVAILABLE)",
+            registry=r,
+        )
+        self.live = Gauge("crossaudit_workers", "Worker processes serving now", registry=r)
+        self._http: Any = None
+
+    def worker_died(self, pid: int) -> None:
+        """Forget a dead worker's live gauges (its counters stay in the sums)."""
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, self.directory)
+
+    def serve(self, host: str, port: int) -> int:
+        self._http = _serve(self.registry, host, port)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        _close(self._http)
+        self._http = None

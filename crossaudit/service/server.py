@@ -210,6 +210,17 @@ def _log_grants(grants: TenantGrants, tenants: list[str]) -> None:
         log.info("tenant %s: LLM base_url hosts: %s", tenant, allowed)
 
 
+@dataclass(frozen=True)
+class WorkerRole:
+    """What a worker of ``serve --workers N`` is told (crossaudit.service.workers): its index and
+    the shared slots where it counts its decisions in flight (read by the supervisor if it dies).
+    A worker shares the port (SO_REUSEPORT) and the store, and takes no data-dir lock (its
+    supervisor holds it)."""
+
+    index: int
+    inflight: Any
+
+
 @dataclass
 class RunningServer:
     config: ServerConfig
@@ -274,6 +285,7 @@ async def start_server(
     store: Store | None = None,
     auth: Authenticator | None = None,
     engine_limits: EngineLimits | None = None,
+    worker: WorkerRole | None = None,
 ) -> RunningServer:
     """Start serving (returns once the port is bound). Injected parts are not closed by stop()
     except the store; parts built here (sandbox, model pool) are.
@@ -288,7 +300,9 @@ async def start_server(
     grants = auth.grants.with_hosts(config.llm_base_url_hosts)
     _log_grants(grants, auth.tenants)
     lock = None
-    if store is None:
+    if store is None and worker is not None:
+        store = open_config_store(config, owner=False)
+    elif store is None:
         lock, store = open_locked_store(config)
     try:
         evidence = build_evidence(config.evidence, store, Path(config.data_dir), shared_store=bool(config.store_url))
@@ -298,6 +312,8 @@ async def start_server(
             lock.close()
         raise
     metrics = ServiceMetrics(config.metrics_limits, config.llm_prices)
+    if worker is not None:
+        metrics.count_inflight_in(worker.inflight, worker.index)
     built = Engines(engines, sandbox)
     if engines is None:
         try:
@@ -310,7 +326,7 @@ async def start_server(
     if built.sandbox is not None:
         metrics.watch_sandbox(built.sandbox.info)
     service = build_service(config, store, built.engines, built.sandbox, metrics, grants, evidence)
-    server, names, health_servicer = build_grpc_server(config, service, auth)
+    server, names, health_servicer = build_grpc_server(config, service, auth, reuse_port=worker is not None)
     port = bind(config, server)
     if not port:
         await store.aclose()
@@ -354,12 +370,20 @@ def open_locked_store(config: ServerConfig) -> tuple[Any, Store]:
     store); replicas sharing a PostgreSQL store each have their own."""
     lock = lock_data_dir(config.data_dir)
     try:
-        if config.store_url:
-            return lock, open_store(config.store_url, postgres_limits=config.postgres_limits)
-        return lock, SQLiteStore(config.database_path, synchronous=config.store_synchronous)
+        return lock, open_config_store(config)
     except BaseException:
         lock.close()
         raise
+
+
+def open_config_store(config: ServerConfig, *, owner: bool = True) -> Store:
+    """The store ``config`` names. ``owner``: this process alone serves the data dir (a worker of
+    ``serve --workers N`` is not: its siblings' outbox leases are alive)."""
+    if config.store_url:
+        return open_store(config.store_url, postgres_limits=config.postgres_limits)
+    return SQLiteStore(
+        config.database_path, synchronous=config.store_synchronous, release_leases=owner, shared=not owner
+    )
 
 
 @dataclass
@@ -407,8 +431,9 @@ async def build_engines(
 
     model_backend = ModelServerPool(config.model_server_limits, isolation=config.model_servers)
     owned.append(model_backend)
-    # Replicas sharing a PostgreSQL store share their rate_limit buckets through it.
-    limiters = store_limiters(store) if config.store_url else None
+    # Replicas sharing a PostgreSQL store, and the workers of `serve --workers N` on either
+    # store, share their rate_limit buckets through it.
+    limiters = store_limiters(store) if config.store_url or config.worker_count > 1 else None
     engines = runtime_engines(
         sandbox,
         model_backend=model_backend,
@@ -451,15 +476,17 @@ def build_service(
 
 
 def build_grpc_server(
-    config: ServerConfig, service: CrossAuditService, auth: Authenticator
+    config: ServerConfig, service: CrossAuditService, auth: Authenticator, *, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, list[str], HealthServicer]:
-    """The grpc.aio server with the service's servicers, health and reflection (not yet bound)."""
+    """The grpc.aio server with the service's servicers, health and reflection (not yet bound).
+    ``reuse_port``: a worker of ``serve --workers N``, sharing the port with its siblings; else a
+    second server on a port in use fails to bind rather than sharing it unnoticed."""
     limits = config.limits
     options = [
         # above the named limit: the handler's refusal names it (crossaudit.service.decoding)
         ("grpc.max_receive_message_length", limits.max_request_bytes + TRANSPORT_MARGIN_BYTES),
         ("grpc.max_send_message_length", limits.max_send_message_bytes),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
     # No server interceptors: they put every call on grpc.aio's slow dispatch path. Calls are
     # authorized by the handler wrappers add_servicers installs (crossaudit.service.decoding).
@@ -524,31 +551,59 @@ def where_data_lives(config: ServerConfig) -> str:
     return f"sqlite {Path(config.database_path).resolve()}"
 
 
+def sandbox_backend(running: RunningServer) -> str | None:
+    """The sandbox backend for the start line; the process sandbox's weaker isolation is logged."""
+    info = running.sandbox.info() if running.sandbox is not None else {}
+    backend = info.get("backend", "?") if info else None
+    if backend == "process":
+        log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
+    return backend
+
+
+def start_line(
+    config: ServerConfig,
+    port: int,
+    tenants: int,
+    sandbox: str | None,
+    console_url: str | None,
+    metrics_port: int | None,
+    workers: int = 1,
+) -> str:
+    """The line a started server prints (tests and scripts read the address from its 4th word)."""
+    parts = [f"crossaudit serving on {_address(config.host, port)}"]
+    parts.append("tls" if config.tls_cert else "plaintext")
+    parts.append("dev: tenant 'default', no keys" if config.dev else f"{tenants} tenant(s)")
+    if workers > 1:
+        parts.append(f"workers {workers}")
+    if sandbox:
+        parts.append(f"sandbox {sandbox}" + (" (WEAKER isolation than docker)" if sandbox == "process" else ""))
+    parts.append(f"data dir {Path(config.data_dir).resolve()}")
+    parts.append(f"store {where_data_lives(config)}")
+    if console_url is not None:
+        parts.append(f"review console on {console_url}")
+    if metrics_port is not None:
+        parts.append(f"metrics on {_address(config.metrics_host, metrics_port)}")
+    return ", ".join(parts)
+
+
 async def serve(config: ServerConfig, *, announce: Any = print) -> None:
-    """Run until SIGINT/SIGTERM, then shut down gracefully."""
+    """Run until SIGINT/SIGTERM, then shut down gracefully. ``workers`` > 1: this process
+    supervises that many server processes on one port (crossaudit.service.workers)."""
+    if config.worker_count > 1:
+        from crossaudit.service.workers import supervise
+
+        await supervise(config, announce=announce)
+        return
     running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    info = running.sandbox.info() if running.sandbox is not None else {}
-    parts = [f"crossaudit serving on {running.address}"]
-    parts.append("tls" if config.tls_cert else "plaintext")
+    backend = sandbox_backend(running)
     tenants = running.auth.tenants if running.auth else []
-    parts.append("dev: tenant 'default', no keys" if config.dev else f"{len(tenants)} tenant(s)")
-    if info:
-        backend = info.get("backend", "?")
-        parts.append(f"sandbox {backend}" + (" (WEAKER isolation than docker)" if backend == "process" else ""))
-        if backend == "process":
-            log.warning("custom code runs in the process sandbox (weaker isolation): %s", info.get("isolation", ""))
-    parts.append(f"data dir {Path(config.data_dir).resolve()}")
-    parts.append(f"store {where_data_lives(config)}")
-    if running.console is not None:
-        parts.append(f"review console on {running.console.url}")
-    if running.metrics_port is not None:
-        parts.append(f"metrics on {_address(config.metrics_host, running.metrics_port)}")
-    announce(", ".join(parts), flush=True)
+    console = running.console.url if running.console is not None else None
+    announce(start_line(config, running.port, len(tenants), backend, console, running.metrics_port), flush=True)
     try:
         await stop.wait()
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import sqlite3
@@ -34,23 +35,40 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 class SQLiteStore(SqlStore):
     """``SQLiteStore(path)``; ``path=":memory:"`` for tests. Call :meth:`aclose` when done."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5_000) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 5_000,
+        release_leases: bool = True,
+        shared: bool = False,
+    ) -> None:
+        """``shared``: other processes write this file too (the workers of ``serve --workers N``):
+        transactions then queue on a file lock beside it (``-writer``), which wakes the next one
+        as soon as one commits, instead of on SQLite's busy handler, which sleeps 1 to 100 ms
+        between tries (at the rates a worker commits, that sleeping halved the throughput).
+        ``release_leases``: see :meth:`_open`."""
         sync = synchronous.upper()
         if sync not in SYNCHRONOUS_MODES:
             raise InvalidInputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
         self.path = str(path)
+        self._writer: int | None = None
         if self.path != ":memory:":
             _private_files(Path(self.path))
+            if shared:
+                lock = Path(self.path + WRITER_LOCK_SUFFIX)
+                self._writer = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         # One thread owns the connection: sqlite3 objects never cross threads concurrently.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crossaudit-store")
         try:
-            self._conn = self._executor.submit(self._open, sync, busy_timeout_ms).result()
+            self._conn = self._executor.submit(self._open, sync, busy_timeout_ms, release_leases).result()
         except sqlite3.Error as e:  # corrupt file, not a database, locked by another program, I/O error
             self._executor.shutdown(wait=False)
             raise StoreUnavailableError(f"cannot open the database {self.path}: {e}") from None
         self._closed = False
 
-    def _open(self, sync: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    def _open(self, sync: str, busy_timeout_ms: int, release_leases: bool) -> sqlite3.Connection:
         # Bounded by busy_timeout_ms: a database another program holds locked fails start-up with
         # one clear error instead of hanging.
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -67,15 +85,27 @@ class SQLiteStore(SqlStore):
         done = int(conn.execute("PRAGMA user_version").fetchone()[0])
         for version, step in enumerate(migrations.SQLITE[done:], start=done + 1):
             conn.executescript(f"BEGIN IMMEDIATE; {step}; PRAGMA user_version={version}; COMMIT;")
-        # One process owns an SQLite store (the server locks its data dir): leases a previous
-        # process held died with it, so its in-flight messages are due again now, not after lease_s.
-        conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
+        # The process that owns an SQLite store (the server locks its data dir) releases the leases
+        # a previous process held, which died with it: its in-flight messages are due now, not after
+        # lease_s. Workers of `serve --workers N` open it with release_leases=False: their siblings'
+        # leases are alive (a dead worker's expire after lease_s, as a PostgreSQL replica's do).
+        if release_leases:
+            conn.execute("UPDATE outbox SET lease_until=0 WHERE lease_until>0")
         return conn
 
     def _tx(self, fn: Callable[[Conn], T], contended: bool = False) -> T:
         """A write transaction from its start (``BEGIN IMMEDIATE``), so it never has to upgrade a
         read lock; ``contended`` changes nothing, SQLite's writers already queue on its lock."""
         conn = self._conn
+        if self._writer is not None:
+            fcntl.flock(self._writer, fcntl.LOCK_EX)  # released below, whatever happens
+            try:
+                return self._tx_unshared(conn, fn)
+            finally:
+                fcntl.flock(self._writer, fcntl.LOCK_UN)
+        return self._tx_unshared(conn, fn)
+
+    def _tx_unshared(self, conn: sqlite3.Connection, fn: Callable[[Conn], T]) -> T:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -120,8 +150,12 @@ class SQLiteStore(SqlStore):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=True)
+        if self._writer is not None:
+            os.close(self._writer)
+            self._writer = None
 
 
+WRITER_LOCK_SUFFIX = "-writer"  # the shared store's transaction lock file, beside the database
 PRIVATE_FILE_MODE = 0o600  # the database holds every tenant's code, policies and audit log
 PRIVATE_DIR_MODE = 0o700
 
@@ -138,7 +172,7 @@ def _private_files(db: Path) -> None:
         os.fchmod(fd, PRIVATE_FILE_MODE)
     finally:
         os.close(fd)
-    for suffix in ("-wal", "-shm", "-journal"):
+    for suffix in ("-wal", "-shm", "-journal", WRITER_LOCK_SUFFIX):
         side = db.with_name(db.name + suffix)
         with contextlib.suppress(FileNotFoundError):
             side.chmod(PRIVATE_FILE_MODE)

@@ -100,6 +100,13 @@ TARGETS = (
         "proxy stream TTFT, 400 tokens at 10 ms: at most the upstream's first window + 50 ms (excess in ms)",
     ),
     Target(
+        "ratio.workers.c16",
+        "ratio",
+        1.35,
+        False,
+        "serve --workers 2 vs --workers 1, 16 client processes, cached 10-rule policy: >= 1.35x decisions/s",
+    ),
+    Target(
         "eval.custom.cached",
         "throughput",
         1000,

@@ -52,6 +52,7 @@ LONG_RUNNING = {
     "crossaudit serve --api-keys keys.yaml --sandbox docker --metrics-port 9464"
     " --data-dir /var/lib/crossaudit": "serves until stopped; needs Docker and a system directory",
     "crossaudit serve --api-keys keys.yaml --console-port 8081": "serves the review console until stopped",
+    "crossaudit serve --api-keys keys.yaml --workers auto": "serves until stopped (test_workers.py runs workers)",
     "crossaudit serve --dev &": "a background server on the fixed port 50051",
 }  # fmt: skip
 # Needs an OpenAI-compatible model upstream (tests/e2e/test_proxy.py runs the proxy against a stub).

@@ -63,8 +63,12 @@ class DeliveryMetrics:
         self.latency = Histogram(
             "crossaudit_delivery_attempt_seconds", "Duration of one delivery attempt", ["kind"], buckets=BUCKETS, **kw
         )
-        self.messages = Gauge(
-            "crossaudit_outbox_messages", "Outbox messages by kind and state", ["kind", "state"], **kw
+        self.messages = Gauge(  # every worker of `serve --workers N` reads the same store: its latest count
+            "crossaudit_outbox_messages",
+            "Outbox messages by kind and state",
+            ["kind", "state"],
+            multiprocess_mode="livemostrecent",
+            **kw,
         )
         self.refused = Counter(
             "crossaudit_outbox_refused_total",

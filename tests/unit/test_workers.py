@@ -1,0 +1,113 @@
+"""The parts of ``serve --workers N`` that need no server: the port reservation, the workers'
+settings, exit descriptions, ``auto``, and SQLite shared by several writers (one file lock)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.service.config import CONSOLE_OFF, DEV_CONSOLE_PORT, ServerConfig, WorkerLimits
+from crossaudit.service.workers import describe_exit, reserve_port, worker_config
+from crossaudit.store.sqlite import WRITER_LOCK_SUFFIX, SQLiteStore
+
+STORES = 3  # writers sharing one SQLite file
+TAKES_EACH = 6
+
+
+def test_port_0_is_resolved_and_the_workers_can_listen_on_it() -> None:
+    reserved = reserve_port("127.0.0.1", 0)
+    try:
+        port = reserved.getsockname()[1]
+        assert port > 0
+        workers = []
+        for _ in range(2):  # what grpc.so_reuseport=1 does in each worker
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            workers.append(s)
+        for s in workers:
+            s.close()
+    finally:
+        reserved.close()
+
+
+def test_a_port_another_program_listens_on_is_refused() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        with pytest.raises(ConfigurationError, match="in use"):
+            reserve_port("127.0.0.1", other.getsockname()[1])
+
+
+def test_exits_are_described_by_code_or_signal() -> None:
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(3) == "exit code 3"
+    assert describe_exit(None) == "running"
+
+
+def test_a_workers_settings() -> None:
+    config = ServerConfig(workers=2, dev=True, metrics_port=0)
+    first, second = worker_config(config, 0, 4242), worker_config(config, 1, 4242)
+    assert (first.port, second.port) == (4242, 4242)
+    assert first.metrics_port is None and second.metrics_port is None  # the supervisor serves /metrics
+    assert first.console_port == DEV_CONSOLE_PORT  # --dev's console: worker 0 only
+    assert second.console_port == CONSOLE_OFF
+    assert first.worker_count == 2  # rate_limit buckets go to the store
+    assert worker_config(config, 0, 4242, console_port=38001).console_port == 38001  # a restart keeps it
+    assert worker_config(ServerConfig(workers=2, console_port="off"), 0, 1, 38001).console_port == CONSOLE_OFF
+
+
+def test_auto_is_the_usable_cores_within_the_bound() -> None:
+    assert ServerConfig(workers="auto").worker_count == len(os.sched_getaffinity(0))
+    assert ServerConfig(workers="auto", worker_limits=WorkerLimits(max_workers=1)).worker_count == 1
+    assert ServerConfig().worker_count == 1
+
+
+async def test_writers_sharing_one_sqlite_file_queue_on_its_lock_and_share_a_bucket(tmp_path: Path) -> None:
+    path = tmp_path / "crossaudit.db"
+    await SQLiteStore(path).aclose()  # the supervisor's open: migrations, leases released
+    stores = [SQLiteStore(path, shared=True, release_leases=False) for _ in range(STORES)]
+    try:
+        assert Path(str(path) + WRITER_LOCK_SUFFIX).stat().st_mode & 0o777 == 0o600
+        now = time.time()
+        got = await asyncio.gather(
+            *(
+                s.take_rate_token("t/p/e", rate_per_s=0.01, capacity=5, now=now, max_wait_s=0.0)
+                for s in stores * TAKES_EACH
+            )
+        )
+        assert sorted(got, key=lambda w: w is None) == [0.0] * 5 + [None] * (STORES * TAKES_EACH - 5)
+    finally:
+        for s in stores:
+            await s.aclose()
+
+
+def test_a_workers_lines_name_it_in_text_and_json() -> None:
+    import io
+    import json
+    import logging
+
+    from crossaudit.service.logs import configure_logging
+
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    try:
+        for fmt in ("text", "json"):
+            out = io.StringIO()
+            configure_logging("INFO", fmt, out, worker=1)
+            logging.getLogger("crossaudit.test").info("serving")
+            line = out.getvalue().strip()
+            if fmt == "json":
+                assert json.loads(line)["worker"] == 1
+            else:
+                assert line.endswith("INFO [worker 1] crossaudit.test: serving")
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
