@@ -60,6 +60,7 @@ def review_records(tenant: str, d: Decision, revision: int, env: str, now: float
 
 
 RECEIPT_FORMAT = "crossaudit.receipt/v1"
+EMPTY_CONTEXT_SHA256 = sha256_json({})  # most decisions carry no context: its digest once
 
 
 def engine_version() -> str:
@@ -181,7 +182,7 @@ def audit_record(
         latency_ms=d.latency_ms,
         prompt_sha256=sha256_text(prompt),
         response_sha256=sha256_text(response),
-        context_sha256=sha256_json(dict(context or {})),
+        context_sha256=sha256_json(dict(context)) if context else EMPTY_CONTEXT_SHA256,
         created_at=now,
         request_id=request_id,
         prompt=prompt.replace("\0", NUL_REPLACEMENT) if raw else None,  # measured as stored (PostgreSQL)
