@@ -45,10 +45,10 @@ from tests.e2e.conftest import ServerProcess, key, start_process
 from tests.e2e.policies import ten_rules
 
 CLIENTS = 16
-WINDOW_S = 5.0  # one CPU window under CLIENTS clients
+WINDOW_S = 4.0  # one CPU window under CLIENTS clients
 MAX_CALLS = 100_000  # bounds a window's load loop whatever the speed
-ROUNDS = 2  # CPU windows and p50 rounds per server, alternating
-P50_CALLS = 200  # per 1-client round and kind
+ROUNDS = 4  # CPU windows and p50 rounds per server, alternating (and which side goes first)
+P50_CALLS = 150  # per 1-client round and kind
 WARMUP = 50
 PROFILE_S = 8  # py-spy window
 PROFILE_HZ = 250
@@ -151,11 +151,12 @@ async def _measure(sides: list[Side], bare_address: str, bare_pid: int) -> list[
             await _latencies(_health_call(channels[s.name]), WARMUP)
         bare_calls = [_health_call(ch) for ch in bare_channels]
         await _latencies(bare_calls[0], WARMUP)
-        for _ in range(ROUNDS):
-            for s in sides:
+        for r in range(ROUNDS):
+            order = sides if r % 2 == 0 else sides[::-1]  # neither side always goes first
+            for s in order:
                 s.cpu_ms.append(await _window(evaluates[s.name], s.server.pid))
             bare.append(await _window(bare_calls, bare_pid))
-            for s in sides:
+            for s in order:
                 s.health += await _latencies(_health_call(channels[s.name]), P50_CALLS)
                 s.evaluate += await _latencies(evaluates[s.name][0], P50_CALLS)
         return bare
