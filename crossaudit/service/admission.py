@@ -22,7 +22,7 @@ from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import Deliveries
-from crossaudit.service.records import audit_record, fit_audit, review_records
+from crossaudit.service.records import audit_record, fit_audit, receipt_json, review_records
 from crossaudit.service.retention import Retention
 from crossaudit.service.rollout import Rollout
 from crossaudit.service.tenants import Tenants
@@ -262,7 +262,8 @@ class Admission:
             )
             if retained is not None:
                 audit = dataclasses.replace(audit, inputs_retained_until=retained.expires_at)
-        audit, size, rules_json = fit_audit(audit, self.limits.max_audit_bytes_per_decision)
+        receipt = receipt_json(audit.receipt)  # encoded once: measured, then written as it is
+        audit, size, rules_json = fit_audit(audit, self.limits.max_audit_bytes_per_decision, receipt)
         if retained is not None:
             size += retained.size  # retained bytes count toward the tenant's audit quota
         messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
@@ -275,6 +276,7 @@ class Admission:
             max_pending=quotas,
             audit_bytes=size,
             rules_json=rules_json,
+            receipt_json=receipt,
             max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
             retained=retained,
         )

@@ -256,13 +256,45 @@ def evaluator_result_to_pb(e: EvaluatorResult) -> ev_pb.EvaluatorResult:
     return msg
 
 
-def _fill_rule(msg: ev_pb.RuleResult, r: RuleResult) -> None:
+# A decision's rules mostly share their evaluators' results (one call, a copy per rule that
+# differs at most in its status): the first copy is converted, the others copied from it in C.
+_Shared = dict[tuple[Any, ...], list[tuple[EvaluatorResult, ev_pb.EvaluatorResult]]]
+
+
+def _shared_key(e: EvaluatorResult) -> tuple[Any, ...]:
+    return (e.evaluator, e.kind, e.identity, e.latency_ms, e.attempts, e.cached, e.score, e.passed, e.error)
+
+
+def _fill_shared(msg: ev_pb.EvaluatorResult, e: EvaluatorResult, shared: _Shared) -> None:
+    """``msg`` as :func:`_fill_evaluator_result` fills it, copied from an equal result's message
+    of this decision (all but the status) when there is one."""
+    seen = shared.setdefault(_shared_key(e), [])
+    for other, done in seen:
+        if (
+            other.details == e.details
+            and repr(other.details) == repr(e.details)  # 1 == True, but a Struct tells them apart
+            and other.violations == e.violations
+            and other.spans == e.spans
+            and other.provenance == e.provenance
+            and other.error_type == e.error_type
+        ):
+            msg.CopyFrom(done)
+            msg.status = STATUS_TO_PB[e.status]
+            return
+    _fill_evaluator_result(msg, e)
+    seen.append((e, msg))
+
+
+def _fill_rule(msg: ev_pb.RuleResult, r: RuleResult, shared: _Shared | None = None) -> None:
     msg.rule = r.rule
     msg.status = STATUS_TO_PB[r.status]
     msg.passed = r.passed
     msg.action = ACTION_TO_PB[r.action] if r.action is not None else ev_pb.ACTION_UNSPECIFIED
     for e in r.evaluators:
-        _fill_evaluator_result(msg.evaluators.add(), e)
+        if shared is None:
+            _fill_evaluator_result(msg.evaluators.add(), e)
+        else:
+            _fill_shared(msg.evaluators.add(), e, shared)
     msg.fallback_used = r.fallback_used
     msg.reason = r.reason
     msg.latency_ms = r.latency_ms
@@ -296,8 +328,9 @@ def decision_to_pb(
         review_ids=review_ids or [],
         request_id=request_id,
     )
+    shared: _Shared = {}
     for r in d.rules:
-        _fill_rule(msg.rules.add(), r)
+        _fill_rule(msg.rules.add(), r, shared)
     for o in d.outcomes:
         _fill_outcome(msg.outcomes.add(), o)
     if d.modified_response is not None:

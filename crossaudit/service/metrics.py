@@ -253,13 +253,17 @@ class ServiceMetrics:
         child = self._child
         child(self.decisions, label, policy, decision.action.value, str(decision.passed).lower()).inc()
         child(self.decision_latency, label, policy).observe(seconds)
+        results: dict[tuple[str, str], int] = {}  # counted here, then one increment per label set
         for rule in decision.rules:
             child(self.rule_latency, policy, rule.rule).observe(rule.latency_ms / 1000.0)
             for ev in rule.evaluators:
                 kind = ev.kind or "unknown"
-                child(self.evaluator_results, kind, ev.status.value).inc()
+                key = (kind, ev.status.value)
+                results[key] = results.get(key, 0) + 1
                 if not ev.cached:
                     child(self.evaluator_latency, kind).observe(ev.latency_ms / 1000.0)
+        for (kind, status), n in results.items():
+            child(self.evaluator_results, kind, status).inc(n)
 
     def llm_usage(self, tenant: str) -> Callable[[str, str, int, int], None]:
         """The callback a tenant's LLM evaluators report each call's tokens to

@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
+from crossaudit.evidence.leaf import receipt_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from crossaudit.kernel.results import Decision
 from crossaudit.service import inputs
@@ -57,6 +60,7 @@ def review_records(tenant: str, d: Decision, revision: int, env: str, now: float
 
 
 RECEIPT_FORMAT = "crossaudit.receipt/v1"
+EMPTY_CONTEXT_SHA256 = sha256_json({})  # most decisions carry no context: its digest once
 
 
 def engine_version() -> str:
@@ -105,6 +109,19 @@ def decision_receipt(d: Decision, rec: PolicyVersionRecord, env: str) -> dict[st
         },
         "evaluators": evaluators,
     }
+
+
+def receipt_json(receipt: Mapping[str, Any]) -> str:
+    """A receipt built by :func:`decision_receipt` as the store writes it, byte for byte
+    ``crossaudit.evidence.leaf.receipt_text`` (JSON, sorted keys, no spaces, ASCII), by orjson: its
+    sorted compact output is the same text for a document of strings, integers, booleans and
+    nulls, which is all a receipt holds (no floats, by its builder's types), whenever it is ASCII
+    without DEL; otherwise (a name json.dumps escapes) the canonical encoder writes it."""
+    try:
+        out = orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not a type orjson writes as json.dumps does (default=str): the canonical encoder
+        return receipt_text(receipt)
+    return out.decode() if out.isascii() and b"\x7f" not in out else receipt_text(receipt)
 
 
 def audit_record(
@@ -165,7 +182,7 @@ def audit_record(
         latency_ms=d.latency_ms,
         prompt_sha256=sha256_text(prompt),
         response_sha256=sha256_text(response),
-        context_sha256=sha256_json(dict(context or {})),
+        context_sha256=sha256_json(dict(context)) if context else EMPTY_CONTEXT_SHA256,
         created_at=now,
         request_id=request_id,
         prompt=prompt.replace("\0", NUL_REPLACEMENT) if raw else None,  # measured as stored (PostgreSQL)
@@ -235,20 +252,23 @@ def _violations_json_bytes(rec: AuditRecord) -> int | None:
     return extra if found else None
 
 
-def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int, str]:
+def fit_audit(rec: AuditRecord, cap: int, receipt: str | None = None) -> tuple[AuditRecord, int, str]:
     """``rec``, its size and its rules encoded, when it fits ``cap`` bytes; otherwise the record
     cut down by :data:`_CUTS` until it does (or nothing more can go), with ``truncated`` saying
     which setting cut what from how large. An answered decision's record is never dropped. The
-    rules are encoded once, here, and written as they are (``Store.record_decision(rules_json=)``)."""
+    rules are encoded once, here, and written as they are (``Store.record_decision(rules_json=)``).
+    ``receipt``: the receipt's text when the caller has it (no cut changes the receipt)."""
+    if receipt is None:
+        receipt = receipt_text(rec.receipt)
     bulk = _violations_json_bytes(rec)
     if bulk is None or bulk <= cap:  # small enough to encode whole: it is written as it is if it fits
         rules_json = audit_rules_json(rec)
-        size = audit_size(rec, rules_json)
+        size = audit_size(rec, rules_json, receipt)
         if size <= cap:
             return rec, size, rules_json
     else:  # measured without encoding the bulk (megabytes would hold the interpreter lock for its length)
         rec = _CUTS[0][1](rec)
-        size = audit_size(rec) + bulk
+        size = audit_size(rec, None, receipt) + bulk
     before, cut = size, []
     for i, (name, step) in enumerate(_CUTS):
         if not (i == 0 and bulk is not None and bulk > cap):  # that cut is made already
@@ -257,10 +277,10 @@ def fit_audit(rec: AuditRecord, cap: int) -> tuple[AuditRecord, int, str]:
         # the note saying what went is part of the record: it is measured with it
         note = f"{AUDIT_DECISION_KEY}={cap}: cut {', '.join(cut)} (was {before} bytes)"
         rec = dataclasses.replace(rec, truncated=note)
-        if audit_size(rec) <= cap:
+        if audit_size(rec, None, receipt) <= cap:
             break
     rules_json = audit_rules_json(rec)
-    return rec, audit_size(rec, rules_json), rules_json
+    return rec, audit_size(rec, rules_json, receipt), rules_json
 
 
 class Records:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -595,6 +596,9 @@ async def serve(config: ServerConfig, *, announce: Any = print) -> None:
         await supervise(config, announce=announce)
         return
     running = await start_server(config)
+    # What start-up built (policies, schemas, modules) lives as long as the process: moved out of
+    # the collector's generations, a full collection no longer walks it again and again.
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

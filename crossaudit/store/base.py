@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 # The store's errors live in the one hierarchy (crossaudit.kernel.errors); re-exported for compatibility.
+from crossaudit.evidence.leaf import receipt_text
 from crossaudit.kernel.errors import ReviewAlreadyResolvedError as ReviewAlreadyResolvedError
 from crossaudit.kernel.errors import StoreUnavailableError as StoreUnavailableError
 
@@ -353,15 +354,16 @@ def audit_rules_json(rec: AuditRecord) -> str:
     return json.dumps(rec.rules, default=str)
 
 
-def audit_size(rec: AuditRecord, rules_json: str | None = None) -> int:
+def audit_size(rec: AuditRecord, rules_json: str | None = None, receipt_json: str | None = None) -> int:
     """The bytes an audit record costs its tenant's quota: its JSON and text columns as stored
     (the receipt included), plus the fixed part. One measure for the per-decision cap and the per-day quota.
-    ``rules_json``: :func:`audit_rules_json` of ``rec`` when the caller already has it."""
+    ``rules_json``, ``receipt_json``: :func:`audit_rules_json` of ``rec`` and ``receipt_text`` of
+    its receipt when the caller already has them."""
     if rules_json is None:
         rules_json = audit_rules_json(rec)
     size = AUDIT_ROW_BYTES + len(rules_json) + len(json.dumps(rec.errored_rules))
     if rec.receipt:  # as the store writes it (crossaudit.evidence.leaf.receipt_text)
-        size += len(json.dumps(rec.receipt, sort_keys=True, separators=(",", ":"), default=str))
+        size += len(receipt_text(rec.receipt) if receipt_json is None else receipt_json)
     if rec.prompt is not None:
         size += len(rec.prompt.encode("utf-8", "surrogatepass"))
     if rec.response is not None:
@@ -470,13 +472,15 @@ class Store(abc.ABC):
         max_open_reviews: int | None = None,
         rules_json: str | None = None,
         retained: RetainedRecord | None = None,
+        receipt_json: str | None = None,
     ) -> list[OutboxRecord | ReviewRecord]:
         """Durably write a decision's audit record, the reviews it created and the messages it
         sends (webhooks, decision-log entries), atomically. Called *before* the answer is sent.
         The record's size (``audit_bytes``, else :func:`audit_size`) is added to its tenant's
         audit bytes of the record's UTC day in the same transaction (:meth:`audit_bytes`).
         ``rules_json``: the record's rules already encoded (:func:`audit_rules_json`), written as
-        they are, so a decision's rules are encoded once on the hot path.
+        they are, so a decision's rules are encoded once on the hot path; ``receipt_json`` likewise
+        its receipt (``receipt_text``).
 
         ``max_pending`` (kind -> n): a message of that kind is written only while its tenant has
         fewer than n pending; the audit record and everything else are written all the same (an

@@ -272,6 +272,7 @@ class _DecisionWrite:
     max_pending: dict[str, int]
     audit_bytes: int = 0
     rules_json: str | None = None  # the audit record's rules, already encoded
+    receipt_json: str | None = None  # and its receipt (receipt_text), which no quota rewrites
     refused: list[OutboxRecord | ReviewRecord] = dataclasses.field(default_factory=list)
     max_open_reviews: int | None = None
     retained: RetainedRecord | None = None  # the decision's sealed inputs (docs/retention.md)
@@ -1044,6 +1045,7 @@ class SqlStore(Store):
         max_open_reviews: int | None = None,
         rules_json: str | None = None,
         retained: RetainedRecord | None = None,
+        receipt_json: str | None = None,
     ) -> list[OutboxRecord | ReviewRecord]:
         """Committed with concurrent decisions in one transaction (:mod:`crossaudit.store.groupcommit`)."""
         for rec in (*reviews, *outbox, *((retained,) if retained else ())):
@@ -1055,8 +1057,11 @@ class SqlStore(Store):
             )
         if rules_json is None:
             rules_json = audit_rules_json(audit)
-        size = audit_size(audit, rules_json) if audit_bytes is None else audit_bytes
+        if receipt_json is None:
+            receipt_json = receipt_text(audit.receipt)
+        size = audit_size(audit, rules_json, receipt_json) if audit_bytes is None else audit_bytes
         write = _DecisionWrite((audit, *reviews), tuple(outbox), dict(max_pending or {}), size, rules_json)
+        write.receipt_json = receipt_json
         write.max_open_reviews = max_open_reviews
         write.retained = retained
         await self._decisions.commit(write)
@@ -1089,7 +1094,7 @@ class SqlStore(Store):
                 # the rules as encoded by the caller, unless the review quota rewrote the record
                 encoded = {
                     "rules": write.rules_json if audit is write.records[0] else audit_rules_json(audit),
-                    "receipt": receipt_text(audit.receipt),
+                    "receipt": receipt_text(audit.receipt) if write.receipt_json is None else write.receipt_json,
                 }
                 if self.log_decisions:
                     audit = _logged(audit, seqs, encoded)

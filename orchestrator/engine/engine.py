@@ -140,8 +140,10 @@ class _Request:
     replay: Replay | None = None
     # replay only: evaluators this request could not run faithfully, by name -> (reason, why)
     unreplayable: dict[str, tuple[Unreplayable, str]] = field(default_factory=dict)
-    calls: dict[tuple[str, float, int, float], asyncio.Task[EvaluatorResult]] = field(default_factory=dict)
+    # a cache hit is a done future (no task); a call that runs is a task
+    calls: dict[tuple[str, float, int, float], asyncio.Future[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
+    inputs_digest: str = ""  # the cache key's part from the inputs, computed once a decision (_cache_key)
     # replay only: evaluator identities by name (None: does not build), looked up once a decision
     identities: dict[str, str | None] = field(default_factory=dict)
 
@@ -282,24 +284,29 @@ class Engine:
         order = [r for r in self._plan(policy) if applies_at(r, stage)] if stage else self._plan(policy)
         results: list[RuleResult] = []
         stopped_by: str | None = None
-        if replay is None:
-            for rule in order:
-                req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
+        decided: dict[str, RuleResult] = {}  # rules decided at once (nothing to wait for): no task each
         try:
-            if replay is not None:
+            if replay is None:
+                self._start_rules(req, order, decided)
+            else:
                 await self._replay_rules(req, order, results)
             for rule in order if replay is None else ():
-                task = req.rule_tasks[rule.name]
+                task = req.rule_tasks.get(rule.name)
                 if stopped_by is not None:
-                    task.cancel()
+                    if task is not None:
+                        task.cancel()
                     results.append(_skipped(rule, f"not applied: rule {stopped_by!r} stopped processing"))
                     continue
-                res = await task
+                res = decided.get(rule.name)
+                if res is None:
+                    assert task is not None
+                    res = await task
                 results.append(res)
                 if not res.passed and self._stops(policy, rule, res):
                     stopped_by = rule.name
         finally:
-            pending = [t for t in (*req.rule_tasks.values(), *req.calls.values()) if not t.done()]
+            futures: list[asyncio.Future[Any]] = [*req.rule_tasks.values(), *req.calls.values()]
+            pending = [t for t in futures if not t.done()]
             for t in pending:
                 t.cancel()
             if pending:
@@ -313,13 +320,54 @@ class Engine:
             _raise_unreplayable(req, results)
         return self._decide(req, results, start)
 
+    def _start_rules(self, req: _Request, order: list[Rule], decided: dict[str, RuleResult]) -> None:
+        """Every rule started in plan order, as the live path always did: a rule whose evaluators'
+        results are at hand (cache hits, calls another rule finished) and that reads no other rule
+        is decided here, without a task, a suspension and the loop's callbacks (most rules of a
+        cached policy); the others run as tasks, concurrently, their calls started at once."""
+        loop = asyncio.get_running_loop()
+        read = _read_rules(order)
+        for rule in order:
+            res = self._rule_now(req, rule)
+            if res is None:
+                req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
+                continue
+            decided[rule.name] = res
+            if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
+                done: asyncio.Future[RuleResult] = loop.create_future()
+                done.set_result(res)
+                req.rule_tasks[rule.name] = done
+
+    def _rule_now(self, req: _Request, rule: Rule) -> RuleResult | None:
+        """``rule``'s result when it needs nothing to wait for (no rule it reads, every evaluator's
+        result at hand, no fallback to call), else None: it then runs as a task (:meth:`_run_rule`),
+        which finds the calls started here."""
+        if rule.conditions and rule.depends_on:
+            return None
+        t0 = self.clock()
+        ctx = req.inp.context
+        ok, why = check_all(rule.conditions, ctx)
+        if not ok:
+            return _skipped(rule, why)
+        weights = _weights(rule)
+        calls = [self._start_call(req, rule, name) for name, _ in weights]
+        if not all(c.done() for c in calls):
+            return None
+        evaluated = [_own_copy(c.result()) for c in calls]
+        errored = [r for r in evaluated if r.status in (Status.ERROR, Status.TIMEOUT)]
+        if errored and rule.fallback and rule.fallback.evaluator:
+            return None  # the fallback is called by the rule's task
+        stats = self.feedback(req.policy.name, rule.name) if self.feedback and rule.feedback_config else None
+        threshold, why_threshold = rule_threshold(rule, ctx, stats)
+        return self._verdict(rule, t0, threshold, why_threshold, weights, evaluated, errored, False)
+
     async def _replay_rules(self, req: _Request, order: list[Rule], results: list[RuleResult]) -> None:
         """Replay runs the rules one after the other in plan order (readers after what they read),
         without a task each: their verdicts are mostly recorded, so there is nothing to overlap, and
         a replay overlaps decisions instead. A rule after one that stops processing is skipped, as
         the live path's cancelled rule is."""
         loop = asyncio.get_running_loop()
-        read = {dep for r in order for dep in r.depends_on}
+        read = _read_rules(order)
         for i, rule in enumerate(order):
             res = await self._run_rule(req, rule)
             results.append(res)
@@ -346,8 +394,11 @@ class Engine:
             return not rule.typed_action_config.continue_processing
         return False
 
-    async def _context_of(self, req: _Request, rule: Rule) -> dict[str, Any]:
-        """The request's context, with ``previous_rule`` once the rules this one reads have ended."""
+    async def _context_of(self, req: _Request, rule: Rule) -> Mapping[str, Any]:
+        """The request's context, with ``previous_rule`` once the rules this one reads have ended
+        (a copy then; the request's own, read only, otherwise)."""
+        if not (rule.conditions and rule.depends_on):
+            return req.inp.context
         ctx: dict[str, Any] = dict(req.inp.context)
         if rule.depends_on:
             previous: dict[str, Any] = {}
@@ -381,7 +432,7 @@ class Engine:
         stats = self.feedback(req.policy.name, rule.name) if self.feedback and rule.feedback_config else None
         threshold, why_threshold = rule_threshold(rule, ctx, stats)
 
-        weights = [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
+        weights = _weights(rule)
         recorded = []
         if req.replay is not None:
             recorded = [r for name, _ in weights if (r := self._replayed(req, name)) is not None]
@@ -393,6 +444,21 @@ class Engine:
             evaluated = list(await asyncio.gather(*(self._call(req, rule, name) for name, _ in weights)))
         errored = [r for r in evaluated if r.status in (Status.ERROR, Status.TIMEOUT)]
         evaluated, errored, fallback_used = await self._with_fallback(req, rule, evaluated, errored)
+        return self._verdict(rule, t0, threshold, why_threshold, weights, evaluated, errored, fallback_used)
+
+    # Long: the rule's verdict from its evaluators' results, one function for the single-evaluator,
+    # consensus, disagreement and no-verdict cases so that they are read (and kept) side by side.
+    def _verdict(
+        self,
+        rule: Rule,
+        t0: float,
+        threshold: float,
+        why_threshold: str,
+        weights: list[tuple[str, float]],
+        evaluated: list[EvaluatorResult],
+        errored: list[EvaluatorResult],
+        fallback_used: bool,
+    ) -> RuleResult:
         answered = [r for r in evaluated[: len(weights)] if r.status not in (Status.ERROR, Status.TIMEOUT)]
         for r in evaluated[: len(weights)]:
             if r.score is not None:
@@ -510,6 +576,13 @@ class Engine:
             replayed = self._replayed(req, name)
             if replayed is not None:
                 return replayed
+        call = self._start_call(req, rule, name)
+        # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
+        return _own_copy(call.result() if call.done() else await asyncio.shield(call))
+
+    def _start_call(self, req: _Request, rule: Rule, name: str) -> asyncio.Future[EvaluatorResult]:
+        """The call of ``name`` ``rule`` makes, shared with the rules that ask alike: a cache hit is
+        a done future (no task), anything else a task started now."""
         spec = req.policy.evaluator(name)
         cfg_timeout = getattr(spec.typed_config, "timeout", None)
         per_call = rule.settings.timeout or cfg_timeout or self.limits.default_rule_timeout_s
@@ -529,12 +602,42 @@ class Engine:
                 else req.policy.settings.cache_duration or self.limits.default_cache_duration_s
             )
         key = (name, per_call, retries, ttl)
-        task = req.calls.get(key)
-        if task is None:
-            task = asyncio.create_task(self._invoke(req, name, per_call, retries, ttl), name=f"eval:{name}")
-            req.calls[key] = task
-        # A finished call (another rule's, or a cache hit) needs no shield and no suspension.
-        return _own_copy(task.result() if task.done() else await asyncio.shield(task))
+        call = req.calls.get(key)
+        if call is None:
+            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl)
+        return call
+
+    def _begin(
+        self, req: _Request, name: str, per_call: float, retries: int, ttl: float
+    ) -> asyncio.Future[EvaluatorResult]:
+        """A done future holding ``name``'s cached result for this request, or the call's task.
+        The cache is read here once; the task does not read it again after a miss."""
+        looked_up = False
+        if ttl > 0 and req.replay is None:
+            t0 = self.clock()
+            try:
+                built = self._evaluator(req.policy, name)
+            except Exception:  # reported by _invoke, as a call that cannot be made
+                built = None
+            if built is not None:
+                looked_up = True
+                hit = self.cache.entry(self._cache_key(req, built.identity))
+                if hit is not None:  # the provenance of the call that produced it
+                    done: asyncio.Future[EvaluatorResult] = asyncio.get_running_loop().create_future()
+                    done.set_result(
+                        self._result(name, built.evaluator.kind, hit[0], t0, attempts=0, cached=True,
+                                     identity=built.identity, provenance=hit[1])
+                    )  # fmt: skip
+                    return done
+        return asyncio.create_task(self._invoke(req, name, per_call, retries, ttl, looked_up), name=f"eval:{name}")
+
+    def _cache_key(self, req: _Request, identity: str) -> str:
+        """The result cache's key of ``identity``'s verdict on this request's inputs; the inputs'
+        part (texts and context, the large part) is encoded and hashed once a decision."""
+        if not req.inputs_digest:
+            material = json.dumps([req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str)
+            req.inputs_digest = hashlib.sha256(material.encode()).hexdigest()
+        return hashlib.sha256(f"{identity}\n{req.inputs_digest}".encode()).hexdigest()
 
     def _replayed(self, req: _Request, name: str) -> EvaluatorResult | None:
         """Replay: a rule's own copy of the verdict this very evaluator recorded for the decision
@@ -556,7 +659,10 @@ class Engine:
         recorded = results.get(identity)
         return None if recorded is None else _own_copy(recorded, evaluator=name, cached=False, attempts=0)
 
-    async def _invoke(self, req: _Request, name: str, per_call: float, retries: int, ttl: float) -> EvaluatorResult:
+    async def _invoke(
+        self, req: _Request, name: str, per_call: float, retries: int, ttl: float, looked_up: bool = False
+    ) -> EvaluatorResult:
+        """``looked_up``: the cache was read for this call already (a miss), not read again."""
         t0 = self.clock()
         try:
             built = self._evaluator(req.policy, name)
@@ -587,11 +693,8 @@ class Engine:
             )
         cache_key = ""
         if ttl > 0:
-            material = json.dumps(
-                [identity, req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str
-            )
-            cache_key = hashlib.sha256(material.encode()).hexdigest()
-            hit = self.cache.entry(cache_key)
+            cache_key = self._cache_key(req, identity)
+            hit = None if looked_up else self.cache.entry(cache_key)
             if hit is not None:  # the provenance of the call that produced it
                 return self._result(name, kind, hit[0], t0, attempts=0, cached=True, identity=identity,
                                     provenance=hit[1])
@@ -800,6 +903,16 @@ def _own_copy(result: EvaluatorResult, **changes: Any) -> EvaluatorResult:
             **changes,
         }
     )
+
+
+def _weights(rule: Rule) -> list[tuple[str, float]]:
+    """(evaluator, weight) of each evaluator ``rule`` combines (one, weight 1, for ``evaluator:``)."""
+    return [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
+
+
+def _read_rules(order: list[Rule]) -> set[str]:
+    """The rules some rule of ``order`` reads (``previous_rule`` in its conditions)."""
+    return {dep for r in order if r.conditions for dep in r.depends_on}
 
 
 def _skipped(rule: Rule, reason: str) -> RuleResult:

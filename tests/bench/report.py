@@ -114,6 +114,20 @@ TARGETS = (
         "crossaudit eval, 10,000 rows, 10 rules of deterministic custom evaluators (engine cache on), "
         "measures included: >= 1,000 rows/s",
     ),
+    Target(
+        "server_cpu_ms_per_decision",
+        "ratio",
+        1.2,
+        True,
+        "server CPU per cached 10-rule decision, 16 clients (bench_cpu, beside a bare grpc.aio call): <= 1.2 ms",
+    ),
+    Target(
+        "ratio.p50_vs_health.c1",
+        "ratio",
+        3.0,
+        True,
+        "gRPC Evaluate p50 at 1 client, cached 10-rule policy: <= 3x the health-check round trip (bench_cpu)",
+    ),
 )
 
 SCENARIOS: dict[str, Scenario] = {}
