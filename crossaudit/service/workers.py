@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import multiprocessing
 import os
@@ -348,6 +349,7 @@ async def _serve_worker(
 ) -> None:
     inflight, ready, console_port, sandbox = shared
     running = await start_server(config, worker=WorkerRole(index, inflight))
+    gc.freeze()  # as serve(): what start-up built stays out of the collector's generations
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
