@@ -8,6 +8,8 @@ calls. docs/configuration.md lists the metrics.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -325,6 +327,26 @@ def _close(server: Any) -> None:
         server.server_close()
 
 
+class _SharedFiles(Collector):
+    """prometheus_client's MultiProcessCollector over the files that are ready: a worker (re)starting
+    creates its file empty and only then sizes it, and a scrape reading it in between would fail to
+    unpack its header (a 500 for the whole scrape). An empty file holds no sample yet: skipped."""
+
+    def __init__(self, directory: str) -> None:
+        from prometheus_client import multiprocess
+
+        self._directory = directory
+        self._files = multiprocess.MultiProcessCollector(None, path=directory)
+
+    def collect(self) -> Iterable[Any]:
+        ready = []
+        for entry in os.scandir(self._directory):
+            with contextlib.suppress(OSError):  # a dead worker's file removed meanwhile
+                if entry.name.endswith(".db") and entry.stat().st_size > 0:
+                    ready.append(entry.path)
+        return self._files.merge(ready, accumulate=True)
+
+
 class WorkerMetrics:
     """The one /metrics endpoint of ``serve --workers N``, served by the supervisor: every worker's
     metrics from the multiprocess directory (prometheus_client's multiprocess mode, summed across
@@ -336,12 +358,11 @@ class WorkerMetrics:
     "Workers")."""
 
     def __init__(self, directory: str) -> None:
-        from prometheus_client import multiprocess
 
         self.directory = directory
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        multiprocess.MultiProcessCollector(r, path=directory)
+        r.register(_SharedFiles(directory))
         ProcessCollector(registry=r)  # the supervisor's own
         self.restarts = Counter(
             "crossaudit_worker_restarts_total", "Worker processes restarted after they died", registry=r

@@ -111,3 +111,20 @@ def test_a_workers_lines_name_it_in_text_and_json() -> None:
     finally:
         root.handlers[:] = saved
         root.setLevel(level)
+
+
+def test_a_scrape_skips_a_workers_file_that_is_not_yet_sized(tmp_path: Path) -> None:
+    """A worker (re)starting creates its metrics file empty, then sizes it: a scrape in between must
+    still answer with every other worker's samples (it used to fail unpacking the empty header)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    from crossaudit.service.metrics import WorkerMetrics
+
+    ready = MmapedDict(str(tmp_path / "counter_111.db"))
+    ready.write_value(mmap_key("crossaudit_demo_total", "crossaudit_demo_total", (), (), ""), 3.0, 0.0)
+    ready.close()
+    (tmp_path / "counter_222.db").touch()  # the restarting worker's file, not yet sized
+    metrics = WorkerMetrics(str(tmp_path))
+    text = generate_latest(metrics.registry).decode()
+    assert "crossaudit_demo_total 3.0" in text
