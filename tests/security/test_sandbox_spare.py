@@ -160,3 +160,51 @@ async def test_without_a_spare_a_pool_of_one_stays_one():
         assert box._pools.get(bundle.pool_key).stats()["reset_waits"] >= 1  # it did wait for its own reset
     finally:
         await box.aclose()
+
+
+# --------------------------------------------------------------------------- idle-priority reset
+
+PRIORITY = """
+import os
+
+def _policy(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[38])  # field 41: the scheduling policy
+
+def evaluate(prompt, response, context):
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -1)
+        below_zero = True
+    except OSError:
+        below_zero = False
+    return {"score": 1.0, "details": {"policy": os.sched_getscheduler(0), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                                      "parent_policy": _policy(int(context.get("parent") or os.getppid())),
+                                      "below_zero": below_zero}}
+"""
+
+
+@pytest.mark.docker
+@IN_MODULE_LOOP
+async def test_calls_run_at_normal_priority_after_an_idle_reset(dsb):
+    """The reset and the fork run at SCHED_IDLE; the call's own process, and the warm parent while
+    a call runs, are back at SCHED_OTHER, and nothing can take a niceness below 0."""
+    bundle = CodeBundle(PRIORITY, tenant="spare-priority")
+    await dsb.prepare(bundle)
+    try:
+        for _ in range(3):  # the first child was forked after the load, the others after a reset
+            verdict, _ = await dsb.run(bundle, "", "", {"parent": 1}, timeout=CALL_TIMEOUT)
+            assert verdict.details == {"policy": 0, "nice": 0, "parent_policy": 0, "below_zero": False}
+    finally:
+        await dsb.evict(bundle)
+
+
+async def test_process_calls_run_at_the_agents_priority_after_a_reset():
+    box = ProcessSandbox(PROC_LIMITS, restricted=False, pool_limits=SPARE_POOL)
+    bundle = CodeBundle(PRIORITY, tenant="proc-priority")
+    try:
+        for _ in range(3):
+            verdict, _ = await box.run(bundle, "", "", {}, timeout=CALL_TIMEOUT)
+            assert verdict.details["policy"] == 0 and verdict.details["parent_policy"] == 0
+            assert verdict.details["nice"] == PROC_LIMITS.nice and verdict.details["below_zero"] is False
+    finally:
+        await box.aclose()
