@@ -17,6 +17,11 @@ Why this shape:
   other process, empties its scratch space and (in containers) removes IPC objects, then
   reports (a ``reset`` frame, read off the caller's path). A failed reset retires the worker:
   nothing a call leaves behind is seen by the next call.
+* ``spare_size`` ready workers are kept beyond those serving or settling (within ``max_size``),
+  so the next call goes to a clean worker while the last one resets and never waits for that
+  reset. A spare is a whole worker (the isolation of a reset worker is unchanged, and no
+  scratch space or process is shared between two calls in flight); its cost is that worker's
+  memory, bounded by ``max_size``.
 
 Shared here, because both backends need exactly the same rules and the trust boundary must
 not depend on which one runs: sizing (``PoolLimits``), queueing and deadlines, background refill,
@@ -117,6 +122,7 @@ class WarmPool(abc.ABC, Generic[W]):
         self.settling = 0  # answered workers whose reset is not reported yet (counted in busy)
         self.cleanups = 0
         self.cleanup_failures = 0
+        self.reset_waits = 0  # calls that found no ready worker while one was resetting (waited for a reset)
         self.resets: collections.deque[dict[str, Any]] = collections.deque(maxlen=CLEANUP_SAMPLES)
 
     # --- sizes ---------------------------------------------------------------------------------
@@ -137,6 +143,7 @@ class WarmPool(abc.ABC, Generic[W]):
             "settling": self.settling,
             "cleanups": self.cleanups,
             "cleanup_failures": self.cleanup_failures,
+            "reset_waits": self.reset_waits,
             "cleanup_ms_p50": sorted(cleanup)[len(cleanup) // 2] if cleanup else None,
             "cleanup_ms_max": max(cleanup, default=None),
         }
@@ -179,15 +186,19 @@ class WarmPool(abc.ABC, Generic[W]):
         if worker is not None and self.closed:
             await worker.destroy()
 
+    def wanted(self, waiting: int = 0) -> int:
+        """Workers this pool should hold: ``min_size``, or those in use (serving or settling) plus
+        ``waiting`` callers plus ``spare_size`` ready ones, whichever is more; never beyond ``max_size``."""
+        limits = self.limits
+        return min(limits.max_size, max(limits.min_size, len(self.busy) + waiting + limits.spare_size))
+
     def ensure_min(self) -> None:
-        """Top the pool up to ``min_size`` (plus one per waiting caller, up to ``max_size``); non-blocking."""
+        """Top the pool up to :meth:`wanted` (waiting callers counted); non-blocking."""
         if self.closed or self.sticky_error is not None:
             return
         if self.last_error is not None and time.monotonic() - self.last_error_at < START_RETRY_BACKOFF_S:
             return
-        limits = self.limits
-        want = min(limits.max_size, max(limits.min_size, len(self.busy) + self.waiting))
-        for _ in range(max(0, want - self.total)):
+        for _ in range(max(0, self.wanted(self.waiting) - self.total)):
             self._spawn()
 
     async def wait_ready(self, timeout: float, count: int = 1) -> None:
@@ -224,6 +235,7 @@ class WarmPool(abc.ABC, Generic[W]):
         queue. ``timeout`` (the call's whole budget) only words :meth:`no_worker_error`."""
         limits = self.limits
         queued_since: float | None = None
+        got = waited_reset = False
         async with self.cond:
             self.waiting += 1
             try:
@@ -239,6 +251,8 @@ class WarmPool(abc.ABC, Generic[W]):
                         if c.alive:
                             self.busy.add(c)
                             self.last_used = time.monotonic()
+                            got = True
+                            self.reset_waits += waited_reset
                             return c
                         self._retire(c)
                     if self.total < limits.max_size:
@@ -251,6 +265,7 @@ class WarmPool(abc.ABC, Generic[W]):
                         queued_since = None
                     elif queued_since is None:
                         queued_since = time.monotonic()
+                    waited_reset = waited_reset or self.settling > 0
                     now = time.monotonic()
                     until = deadline
                     if queued_since is not None:
@@ -266,6 +281,8 @@ class WarmPool(abc.ABC, Generic[W]):
                 )
             finally:
                 self.waiting -= 1
+                if got:
+                    self.ensure_min()  # the spare just taken is replaced, off this caller's path
 
     def no_worker_error(self, *, full: bool, deadline_expired: bool, timeout: float | None) -> CrossAuditError:
         """What a caller that got no worker raises. ``full``: the pool stayed at ``max_size`` (the
@@ -333,13 +350,14 @@ class WarmPool(abc.ABC, Generic[W]):
     # --- maintenance -------------------------------------------------------------------------------
 
     async def maintain(self) -> None:
-        """Drop dead idle workers, stop those idle past ``idle_timeout_s`` beyond ``min_size``, refill."""
+        """Drop dead idle workers, stop those idle past ``idle_timeout_s`` beyond :meth:`wanted`, refill."""
         limits = self.limits
         now = time.monotonic()
         async with self.cond:
             keep: list[W] = []
+            needed = self.wanted()
             for c in self.idle:
-                surplus = len(keep) + len(self.busy) >= limits.min_size
+                surplus = len(keep) + len(self.busy) >= needed
                 if not c.alive or (surplus and now - c.idle_since > limits.idle_timeout_s):
                     self._retire(c)
                 else:

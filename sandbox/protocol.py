@@ -223,9 +223,9 @@ class AgentChannel:
     ) -> dict[str, Any]:
         """The ``load`` frame. ``rlimit_nproc=False`` skips RLIMIT_NPROC (use a cgroup pids limit instead).
 
-        ``reset`` (``{"paths": [absolute dirs], "ipc": bool}``) asks the agent to empty those
-        directories (and remove SysV IPC objects) after every call and to report each reset
-        with a ``reset`` frame.
+        ``reset`` (``{"paths": [absolute dirs], "ipc": bool, "idle": bool}``) asks the agent to empty
+        those directories (and remove SysV IPC objects) after every call and to report each reset
+        with a ``reset`` frame; ``idle``: a finished call's process exits at idle CPU priority.
         """
         keys = ("timeout_s", "memory_bytes", "cpu_s", "pids", "nofile", "file_bytes", "output_bytes",
                 "result_bytes", "result_max_depth", "result_max_violations", "cleanup_s")  # fmt: skip
@@ -239,7 +239,11 @@ class AgentChannel:
             "limits": {k: getattr(limits, k) for k in keys},
         }
         if reset is not None:
-            frame["reset"] = {"paths": list(reset.get("paths", ())), "ipc": bool(reset.get("ipc", False))}
+            frame["reset"] = {
+                "paths": list(reset.get("paths", ())),
+                "ipc": bool(reset.get("ipc", False)),
+                "idle": bool(reset.get("idle", False)),
+            }
         return frame
 
     @staticmethod

@@ -125,6 +125,13 @@ class PoolLimits:
 
     min_size: Annotated[NonNegativeInt, Field(description="warm containers kept per evaluator version")] = 1
     max_size: Annotated[PositiveInt, Field(description="warm containers at most per evaluator version")] = 4
+    spare_size: Annotated[
+        NonNegativeInt,
+        Field(
+            description="ready sandboxes kept beyond those serving or resetting a call, within max_size, so the "
+            "next call never waits for the previous call's reset (each costs one warm sandbox's memory)"
+        ),
+    ] = 1
     idle_timeout_s: Annotated[PositiveFloat, Field(description="idle warm pools are closed after this")] = 300.0
     queue_wait_s: Annotated[
         PositiveFloat, Field(description="longest wait for a free warm sandbox (bounded by the deadline too)")

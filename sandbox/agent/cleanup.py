@@ -154,10 +154,11 @@ def remove_sysv_ipc(libc) -> int:
     return removed
 
 
-def reset_spec(spec: object) -> tuple[list[str], bool] | str:
-    """Validate the load frame's ``reset``: ``{"paths": [absolute dirs], "ipc": bool}``; a str is a problem."""
+def reset_spec(spec: object) -> tuple[list[str], bool, bool] | str:
+    """Validate the load frame's ``reset``: ``{"paths": [absolute dirs], "ipc": bool, "idle": bool}``; a
+    str is a problem. ``idle``: a finished call's process exits at SCHED_IDLE (:func:`.osutil.set_idle`)."""
     if not isinstance(spec, dict) or not isinstance(spec.get("paths", []), list):
-        return "reset must be {'paths': [absolute directories], 'ipc': bool}"
+        return "reset must be {'paths': [absolute directories], 'ipc': bool, 'idle': bool}"
     paths = []
     for path in spec.get("paths", []):
         plain = isinstance(path, str) and os.path.isabs(path) and os.path.normpath(path) == path and path != "/"
@@ -167,7 +168,7 @@ def reset_spec(spec: object) -> tuple[list[str], bool] | str:
     ipc = spec.get("ipc", False) is True
     if ipc and os.getpid() != 1:
         return "reset.ipc needs an IPC namespace of the sandbox's own (the agent as PID 1 of a container)"
-    return paths, ipc
+    return paths, ipc, spec.get("idle", False) is True
 
 
 # --------------------------------------------------------------------------- restricted mode

@@ -20,7 +20,7 @@ import time
 
 from .framing import ENVELOPE_SLACK, PROTOCOL_IN_MAX, depth_ok, error_info, exc_text, loads_strict
 from .load import Loader
-from .osutil import PR_SET_NAME, PR_SET_PDEATHSIG, process_ended
+from .osutil import PR_SET_NAME, PR_SET_PDEATHSIG, process_ended, set_idle
 from .state import Child
 
 IO_PROCESS_NAME = b"crossaudit-io"  # the I/O process's name in ps and /proc/<pid>/comm
@@ -214,6 +214,8 @@ class IOProcess(Loader):
             else:
                 over = "timeout"
             # Done (or over a cap): kill the whole group before answering; drain what is buffered.
+            if self.reset_idle:
+                set_idle(child.pid)  # its exit (unmapping its memory) then never delays a call in flight
             self._kill_group(child.pid)
             for fd in list(open_fds):
                 if self._drain(fd, bufs[fd], caps[fd]) and not over:

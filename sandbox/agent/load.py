@@ -65,7 +65,7 @@ class Loader(Framing, Cleanup):
             reset = reset_spec(frame["reset"])
             if isinstance(reset, str):
                 return fail("load_error", reset)
-            self.reset_paths, self.reset_ipc = reset
+            self.reset_paths, self.reset_ipc, self.reset_idle = reset
             self.report_reset = True
         self.restricted = bool(frame.get("restricted", False))
         # RLIMIT_NPROC counts every task of the uid kernel-wide; inside a PID namespace (a container

@@ -6,6 +6,7 @@ on the standard library alone, so it keeps its own small walk.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 
@@ -14,6 +15,14 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+
+
+def set_idle(pid: int) -> None:
+    """SCHED_IDLE for a process that is about to be killed: its exit (unmapping its memory) runs
+    only where no other task of its cgroup wants the CPU, and any waking task preempts it.
+    One way only (leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE); refused is no error."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
 
 
 def load_libc():

@@ -77,6 +77,7 @@ class AgentState:
         self.rlimit_nproc = True
         self.reset_paths: list[str] = []  # scratch directories emptied after every call
         self.reset_ipc = False  # SysV IPC objects removed after every call (own IPC namespace only)
+        self.reset_idle = False  # a finished call's process exits at SCHED_IDLE: never delays a call in flight
         self.report_reset = False  # send a "reset" frame after each call (the load asked for it)
         self.broken: str | None = None  # a reset failed: no further call is served
         self.ctl: socket.socket | None = None  # the I/O process <-> warm parent channel (after the load)

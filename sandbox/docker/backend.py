@@ -334,6 +334,7 @@ class DockerSandbox(Sandbox):
                     "cleanup_s": self.limits.cleanup_s,
                     "pool_min": self.pool_limits.min_size,
                     "pool_max": self.pool_limits.max_size,
+                    "pool_spare": self.pool_limits.spare_size,
                 },
             }
         )

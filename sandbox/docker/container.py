@@ -343,6 +343,7 @@ class ContainerRuntime:
     socket_channel: bool = False  # frames over a private unix socket instead of the attach stream
     socket_verified: bool = False  # an agent has connected: a later refusal is that container's own
     cgroup_driver: str = ""  # the daemon's (cgroupfs, systemd): containers go under their tenant's parent; "" = not
+    idle_reset: bool = True  # a finished call's process exits at SCHED_IDLE (the agent's reset spec)
 
     async def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()

@@ -43,7 +43,7 @@ class ContainerPool(WarmPool[WarmContainer]):
             preload=self.preload,
             restricted=False,
             limits=self.rt.limits,
-            reset={"paths": RESET_PATHS, "ipc": True},
+            reset={"paths": RESET_PATHS, "ipc": True, "idle": self.rt.idle_reset},
         )
 
     async def new_worker(self) -> WarmContainer:

@@ -408,7 +408,9 @@ class ProcessSandbox(Sandbox):
                 preload=import_names(bundle.dependencies),
                 restricted=self.restricted,
                 limits=self.limits,
-                reset={"paths": [workdir], "ipc": False},  # its cwd, HOME and TMPDIR: emptied after each call
+                # its cwd, HOME and TMPDIR: emptied after each call. No idle exit: agents share the host's
+                # CPU group, where a SCHED_IDLE exit could starve under load and time the reset out.
+                reset={"paths": [workdir], "ipc": False},
             )
             try:
                 loaded = await asyncio.wait_for(

@@ -1,6 +1,11 @@
 """Docker sandbox benchmark: warm pool vs ``docker run`` per call, cold start, image build, throughput,
 the per-call reset after each answer, and the CPU an idle pool burns.
 
+The warm sequential call is measured on the default pool sizing with its spare
+(``PoolLimits.spare_size=1``: the next call goes to a ready container while the last one resets)
+side by side with the same pool without a spare (the old path: the next call waits for the
+reset), in interleaved rounds, with the agent's part and the host's part of each call.
+
 Run: ``python -m tests.bench docker`` (or ``make bench``). Prints figures measured side by side
 in one run; asserts nothing (shared, noisy machines). Needs a Docker daemon.
 Every loop is bounded in count and in time.
@@ -9,6 +14,8 @@ Every loop is bounded in count and in time.
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -44,6 +51,7 @@ from tests.integration._docker import (
 )
 
 WARM_CALLS = 500
+WARM_ROUNDS = 4  # interleaved rounds of WARM_CALLS / WARM_ROUNDS calls per variant (spare on / off)
 RUN_PER_CALL = 10
 THROUGHPUT_CALLS = 400
 LEVEL_BUDGET_S = 60.0
@@ -92,19 +100,63 @@ def docker_run_per_call(image: str, preload: tuple[str, ...], n: int) -> list[fl
     return out
 
 
-AGENT_MS: list[float] = []  # the agent's own share of each warm call (inside the container)
-
-
-async def warm_latencies(sb: DockerSandbox, bundle: CodeBundle, n: int) -> list[float]:
+async def warm_latencies(
+    sb: DockerSandbox, bundle: CodeBundle, n: int, agent_ms: list[float], sizes: list[int] | None = None
+) -> list[float]:
+    """``n`` sequential calls, each issued as soon as the last one answered; appends each call's
+    agent part (``agent_ms``: inside the container, from the call frame to the answer) to ``agent_ms``
+    and the pool's worker count after it (serving, resetting, spare, starting) to ``sizes``."""
     lat = []
-    AGENT_MS.clear()
     for i in range(n):
         t0 = time.perf_counter()
         _, diag = await sb.run(bundle, "p", f"text {i} with badword1", {}, timeout=10)
         lat.append((time.perf_counter() - t0) * 1000)
+        if sizes is not None:
+            sizes.append(sb._pools[bundle.pool_key].total)
         if isinstance(diag.extra.get("agent_ms"), int | float):
-            AGENT_MS.append(float(diag.extra["agent_ms"]))
+            agent_ms.append(float(diag.extra["agent_ms"]))
     return lat
+
+
+SEQUENTIAL_POOL = PoolLimits(min_size=1, max_size=4, queue_wait_s=10.0)  # the default sizing
+NEW_PATH, OLD_PATH = "spare + idle reset", "old path"
+SPARE_VARIANTS = {  # label: (PoolLimits.spare_size, reset at SCHED_IDLE)
+    NEW_PATH: (1, True),
+    "spare, reset at normal priority": (1, False),
+    OLD_PATH: (0, False),  # the next call waits for the reset; the reset competes with calls for the CPUs
+}
+
+
+async def sequential_side_by_side(bundle: CodeBundle) -> dict[str, dict]:
+    """Warm sequential calls, cleanup included, on the default pool with and without its spare:
+    two sandboxes (one pool each), warmed up, then measured in interleaved rounds."""
+    boxes = {}
+    out: dict[str, dict] = {}
+    try:
+        for label, (spare, idle) in SPARE_VARIANTS.items():
+            sb = DockerSandbox(LIMITS, pool_limits=dataclasses.replace(SEQUENTIAL_POOL, spare_size=spare))
+            await sb.start()
+            assert sb._rt is not None
+            sb._rt.idle_reset = idle
+            await sb.prepare(bundle)
+            await warm_latencies(sb, bundle, 20, [])  # the spare starts (off the path) during these
+            boxes[label] = sb
+            out[label] = {"lat": [], "agent": [], "waits": 0, "sizes": [], "resets": []}
+        await asyncio.sleep(3.0)
+        for _ in range(WARM_ROUNDS):
+            for label, sb in boxes.items():
+                pool = sb._pools[bundle.pool_key]
+                waits, pool.resets = pool.reset_waits, collections.deque(maxlen=pool.resets.maxlen)
+                row = out[label]
+                row["lat"] += await warm_latencies(sb, bundle, WARM_CALLS // WARM_ROUNDS, row["agent"], row["sizes"])
+                await asyncio.sleep(0.3)  # the last reset is reported after its answer
+                row["waits"] += pool.reset_waits - waits
+                row["resets"] += list(pool.resets)
+                row["failures"] = pool.cleanup_failures
+    finally:
+        for sb in boxes.values():
+            await sb.aclose()
+    return out
 
 
 def reset_figures(resets: list[dict]) -> str:
@@ -218,13 +270,6 @@ async def run() -> None:
         bundle = CodeBundle(GUIDE_PROFANITY_CODE, dependencies=GUIDE_PROFANITY_DEPS)
         await sb.prepare(bundle)
         await asyncio.sleep(3.0)  # let the pool reach min_size off the request path
-        await warm_latencies(sb, bundle, 20)  # warm-up
-        sb._pools[bundle.pool_key].resets.clear()
-        warm = await warm_latencies(sb, bundle, WARM_CALLS)
-        p50, p99 = percentile(warm, 50), percentile(warm, 99)
-        await asyncio.sleep(0.5)  # the last resets are reported after their answers
-        resets = list(sb._pools[bundle.pool_key].resets)
-        failures = sb.pool_stats(bundle)["cleanup_failures"]
         per_call = await asyncio.to_thread(docker_run_per_call, image.tag, image.preload, RUN_PER_CALL)
         run_p50 = percentile(per_call, 50) if per_call else float("nan")
 
@@ -233,14 +278,28 @@ async def run() -> None:
             rates[conc] = await throughput(sb, bundle, conc, THROUGHPUT_CALLS)
     finally:
         await sb.aclose()
+    sequential = await sequential_side_by_side(CodeBundle(GUIDE_PROFANITY_CODE, dependencies=GUIDE_PROFANITY_DEPS))
+    seq = sequential[NEW_PATH]
+    warm, resets, failures = seq["lat"], seq["resets"], seq["failures"]
+    p50 = percentile(warm, 50)
 
     idle = await idle_cpu(client)
     build_s = await asyncio.to_thread(build_time_with_warm_wheels, client, deps)
 
     print(f"evaluator: the guide's custom_profanity_filter, dependencies {list(GUIDE_PROFANITY_DEPS)}")
-    print(f"warm call ({WARM_CALLS} sequential): p50 {p50:.2f} ms   p99 {p99:.2f} ms   "
-          f"(agent inside the container: p50 {percentile(AGENT_MS, 50):.2f} ms)")
-    print(f"reset after each warm call ({len(resets)} resets, {failures} failed): {reset_figures(resets)}")
+    print(f"warm call, sequential, cleanup included (pool min {SEQUENTIAL_POOL.min_size} max "
+          f"{SEQUENTIAL_POOL.max_size}; {WARM_ROUNDS} interleaved rounds of {WARM_CALLS // WARM_ROUNDS} calls each):")
+    for label, row in sequential.items():
+        agent50 = percentile(row["agent"], 50)
+        host50 = percentile([t - a for t, a in zip(row["lat"], row["agent"], strict=False)], 50)
+        print(f"  {label:<32} p50 {percentile(row['lat'], 50):.2f} ms   p99 {percentile(row['lat'], 99):.2f} ms   "
+              f"agent p50 {agent50:.2f} ms + host p50 {host50:.2f} ms   calls that waited for a reset "
+              f"{row['waits']}/{len(row['lat'])}   warm containers "
+              f"{collections.Counter(row['sizes']).most_common(1)[0][0]} mostly, {max(row['sizes'])} at most")
+    old = sequential[OLD_PATH]
+    print(f"  ratio old path / new p50: {percentile(old['lat'], 50) / p50:.2f}x")
+    print(f"reset after each warm call with the spare ({len(resets)} resets, {failures} failed): "
+          f"{reset_figures(resets)}")
     print(f"docker run per call ({len(per_call)} runs): p50 {run_p50:.0f} ms")
     print(f"ratio docker-run / warm p50: {run_p50 / p50:.0f}x")
     print(f"first call of a new evaluator, dependency image cached (median of 3): prepare+call "
@@ -253,7 +312,8 @@ async def run() -> None:
         report.record(f"docker.warm.c{conc}", f"docker warm c={conc}", lat, wall, unit="calls/s",
                       concurrency=conc, group="docker sandbox", errors=errors)
     report.record("docker.warm.c1", "docker warm c=1 (sequential)", warm, sum(warm) / 1000, unit="calls/s",
-                  concurrency=1, group="docker sandbox", agent_p50_ms=percentile(AGENT_MS, 50))
+                  concurrency=1, group="docker sandbox", agent_p50_ms=percentile(seq["agent"], 50),
+                  old_path_p50_ms=percentile(old["lat"], 50), reset_waits=seq["waits"])
     print(f"idle CPU over {IDLE_WINDOW_S:.0f} s after one call, module body that tries to burn it: "
           + ", ".join(f"{name} {share:.1%} of a core" for name, share in idle.items()))
 
