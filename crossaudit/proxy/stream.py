@@ -14,10 +14,12 @@ One choice (``n: 1``) without ``logprobs``; other streams are buffered (app.py).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import difflib
 import io
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,7 @@ log = logging.getLogger("crossaudit.proxy")
 # Changed regions of a redaction closer than this are one: difflib may align a few letters of a
 # replacement ("[EMAIL_ADDRESS]") with the text it replaced, which must not split the region.
 MIN_ANCHOR_CHARS = 8
+_EOL = re.compile(r"\r\n|\r|\n")  # what ends an SSE line
 
 
 @dataclass(frozen=True)
@@ -141,17 +144,8 @@ class StreamGuard:
     async def _events(self) -> AsyncIterator[dict[str, Any]]:
         """The upstream's events as JSON objects, up to ``[DONE]`` (SSE: ``data:`` lines, a blank
         line ends an event; other fields and comments are ignored)."""
-        seen = 0
         data: list[str] = []
-        async for line in self.resp.aiter_lines():
-            seen += len(line) + 1
-            if seen > self.max_bytes:
-                raise ProxyError(
-                    502,
-                    f"the upstream's answer is over {self.max_bytes} bytes, the most the guard holds",
-                    "server_error",
-                    "upstream_response_too_large",
-                )
+        async for line in self._lines():
             if line:
                 if line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
@@ -164,6 +158,35 @@ class StreamGuard:
             yield _event(text)
         if data and "\n".join(data) != DONE:
             yield _event("\n".join(data))
+
+    async def _lines(self) -> AsyncIterator[str]:
+        """The body's lines (SSE: CR LF, LF or CR ends one), its bytes counted as they arrive: a
+        line that never ends is cut at ``max_bytes`` too, not held whole until its end comes."""
+        seen = 0
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending: list[str] = []  # the line being read, in pieces (joined once its end comes: linear)
+        async for piece in self.resp.aiter_bytes():
+            seen += len(piece)
+            if seen > self.max_bytes:
+                raise ProxyError(
+                    502,
+                    f"the upstream's answer is over {self.max_bytes} bytes, the most the guard holds",
+                    "server_error",
+                    "upstream_response_too_large",
+                )
+            text = decoder.decode(piece)
+            if "\n" not in text and "\r" not in text:
+                pending.append(text)
+                continue
+            buf = "".join(pending) + text
+            cut = len(buf) - 1 if buf.endswith("\r") else len(buf)  # a CR last may be half of a CR LF
+            *lines, tail = _EOL.split(buf[:cut])
+            pending = [tail + buf[cut:]]
+            for line in lines:
+                yield line
+        *lines, tail = _EOL.split("".join(pending) + decoder.decode(b"", final=True))
+        for line in [*lines, tail] if tail else lines:
+            yield line
 
     async def _read(self) -> None:
         try:

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.e2e
 WINDOW, CONTEXT = 64, 20  # small windows, so a short answer spans several
 CLEAN = "The weather today is mild and pleasant, with a light breeze. "  # 61 characters
 TAIL = "LATE-TEXT that must never be sent."
+MAX_ANSWER_BYTES = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,11 @@ def proxy(
         upstream.url,
         callers,
         policies={"proxy-other": {"input_mode": "parallel"}},
-        limits={"stream_window_chars": WINDOW, "stream_context_chars": CONTEXT},
+        limits={
+            "stream_window_chars": WINDOW,
+            "stream_context_chars": CONTEXT,
+            "max_upstream_response_bytes": MAX_ANSWER_BYTES,
+        },
     )
     p = ProxyProcess(tmp_path_factory.mktemp("proxy-stream"), config, PROXY_ENV).start()
     try:
@@ -230,3 +235,13 @@ def test_a_streamed_tool_call_is_held_evaluated_and_passed_on(proxy: ProxyProces
     assert calls[0]["function"] == {"name": "weather", "arguments": args}
     finish = next(e for e in events[:-1] if e["choices"] and e["choices"][0].get("finish_reason"))
     assert finish["crossaudit"]["output_action"] == "allow,allow"  # the content's decision, then the tool call's
+
+
+def test_an_endless_line_is_cut_at_the_byte_limit(proxy: ProxyProcess, stub: UpstreamStub) -> None:
+    """A hostile upstream's one SSE line that never ends: the proxy must stop reading it at
+    max_upstream_response_bytes, not hold it all until a newline (or the timeout) comes."""
+    stub.flood = 1024 * MAX_ANSWER_BYTES
+    status, _, body = stream(proxy, "weather?", None)
+    assert status == 502 and body["error"]["code"] == "upstream_response_too_large"
+    assert stub.flooded < stub.flood  # the proxy hung up long before the upstream was done
+
