@@ -138,6 +138,8 @@ class StreamGuard:
         self._base: dict[str, Any] = {}
         self._role_sent = False
         self.early = False  # text went out before the final decision: its ids ride on the last chunk
+        self.released = 0  # characters of the text released so far
+        self.recorded = False  # an audited decision covers what was released (the final one, or a block)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -254,28 +256,44 @@ class StreamGuard:
                 yield item
         finally:
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-            await self.resp.aclose()
+            # Its own task: a caller that hung up cancels this generator, not the closing and the audit.
+            settle = asyncio.ensure_future(self._settle(reader))
+            _SETTLING.add(settle)
+            settle.add_done_callback(_SETTLING.discard)
+            await asyncio.shield(settle)
+
+    async def _settle(self, reader: asyncio.Task[None]) -> None:
+        """The upstream closed; text released under provisional decisions only (the upstream
+        failed, or the caller hung up, before the final one) gets its audited decision."""
+        await asyncio.gather(reader, return_exceptions=True)
+        await self.resp.aclose()
+        if self.released and not self.recorded:
+            try:
+                await self.judge(self.text(0, self.released), self.windows_done, True)
+            except Exception as e:
+                log.error("auditing the text released before the stream broke off failed", exc_info=e)
 
     async def _windows(self) -> AsyncIterator[bytes | Blocked]:
         size, context = self.windows.window_chars, self.windows.context_chars
-        released = 0  # characters of the text
         last_end = 0  # where the last evaluation ended
         while True:
-            while not self.ended and not (self.length - released >= size and self.length >= last_end + size - context):
+            while not self.ended and not (
+                self.length - self.released >= size and self.length >= last_end + size - context
+            ):
                 self._grew.clear()
                 await self._grew.wait()
             if self.failure is not None:
                 raise self.failure
             final = self.ended
             end = self.length
-            begin = 0 if final else max(0, released - context)  # the final decision covers the whole answer
+            begin = 0 if final else max(0, self.released - context)  # the final decision covers the whole answer
             evaluated = self.text(begin, end)
             self.windows_done += 1
             if final:
                 verdict, outside = await self._final(evaluated)
             else:
                 verdict, outside = await self.judge(evaluated, self.windows_done, False), None
+            self.recorded = final or verdict.blocked  # a block is audited, final or not
             if verdict.blocked:
                 yield Blocked(verdict, self.windows_done)
                 return
@@ -283,8 +301,8 @@ class StreamGuard:
                 yield Blocked(outside, self.windows_done, unredactable=not outside.blocked)
                 return
             cut = end - begin if final else end - begin - context
-            sent, upto = release(evaluated, verdict.text, released - begin, cut)
-            released, last_end = begin + upto, end
+            sent, upto = release(evaluated, verdict.text, self.released - begin, cut)
+            self.released, last_end = begin + upto, end
             if sent or (final and not self._role_sent):
                 self.early = self.early or not final
                 yield self._content(sent)
@@ -354,6 +372,9 @@ class StreamGuard:
         base = self._base or {"object": "chat.completion.chunk"}
         choice = {"index": 0, "delta": {"content": refusal}, "finish_reason": chat.REFUSAL_FINISH_REASON}
         return [chat.encode_event({**base, "choices": [choice]}), SSE_DONE]
+
+
+_SETTLING: set[asyncio.Future[None]] = set()  # streams closing after their caller left (a task needs a reference)
 
 
 def _more_than_content(choice: Any) -> bool:

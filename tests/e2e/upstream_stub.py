@@ -32,6 +32,7 @@ class UpstreamStub:
         # the stub got written before the proxy hung up is in ``flooded``
         self.flood = 0
         self.flooded = 0
+        self.ending: bytes | None = None  # a stream's end after its content (finish and [DONE] otherwise)
         self.lock = threading.Lock()
         owner = self
 
@@ -151,6 +152,11 @@ class UpstreamStub:
                     for i in range(n):
                         delta = {"index": i, "delta": {"content": piece}, "finish_reason": None}
                         send({**chunk, "choices": [{**delta, "logprobs": logprobs([piece])}]})
+                if owner.ending is not None:
+                    self.wfile.write(owner.ending)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 for i in range(n):
                     for name, value in owner.extra.items():  # one delta per extra field, after the content
                         if name == "tool_calls":
@@ -182,6 +188,7 @@ class UpstreamStub:
         self.gate = None
         self.piece_delay_s = 0.0
         self.flood = self.flooded = 0
+        self.ending = None
 
     def close(self) -> None:
         self.httpd.shutdown()
