@@ -8,6 +8,7 @@ calls. docs/configuration.md lists the metrics.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -321,6 +322,24 @@ def _close(server: Any) -> None:
         server.server_close()
 
 
+# Kinds of multiprocess files whose values are summed over processes: a dead worker's are folded
+# into one file per kind named so (prometheus_client reads a pid from gauge file names only).
+SUMMED_KINDS = ("counter", "histogram", "summary")
+FOLDED_FILE = "dead-workers"
+
+
+class _Locked:
+    """A collector read under a lock (the multiprocess one, while dead workers' files change)."""
+
+    def __init__(self, inner: Any, lock: threading.Lock) -> None:
+        self.inner = inner
+        self.lock = lock
+
+    def collect(self) -> list[Any]:
+        with self.lock:
+            return list(self.inner.collect())
+
+
 class WorkerMetrics:
     """The one /metrics endpoint of ``serve --workers N``, served by the supervisor: every worker's
     metrics from the multiprocess directory (prometheus_client's multiprocess mode, summed across
@@ -337,7 +356,8 @@ class WorkerMetrics:
         self.directory = directory
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        multiprocess.MultiProcessCollector(r, path=directory)
+        self._files = threading.Lock()  # a scrape never reads a dead worker's file while it is folded
+        r.register(_Locked(multiprocess.MultiProcessCollector(None, path=directory), self._files))
         ProcessCollector(registry=r)  # the supervisor's own
         self.restarts = Counter(
             "crossaudit_worker_restarts_total", "Worker processes restarted after they died", registry=r
@@ -351,10 +371,25 @@ class WorkerMetrics:
         self._http: Any = None
 
     def worker_died(self, pid: int) -> None:
-        """Forget a dead worker's live gauges (its counters stay in the sums)."""
+        """Forget a dead worker's live gauges; fold its counters and histograms into one file per
+        kind, so they stay in the sums while a worker that keeps dying does not add files (and
+        scrape work) for every life it had."""
         from prometheus_client import multiprocess
+        from prometheus_client.mmap_dict import MmapedDict
 
         multiprocess.mark_process_dead(pid, self.directory)
+        with self._files:
+            for kind in SUMMED_KINDS:
+                dead = os.path.join(self.directory, f"{kind}_{pid}.db")
+                if not os.path.exists(dead):
+                    continue
+                folded = MmapedDict(os.path.join(self.directory, f"{kind}_{FOLDED_FILE}.db"))
+                try:
+                    for key, value, _ts, _pos in MmapedDict.read_all_values_from_file(dead):
+                        folded.write_value(key, folded.read_value(key)[0] + value, 0.0)
+                finally:
+                    folded.close()
+                os.remove(dead)
 
     def serve(self, host: str, port: int) -> int:
         self._http = _serve(self.registry, host, port)
