@@ -14,10 +14,12 @@ One choice (``n: 1``) without ``logprobs``; other streams are buffered (app.py).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import difflib
 import io
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,7 @@ log = logging.getLogger("crossaudit.proxy")
 # Changed regions of a redaction closer than this are one: difflib may align a few letters of a
 # replacement ("[EMAIL_ADDRESS]") with the text it replaced, which must not split the region.
 MIN_ANCHOR_CHARS = 8
+_EOL = re.compile(r"\r\n|\r|\n")  # what ends an SSE line
 
 
 @dataclass(frozen=True)
@@ -135,23 +138,16 @@ class StreamGuard:
         self._base: dict[str, Any] = {}
         self._role_sent = False
         self.early = False  # text went out before the final decision: its ids ride on the last chunk
+        self.released = 0  # characters of the text released so far
+        self.recorded = False  # an audited decision covers what was released (the final one, or a block)
 
     # -- reading ---------------------------------------------------------------------------
 
     async def _events(self) -> AsyncIterator[dict[str, Any]]:
         """The upstream's events as JSON objects, up to ``[DONE]`` (SSE: ``data:`` lines, a blank
         line ends an event; other fields and comments are ignored)."""
-        seen = 0
         data: list[str] = []
-        async for line in self.resp.aiter_lines():
-            seen += len(line) + 1
-            if seen > self.max_bytes:
-                raise ProxyError(
-                    502,
-                    f"the upstream's answer is over {self.max_bytes} bytes, the most the guard holds",
-                    "server_error",
-                    "upstream_response_too_large",
-                )
+        async for line in self._lines():
             if line:
                 if line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
@@ -164,6 +160,35 @@ class StreamGuard:
             yield _event(text)
         if data and "\n".join(data) != DONE:
             yield _event("\n".join(data))
+
+    async def _lines(self) -> AsyncIterator[str]:
+        """The body's lines (SSE: CR LF, LF or CR ends one), its bytes counted as they arrive: a
+        line that never ends is cut at ``max_bytes`` too, not held whole until its end comes."""
+        seen = 0
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending: list[str] = []  # the line being read, in pieces (joined once its end comes: linear)
+        async for piece in self.resp.aiter_bytes():
+            seen += len(piece)
+            if seen > self.max_bytes:
+                raise ProxyError(
+                    502,
+                    f"the upstream's answer is over {self.max_bytes} bytes, the most the guard holds",
+                    "server_error",
+                    "upstream_response_too_large",
+                )
+            text = decoder.decode(piece)
+            if "\n" not in text and "\r" not in text:
+                pending.append(text)
+                continue
+            buf = "".join(pending) + text
+            cut = len(buf) - 1 if buf.endswith("\r") else len(buf)  # a CR last may be half of a CR LF
+            *lines, tail = _EOL.split(buf[:cut])
+            pending = [tail + buf[cut:]]
+            for line in lines:
+                yield line
+        *lines, tail = _EOL.split("".join(pending) + decoder.decode(b"", final=True))
+        for line in [*lines, tail] if tail else lines:
+            yield line
 
     async def _read(self) -> None:
         try:
@@ -231,28 +256,44 @@ class StreamGuard:
                 yield item
         finally:
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-            await self.resp.aclose()
+            # Its own task: a caller that hung up cancels this generator, not the closing and the audit.
+            settle = asyncio.ensure_future(self._settle(reader))
+            _SETTLING.add(settle)
+            settle.add_done_callback(_SETTLING.discard)
+            await asyncio.shield(settle)
+
+    async def _settle(self, reader: asyncio.Task[None]) -> None:
+        """The upstream closed; text released under provisional decisions only (the upstream
+        failed, or the caller hung up, before the final one) gets its audited decision."""
+        await asyncio.gather(reader, return_exceptions=True)
+        await self.resp.aclose()
+        if self.released and not self.recorded:
+            try:
+                await self.judge(self.text(0, self.released), self.windows_done, True)
+            except Exception as e:
+                log.error("auditing the text released before the stream broke off failed", exc_info=e)
 
     async def _windows(self) -> AsyncIterator[bytes | Blocked]:
         size, context = self.windows.window_chars, self.windows.context_chars
-        released = 0  # characters of the text
         last_end = 0  # where the last evaluation ended
         while True:
-            while not self.ended and not (self.length - released >= size and self.length >= last_end + size - context):
+            while not self.ended and not (
+                self.length - self.released >= size and self.length >= last_end + size - context
+            ):
                 self._grew.clear()
                 await self._grew.wait()
             if self.failure is not None:
                 raise self.failure
             final = self.ended
             end = self.length
-            begin = 0 if final else max(0, released - context)  # the final decision covers the whole answer
+            begin = 0 if final else max(0, self.released - context)  # the final decision covers the whole answer
             evaluated = self.text(begin, end)
             self.windows_done += 1
             if final:
                 verdict, outside = await self._final(evaluated)
             else:
                 verdict, outside = await self.judge(evaluated, self.windows_done, False), None
+            self.recorded = final or verdict.blocked  # a block is audited, final or not
             if verdict.blocked:
                 yield Blocked(verdict, self.windows_done)
                 return
@@ -260,8 +301,8 @@ class StreamGuard:
                 yield Blocked(outside, self.windows_done, unredactable=not outside.blocked)
                 return
             cut = end - begin if final else end - begin - context
-            sent, upto = release(evaluated, verdict.text, released - begin, cut)
-            released, last_end = begin + upto, end
+            sent, upto = release(evaluated, verdict.text, self.released - begin, cut)
+            self.released, last_end = begin + upto, end
             if sent or (final and not self._role_sent):
                 self.early = self.early or not final
                 yield self._content(sent)
@@ -331,6 +372,9 @@ class StreamGuard:
         base = self._base or {"object": "chat.completion.chunk"}
         choice = {"index": 0, "delta": {"content": refusal}, "finish_reason": chat.REFUSAL_FINISH_REASON}
         return [chat.encode_event({**base, "choices": [choice]}), SSE_DONE]
+
+
+_SETTLING: set[asyncio.Future[None]] = set()  # streams closing after their caller left (a task needs a reference)
 
 
 def _more_than_content(choice: Any) -> bool:

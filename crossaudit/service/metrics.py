@@ -327,24 +327,35 @@ def _close(server: Any) -> None:
         server.server_close()
 
 
+# Kinds of multiprocess files whose values are summed over processes: a dead worker's are folded
+# into one file per kind named so (prometheus_client reads a pid from gauge file names only).
+SUMMED_KINDS = ("counter", "histogram", "summary")
+FOLDED_FILE = "dead-workers"
+
+
 class _SharedFiles(Collector):
     """prometheus_client's MultiProcessCollector over the files that are ready: a worker (re)starting
     creates its file empty and only then sizes it, and a scrape reading it in between would fail to
     unpack its header (a 500 for the whole scrape). An empty file holds no sample yet: skipped."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, lock: threading.Lock) -> None:
         from prometheus_client import multiprocess
 
         self._directory = directory
+        self._lock = lock  # a scrape never reads a dead worker's file while it is folded
         self._files = multiprocess.MultiProcessCollector(None, path=directory)
 
     def collect(self) -> Iterable[Any]:
+        with self._lock:
+            return self._files.merge(self._ready(), accumulate=True)
+
+    def _ready(self) -> list[str]:
         ready = []
         for entry in os.scandir(self._directory):
             with contextlib.suppress(OSError):  # a dead worker's file removed meanwhile
                 if entry.name.endswith(".db") and entry.stat().st_size > 0:
                     ready.append(entry.path)
-        return self._files.merge(ready, accumulate=True)
+        return ready
 
 
 class WorkerMetrics:
@@ -358,11 +369,11 @@ class WorkerMetrics:
     "Workers")."""
 
     def __init__(self, directory: str) -> None:
-
         self.directory = directory
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        r.register(_SharedFiles(directory))
+        self._files = threading.Lock()  # a scrape never reads a dead worker's file while it is folded
+        r.register(_SharedFiles(directory, self._files))
         ProcessCollector(registry=r)  # the supervisor's own
         self.restarts = Counter(
             "crossaudit_worker_restarts_total", "Worker processes restarted after they died", registry=r
@@ -376,10 +387,25 @@ class WorkerMetrics:
         self._http: Any = None
 
     def worker_died(self, pid: int) -> None:
-        """Forget a dead worker's live gauges (its counters stay in the sums)."""
+        """Forget a dead worker's live gauges; fold its counters and histograms into one file per
+        kind, so they stay in the sums while a worker that keeps dying does not add files (and
+        scrape work) for every life it had."""
         from prometheus_client import multiprocess
+        from prometheus_client.mmap_dict import MmapedDict
 
         multiprocess.mark_process_dead(pid, self.directory)
+        with self._files:
+            for kind in SUMMED_KINDS:
+                dead = os.path.join(self.directory, f"{kind}_{pid}.db")
+                if not os.path.exists(dead):
+                    continue
+                folded = MmapedDict(os.path.join(self.directory, f"{kind}_{FOLDED_FILE}.db"))
+                try:
+                    for key, value, _ts, _pos in MmapedDict.read_all_values_from_file(dead):
+                        folded.write_value(key, folded.read_value(key)[0] + value, 0.0)
+                finally:
+                    folded.close()
+                os.remove(dead)
 
     def serve(self, host: str, port: int) -> int:
         self._http = _serve(self.registry, host, port)

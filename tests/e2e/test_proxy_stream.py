@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,8 @@ pytestmark = pytest.mark.e2e
 WINDOW, CONTEXT = 64, 20  # small windows, so a short answer spans several
 CLEAN = "The weather today is mild and pleasant, with a light breeze. "  # 61 characters
 TAIL = "LATE-TEXT that must never be sent."
+MAX_ANSWER_BYTES = 64 * 1024
+POLL_TRIES, POLL_STEP_S = 100, 0.1  # a record written after the caller went away: looked for this often
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,11 @@ def proxy(
         upstream.url,
         callers,
         policies={"proxy-other": {"input_mode": "parallel"}},
-        limits={"stream_window_chars": WINDOW, "stream_context_chars": CONTEXT},
+        limits={
+            "stream_window_chars": WINDOW,
+            "stream_context_chars": CONTEXT,
+            "max_upstream_response_bytes": MAX_ANSWER_BYTES,
+        },
     )
     p = ProxyProcess(tmp_path_factory.mktemp("proxy-stream"), config, PROXY_ENV).start()
     try:
@@ -230,3 +237,58 @@ def test_a_streamed_tool_call_is_held_evaluated_and_passed_on(proxy: ProxyProces
     assert calls[0]["function"] == {"name": "weather", "arguments": args}
     finish = next(e for e in events[:-1] if e["choices"] and e["choices"][0].get("finish_reason"))
     assert finish["crossaudit"]["output_action"] == "allow,allow"  # the content's decision, then the tool call's
+
+
+def test_an_endless_line_is_cut_at_the_byte_limit(proxy: ProxyProcess, stub: UpstreamStub) -> None:
+    """A hostile upstream's one SSE line that never ends: the proxy must stop reading it at
+    max_upstream_response_bytes, not hold it all until a newline (or the timeout) comes."""
+    stub.flood = 1024 * MAX_ANSWER_BYTES
+    status, _, body = stream(proxy, "weather?", None)
+    assert status == 502 and body["error"]["code"] == "upstream_response_too_large"
+    assert stub.flooded < stub.flood  # the proxy hung up long before the upstream was done
+
+
+def test_text_released_before_an_upstream_failure_is_audited(
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
+) -> None:
+    """The upstream breaks off (an error event) after windows were released: what the caller got
+    must still have its audit record (windows alone are provisional, unrecorded)."""
+    gate = gated(stub, CLEAN * 3, held_from=120)
+    stub.ending = b'data: {"error": {"message": "the model fell over"}}\n\n'
+    status, headers, events = stream(proxy, "weather?", gate)
+    assert status == 200 and events[-1]["error"]["code"] == "upstream_error"
+    sent = content(events)
+    assert sent and (CLEAN * 3).startswith(sent)
+    [record] = records_of(deployed, headers)
+    assert record.response_sha256 == sha(sent) and record.action == "allow"
+
+
+def test_text_released_to_a_caller_that_hangs_up_is_audited(
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
+) -> None:
+    """A caller that reads the first windows and hangs up mid-stream got text: it is audited."""
+    gate = gated(stub, CLEAN * 3, held_from=120)
+    body = {"model": "stub-model", "messages": [{"role": "user", "content": "weather?"}], "stream": True}
+    events: list[Any] = []
+    try:
+        with httpx.stream(
+            "POST", proxy.url + "/chat/completions", json=body, headers={"authorization": f"Bearer {APP_KEY}"},
+            timeout=60,
+        ) as r:  # fmt: skip
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    if content(events):
+                        break  # hang up while the upstream is held at its gate
+        sent = content(events)
+        records: list[Any] = []
+        for _ in range(POLL_TRIES):
+            records = records_of(deployed, r.headers)
+            if records:
+                break
+            time.sleep(POLL_STEP_S)
+        [record] = records
+        assert record.response_sha256 == sha(sent) and record.action == "allow"
+    finally:
+        gate.set()

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 STREAM_PIECE_CHARS = 4  # the stub streams its answer in pieces this small, so a word spans chunks
+FLOOD_BLOCK_BYTES = 64 * 1024
 GATE_TIMEOUT_S = 30.0  # a stream held at its gate goes on after this long whatever happens
 
 
@@ -27,6 +28,11 @@ class UpstreamStub:
         # a test knows what the proxy had received when the caller saw its first text
         self.gate: tuple[int, threading.Event] | None = None
         self.piece_delay_s = 0.0  # a stream's content pieces come this far apart (a model generating)
+        # a hostile stream: one SSE line of this many bytes that never ends (no newline); how many
+        # the stub got written before the proxy hung up is in ``flooded``
+        self.flood = 0
+        self.flooded = 0
+        self.ending: bytes | None = None  # a stream's end after its content (finish and [DONE] otherwise)
         self.lock = threading.Lock()
         owner = self
 
@@ -65,6 +71,21 @@ class UpstreamStub:
                     seen = self.headers.get("authorization", "")
                     error = {"message": f"stub failure for {seen}", "type": "stub", "code": "stub"}
                     self._json(owner.status, {"error": error})
+                    return
+                if owner.flood:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    block = b"x" * FLOOD_BLOCK_BYTES
+                    try:
+                        self.wfile.write(b"data: ")
+                        while owner.flooded < owner.flood:
+                            self.wfile.write(block)
+                            owner.flooded += len(block)
+                    except OSError:  # the proxy hung up
+                        pass
+                    self.close_connection = True
                     return
                 if owner.raw is not None:
                     kind, data = owner.raw
@@ -131,6 +152,11 @@ class UpstreamStub:
                     for i in range(n):
                         delta = {"index": i, "delta": {"content": piece}, "finish_reason": None}
                         send({**chunk, "choices": [{**delta, "logprobs": logprobs([piece])}]})
+                if owner.ending is not None:
+                    self.wfile.write(owner.ending)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 for i in range(n):
                     for name, value in owner.extra.items():  # one delta per extra field, after the content
                         if name == "tool_calls":
@@ -161,6 +187,8 @@ class UpstreamStub:
         self.raw = None
         self.gate = None
         self.piece_delay_s = 0.0
+        self.flood = self.flooded = 0
+        self.ending = None
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -4,10 +4,12 @@ the openai SDK, a real server and an upstream stub: tests/e2e/test_proxy.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -26,7 +28,7 @@ from crossaudit.proxy import chat
 from crossaudit.proxy.chat import Change, ProxyError
 from crossaudit.proxy.config import PolicyRun, build, read_file
 from crossaudit.proxy.guard import Guard
-from crossaudit.proxy.stream import release
+from crossaudit.proxy.stream import StreamGuard, Windows, release
 
 KEY = "caller-key-0123456789abcdef"
 
@@ -366,3 +368,28 @@ def test_a_windows_release_maps_a_redaction(
     evaluated: str, modified: str | None, start: int, cut: int, sent: str, upto: int
 ) -> None:
     assert release(evaluated, modified, start, cut) == (sent, upto)
+
+
+def _lines_of(pieces: list[bytes], max_bytes: int = 1 << 20) -> list[str]:
+    async def body() -> Any:
+        for p in pieces:
+            yield p
+
+    async def read() -> list[str]:
+        resp = httpx.Response(200, content=body())
+        guard = StreamGuard(resp, Windows(8, 2), None, None, deadline=0.0, max_bytes=max_bytes, include_usage=False)  # type: ignore[arg-type]
+        return [line async for line in guard._lines()]
+
+    return asyncio.run(read())
+
+
+def test_stream_lines_split_as_sse_says_whatever_the_pieces() -> None:
+    """CR LF, LF and CR end a line; a CR LF or a UTF-8 character split over two reads is one."""
+    pieces = [b"data: a\r", b"\n\r\nda", b"ta: \xc3", b"\xa9\rdata: \xe2\x80\xa8x\n\n", b"data: [DONE]"]
+    assert _lines_of(pieces) == ["data: a", "", "data: \u00e9", "data: \u2028x", "", "data: [DONE]"]
+
+
+def test_stream_bytes_are_counted_before_a_line_ends() -> None:
+    with pytest.raises(ProxyError) as e:
+        _lines_of([b"data: " + b"x" * 64] * 10, max_bytes=300)
+    assert e.value.code == "upstream_response_too_large"

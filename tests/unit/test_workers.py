@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service.config import CONSOLE_OFF, DEV_CONSOLE_PORT, ServerConfig, WorkerLimits
-from crossaudit.service.workers import describe_exit, reserve_port, worker_config
+from crossaudit.service.metrics import SUMMED_KINDS, WorkerMetrics
+from crossaudit.service.workers import METRICS_ENV, describe_exit, reserve_port, worker_config
 from crossaudit.store.sqlite import WRITER_LOCK_SUFFIX, SQLiteStore
 
 STORES = 3  # writers sharing one SQLite file
@@ -128,3 +132,29 @@ def test_a_scrape_skips_a_workers_file_that_is_not_yet_sized(tmp_path: Path) -> 
     metrics = WorkerMetrics(str(tmp_path))
     text = generate_latest(metrics.registry).decode()
     assert "crossaudit_demo_total 3.0" in text
+
+
+DEAD_WORKERS = 4
+A_LIFE = """
+from prometheus_client import Counter, Histogram
+Counter("crossaudit_test_calls", "calls", ["tenant"]).labels("acme").inc(3)
+Histogram("crossaudit_test_seconds", "seconds", buckets=[1.0]).observe(0.5)
+"""
+
+
+def test_dead_workers_metrics_stay_summed_in_a_bounded_number_of_files(tmp_path: Path) -> None:
+    """A worker that keeps dying must not grow the metrics directory (and each scrape) by its
+    files for every life it had; what it counted stays in the sums."""
+    metrics = WorkerMetrics(str(tmp_path))
+    env = {**os.environ, METRICS_ENV: str(tmp_path)}
+    for _ in range(DEAD_WORKERS):  # real processes writing their own files, then gone
+        life = subprocess.run([sys.executable, "-c", A_LIFE], env=env, check=True)
+        assert life.returncode == 0
+    pids = {f.stem.rsplit("_", 1)[1] for f in tmp_path.glob("counter_*.db")}
+    assert len(pids) == DEAD_WORKERS
+    for pid in pids:
+        metrics.worker_died(int(pid))
+    assert len(list(tmp_path.iterdir())) <= len(SUMMED_KINDS)
+    scrape = generate_latest(metrics.registry).decode()
+    assert f'crossaudit_test_calls_total{{tenant="acme"}} {3.0 * DEAD_WORKERS}' in scrape
+    assert f'crossaudit_test_seconds_bucket{{le="1.0"}} {float(DEAD_WORKERS)}' in scrape
