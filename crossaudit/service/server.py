@@ -220,6 +220,7 @@ class WorkerRole:
 
     index: int
     inflight: Any
+    console_socket: Any = None  # worker 0: the review console's listening socket, the supervisor's
 
 
 @dataclass
@@ -351,7 +352,7 @@ async def start_server(
         lock=lock,
     )
     try:
-        await start_beside(running, names)
+        await start_beside(running, names, worker.console_socket if worker is not None else None)
     except BaseException:
         await running.stop(0)
         raise
@@ -516,9 +517,10 @@ def bind(config: ServerConfig, server: grpc.aio.Server) -> int:
         return 0
 
 
-async def start_beside(running: RunningServer, names: list[str]) -> None:
-    """What runs beside the gRPC port once it serves: metrics, the review console, the first
-    start's deploys, warming, delivery, and health following the store."""
+async def start_beside(running: RunningServer, names: list[str], console_socket: Any = None) -> None:
+    """What runs beside the gRPC port once it serves: metrics, the review console (on
+    ``console_socket`` when a supervisor holds it), the first start's deploys, warming, delivery,
+    and health following the store."""
     config, service, auth = running.config, running.service, running.auth
     assert auth is not None
     if config.metrics_port is not None:
@@ -527,7 +529,9 @@ async def start_beside(running: RunningServer, names: list[str]) -> None:
         # before the first start's deploys (which may build images): a busy port fails at once
         from crossaudit.service.console import start_console
 
-        running.console = await start_console(config, service.records, auth, service.rollout, service.labels)
+        running.console = await start_console(
+            config, service.records, auth, service.rollout, service.labels, sock=console_socket
+        )
     problems = await service.bootstrap(auth.tenants, policy_files(config.policies_dir), DEFAULT_ENVIRONMENT)
     for line in problems:
         log.warning("%s", line)

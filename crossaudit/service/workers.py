@@ -140,8 +140,13 @@ class Supervisor:
         self.sandbox: Any = self._ctx.RawArray("c", SANDBOX_NAME_BYTES)  # worker 0's sandbox backend
         self.workers = [_Worker(i) for i in range(self.count)]
         self.stopping = False
+        # The review console's listening socket, held here and lent to every worker 0: while a
+        # dead worker 0 waits for its restart, connections queue in its backlog and no other
+        # program can take the port the start line printed.
+        self.console_socket: socket.socket | None = None
 
     def _start(self, w: _Worker) -> None:
+        console = self.console_socket if w.index == 0 else None
         self.inflight[w.index] = 0
         self.ready[w.index] = 0
         w.process = self._ctx.Process(
@@ -151,6 +156,7 @@ class Supervisor:
                 w.index,
                 os.getpid(),
                 (self.inflight, self.ready, self.console_port, self.sandbox),
+                console,
             ),
             name=f"crossaudit-worker-{w.index}",
         )
@@ -176,6 +182,11 @@ class Supervisor:
         """Worker 0 first (it alone deploys policies/*.yaml on a data dir's first start, so no
         sibling answers before they are deployed), then the others together."""
         first, *rest = self.workers
+        if self.config.console_listen_port is not None:
+            from crossaudit.service.console import bind_console
+
+            self.console_socket = bind_console(self.config)
+            self.console_port[0] = self.console_socket.getsockname()[1]
         self._start(first)
         await self._until_ready(first)
         for w in rest:
@@ -190,6 +201,14 @@ class Supervisor:
         for w in self.workers:
             if w.process is not None and w.process.exitcode is not None:
                 self._died(w, now)
+            elif w.process is not None and not self.ready[w.index] and now - w.started > self.limits.start_timeout_s:
+                log.error(
+                    "worker %d (pid %s) did not serve within worker_limits.start_timeout_s (%g s): killed",
+                    w.index,
+                    w.process.pid,
+                    self.limits.start_timeout_s,
+                )
+                w.process.kill()  # its death is handled (and backed off) on the next check
             elif w.process is None and now >= w.restart_at and not self.stopping:
                 self.metrics.restarts.inc()
                 self._start(w)
@@ -239,6 +258,9 @@ class Supervisor:
             p.join()
             self.metrics.worker_died(p.pid)  # type: ignore[arg-type]
         self.metrics.live.set(0)
+        if self.console_socket is not None:
+            self.console_socket.close()
+            self.console_socket = None
 
 
 def _console_url(config: ServerConfig, port: int) -> str | None:
@@ -330,13 +352,19 @@ async def _run(
 # --- in the worker process ------------------------------------------------------------------------
 
 
-def worker_main(config: ServerConfig, index: int, supervisor_pid: int, shared: tuple[Any, Any, Any, Any]) -> None:
+def worker_main(
+    config: ServerConfig,
+    index: int,
+    supervisor_pid: int,
+    shared: tuple[Any, Any, Any, Any],
+    console_socket: socket.socket | None = None,
+) -> None:
     """A worker's process (spawned): serve until SIGTERM/SIGINT or the supervisor is gone."""
     from crossaudit.service.logs import configure_logging
 
     configure_logging(config.log_level, config.log_format, worker=index)
     try:
-        asyncio.run(_serve_worker(config, index, supervisor_pid, shared))
+        asyncio.run(_serve_worker(config, index, supervisor_pid, shared, console_socket))
     except ConfigurationError as e:
         log.error("worker %d: %s", index, e)
         sys.exit(EXIT_WORKER_CONFIG)
@@ -345,10 +373,14 @@ def worker_main(config: ServerConfig, index: int, supervisor_pid: int, shared: t
 
 
 async def _serve_worker(
-    config: ServerConfig, index: int, supervisor_pid: int, shared: tuple[Any, Any, Any, Any]
+    config: ServerConfig,
+    index: int,
+    supervisor_pid: int,
+    shared: tuple[Any, Any, Any, Any],
+    console_socket: socket.socket | None,
 ) -> None:
     inflight, ready, console_port, sandbox = shared
-    running = await start_server(config, worker=WorkerRole(index, inflight))
+    running = await start_server(config, worker=WorkerRole(index, inflight, console_socket))
     gc.freeze()  # as serve(): what start-up built stays out of the collector's generations
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,17 +68,41 @@ class ConsoleServer:
             log.exception("the console stopped with an error")
 
 
+def bind_console(config: ServerConfig) -> socket.socket:
+    """The console's listening socket (``config.console_listen_port``), refused with one line."""
+    check_console_config(config)
+    port = config.console_listen_port
+    assert port is not None
+    try:
+        return bind_tcp(config.console_host, port, what="review console")
+    except ConfigurationError as e:
+        if not config.console_default_port:
+            raise
+        # --dev chose the port: say how to choose another (one line, as every start-up refusal)
+        raise ConfigurationError(
+            f"{e.message}; --dev serves the review console on port {port} by default: choose another "
+            f"with --console-port PORT (0 = any free port), or turn it off with --console-port {CONSOLE_OFF}"
+        ) from None
+
+
 async def start_console(
-    config: ServerConfig, records: Records, auth: Authenticator, rollout: Any = None, labels: Any = None
+    config: ServerConfig,
+    records: Records,
+    auth: Authenticator,
+    rollout: Any = None,
+    labels: Any = None,
+    sock: socket.socket | None = None,
 ) -> ConsoleServer:
-    """Bind the console's port and serve it in this loop (returns once it accepts requests)."""
+    """Bind the console's port (or serve ``sock``, already listening: a supervisor's, which keeps
+    the port while a worker restarts) and serve it in this loop (returns once it accepts requests)."""
     import uvicorn
 
     from crossaudit.service.console.app import ConsoleApp
 
     check_console_config(config)
-    port = config.console_listen_port
-    assert port is not None
+    if sock is None:
+        sock = bind_console(config)
+    port = sock.getsockname()[1]
     tls = bool(config.tls_cert and config.tls_key)
     loopback = config.console_host in LOOPBACK_HOSTS
     app = ConsoleApp(
@@ -94,16 +119,6 @@ async def start_console(
         def install_signal_handlers(self) -> None:  # uvicorn < 0.29
             pass
 
-    try:
-        sock = bind_tcp(config.console_host, port, what="review console")
-    except ConfigurationError as e:
-        if not config.console_default_port:
-            raise
-        # --dev chose the port: say how to choose another (one line, as every start-up refusal)
-        raise ConfigurationError(
-            f"{e.message}; --dev serves the review console on port {port} by default: choose another "
-            f"with --console-port PORT (0 = any free port), or turn it off with --console-port {CONSOLE_OFF}"
-        ) from None
     limits = config.console_limits
     uv_config = uvicorn.Config(
         app.asgi,
