@@ -127,8 +127,9 @@ def worker_config(config: ServerConfig, index: int, port: int, console_port: int
 class Supervisor:
     """Starts, watches and stops the workers (call from one event loop)."""
 
-    def __init__(self, config: ServerConfig, port: int, metrics: WorkerMetrics) -> None:
+    def __init__(self, config: ServerConfig, port: int, metrics: WorkerMetrics, data_dir_lock: int = -1) -> None:
         self.config = config
+        self.data_dir_lock = data_dir_lock
         self.count = config.worker_count
         self.port = port
         self.metrics = metrics
@@ -157,6 +158,7 @@ class Supervisor:
                 os.getpid(),
                 (self.inflight, self.ready, self.console_port, self.sandbox),
                 console,
+                InheritedFd(self.data_dir_lock) if self.data_dir_lock >= 0 else None,
             ),
             name=f"crossaudit-worker-{w.index}",
         )
@@ -292,7 +294,7 @@ async def supervise(config: ServerConfig, *, announce: Any = print) -> None:
         directory = tempfile.mkdtemp(prefix="crossaudit-metrics-")  # 0700, this start's alone
         metrics = WorkerMetrics(directory)  # the supervisor's own values stay in memory (imported before)
         os.environ[METRICS_ENV] = directory  # the workers' (spawned: a fresh import) go to files
-        supervisor = Supervisor(config, port, metrics)
+        supervisor = Supervisor(config, port, metrics, data_dir_lock=lock.fileno())
         stop, force = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -352,14 +354,38 @@ async def _run(
 # --- in the worker process ------------------------------------------------------------------------
 
 
+class InheritedFd:
+    """A file descriptor a spawned worker inherits (multiprocessing duplicates it into the child,
+    as it does for sockets); in the child it unpickles to the descriptor's number."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        from multiprocessing.reduction import DupFd
+
+        return _inherited, (DupFd(self.fd),)
+
+
+def _inherited(dup: Any) -> int:
+    fd = int(dup.detach())
+    os.set_inheritable(fd, False)  # passed to this process only: no sandbox or helper it starts gets it
+    return fd
+
+
 def worker_main(
     config: ServerConfig,
     index: int,
     supervisor_pid: int,
     shared: tuple[Any, Any, Any, Any],
     console_socket: socket.socket | None = None,
+    data_dir_lock: int | None = None,
 ) -> None:
-    """A worker's process (spawned): serve until SIGTERM/SIGINT or the supervisor is gone."""
+    """A worker's process (spawned): serve until SIGTERM/SIGINT or the supervisor is gone.
+    ``data_dir_lock``: the supervisor's locked file, kept open here (the flock is the open file's,
+    so it stays held while any worker lives: a supervisor killed with SIGKILL frees the data dir
+    only once its workers have drained, never to a new server while they still deliver)."""
+    del data_dir_lock  # held, never used, until this process exits
     from crossaudit.service.logs import configure_logging
 
     configure_logging(config.log_level, config.log_format, worker=index)
@@ -380,6 +406,8 @@ async def _serve_worker(
     console_socket: socket.socket | None,
 ) -> None:
     inflight, ready, console_port, sandbox = shared
+    if console_socket is not None:
+        console_socket.set_inheritable(False)  # inherited for this process only, never its children
     running = await start_server(config, worker=WorkerRole(index, inflight, console_socket))
     gc.freeze()  # as serve(): what start-up built stays out of the collector's generations
     stop = asyncio.Event()

@@ -322,3 +322,36 @@ def test_the_console_port_stays_held_while_worker_0_restarts(tmp_path: Path) -> 
             status = e.code
         assert status < 500
         assert "restarting it in" in srv.log.read_text()
+
+
+def test_a_killed_supervisors_data_dir_stays_locked_until_its_workers_are_gone(tmp_path: Path) -> None:
+    """The data-dir lock is shared with the workers: a supervisor killed with SIGKILL does not let
+    a new server in (releasing the outbox leases of workers still draining) before they exit."""
+    import fcntl
+
+    with ServerProcess(tmp_path, extra=("--workers", "2")) as srv:
+        workers = workers_of(srv)
+        lock_file = next(tmp_path.rglob("server.lock"))
+        os.kill(srv.pid, signal.SIGKILL)
+        assert srv.proc is not None
+        srv.proc.wait(10)  # its own descriptors are closed once it is reaped
+        with open(lock_file, "a") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = True
+            except BlockingIOError:
+                taken = False
+            still_serving = [p for p in workers if _alive(p)]
+            if still_serving:  # (they notice the supervisor is gone within a second, then drain)
+                assert not taken, "a new server could lock the data dir while the workers still serve"
+            deadline = time.monotonic() + RESTART_WAIT_S
+            while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not any(_alive(p) for p in workers), "workers outlived their supervisor"
+            while True:  # free once they are gone (and what they started has finished exiting)
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the data dir stayed locked after the workers exited"
+                    time.sleep(0.05)
