@@ -49,6 +49,7 @@ MAX_POLICY_NAME = 200  # the DSL's limit on a policy's name
 MAX_CONTEXT_STRING = 256  # model and user fields copied into the evaluation context, at most
 MAX_DRAIN_BYTES = 16 * 1024 * 1024  # an oversized body is read (and dropped) this far, so the 413 arrives
 DEFAULT_BLOCK_STATUS = 403  # the DSL's default block http_status, also for one outside 400-599
+EVALUATE_REQUEST_OVERHEAD_BYTES = 16 * 1024  # of an Evaluate request beyond its texts (names, ids, framing)
 MAX_UPSTREAM_ERROR_CHARS = 2000  # of an upstream error body that is not JSON, quoted in ours
 
 
@@ -444,6 +445,10 @@ class ProxyApp:
             deadline=deadline,
             max_bytes=self.limits.max_upstream_response_bytes,
             include_usage=include_usage,
+            max_text_bytes=self.limits.max_request_bytes
+            - len(prompt.encode("utf-8", "surrogatepass"))
+            - len(json.dumps(context("content", stream={"window": 0, "final": True})).encode())
+            - EVALUATE_REQUEST_OVERHEAD_BYTES,
         )
         events = guard.run()
         try:

@@ -119,6 +119,7 @@ class StreamGuard:
         deadline: float,
         max_bytes: int,
         include_usage: bool,
+        max_text_bytes: int | None = None,
     ) -> None:
         self.resp = resp
         self.windows = windows
@@ -126,6 +127,10 @@ class StreamGuard:
         self.outside = outside
         self.deadline = deadline
         self.max_bytes = max_bytes
+        # The answer's text must fit the final (audited) decision's request: beyond this, reading
+        # stops before any more is released, so nothing reaches the caller that cannot be audited.
+        self.max_text_bytes = max_text_bytes
+        self.text_bytes = 0
         self.include_usage = include_usage
         self._text = io.StringIO()  # the answer's content so far, as the upstream wrote it (appends O(1))
         self.length = 0
@@ -234,6 +239,7 @@ class StreamGuard:
                 if content is not None and not isinstance(content, str):
                     raise _invalid("a delta's content is not text")
                 if content:
+                    self._count(content)
                     self._text.seek(self.length)
                     self.length += self._text.write(content)
         if not self._base:
@@ -242,6 +248,19 @@ class StreamGuard:
         if obj.get("usage") is not None or any(_more_than_content(c) for c in choices or []):
             self.chunks.raw.append("")
             self.chunks.parsed.append(obj)
+
+    def _count(self, content: str) -> None:
+        if self.max_text_bytes is None:
+            return
+        self.text_bytes += len(content.encode("utf-8", "surrogatepass"))
+        if self.text_bytes > self.max_text_bytes:
+            raise ProxyError(
+                502,
+                f"the upstream's answer is over {self.max_text_bytes} bytes of text, the most its decision can "
+                "carry (limits.max_request_bytes, less the prompt and context)",
+                "server_error",
+                "upstream_response_too_large",
+            )
 
     def text(self, begin: int, end: int) -> str:
         self._text.seek(begin)

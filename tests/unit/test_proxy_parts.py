@@ -393,3 +393,27 @@ def test_stream_bytes_are_counted_before_a_line_ends() -> None:
     with pytest.raises(ProxyError) as e:
         _lines_of([b"data: " + b"x" * 64] * 10, max_bytes=300)
     assert e.value.code == "upstream_response_too_large"
+
+
+def test_a_streamed_answer_stops_before_it_outgrows_its_decision() -> None:
+    """Text beyond what the final (audited) decision's request can carry is never taken in, so
+    never released: reading stops on it with a typed 502."""
+    events = [b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 40 + b'"}}]}\n\n'] * 4
+
+    async def body() -> Any:
+        for e in events:
+            yield e
+
+    async def read() -> StreamGuard:
+        resp = httpx.Response(200, content=body())
+        guard = StreamGuard(
+            resp, Windows(8, 2), None, None,  # type: ignore[arg-type]
+            deadline=asyncio.get_running_loop().time() + 10, max_bytes=1 << 20, include_usage=False,
+            max_text_bytes=100,
+        )  # fmt: skip
+        await guard._read()
+        return guard
+
+    guard = asyncio.run(read())
+    assert guard.failure is not None and guard.failure.code == "upstream_response_too_large"
+    assert guard.length == 80  # two events taken, the third refused
