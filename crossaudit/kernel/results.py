@@ -128,7 +128,7 @@ def score_key(doc: Mapping[str, Any]) -> str | None:
 
 _M = TypeVar("_M", bound=BaseModel)
 _setattr = object.__setattr__
-_DEFAULTS: dict[type[BaseModel], tuple[dict[str, Any], dict[str, Any], Any]] = {}
+_DEFAULTS: dict[type[BaseModel], tuple[dict[str, Any], dict[str, Any], tuple[str, ...], frozenset[str]]] = {}
 
 
 def trusted(cls: type[_M], values: dict[str, Any]) -> _M:
@@ -139,6 +139,7 @@ def trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     costs more than one). The caller applies what a field validator would (``wire_text``) and
     passes floats as floats; missing fields get their defaults, a factory's fresh each time.
     ``values`` is the instance's own afterwards (pass a fresh dict)."""
+    fields_set = set(values)
     defaults = _DEFAULTS.get(cls)
     if defaults is None:
         static: dict[str, Any] = {}
@@ -148,20 +149,21 @@ def trusted(cls: type[_M], values: dict[str, Any]) -> _M:
                 factories[name] = f.default_factory
             elif not f.is_required():
                 static[name] = f.default
-        defaults = _DEFAULTS[cls] = (static, factories, cls.model_fields.keys())
-    static, factories, fields = defaults
-    if len(values) == len(fields):  # every field given (a copy): no defaults to fill
-        d = values
-    else:
-        d = static | values
-        for k, make in factories.items():
-            if k not in d:
-                d[k] = make()
-    if d.keys() != fields:  # a programming error: never an incomplete model, or a misspelt field
-        raise TypeError(f"{cls.__name__}: missing {sorted(fields - d.keys())}, unknown {sorted(d.keys() - fields)}")
+        defaults = _DEFAULTS[cls] = (static, factories, tuple(cls.model_fields), frozenset(cls.model_fields))
+    static, factories, order, names = defaults
+    if tuple(values) != order:  # the fields in their declared order (a dump's order), defaults filled
+        unknown = values.keys() - names
+        if unknown:  # a programming error: never a misspelt field
+            raise TypeError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        try:
+            values = {
+                k: values[k] if k in values else static[k] if k in static else factories[k]() for k in order
+            }
+        except KeyError as e:  # a required field not given
+            raise TypeError(f"{cls.__name__}: missing field {e}") from None
     obj = cls.__new__(cls)
-    _setattr(obj, "__dict__", d)
-    _setattr(obj, "__pydantic_fields_set__", set(values))
+    _setattr(obj, "__dict__", values)
+    _setattr(obj, "__pydantic_fields_set__", fields_set)
     _setattr(obj, "__pydantic_extra__", None)
     _setattr(obj, "__pydantic_private__", None)
     return obj
