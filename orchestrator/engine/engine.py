@@ -68,6 +68,8 @@ from crossaudit.kernel.results import (
     RuleResult,
     Status,
     Verdict,
+    trusted,
+    wire_text,
 )
 from orchestrator.engine import actions, consensus
 from orchestrator.engine.cache import ResultCache
@@ -487,34 +489,36 @@ class Engine:
             )
             if split is not None:  # not decided here: a reviewer does (the rule's own action is not taken)
                 silent = f"{len(errored)} evaluator(s) gave no verdict" if errored else ""
-                return RuleResult(
-                    rule=rule.name,
-                    status=Status.FAIL,
-                    passed=False,
-                    score=score,
-                    threshold=threshold,
-                    action=Action.REQUIRE_REVIEW,
-                    evaluators=evaluated,
-                    fallback_used=fallback_used,
-                    reason="; ".join(x for x in (split, reason, why_threshold, silent) if x),
-                    latency_ms=latency,
-                    disagreement=True,
-                )
+                return trusted(RuleResult, {
+                    "rule": rule.name,
+                    "status": Status.FAIL,
+                    "passed": False,
+                    "score": float(score),
+                    "threshold": float(threshold),
+                    "action": Action.REQUIRE_REVIEW,
+                    "evaluators": evaluated,
+                    "fallback_used": fallback_used,
+                    "reason": wire_text("; ".join(x for x in (split, reason, why_threshold, silent) if x)),
+                    "latency_ms": latency,
+                    "disagreement": True,
+                })  # fmt: skip
             reason = "; ".join(x for x in (reason, why_threshold) if x)
         if errored:
             reason = "; ".join(x for x in (reason, f"{len(errored)} evaluator(s) gave no verdict") if x)
-        return RuleResult(
-            rule=rule.name,
-            status=Status.PASS if passed else Status.FAIL,
-            passed=passed,
-            score=score,
-            threshold=threshold,
-            action=None if passed else rule.action,
-            evaluators=evaluated,
-            fallback_used=fallback_used,
-            reason=reason,
-            latency_ms=latency,
-        )
+        # Built without validation (``trusted``): every value is our own, of the field's type; what
+        # the validators would do is done here (floats as floats, the reason made sendable).
+        return trusted(RuleResult, {
+            "rule": rule.name,
+            "status": Status.PASS if passed else Status.FAIL,
+            "passed": bool(passed),
+            "score": float(score),
+            "threshold": float(threshold),
+            "action": None if passed else rule.action,
+            "evaluators": evaluated,
+            "fallback_used": fallback_used,
+            "reason": wire_text(reason),
+            "latency_ms": latency,
+        })  # fmt: skip
 
     @staticmethod
     def _vote(r: EvaluatorResult, threshold: float) -> bool:
@@ -793,21 +797,22 @@ class Engine:
         identity: str = "",
         provenance: dict[str, str] | None = None,
     ) -> EvaluatorResult:
-        return EvaluatorResult(
-            evaluator=name,
-            kind=kind,
-            status=Status.PASS if v.passed is not False else Status.FAIL,
-            score=v.score,
-            passed=v.passed,
-            violations=list(v.violations),
-            details=dict(v.details),
-            spans=list(v.spans),
-            latency_ms=(self.clock() - t0) * 1000,
-            attempts=attempts,
-            cached=cached,
-            identity=identity,
-            provenance=dict(provenance or {}),
-        )
+        # Without validation: a verdict is checked where it is made (Verdict's validators, the wire check).
+        return trusted(EvaluatorResult, {
+            "evaluator": name,
+            "kind": kind,
+            "status": Status.PASS if v.passed is not False else Status.FAIL,
+            "score": float(v.score),  # a verdict built by model_copy(update=) may hold an int
+            "passed": v.passed,
+            "violations": list(v.violations),
+            "details": dict(v.details),
+            "spans": list(v.spans),
+            "latency_ms": (self.clock() - t0) * 1000,
+            "attempts": attempts,
+            "cached": cached,
+            "identity": identity,
+            "provenance": dict(provenance or {}),
+        })  # fmt: skip
 
     # -- the decision -------------------------------------------------------------------------
 
@@ -865,18 +870,18 @@ class Engine:
             for r in results
             if r.rule in by_name
         )
-        return Decision(
-            policy=policy.name,
-            policy_version=policy.version,
-            passed=passed,
-            action=worst,
-            rules=results,
-            modified_response=None if unredacted else actions.apply_modifications(req.inp.response, edits),
-            outcomes=outcomes,
-            errored_rules=errored,
-            latency_ms=(self.clock() - start) * 1000,
-            decision_id=req.decision_id,
-        )
+        return trusted(Decision, {  # without validation: every value is the engine's own, typed
+            "policy": policy.name,
+            "policy_version": policy.version,
+            "passed": passed,
+            "action": worst,
+            "rules": results,
+            "modified_response": None if unredacted else actions.apply_modifications(req.inp.response, edits),
+            "outcomes": outcomes,
+            "errored_rules": errored,
+            "latency_ms": (self.clock() - start) * 1000,
+            "decision_id": req.decision_id,
+        })  # fmt: skip
 
 
 def _raise_unreplayable(req: _Request, results: list[RuleResult]) -> None:
@@ -894,15 +899,14 @@ def _own_copy(result: EvaluatorResult, **changes: Any) -> EvaluatorResult:
     immutable)."""
     details = result.details
     nested = any(isinstance(v, dict | list) for v in details.values())
-    return result.model_copy(
-        update={
-            "violations": list(result.violations),
-            "details": copy.deepcopy(details) if nested else dict(details),
-            "spans": list(result.spans),
-            "provenance": dict(result.provenance),
-            **changes,
-        }
-    )
+    return trusted(EvaluatorResult, {  # a copy of a validated result: no validation again
+        **result.__dict__,
+        "violations": list(result.violations),
+        "details": copy.deepcopy(details) if nested else dict(details),
+        "spans": list(result.spans),
+        "provenance": dict(result.provenance),
+        **changes,
+    })  # fmt: skip
 
 
 def _weights(rule: Rule) -> list[tuple[str, float]]:
