@@ -3,7 +3,6 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 MODELS_STAMP := $(VENV)/.models-installed
 EXPORT_STAMP := $(VENV)/.export-installed
@@ -12,33 +11,61 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv models export-deps images image test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv lock models export-deps images image test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade "pip>=24" "setuptools>=68" wheel
-	$(PIP) install -q -e '.[dev]'
+# Every Python package comes from uv.lock (hashes for every file; docs/dependencies.md). uv itself is
+# bootstrapped from tools/uv.requirements.txt (its pin and hashes, taken from the lock by `make lock`)
+# with the system pip, then `uv sync --locked` makes .venv exactly the lock: nothing is resolved at
+# install time, and a second set-up reuses uv's cache (seconds). The extras a target needs are added
+# to those .venv already has ($(EXTRAS_FILE)), so `make serve` after `make test` keeps torch.
+UV_DIR := .crossaudit/uv
+UV := $(UV_DIR)/bin/uv
+EXTRAS_FILE := $(VENV)/.extras
+UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
+define sync
+	@want=$$(printf '%s\n' $(1) $$(cat $(EXTRAS_FILE) 2>/dev/null) | sort -u); \
+	$(UV_ENV) $(UV) sync --locked --python $(PYTHON) $$(printf -- '--extra %s ' $$want) \
+		&& printf '%s\n' $$want > $(EXTRAS_FILE)
+endef
+
+$(UV): tools/uv.requirements.txt
+	@rm -rf $(UV_DIR)
+	$(PYTHON) -m pip --disable-pip-version-check install -q --require-hashes --no-deps --target $(UV_DIR) -r $<
 	@touch $@
 
-venv: $(STAMP) ## Create .venv and install CrossAudit with dev tools
+$(STAMP): pyproject.toml uv.lock $(UV)
+	$(call sync,dev)
+	@touch $@
+
+venv: $(STAMP) ## Create .venv and install CrossAudit with dev tools, exactly as uv.lock says
 
 # Serving: onnxruntime + tokenizers, no torch.
 $(MODELS_STAMP): $(STAMP)
-	$(PIP) install -q -e '.[dev,models]'
+	$(call sync,dev models)
 	@touch $@
 
 models: $(MODELS_STAMP) ## Install what serving the builtin models needs (onnxruntime, tokenizers; no torch)
 
 # Exporting Detoxify to ONNX (and the torch serving path, which tests compare against): torch and
-# transformers are large (PyPI ships CUDA wheels): an explicit, pip-cached step.
+# transformers are large (PyPI ships CUDA wheels): an explicit, cached step.
 $(EXPORT_STAMP): $(MODELS_STAMP)
-	$(PIP) install -q -e '.[dev,models,export]'
+	$(call sync,dev models export)
 	@touch $@
 
 export-deps: $(EXPORT_STAMP) ## Install the export extra too (torch, transformers, detoxify, onnx)
+
+# Refresh the lock to the newest versions pyproject.toml's ranges allow, then everything derived
+# from it: .venv, uv's own pin, the images' hashed requirement files, the gRPC stubs (made by the
+# locked grpcio-tools). Run the whole suite before committing the result (docs/dependencies.md).
+lock: $(UV) ## Refresh uv.lock (newest versions within pyproject.toml's ranges) and what is derived from it
+	$(UV_ENV) $(UV) lock --upgrade --python $(PYTHON)
+	$(call sync,dev)
+	@touch $(STAMP)
+	$(PY) -m tools.lockfiles
+	$(PY) -m tools.generate_protos
 
 images: $(STAMP) ## Build the sandbox base image (locally, no registry needed) if a Docker daemon answers
 	$(PY) -m sandbox.docker build-base
@@ -115,12 +142,11 @@ test-security: $(STAMP) images test-images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP):
+$(BENCH_STAMP): $(EXPORT_STAMP)
 	@echo "make bench installs, once: the export extra into .venv (torch, transformers, detoxify, onnx: ~3 GB from PyPI),"
 	@echo "  the bench extra (matplotlib, py-spy), Debian's PostgreSQL server (make postgres), the sandbox images,"
 	@echo "  and Guardrails AI from PyPI into .venv-bench/ (the peer measured beside CrossAudit)."
-	@$(MAKE) --no-print-directory $(EXPORT_STAMP)
-	$(PIP) install -q -e '.[dev,models,export,bench]'
+	$(call sync,dev models export bench)
 	@touch $@
 
 # Every benchmark in one run: targets printed beside their figures; docs/bench/results.json and
@@ -135,5 +161,5 @@ lint: $(STAMP) ## ruff, and the layering contract (import-linter, pyproject.toml
 typecheck: $(STAMP) ## mypy
 	$(VENV)/bin/mypy crossaudit
 
-clean: ## Remove .venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean: ## Remove .venv, the bootstrapped uv and caches
+	rm -rf $(VENV) $(UV_DIR) .pytest_cache .mypy_cache .ruff_cache

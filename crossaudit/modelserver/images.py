@@ -6,7 +6,9 @@ No image registry is reachable, so an image is ``FROM`` the locally built Python
 (``crossaudit/base:*``, see ``images/base/README.md``) plus COPYs prepared on the host:
 
 - ``site/``: the model's stack installed with the host's pip (``pip install --target``; the host
-  and the base are both CPython 3.11 on the same architecture), so the base needs no pip;
+  and the base are both CPython 3.11 on the same architecture), so the base needs no pip; exactly the
+  versions ``uv.lock`` pins, hash-checked (``crossaudit/imagebuild/locked/modelserver-<kind>.txt``,
+  written by ``make lock`` from :func:`requirements`);
 - ``app/``: the few CrossAudit modules a model server imports (errors, results, crossaudit.modelserver,
   the generated protos);
 - ``rootfs/``: shared libraries the minimal base lacks, from the base suite's Debian packages.
@@ -30,6 +32,7 @@ import sys
 from pathlib import Path
 
 from crossaudit.imagebuild import ImageBuilder, content_tag, debian_rootfs
+from crossaudit.imagebuild.locked import requirements_file
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.kernel.resources import image_dir
 from crossaudit.modelserver.builtins import RUNTIMES
@@ -44,8 +47,9 @@ BASE_REPO = "crossaudit/base"
 APP_PACKAGES = ("kernel", "v1", "modelserver")
 # The builtins with an image: those whose runtime module names its image's packages.
 KINDS = tuple(kind for kind, runtime in RUNTIMES.items() if runtime.image_requirements is not None)
-# What each image installs (kept in step with pyproject.toml's pins): the server's own stack plus
-# the builtin's (``image_requirements`` in crossaudit/modelserver/builtins/<kind>.py).
+# What each image installs: the server's own stack plus the builtin's (``image_requirements`` in
+# crossaudit/modelserver/builtins/<kind>.py). `make lock` pins them (and what they need) from uv.lock
+# into the file the build installs (:func:`locked_requirements`), refusing a range the lock misses.
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "_common": ("grpcio>=1.66,<2", "protobuf>=5.27,<8", "pydantic>=2.7,<3", "cachetools>=5.3,<7"),
     **{kind: RUNTIMES[kind].image_requirements or () for kind in KINDS},
@@ -78,6 +82,12 @@ def requirements(kind: str) -> tuple[str, ...]:
     return (*REQUIREMENTS["_common"], *REQUIREMENTS[kind])
 
 
+def locked_requirements(kind: str) -> Path:
+    """The hashed requirements file ``kind``'s image installs (shipped in the package)."""
+    _check_kind(kind)
+    return requirements_file(f"modelserver-{kind}")
+
+
 def build_args(kind: str, base: str) -> dict[str, str]:
     """The Dockerfile's arguments: the base to build FROM and the model the image serves."""
     _check_kind(kind)
@@ -86,7 +96,7 @@ def build_args(kind: str, base: str) -> dict[str, str]:
 
 def prepare_context(kind: str, dest: Path) -> Path:
     """Lay out a build context for ``kind`` in ``dest``: Dockerfile, site/, app/, rootfs/."""
-    reqs = requirements(kind)
+    locked = locked_requirements(kind)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(DOCKERFILE, dest / "Dockerfile")
     for rel, source in app_files():
@@ -96,7 +106,8 @@ def prepare_context(kind: str, dest: Path) -> Path:
     debian_rootfs(dest / "rootfs", DEBIAN_PACKAGES)
     site = dest / "site"
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--target", str(site),
-           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", *reqs]
+           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+           "--require-hashes", "--no-deps", "-r", str(locked)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -112,7 +123,7 @@ def context_tag(kind: str, base: str) -> str:
     parts: list[bytes | str] = [DOCKERFILE.read_bytes()]
     for rel, source in app_files():
         parts += [rel, source.read_bytes()]
-    parts.append("\n".join((*requirements(kind), *DEBIAN_PACKAGES)))
+    parts += [locked_requirements(kind).read_bytes(), "\n".join(DEBIAN_PACKAGES)]
     return content_tag(f"{REPO_PREFIX}{kind}", *parts, buildargs=build_args(kind, base))
 
 

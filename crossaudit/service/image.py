@@ -6,14 +6,17 @@ runner and the model servers, and by the same image builder (:mod:`crossaudit.im
 docker-py). Everything it installs is prepared on the host, so the build needs no network:
 
 - ``wheels/own/``: CrossAudit's own wheel built from the working tree (``pip wheel . --no-deps``, in a
-  copy of the tree so no ``build/`` is left behind); ``wheels/``: its dependencies and pip itself, fetched
-  and (for the few sdists) built by the host's pip (``pip wheel``; the host is CPython 3.11 on the
-  base's architecture and glibc, and the image's pip refuses any wheel whose tags do not fit);
+  copy of the tree so no ``build/`` is left behind); ``wheels/``: its dependencies (pip and tzdata
+  among them), exactly as ``uv.lock`` pins them (``crossaudit/imagebuild/locked/orchestrator.txt``),
+  fetched and (for the few sdists) built by the host's pip with ``--require-hashes --no-deps``: no
+  resolution, and a file the lock has no hash of is refused (the host is CPython 3.11 on the base's
+  architecture and glibc, and the image's pip refuses any wheel whose tags do not fit);
 - ``rootfs/``: ``libstdc++6`` of the base's Debian suite (grpcio, re2 and spaCy link it), fetched
   with the host's apt and unpacked, as for the model-server images.
 
 The tag is a hash of what went into the image: the Dockerfile, the base image's id, the contents of
-CrossAudit's wheel and the file names (name, version, tags) of every other wheel and package.
+CrossAudit's wheel, the locked requirements (versions and hashes) and the Debian packages' file
+names. So a build whose tag exists stops before fetching a single dependency.
 ``crossaudit/orchestrator:latest`` is moved to the new build (for compose on this machine). The
 Kubernetes manifests name the content tag itself, so a node with ``imagePullPolicy: IfNotPresent``
 runs a new build when it gets a new tag (a moved ``:latest`` is never pulled again): ``pin``
@@ -48,6 +51,7 @@ from crossaudit.imagebuild import (
     debian_rootfs,
     run_tool,
 )
+from crossaudit.imagebuild.locked import requirements_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.resources import image_dir
 
@@ -61,9 +65,7 @@ KUSTOMIZATION = "kustomization.yaml"
 _NEW_TAG = re.compile(r"^(\s*newTag:\s*)\S+(.*)$", re.MULTILINE)
 _IMAGE_LINE = re.compile(rf"^(\s*(?:-\s+)?image:\s*){re.escape(REPO)}(?::\S+)?(\s*(?:#.*)?)$", re.MULTILINE)
 DEBIAN_PACKAGES = ("libstdc++6",)
-# Installed next to CrossAudit: pip (the sandbox resolves evaluators' dependencies with it) and the
-# time zones zoneinfo reads (the minimal base has no /usr/share/zoneinfo).
-IMAGE_EXTRAS = ("pip", "tzdata")
+LOCKED_REQUIREMENTS = "orchestrator"  # crossaudit/imagebuild/locked/orchestrator.txt (make lock)
 PIP_TIMEOUT_S = 1800
 OWN_WHEEL_DIR = "own"  # wheels/own/: CrossAudit's wheel; wheels/*.whl: its dependencies (two image layers)
 # Not part of the wheel's source: kept out of the copy the wheel is built from.
@@ -90,53 +92,67 @@ def _check_host_python() -> None:
         )
 
 
-def build_wheels(dest: Path, src: Path | None = None, *, say=print) -> Path:  # type: ignore[no-untyped-def]
-    """CrossAudit's wheel from the working tree, then every dependency and pip as wheels, in ``dest``."""
+def _pip() -> list[str]:
+    return [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+
+
+def build_own_wheel(dest: Path, src: Path | None = None, *, say=print) -> Path:  # type: ignore[no-untyped-def]
+    """CrossAudit's wheel from the working tree, in ``dest/own/``."""
     _check_host_python()
     root = source_root(src)
-    dest.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    own_dir = dest / OWN_WHEEL_DIR
+    own_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ca-src-") as tmp:
         copy = Path(tmp) / "src"
         shutil.copytree(root, copy, ignore=_SKIP)
         say("building the crossaudit wheel from the working tree")
-        run_tool([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(copy)],
-             "pip wheel . --no-deps", PIP_TIMEOUT_S)
-    (built,) = sorted(dest.glob("crossaudit-*.whl"))
-    say("fetching the dependencies' wheels with the host's pip")
-    run_tool([*pip, "wheel", "--prefer-binary", "-q", "-w", str(dest), str(built), *IMAGE_EXTRAS],
-         "pip wheel (dependencies)", PIP_TIMEOUT_S)
+        run_tool([*_pip(), "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(own_dir), str(copy)],
+                 "pip wheel . --no-deps", PIP_TIMEOUT_S)
+    (built,) = sorted(own_dir.glob("crossaudit-*.whl"))
+    return built
+
+
+def fetch_dependency_wheels(dest: Path, *, say=print) -> None:  # type: ignore[no-untyped-def]
+    """Every dependency's wheel as uv.lock pins it, checked against the lock's hashes, in ``dest``.
+    CrossAudit's wheel sits apart (``own/``): the image installs the two in two layers, so a change
+    of CrossAudit alone rebuilds seconds of image, not the whole environment."""
+    _check_host_python()
+    say("fetching the locked dependencies' wheels (uv.lock, hash-checked)")
+    run_tool([*_pip(), "wheel", "--require-hashes", "--no-deps", "-q", "-w", str(dest),
+              "-r", str(requirements_file(LOCKED_REQUIREMENTS))], "pip wheel (locked dependencies)", PIP_TIMEOUT_S)
     if not list(dest.glob("pip-*.whl")):
-        raise ConfigurationError("pip wheel produced no wheel of pip itself")
-    # CrossAudit's wheel apart from its dependencies': the image installs them in two layers, so a
-    # change of CrossAudit alone rebuilds seconds of image, not the whole environment.
-    own = dest / OWN_WHEEL_DIR / built.name
-    own.parent.mkdir()
-    built.rename(own)
-    return own
+        raise ConfigurationError("the locked dependencies hold no wheel of pip (pyproject.toml lists it)")
 
 
 def prepare_context(dest: Path, src: Path | None = None, *, say=print) -> tuple[Path, list[str]]:  # type: ignore[no-untyped-def]
-    """Lay out a build context in ``dest``: Dockerfile, wheels/, rootfs/; returns (own wheel, debs)."""
+    """Lay out a whole build context in ``dest``: Dockerfile, wheels/, rootfs/; returns (own wheel, debs)."""
+    own, debs = _prepare_tagged_parts(dest, src, say=say)
+    fetch_dependency_wheels(dest / "wheels", say=say)
+    return own, debs
+
+
+def _prepare_tagged_parts(dest: Path, src: Path | None, *, say=print) -> tuple[Path, list[str]]:  # type: ignore[no-untyped-def]
+    """What the tag hashes: the Dockerfile, CrossAudit's wheel, the Debian packages (cheap beside the
+    dependencies' wheels, which the locked requirements name exactly)."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(DOCKERFILE, dest / "Dockerfile")
     (dest / ".dockerignore").write_text("*.deb\n")
-    own = build_wheels(dest / "wheels", src, say=say)
+    own = build_own_wheel(dest / "wheels", src, say=say)
     debs = debian_rootfs(dest / "rootfs", DEBIAN_PACKAGES)
     return own, debs
 
 
 def context_tag(context: Path, own_wheel: Path, debs: list[str], base: str, base_id: str) -> str:
     """``crossaudit/orchestrator:<hash>`` of the Dockerfile, the base (its id and, as the build
-    argument, its name), CrossAudit's wheel contents (not its zip timestamps) and the names of
-    every other wheel and Debian package."""
+    argument, its name), CrossAudit's wheel contents (not its zip timestamps), the locked
+    requirements (every dependency's version and hashes) and the Debian packages' names."""
     own = hashlib.sha256()
     with zipfile.ZipFile(own_wheel) as zf:
         for name in sorted(zf.namelist()):
             own.update(name.encode() + b"\0" + zf.read(name) + b"\0")
-    names = sorted(p.name for p in (context / "wheels").glob("*.whl")) + sorted(debs)
-    return content_tag(REPO, (context / "Dockerfile").read_bytes(), base_id, own.hexdigest(), *names,
-                       buildargs={"BASE": base})
+    locked = requirements_file(LOCKED_REQUIREMENTS).read_bytes()
+    return content_tag(REPO, (context / "Dockerfile").read_bytes(), base_id, own.hexdigest(), locked,
+                       *sorted(debs), buildargs={"BASE": base})
 
 
 def local_base(builder: ImageBuilder | None = None) -> str:
@@ -174,11 +190,12 @@ def build(base: str | None = None, src: Path | None = None, *, say=print, latest
     base_id = _base_id(builder, base)
     with tempfile.TemporaryDirectory(prefix="ca-img-orchestrator-") as tmp:
         ctx = Path(tmp)
-        own, debs = prepare_context(ctx, src, say=say)
+        own, debs = _prepare_tagged_parts(ctx, src, say=say)
         tag = context_tag(ctx, own, debs, base, base_id)
         if builder.exists(tag):
             say(f"{tag} is up to date")
         else:
+            fetch_dependency_wheels(ctx / "wheels", say=say)
             say(f"building {tag} FROM {base}")
             t0 = time.monotonic()
             # labels: the Dockerfile's (crossaudit.image, crossaudit.base), and the builder's content hash
