@@ -147,9 +147,11 @@ class PolicyTester:
                 errors[spec.name] = e.message
         # Builtins: start their model servers and load the models now, as a deploy does, not inside
         # the first rule's timeout (Presidio's analyzer alone has taken longer than the 15 s default
-        # on a busy machine). One that cannot load fails its rules when run, with its own error.
+        # on a busy machine). LLM judges: import their provider's SDK now, for the same reason
+        # (anthropic 2.x alone takes seconds). One that cannot fails its rules when run, with its
+        # own error.
         for spec in self.policy.evaluators:
-            if spec.name in self._used and spec.kind is EvaluatorType.BUILTIN:
+            if spec.name in self._used and spec.kind in (EvaluatorType.BUILTIN, EvaluatorType.LLM):
                 with contextlib.suppress(Exception):
                     await self.runtime.build(spec, self.policy).prepare()  # type: ignore[attr-defined]
         return errors

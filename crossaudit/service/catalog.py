@@ -273,7 +273,17 @@ class PolicyCatalog:
     ) -> None:
         """Make every custom evaluator of ``policy`` runnable (images built, pools warm): the
         sandbox never builds at call time. ``strict``: raise (deploy); else log (load).
-        ``progress`` hears each evaluator's steps as ``<name>: <step>``, the fraction over all."""
+        ``progress`` hears each evaluator's steps as ``<name>: <step>``, the fraction over all.
+        The LLM judges' SDKs are imported here too (off the event loop): an SDK's import takes
+        seconds, which the first call's deadline would otherwise pay."""
+        from orchestrator.evaluators.llm import import_sdk
+
+        providers = {spec.typed_config.provider for spec in policy.evaluators if spec.kind is EvaluatorType.LLM}
+        for provider in sorted(providers):
+            try:
+                await import_sdk(provider)
+            except Exception as e:  # not installed here: its rules fail, naming it, when called
+                log.warning("the %s SDK does not import: %s: %s", provider, type(e).__name__, e)
         if self.sandbox is None:
             return
         runtime = Runtime(self.sandbox, resolver=self.tenants.uploads(tenant), tenant=tenant)

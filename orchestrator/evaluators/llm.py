@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib
 import inspect
 import json
 import math
@@ -66,6 +67,14 @@ BASE_URL_ENV: dict[str, str] = {
     "openai_compatible": "OPENAI_BASE_URL",
     "anthropic": "ANTHROPIC_BASE_URL",
     "google": "GOOGLE_GEMINI_BASE_URL",
+}
+# The module each provider's SDK is imported from (once per process, off the event loop: see import_sdk).
+SDK_MODULES: dict[str, str] = {
+    "openai": "openai",
+    "openai_compatible": "openai",
+    "azure": "openai",
+    "anthropic": "anthropic",
+    "google": "google.genai",
 }
 AZURE_ENDPOINT_ENV = "AZURE_OPENAI_ENDPOINT"
 AZURE_API_VERSION_ENV = "OPENAI_API_VERSION"
@@ -323,6 +332,23 @@ def _capped_client_args(limit: int, provider: str) -> dict[str, Any]:
     return {"headers": {"accept-encoding": "identity"}, "event_hooks": {"response": [on_response]}}
 
 
+_imported_sdks: set[str] = set()  # SDK modules whose import has finished in this process
+
+
+async def import_sdk(provider: str) -> None:
+    """Import ``provider``'s SDK in a worker thread, once per process. An SDK's import is seconds
+    of CPU (anthropic 2.x loads some 3,300 modules of its own: 7-8 s on a 2-core machine, over
+    30 s with its cores busy); on the event loop it would stall every request in flight, and the
+    first call's deadline could not fire until it was over. Here the loop stays free and a
+    caller's ``wait_for`` ends its wait on time (the import goes on for the next call)."""
+    module = SDK_MODULES.get(provider)
+    if module is None or module in _imported_sdks:
+        return
+    # ``module in sys.modules`` is no test: a module is there from the moment its import begins.
+    await asyncio.to_thread(importlib.import_module, module)
+    _imported_sdks.add(module)
+
+
 def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first ``kind`` in an exception's cause/context chain (the SDKs wrap what httpx
     raised, e.g. as APIConnectionError); bounded against cycles."""
@@ -509,10 +535,19 @@ class LLMEvaluator(Evaluator):
             with contextlib.suppress(RuntimeError):
                 asyncio.get_running_loop().create_task(_close_client(old))
 
+    async def prepare(self) -> None:
+        """Import the provider's SDK now, so that the first call's deadline does not pay for it
+        (a PolicyTester prepares before its first evaluation, the service when it loads a policy).
+        Nothing to do while a cassette replays: no SDK is used then."""
+        cassette = cassettes.active()
+        if cassette is None or cassette.mode != "replay":
+            await import_sdk(self.config.provider)
+
     # -- calls --
 
     async def _complete(self, prompt: str, response: str, timeout: float, use: SecretUse) -> tuple[str, dict[str, Any]]:
         cfg = self.config
+        await import_sdk(cfg.provider)  # a no-op once prepared; never on the event loop
         client = self.client(use=use)
         user = build_user_message(prompt, response)
         if cfg.provider in ("openai", "openai_compatible", "azure"):

@@ -7,6 +7,7 @@ its replies and inspects what the SDK actually sent. Nothing leaves the loopback
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -748,3 +749,33 @@ rules:
     engine = make("t", None, None)  # type: ignore[arg-type]
     ev = engine.factory.build(policy.evaluators[0], policy)
     assert isinstance(ev, LLMEvaluator) and ev.max_response_bytes == 12345
+
+
+async def test_an_sdk_import_runs_off_the_event_loop(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SDK's import takes seconds (anthropic 2.x: some 3,300 modules). Made on the event loop
+    it stalled every request and the first call's deadline could not fire until it was over: a
+    cold, loaded run's first anthropic decision timed out after 36 s against a 15 s deadline. The
+    import runs in a thread: a call whose SDK is still importing ends on its deadline."""
+    import sys
+    import uuid
+
+    from orchestrator.evaluators import llm
+
+    tag = uuid.uuid4().hex[:12]
+    gate, sdk = f"sdkgate_{tag}", f"slowsdk_{tag}"
+    (tmp_path / f"{gate}.py").write_text("import threading\nopened = threading.Event()\n")
+    (tmp_path / f"{sdk}.py").write_text(f"import {gate}\nassert {gate}.opened.wait(120), 'the gate never opened'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(llm.SDK_MODULES, "openai", sdk)  # openai's SDK is "slowsdk": its import waits on the gate
+    for name in (gate, sdk):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    ev = LLMEvaluator("judge", {"provider": "openai", "model": "m", "api_key": "k", "base_url": "http://127.0.0.1:9/v1"})
+    with pytest.raises(EvaluatorTimeoutError):  # returned at all: the loop ran while the import waited
+        await _run(ev, timeout=0.2)
+    gate_module = sys.modules[gate]
+    assert not gate_module.opened.is_set() and sdk not in llm._imported_sdks  # still importing
+    gate_module.opened.set()
+    await asyncio.wait_for(llm.import_sdk("openai"), CALL_TIMEOUT_S)  # waits for that same import to end
+    assert sdk in llm._imported_sdks and sdk in sys.modules
+    for name in (gate, sdk):
+        sys.modules.pop(name, None)
