@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
@@ -88,10 +87,10 @@ def test_missing_field_semantics(op: str, expected: bool) -> None:
 
 
 def test_regex_cannot_backtrack_catastrophically() -> None:
+    # A backtracking engine would not answer in the universe's age (the test's timeout ends it):
+    # answering at all is the outcome; how fast is the machine's business.
     ctx = {"t": "a" * 100_000 + "!"}
-    start = time.perf_counter()
     assert check(Condition(field="t", operator="regex_match", value="^(a+)+$"), ctx) is False
-    assert time.perf_counter() - start < 2  # backtracking engines take longer than the universe's age
 
 
 def test_derived_context_time_content_and_overrides() -> None:

@@ -405,12 +405,10 @@ async def test_answer_cut_at_max_tokens_says_so(fake: FakeProviders) -> None:
 
 
 async def test_slow_provider_times_out(fake: FakeProviders) -> None:
-    fake.delay(2.0)
+    fake.delay(CALL_TIMEOUT_S)  # answers long after the call's deadline: only the deadline ends the call
     ev = LLMEvaluator("slow", {"provider": "openai", "model": "m", "api_key": "k", "base_url": fake.url + "/v1"})
-    t0 = time.monotonic()
     with pytest.raises(EvaluatorTimeoutError) as info:
         await _run(ev, timeout=0.4)
-    assert time.monotonic() - t0 < 1.8
     assert info.value.retryable
 
 
@@ -665,18 +663,15 @@ async def test_an_endless_answer_is_cut_at_the_byte_cap(provider: str, monkeypat
         "big", {"provider": provider, "model": "m", "api_key": "k", "base_url": base}, max_response_bytes=cap
     )
     tracemalloc.start()
-    t0 = time.monotonic()
     try:
-        with pytest.raises(ResponseTooLargeError) as err:
-            await _run(ev, timeout=15)
-        elapsed = time.monotonic() - t0
+        with pytest.raises(ResponseTooLargeError) as err:  # the cap ended it, not the deadline
+            await _run(ev)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
         server.close()
     assert err.value.retryable is False
     assert "engine_limits.max_llm_response_bytes" in str(err.value)
-    assert elapsed < 10
     assert peak < 16 * cap, f"peak {peak} bytes while reading a capped answer"
     assert server.sent < 64 * cap  # the client hung up long before the end
     assert server.headers[0].get("accept-encoding") == "identity"
