@@ -44,7 +44,7 @@ class FakeRuntime(ModelRuntime):
 
     def analyze(self, config: Any, prompt: str, response: str) -> Verdict:
         if response == "block":
-            self.release.wait(5)
+            self.release.wait(60)  # bounded; released by the test (or its fixture) long before
         if response == "config":
             raise ConfigurationError("no model here: set CROSSAUDIT_X")
         if response == "crash":
@@ -109,8 +109,11 @@ async def test_deadline_and_queue_bound(served) -> None:
     stub, runtime = served
     with pytest.raises(EvaluatorTimeoutError):
         await _call(stub, _req("block"), timeout=0.2)  # the worker stays busy until released
-    blocked = [asyncio.create_task(_call(stub, _req("block"))) for _ in range(2)]
-    await asyncio.sleep(0.2)
+    blocked = [asyncio.create_task(_call(stub, _req("block"), timeout=60)) for _ in range(2)]
+    for _ in range(600):  # bounded: until the server took both (each is queued as it is counted)
+        if (await stub.Health(pb.ModelHealthRequest())).requests == 3:
+            break
+        await asyncio.sleep(0.05)
     with pytest.raises(RateLimitedError, match="queued") as info:
         await _call(stub, _req("ok"))
     assert info.value.retryable

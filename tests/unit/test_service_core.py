@@ -284,7 +284,8 @@ def test_escalated_and_overdue_are_computed_when_read() -> None:
 
 
 class SlowPrepareSandbox:
-    """A sandbox whose prepare() takes a while (stands in for an image build)."""
+    """A sandbox whose first prepare() holds until the test releases it (stands in for an image
+    build); the others go through."""
 
     limits = None
 
@@ -293,11 +294,15 @@ class SlowPrepareSandbox:
 
         self.limits = SandboxLimits()
         self.prepared: list[str] = []
+        self.building = asyncio.Event()  # the first prepare is under way
+        self.release = asyncio.Event()  # and holds until this is set
 
     async def prepare(self, bundle: Any, progress: Any = None) -> None:
         if progress:
             progress("building", 0.5)
-        await asyncio.sleep(0.2)
+        if not self.building.is_set():
+            self.building.set()
+            await asyncio.wait_for(self.release.wait(), 60)  # bounded
         self.prepared.append(bundle.digest)
 
     def info(self) -> dict:
@@ -311,10 +316,11 @@ async def test_uploads_are_prepared_and_limited_per_tenant(store: SQLiteStore) -
     first = asyncio.create_task(
         svc.upload_evaluator("t1", name="a", code=CODE, progress=lambda m, f: events.append((m, f)))
     )
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(box.building.wait(), 60)  # t1's one upload slot is held from here
     with pytest.raises(RateLimitedError, match="upload"):
         await svc.upload_evaluator("t1", name="b", code=CODE)
     other = await svc.upload_evaluator("t2", name="b", code=CODE)  # other tenants are not affected
+    box.release.set()
     _rec, created = await first
     assert created and other[1] and events == [("building", 0.5)]
     assert len(box.prepared) == 2
@@ -372,7 +378,9 @@ async def test_the_inflight_cap_holds_while_cancelled_work_stops(store: SQLiteSt
     cancelled work was still stopping, so more than the cap ran at once. A slot is now freed only
     when the work has stopped; the calls over the cap are refused (RESOURCE_EXHAUSTED)."""
     cap = 4
-    engine = SlowToStopEngine(delay=5.0, cleanup=0.3)
+    # Deadlines long enough for a loaded machine to reach the engine within them (the exploit needs
+    # work started, then cancelled); cleanup far longer, so the next waves meet work still stopping.
+    engine = SlowToStopEngine(delay=3600.0, cleanup=2.0)
     svc = service(store, engine, limits=ServiceLimits(max_inflight_evaluations_per_tenant=cap))
     await svc.deploy_policy("t1", POLICY)
     outcomes: dict[str, int] = {}
@@ -380,19 +388,19 @@ async def test_the_inflight_cap_holds_while_cancelled_work_stops(store: SQLiteSt
     async def call(hang_up: bool) -> None:
         try:
             if hang_up:  # the client goes away before its deadline
-                await asyncio.wait_for(svc.evaluate("t1", policy="p", prompt="", response=""), timeout=0.03)
+                await asyncio.wait_for(svc.evaluate("t1", policy="p", prompt="", response=""), timeout=0.3)
             else:
-                await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.05)
+                await svc.evaluate("t1", policy="p", prompt="", response="", time_remaining=0.4)
         except (DeadlineExceededError, RateLimitedError, TimeoutError) as exc:
             outcomes[type(exc).__name__] = outcomes.get(type(exc).__name__, 0) + 1
 
-    deadline = time.monotonic() + 1.5
-    for i in range(60):  # bounded: 60 waves of 8 calls, at most 1.5 s
-        if time.monotonic() > deadline:
+    deadline = time.monotonic() + 30
+    for i in range(60):  # bounded: 60 waves of 8 calls, 30 s; until the cap was reached and defended
+        if time.monotonic() > deadline or (i >= 3 and engine.peak == cap and outcomes.get("RateLimitedError")):
             break
         await asyncio.gather(*(call(hang_up=(i + j) % 2 == 0) for j in range(8)))
         assert engine.peak <= cap, f"{engine.peak} evaluations ran at once, over the cap of {cap}"
-    for _ in range(100):  # the last cancelled work stops within its cleanup time, then frees its slot
+    for _ in range(1500):  # bounded (30 s): the cancelled work stops after its cleanup, then frees its slot
         if engine.running == 0 and svc.admission._inflight["t1"] == 0:
             break
         await asyncio.sleep(0.02)
