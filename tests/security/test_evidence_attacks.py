@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,8 @@ from tests.unit.test_evidence_log import INSERT_COPY, KEY, OTHER_KEY, Db, chunks
 
 db = test_evidence_log.db  # the fixture: the log on SQLite and on PostgreSQL, two stores each, and raw SQL
 
-FAST_S = 5.0  # what a bounded check may take on a loaded machine; the attacks ran for hours (or ever)
+# The attacks below made a check run for hours (or ever). A fixed check answers at all: its
+# counts come out by arithmetic, not one by one, and pytest's timeout fails one that does not.
 
 
 # --- helpers: an attacker who edits a bundle and fixes up its manifest -------------------------
@@ -134,9 +134,7 @@ async def test_a_manifest_claiming_a_huge_count_fails_at_once(db: Db, tmp_path: 
     """Exploit: "records": 10**15 made finish() list every missing number, one by one: a hang."""
     out = await _export(db, tmp_path)
     _refresh_manifest(out, records=10**15)
-    t0 = time.monotonic()
     report = verify_bundle(out, [KEY.public])
-    assert time.monotonic() - t0 < FAST_S
     assert not report.ok and report.counts["deleted"] == 10**15 - 10
     assert len(report.findings) <= verify_mod.MAX_FINDINGS
 
@@ -149,9 +147,7 @@ async def test_a_record_at_a_huge_sequence_number_fails_at_once(db: Db, tmp_path
     records[-1] = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     (out / "records.jsonl").write_bytes(b"\n".join(records) + b"\n")
     _refresh_manifest(out, records=10**15 + 1)
-    t0 = time.monotonic()
     report = verify_bundle(out, [KEY.public])
-    assert time.monotonic() - t0 < FAST_S
     assert not report.ok and report.first_bad is not None and report.first_bad.seq == 9
 
 
@@ -314,9 +310,7 @@ async def test_a_head_far_past_the_records_is_read_and_verified_at_once(db: Db) 
     """Exploit: a head of 10**12 made the read page through every empty range of numbers below it."""
     await signed(db, 10)
     db.execute("UPDATE log_heads SET size=? WHERE tenant='acme'", (10**12,))
-    t0 = time.monotonic()
     report = await verify(db.store)
-    assert time.monotonic() - t0 < FAST_S
     assert report.first_bad is not None and (report.first_bad.seq, report.first_bad.kind) == (10, "deleted")
     assert report.counts["deleted"] == 10**12 - 10
 
@@ -326,9 +320,7 @@ async def test_a_huge_gap_in_the_middle_is_read_at_once(db: Db) -> None:
     await write(db.store, 2)
     db.execute("UPDATE decisions SET log_seq=log_seq+? WHERE tenant='acme' AND log_seq>=10", (10**12,))
     db.execute("UPDATE log_heads SET size=size+? WHERE tenant='acme'", (10**12,))
-    t0 = time.monotonic()
     report = await verify(db.store)
-    assert time.monotonic() - t0 < FAST_S
     assert report.records == 12 and report.first_bad is not None and report.first_bad.seq == 10
 
 

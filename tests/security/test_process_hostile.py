@@ -1,13 +1,16 @@
 """Hostile evaluators against the process backend (real subprocesses).
 
-Every program must end in the right typed error within its deadline (+ a small margin), and
-the next benign evaluation on the same backend must still succeed. Restricted mode is what
+Every program must end in the right typed error, stopped by its deadline at the latest (never
+held until it chose to stop), and the next benign evaluation on the same backend must still
+succeed. Where the class is the point (a memory limit, not a kill at the deadline), the deadline
+has room for a loaded machine to reach it; programs that only a deadline stops get a short one. Restricted mode is what
 the process backend runs; ``raw`` (restricted=False) exercises the rlimit/kill layer alone,
 which is also what the Docker backend relies on inside its containers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -29,9 +32,14 @@ from sandbox.procfs import alive as _alive
 
 pytestmark = pytest.mark.security
 
-MARGIN_S = 1.5  # scheduling slack on a shared machine; the kill itself is immediate
+# The deadline of programs whose error class is the point: each ends by itself well inside a second
+# when idle, with room for a loaded machine (a timeout would say nothing of the limit under test).
+ROOM_S = 20.0
+# Past its deadline, a call comes back once its process tree is killed. Generous: only a call held
+# until the program chose to stop (sleep 60, forever) must fail this, not a busy machine.
+STOP_SLACK_S = 30.0
 LIMITS = SandboxLimits(
-    timeout_s=5.0,
+    timeout_s=ROOM_S,
     cpu_s=5,
     memory_bytes=128 * 1024 * 1024,
     pids=16,
@@ -66,7 +74,7 @@ async def expect(
     code: str,
     cls: type[CrossAuditError],
     *,
-    timeout: float = 4.0,
+    timeout: float = ROOM_S,
     deps: tuple[str, ...] = (),
     limit: str | None = None,
     match: str | None = None,
@@ -84,7 +92,7 @@ async def expect(
     assert type(info.value) is cls, f"{type(info.value).__name__}: {info.value}"
     if err is not None:
         assert type(err) is cls
-    assert elapsed < timeout + MARGIN_S, f"took {elapsed:.2f}s for a {timeout}s deadline"
+    assert elapsed < timeout + STOP_SLACK_S, f"took {elapsed:.2f}s for a {timeout}s deadline"
     if limit is not None:
         assert getattr(info.value, "limit", None) == limit
     if match is not None:
@@ -123,10 +131,10 @@ async def test_timeout_replaces_agent_and_leaves_no_process(raw) -> None:
     workdirs = {a.workdir for a in raw._agents}
     with pytest.raises(EvaluatorTimeoutError):
         await raw.run(bundle, "p", "r", {}, timeout=1.0)
-    await raw.run(BENIGN, "p", "r", {}, timeout=5)
-    deadline = time.monotonic() + 5
+    await raw.run(BENIGN, "p", "r", {}, timeout=ROOM_S)
+    deadline = time.monotonic() + 30  # bounded; the loop stays free for the backend's own reaping
     while time.monotonic() < deadline and (any(_alive(p) for p in pids) or _processes_in(workdirs)):
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     assert not any(_alive(p) for p in pids)
     assert not _processes_in(workdirs)  # the forked grandchildren (cwd = the agent's dir) are gone too
 
@@ -169,9 +177,9 @@ async def test_fork_bomb_raw_hits_process_limit(raw) -> None:
 
 
 async def test_cpu_limit_raw(raw) -> None:
-    box = ProcessSandbox(SandboxLimits(timeout_s=10, cpu_s=1), restricted=False)
-    try:
-        await expect(box, _fn("while True:\n    pass"), SandboxLimitError, timeout=8.0, limit="cpu")
+    box = ProcessSandbox(SandboxLimits(timeout_s=ROOM_S, cpu_s=1), restricted=False)
+    try:  # 1 s of CPU comes well before the deadline, however many share the core
+        await expect(box, _fn("while True:\n    pass"), SandboxLimitError, limit="cpu")
     finally:
         await box.aclose()
 
@@ -284,7 +292,7 @@ async def test_fake_result_printed_raw_all_fds(raw) -> None:
 async def test_printed_fake_does_not_replace_real_result(sb) -> None:
     fake = '{"op":"result","id":"x","ok":true,"result":{"score":1.0}}'
     bundle = CodeBundle(_fn(f"print({fake!r})\nreturn {{'score': 0.25}}"))
-    verdict, diag = await sb.run(bundle, "p", "r", {}, timeout=5)
+    verdict, diag = await sb.run(bundle, "p", "r", {}, timeout=ROOM_S)
     assert verdict.score == 0.25 and '"score":1.0' in diag.stdout
 
 
@@ -369,7 +377,7 @@ async def test_declared_dependency_public_api_works(sb) -> None:
     code = "from textblob import TextBlob\n" + _fn(
         "s = TextBlob(response).sentiment\nreturn {'score': (s.polarity + 1) / 2, 'details': {'p': s.polarity}}"
     )
-    verdict, _ = await sb.run(CodeBundle(code, ("textblob",)), "p", "I love this, it is great", {}, timeout=5)
+    verdict, _ = await sb.run(CodeBundle(code, ("textblob",)), "p", "I love this, it is great", {}, timeout=ROOM_S)
     assert verdict.score > 0.5
 
 
@@ -377,7 +385,7 @@ async def test_host_environment_is_not_visible(raw) -> None:
     os.environ["CROSSAUDIT_TEST_SECRET"] = "s3cret"
     try:
         code = _fn("import os\nreturn {'score': 1.0, 'details': {'env': dict(os.environ)}}")
-        verdict, _ = await raw.run(CodeBundle(code), "p", "r", {}, timeout=5)
+        verdict, _ = await raw.run(CodeBundle(code), "p", "r", {}, timeout=ROOM_S)
     finally:
         del os.environ["CROSSAUDIT_TEST_SECRET"]
     assert "CROSSAUDIT_TEST_SECRET" not in verdict.details["env"]
@@ -390,7 +398,7 @@ async def test_drops_root_and_network_when_possible(raw) -> None:
         "    ifs = [line.split(':')[0].strip() for line in fh.read().splitlines()[2:]]\n"
         "return {'score': 1.0, 'details': {'uid': os.getuid(), 'ifs': ifs}}"
     )
-    verdict, diag = await raw.run(CodeBundle(code), "p", "r", {}, timeout=5)
+    verdict, diag = await raw.run(CodeBundle(code), "p", "r", {}, timeout=ROOM_S)
     if os.geteuid() == 0:
         assert verdict.details["uid"] != 0
     if raw.info()["netns"]:
@@ -411,7 +419,7 @@ async def test_daemonised_grandchild_is_reaped_after_a_normal_call(raw) -> None:
     bundle = CodeBundle(code)
     await raw.prepare(bundle)
     workdirs = {a.workdir for a in raw._agents}
-    verdict, _ = await raw.run(bundle, "p", "r", {}, timeout=5)
+    verdict, _ = await raw.run(bundle, "p", "r", {}, timeout=ROOM_S)
     assert verdict.score == 0.5
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and len(_processes_in(workdirs)) > 3:  # agent, its I/O process, next child
