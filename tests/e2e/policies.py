@@ -91,7 +91,7 @@ def webhook_policy(
 
 def burner(name: str, seconds: float, *, evaluator: str, rule: str, action: str | None = "block", **kw: Any) -> str:
     """An evaluator that burns CPU for ``seconds`` (the process sandbox forbids ``import time``),
-    then passes, its start time (a timestamp) in ``details["start"]``."""
+    then passes, its start and end times (timestamps) in ``details["start"]`` and ``details["end"]``."""
     code = f"""
         import datetime
 
@@ -99,7 +99,7 @@ def burner(name: str, seconds: float, *, evaluator: str, rule: str, action: str 
             start = datetime.datetime.now().timestamp()
             while datetime.datetime.now().timestamp() < start + {seconds}:  # burns, bounded by time
                 pass
-            return {{"score": 1.0, "details": {{"start": start}}}}
+            return {{"score": 1.0, "details": {{"start": start, "end": datetime.datetime.now().timestamp()}}}}
     """
     return custom_policy(
         name, code, evaluator=evaluator, rules=[rule], action=action, description=f"computes for {seconds} s", **kw

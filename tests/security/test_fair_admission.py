@@ -39,6 +39,10 @@ def started(decision) -> float:
     return float(decision.rules[0].evaluators[0].details["start"])
 
 
+def ended(decision) -> float:
+    return float(decision.rules[0].evaluators[0].details["end"])
+
+
 @pytest.mark.e2e
 async def test_a_flooding_tenant_does_not_keep_another_tenant_waiting_behind_its_flood(tmp_path: Path) -> None:
     with ServerProcess(tmp_path, extra=("--set", f"limits.max_concurrent_evaluations={SLOTS}")) as srv:
@@ -66,8 +70,10 @@ async def test_a_flooding_tenant_does_not_keep_another_tenant_waiting_behind_its
             assert before <= SLOTS * (k + 2), (k, before, acme_starts, globex_starts)
         assert sum(1 for a in acme_starts if a < globex_starts[-1]) < FLOOD
         # the flood holds at most its fraction of the slots (3 of 4), so globex's first call was
-        # admitted at once, not at the flood's next freed slot (before: after one of acme's ended)
-        assert globex_starts[0] < acme_starts[0] + SLEEP_S * 0.9, (acme_starts, globex_starts)
+        # admitted at once, not at the flood's next freed slot (before: after one of acme's ended).
+        # An order of events, not a duration: how long a loaded machine takes to start it is its own.
+        first_end = min(ended(d) for d in flooded)
+        assert globex_starts[0] < first_end, (acme_starts, globex_starts, first_end)
         assert "Traceback" not in srv.log.read_text()
 
 

@@ -89,7 +89,6 @@ async def test_a_statement_stuck_on_a_lock_gives_its_pool_connection_back(postgr
     connections for as long as that lasted, with no bound: a few such calls and every tenant's
     store operations waited for a free connection. ``statement_timeout_s`` bounds each statement."""
     import asyncio
-    import time
 
     import psycopg
 
@@ -100,10 +99,8 @@ async def test_a_statement_stuck_on_a_lock_gives_its_pool_connection_back(postgr
     holder = psycopg.connect(postgres_url, connect_timeout=5)
     try:
         holder.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")  # an open transaction holds it
-        started = time.monotonic()
-        with pytest.raises(StoreUnavailableError):
+        with pytest.raises(StoreUnavailableError):  # typed, by the statement timeout: not a wait_for's TimeoutError
             await asyncio.wait_for(store.list_decisions("t1"), 20)
-        assert time.monotonic() - started < 10
         holder.rollback()
         assert await asyncio.wait_for(store.list_decisions("t1"), 20) == []  # the one connection is back
     finally:

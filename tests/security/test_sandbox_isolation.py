@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -270,9 +269,8 @@ async def test_thousands_of_files_and_deep_trees_are_gone_for_the_next_call(dsb)
     try:
         first, _ = await dsb.run(bundle, "", "", {"files": 5000, "deep": True, "locked": True}, timeout=CALL_TIMEOUT)
         assert first.details["made"] == 5000 and first.details["depth"] == 2499
-        t0 = time.monotonic()
+        # answered within its deadline although the cleanup of 5,000 files and a deep tree came first
         second, _ = await dsb.run(bundle, "", "", {"files": 10**6}, timeout=CALL_TIMEOUT)
-        waited = time.monotonic() - t0
         assert second.details["uid"] == first.details["uid"]  # same container, cleaned, not replaced
         assert second.details["before"] == []
         # The tmpfs inode cap bounds what a call can leave (and so what the cleanup must remove).
@@ -282,7 +280,6 @@ async def test_thousands_of_files_and_deep_trees_are_gone_for_the_next_call(dsb)
         stats = await _settled(dsb, bundle, 3)
         assert stats["cleanup_failures"] == 0 and stats["replaced"] == 0
         assert stats["cleanup_ms_max"] < LIMITS.cleanup_s * 1000  # bounded, and within its budget
-        assert waited < CALL_TIMEOUT
     finally:
         await dsb.evict(bundle)
 
