@@ -100,8 +100,9 @@ def bundle_containers(client: Any, digest: str | None = None, *, running_only: b
     return list(found)
 
 
-async def wait_gone(client: Any, digest: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Poll (bounded) until no container of ``digest`` exists; return what is left."""
+async def wait_gone(client: Any, digest: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Poll (bounded: generous, since removal on a loaded machine is slow and a pass ends the poll
+    at once) until no container of ``digest`` exists; return what is left."""
     deadline = time.monotonic() + timeout
     left: list[dict[str, Any]] = []
     while time.monotonic() < deadline:

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import socket
-import time
 
 import pytest
 import pytest_asyncio
@@ -49,7 +48,20 @@ from tests.integration._docker import (
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-LIMITS = SandboxLimits(timeout_s=10.0)
+# The deadline of a call that must succeed: a warm call takes milliseconds, a cold or replacement
+# container about a second when idle, far more on a loaded 2-core machine. Calls that must time
+# out pass their own short deadline.
+ROOM_S = 60.0
+LIMITS = SandboxLimits(timeout_s=ROOM_S)
+
+
+async def _wait_busy(sandbox: DockerSandbox, bundle: CodeBundle) -> None:
+    """Until a call holds one of ``bundle``'s containers (bounded)."""
+    for _ in range(600):
+        if sandbox.pool_stats(bundle)["busy"] >= 1:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("no call took a container")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -71,10 +83,8 @@ async def test_prepare_builds_images_once_and_streams_progress(sb):
     assert events and events[-1] == ("evaluator ready", 1.0)
     assert all(0.0 <= f <= 1.0 for _, f in events)
     # A second prepare finds everything by content tag: no build, no download.
-    t0 = time.monotonic()
     again: list[tuple[str, float]] = []
     await sb.prepare(_bundle(GUIDE_PROFANITY_CODE, GUIDE_PROFANITY_DEPS, "other"), lambda m, f: again.append((m, f)))
-    assert time.monotonic() - t0 < 10
     assert not any("Step" in m or "downloading" in m for m, _ in again)
     image = sb._images.find(validate_dependencies(GUIDE_PROFANITY_DEPS))
     assert image is not None and image.tag.startswith("crossaudit/deps:")
@@ -84,10 +94,10 @@ async def test_prepare_builds_images_once_and_streams_progress(sb):
 async def test_guide_profanity_filter_runs_as_written(sb):
     bundle = _bundle(GUIDE_PROFANITY_CODE, GUIDE_PROFANITY_DEPS)
     await sb.prepare(bundle)
-    clean, diag = await sb.run(bundle, "hi", "a perfectly polite answer", {}, timeout=5)
+    clean, diag = await sb.run(bundle, "hi", "a perfectly polite answer", {}, timeout=ROOM_S)
     assert clean.score == 1.0 and clean.passed is True and clean.violations == []
     assert clean.details == {"checked_words": 2, "found_violations": 0}
-    dirty, _ = await sb.run(bundle, "hi", "this has BADWORD1 and badword2", {}, timeout=5)
+    dirty, _ = await sb.run(bundle, "hi", "this has BADWORD1 and badword2", {}, timeout=ROOM_S)
     assert dirty.score == pytest.approx(0.6) and dirty.passed is False
     assert dirty.violations == ["badword1", "badword2"]
     assert diag.extra["backend"] == "docker"
@@ -112,8 +122,8 @@ async def test_each_tenants_containers_run_under_its_own_cgroup_parent(sb, docke
 async def test_textblob_sentiment_polarity_sign(sb):
     bundle = _bundle(SENTIMENT_CODE, GUIDE_PROFANITY_DEPS)
     await sb.prepare(bundle)
-    good, _ = await sb.run(bundle, "", "I love this, it is a wonderful and great answer", {}, timeout=5)
-    bad, _ = await sb.run(bundle, "", "This is terrible, awful and horrible", {}, timeout=5)
+    good, _ = await sb.run(bundle, "", "I love this, it is a wonderful and great answer", {}, timeout=ROOM_S)
+    bad, _ = await sb.run(bundle, "", "This is terrible, awful and horrible", {}, timeout=ROOM_S)
     assert good.details["polarity"] > 0 and good.passed is True and good.score > 0.5
     assert bad.details["polarity"] < 0 and bad.passed is False and bad.score < 0.5
 
@@ -202,7 +212,7 @@ def evaluate(prompt, response, context):
 async def test_inside_view_of_a_sandbox(sb):
     bundle = _bundle(INSIDE_CODE)
     await sb.prepare(bundle)
-    v, _ = await sb.run(bundle, "", "", {}, timeout=5)
+    v, _ = await sb.run(bundle, "", "", {}, timeout=ROOM_S)
     f = v.details
     assert SANDBOX_UID_RANGE[0] <= f["uid"] < SANDBOX_UID_RANGE[1] and f["gid"] == SANDBOX_UID
     assert f["root_writable"] is False and f["tmp_writable"] is True
@@ -235,7 +245,7 @@ async def test_warm_calls_share_a_container_but_not_state(sb):
     await sb.prepare(bundle)
     seen = []
     for _ in range(5):
-        v, diag = await sb.run(bundle, "", "", {}, timeout=5)
+        v, diag = await sb.run(bundle, "", "", {}, timeout=ROOM_S)
         seen.append(v.details)
     assert all(d["calls_seen"] == 1 for d in seen)  # a fresh process per call
     assert len({d["pid"] for d in seen}) == 5
@@ -258,15 +268,16 @@ async def test_concurrency_beyond_pool_queues_then_is_exhausted(docker_daemon):
         bundle = _bundle(SLOW_CODE, tag="exhaust")
         await sandbox.prepare(bundle)
         # Short calls queue behind each other and all succeed.
-        results = await asyncio.gather(*(sandbox.run(bundle, "", "", {"sleep": 0.1}, timeout=5) for _ in range(3)))
+        results = await asyncio.gather(
+            *(sandbox.run(bundle, "", "", {"sleep": 0.1}, timeout=ROOM_S) for _ in range(3))
+        )
         assert len(results) == 3
-        # A long call holds the only container: the queued one gives up after queue_wait_s.
-        first = asyncio.ensure_future(sandbox.run(bundle, "", "", {"sleep": 2}, timeout=5))
-        await asyncio.sleep(0.2)
-        t0 = time.monotonic()
+        # A long call holds the only container (for 5 s: ten times queue_wait_s): the queued one
+        # gives up after queue_wait_s.
+        first = asyncio.ensure_future(sandbox.run(bundle, "", "", {"sleep": 5}, timeout=ROOM_S))
+        await _wait_busy(sandbox, bundle)
         with pytest.raises(PoolExhaustedError) as info:
-            await sandbox.run(bundle, "", "", {}, timeout=5)
-        assert time.monotonic() - t0 < 1.5
+            await sandbox.run(bundle, "", "", {}, timeout=ROOM_S)
         assert info.value.retryable and info.value.code.value == "resource_exhausted"
         await first
     finally:
@@ -277,13 +288,11 @@ async def test_deadline_kills_container_and_pool_refills(sb, docker_daemon):
     bundle = _bundle(SLOW_CODE, tag="deadline")
     await sb.prepare(bundle)
     [before] = [c["Id"] for c in bundle_containers(docker_daemon, bundle.digest)]
-    t0 = time.monotonic()
-    with pytest.raises(EvaluatorTimeoutError):
+    with pytest.raises(EvaluatorTimeoutError):  # it would sleep 30 s: only the deadline ends it this way
         await sb.run(bundle, "", "", {"sleep": 30}, timeout=1.0)
-    assert time.monotonic() - t0 < 2.5
     ids = {c["Id"] for c in bundle_containers(docker_daemon, bundle.digest, running_only=False)}
     assert before not in ids  # killed and removed before the error was raised
-    v, _ = await sb.run(bundle, "", "", {}, timeout=5)  # a replacement serves the next call
+    v, _ = await sb.run(bundle, "", "", {}, timeout=ROOM_S)  # a replacement serves the next call
     assert v.score == 1.0
 
 
@@ -292,8 +301,11 @@ async def test_dead_container_is_replaced(sb, docker_daemon):
     await sb.prepare(bundle)
     [cid] = [c["Id"] for c in bundle_containers(docker_daemon, bundle.digest)]
     docker_daemon.api.kill(cid)
-    await asyncio.sleep(0.3)
-    v, _ = await sb.run(bundle, "", "still works", {}, timeout=10)
+    for _ in range(600):  # bounded: until the daemon reports it dead
+        if not {c["Id"] for c in bundle_containers(docker_daemon, bundle.digest)} & {cid}:
+            break
+        await asyncio.sleep(0.05)
+    v, _ = await sb.run(bundle, "", "still works", {}, timeout=ROOM_S)
     assert v.details["echo"] == "still works"
     assert cid not in {c["Id"] for c in bundle_containers(docker_daemon, bundle.digest)}
 
@@ -305,19 +317,17 @@ async def test_errors_are_typed_and_early(sb):
         await sb.prepare(_bundle("def not_evaluate(a, b, c):\n    return {}\n"))
     # Never built at call time: a dependency set whose image does not exist is refused.
     with pytest.raises(ConfigurationError):
-        await sb.run(_bundle(BENIGN_CODE, ("six<1.0.0.dev7",)), "", "", {}, timeout=5)
+        await sb.run(_bundle(BENIGN_CODE, ("six<1.0.0.dev7",)), "", "", {}, timeout=ROOM_S)
     bundle = _bundle("def evaluate(p, r, c):\n    raise ValueError('nope')\n")
     await sb.prepare(bundle)
     with pytest.raises(SandboxCodeError, match="ValueError: nope"):
-        await sb.run(bundle, "", "", {}, timeout=5)
+        await sb.run(bundle, "", "", {}, timeout=ROOM_S)
 
 
 async def test_unprepared_bundle_with_cached_image_starts_cold(sb):
     bundle = _bundle(BENIGN_CODE, tag="cold")
-    t0 = time.monotonic()
-    v, diag = await sb.run(bundle, "", "cold", {}, timeout=10)
+    v, diag = await sb.run(bundle, "", "cold", {}, timeout=ROOM_S)
     assert v.details["echo"] == "cold" and diag.extra["warm"] is False
-    assert time.monotonic() - t0 < 5
 
 
 async def test_reaper_removes_leftovers_of_dead_owners_only(sb, docker_daemon):
@@ -385,7 +395,7 @@ async def test_containers_go_away_when_the_orchestrator_is_killed(docker_daemon,
     )
     assert "ready" in proc.stdout, proc.stderr[-2000:]
     assert proc.returncode == -9
-    assert await wait_gone(docker_daemon, digest, timeout=15) == []
+    assert await wait_gone(docker_daemon, digest, timeout=60) == []
 
 
 async def test_cancelled_call_does_not_leak_a_busy_container(docker_daemon):
@@ -393,14 +403,13 @@ async def test_cancelled_call_does_not_leak_a_busy_container(docker_daemon):
     try:
         bundle = _bundle(SLOW_CODE, tag="cancel")
         await sandbox.prepare(bundle)
-        task = asyncio.ensure_future(sandbox.run(bundle, "", "", {"sleep": 30}, timeout=10))
-        await asyncio.sleep(0.5)
+        task = asyncio.ensure_future(sandbox.run(bundle, "", "", {"sleep": 30}, timeout=ROOM_S))
+        await _wait_busy(sandbox, bundle)  # cancelled while it holds the container
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        t0 = time.monotonic()
-        v, _ = await sandbox.run(bundle, "", "", {}, timeout=8)  # a fresh container, not the stuck one
-        assert v.score == 1.0 and time.monotonic() - t0 < 6
+        v, _ = await sandbox.run(bundle, "", "", {}, timeout=ROOM_S)  # a fresh container, not the stuck one
+        assert v.score == 1.0
         stats = sandbox.pool_stats(bundle)
         assert stats["busy"] == 0 and stats["replaced"] >= 1
     finally:
@@ -410,7 +419,7 @@ async def test_cancelled_call_does_not_leak_a_busy_container(docker_daemon):
 async def test_sixteen_concurrent_calls_share_a_small_pool(sb):
     bundle = _bundle(STATE_CODE, tag="concurrent")
     await sb.prepare(bundle)
-    results = await asyncio.gather(*(sb.run(bundle, "", str(i), {}, timeout=10) for i in range(16)))
+    results = await asyncio.gather(*(sb.run(bundle, "", str(i), {}, timeout=ROOM_S) for i in range(16)))
     assert len(results) == 16 and all(v.details["calls_seen"] == 1 for v, _ in results)
     stats = sb.pool_stats(bundle)
     assert stats["started"] <= 2 and stats["busy"] == 0  # max_size of the module's pool
@@ -433,7 +442,7 @@ async def test_a_channel_the_agent_cannot_reach_falls_back_to_attach(docker_daem
         v, _ = await sb.run(bundle, "p", "fine", {}, timeout=30)
         assert v.score is not None
         assert sb.info()["socket_channel"] is False
-        v, _ = await sb.run(bundle, "p", "again", {}, timeout=10)
+        v, _ = await sb.run(bundle, "p", "again", {}, timeout=ROOM_S)
         assert v.score is not None
     finally:
         await sb.aclose()
@@ -444,7 +453,7 @@ async def test_attach_channel_still_serves(docker_daemon):
     try:
         bundle = _bundle(STATE_CODE, tag="attach")
         first, _ = await sb.run(bundle, "p", "one", {}, timeout=30)
-        second, _ = await sb.run(bundle, "p", "two", {}, timeout=10)
+        second, _ = await sb.run(bundle, "p", "two", {}, timeout=ROOM_S)
         assert first.details["calls_seen"] == second.details["calls_seen"] == 1
         assert sb.info()["socket_channel"] is False
     finally:

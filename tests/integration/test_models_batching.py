@@ -95,14 +95,15 @@ async def test_a_deadline_that_passes_in_the_queue_is_answered_and_not_scored(ex
         patient = asyncio.create_task(ev.evaluate(EvaluationInput("", "patient"), timeout=60))
         with pytest.raises(EvaluatorTimeoutError) as hurried:
             await ev.evaluate(EvaluationInput("", "hurried"), timeout=0.3)
-        answered_s = time.monotonic() - t0
+        # answered at its deadline, before the batch formed: the patient call is still waiting for it
+        answered_first = not patient.done()
         verdict = await patient
         waited_s = time.monotonic() - t0
         after = await pool.health("detoxify")
     finally:
         await pool.aclose()
     assert hurried.value.code is ErrorCode.DEADLINE_EXCEEDED
-    assert answered_s < wait_ms / 1000  # answered at its deadline, not when the batch formed
+    assert answered_first  # an order of events, however busy the machine
     assert waited_s >= wait_ms / 1000 * 0.9 and verdict.details["categories"]
     # Only the patient call was scored: one more batch of size 1; the hurried one expired unscored.
     assert after["batch_sizes"].get(1, 0) == before["batch_sizes"].get(1, 0) + 1

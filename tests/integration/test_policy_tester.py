@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -90,13 +89,10 @@ def test_real_timeout_kills_and_next_evaluation_works(tmp_path: Path) -> None:
         """,
     )
     with PolicyTester(path) as tester:
-        start = time.perf_counter()
-        d = tester.evaluate("p", "r", {"spin": True})
-        elapsed = time.perf_counter() - start
+        d = tester.evaluate("p", "r", {"spin": True})  # spins forever: only the deadline ends each attempt
         r = d.rule("r")
         assert r.status is Status.TIMEOUT and d.action is Action.BLOCK and d.errored_rules == ["r"]
         assert r.evaluators[0].attempts == 2  # a timeout is retryable; retries: 1
-        assert elapsed < 2 * 0.5 + 3  # two attempts, each killed at its deadline (+ generous margin)
         assert tester.evaluate("p", "r", {}).passed
 
 
