@@ -20,6 +20,7 @@ from crossaudit.kernel.errors import ServerUnavailableError
 from tests.conftest import need
 from tests.e2e.conftest import ROOT, ServerProcess, key, write_keys
 from tests.e2e.policies import KEYWORDS, busy
+from tests.e2e.test_workers import metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -147,12 +148,16 @@ def test_sigterm_lets_an_in_flight_decision_finish(tmp_path: Path) -> None:
     srv = ServerProcess(tmp_path)
     srv.start()
     with Client(srv.address, api_key=key("acme")) as c:
-        c.deploy_policy(busy(1.0))
+        c.deploy_policy(busy(3.0))
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(c.evaluate, "busy", "p", "r", None, "production", 10.0)
-            time.sleep(0.3)
+            pending = pool.submit(c.evaluate, "busy", "p", "r", None, "production", 30.0)
+            for _ in range(1200):  # bounded (60 s): until the call is being decided (was: a 0.3 s sleep)
+                if metrics(srv)["crossaudit_inflight_evaluations"] >= 1 or pending.done():
+                    break
+                time.sleep(0.05)
+            assert not pending.done(), "the call ended before SIGTERM: nothing was in flight"
             srv.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-            decision = pending.result(timeout=30)
+            decision = pending.result(timeout=60)
     assert decision.passed and decision.decision_id
     assert srv.proc.wait(30) == 0  # type: ignore[union-attr]
     with sqlite3.connect(tmp_path / "data" / "crossaudit.db") as db:
