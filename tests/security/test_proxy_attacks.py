@@ -435,8 +435,10 @@ def _slow_sockets(proxy: ProxyProcess, n: int) -> list[socket.socket]:
     return socks
 
 
-def _closed_by_server(s: socket.socket) -> bool:
-    s.settimeout(5)
+def _closed_by_server(s: socket.socket, within_s: float = 30.0) -> bool:
+    """Whether the proxy closed ``s`` (EOF or reset) within ``within_s``: generous, being closed is
+    the outcome, and a pass returns at once."""
+    s.settimeout(within_s)
     try:
         return s.recv(4096) == b""
     except ConnectionResetError:
@@ -452,9 +454,10 @@ def test_idle_and_slow_connections_cannot_hold_every_slot(proxy: ProxyProcess, s
         for s in socks[1::2]:  # a trickle does not keep a head alive either
             with contextlib.suppress(OSError):
                 s.sendall(b"X-Trickle: 1\r\n")
+        # every slot comes back by the head deadline; then another caller is served
+        assert all(_closed_by_server(s) for s in socks)
         r = post(proxy, chat(user("hello")))
         assert r.status_code == 200, r.text
-        assert all(_closed_by_server(s) for s in socks)
     finally:
         for s in socks:
             s.close()
