@@ -16,7 +16,10 @@ from sandbox.procfs import alive as _alive
 
 # The guide's examples live verbatim in policies/guide/ (CI has no other copy of the guide).
 GUIDE_EVALUATORS = Path(__file__).resolve().parents[2] / "policies" / "guide" / "03_evaluator_types.yaml"
-LIMITS = SandboxLimits(timeout_s=10.0)
+# The deadline of calls that must succeed (or fail by their code): milliseconds when idle, an agent
+# start on a loaded 2-core machine far more; a deadline is the subject of none of these tests.
+ROOM_S = 60.0
+LIMITS = SandboxLimits(timeout_s=ROOM_S)
 
 
 def guide_profanity_code() -> str:
@@ -37,12 +40,12 @@ async def sb():
 async def test_guide_profanity_filter(sb) -> None:
     bundle = CodeBundle(guide_profanity_code(), ("nltk", "textblob"))
     await sb.prepare(bundle)
-    clean, _ = await sb.run(bundle, "hi", "a perfectly nice answer", {}, timeout=5)
+    clean, _ = await sb.run(bundle, "hi", "a perfectly nice answer", {}, timeout=ROOM_S)
     assert clean.score == 1.0 and clean.passed is True and clean.violations == []
     assert clean.details == {"checked_words": 2, "found_violations": 0}
-    one, _ = await sb.run(bundle, "hi", "this has BadWord1 in it", {}, timeout=5)
+    one, _ = await sb.run(bundle, "hi", "this has BadWord1 in it", {}, timeout=ROOM_S)
     assert one.score == pytest.approx(0.8) and one.passed is False and one.violations == ["badword1"]
-    both, _ = await sb.run(bundle, "hi", "badword1 badword2", {}, timeout=5)
+    both, _ = await sb.run(bundle, "hi", "badword1 badword2", {}, timeout=ROOM_S)
     assert both.score == pytest.approx(0.6) and both.violations == ["badword1", "badword2"]
     assert both.details["found_violations"] == 2
 
@@ -53,7 +56,7 @@ async def test_context_passed_through(sb) -> None:
         "    return {'score': 1.0, 'details': {'ctx': context, 'p': prompt}}\n"
     )
     ctx = {"user": {"id": "u1", "roles": ["admin"]}, "n": 3, "unicode": "héllo ✓"}
-    v, _ = await sb.run(CodeBundle(code), "the prompt", "r", ctx, timeout=5)
+    v, _ = await sb.run(CodeBundle(code), "the prompt", "r", ctx, timeout=ROOM_S)
     assert v.details == {"ctx": ctx, "p": "the prompt"}
 
 
@@ -68,13 +71,13 @@ async def test_state_does_not_leak_between_calls(sb) -> None:
     )
     bundle = CodeBundle(code)
     for i in range(4):
-        v, _ = await sb.run(bundle, "p", f"r{i}", {}, timeout=5)
+        v, _ = await sb.run(bundle, "p", f"r{i}", {}, timeout=ROOM_S)
         assert v.details == {"seen": [f"r{i}"], "n": 1}
 
 
 async def test_prints_are_diagnostics_only(sb) -> None:
     code = "def evaluate(prompt, response, context):\n    print('debug', len(response))\n    return {'score': 0.5}\n"
-    v, diag = await sb.run(CodeBundle(code), "p", "abc", {}, timeout=5)
+    v, diag = await sb.run(CodeBundle(code), "p", "abc", {}, timeout=ROOM_S)
     assert v.score == 0.5 and diag.stdout == "debug 3\n" and not diag.truncated
 
 
@@ -97,7 +100,7 @@ async def test_whitelisted_stdlib_modules(sb) -> None:
         "            'details': {'n': total, 'h': h[:8], 'year': d, 'm': isinstance({}, Mapping),\n"
         "                        'j': json.dumps({'a': 1})}}\n"
     )
-    v, _ = await sb.run(CodeBundle(code), "p", "a B a", {}, timeout=5)
+    v, _ = await sb.run(CodeBundle(code), "p", "a B a", {}, timeout=ROOM_S)
     assert v.score == 1.0 and v.violations == ["B"] and v.details["n"] == 3 and v.details["year"] == 2024
     assert v.details["m"] is True and v.details["j"] == '{"a": 1}'
 
@@ -105,9 +108,9 @@ async def test_whitelisted_stdlib_modules(sb) -> None:
 async def test_load_error_is_typed_and_cached(sb) -> None:
     bundle = CodeBundle("def nope(a, b, c):\n    return {}\n")
     with pytest.raises(EvaluatorCodeError):
-        await sb.run(bundle, "p", "r", {}, timeout=5)
+        await sb.run(bundle, "p", "r", {}, timeout=ROOM_S)
     with pytest.raises(EvaluatorCodeError):
-        await sb.run(bundle, "p", "r", {}, timeout=5)
+        await sb.run(bundle, "p", "r", {}, timeout=ROOM_S)
     with pytest.raises(EvaluatorCodeError):
         await sb.prepare(bundle)
 
@@ -115,7 +118,7 @@ async def test_load_error_is_typed_and_cached(sb) -> None:
 async def test_module_body_error_is_code_error(sb) -> None:
     code = "raise ValueError('at import')\ndef evaluate(p, r, c):\n    return {'score': 1}\n"
     with pytest.raises(SandboxCodeError, match="at import"):
-        await sb.run(CodeBundle(code), "p", "r", {}, timeout=5)
+        await sb.run(CodeBundle(code), "p", "r", {}, timeout=ROOM_S)
 
 
 async def test_concurrent_calls_spawn_extra_agents_up_to_bound() -> None:
@@ -130,7 +133,7 @@ async def test_concurrent_calls_spawn_extra_agents_up_to_bound() -> None:
     bundle = CodeBundle(code)
     try:
         await box.prepare(bundle)
-        results = await asyncio.gather(*(box.run(bundle, "p", str(i), {}, timeout=10) for i in range(6)))
+        results = await asyncio.gather(*(box.run(bundle, "p", str(i), {}, timeout=ROOM_S) for i in range(6)))
         assert sorted(v.details["r"] for v, _ in results) == [str(i) for i in range(6)]
         assert box.info()["agents"] <= 2
     finally:
@@ -144,10 +147,13 @@ async def test_pool_exhausted_when_queue_wait_runs_out() -> None:
     )
     try:
         await box.prepare(slow)
-        first = asyncio.ensure_future(box.run(slow, "p", "r", {}, timeout=3))
-        await asyncio.sleep(0.05)
-        with pytest.raises(PoolExhaustedError):
-            await box.run(slow, "p", "r", {}, timeout=3)
+        first = asyncio.ensure_future(box.run(slow, "p", "r", {}, timeout=ROOM_S))
+        for _ in range(1200):  # bounded: until the first call holds the only agent (was: a 0.05 s sleep)
+            if dict(box._pools.peek())[slow.pool_key].stats()["busy"] >= 1:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(PoolExhaustedError):  # the first computes for seconds: the queue wait runs out
+            await box.run(slow, "p", "r", {}, timeout=ROOM_S)
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)
     finally:
@@ -158,7 +164,7 @@ async def test_lru_of_warm_bundles_and_aclose_kills_everything() -> None:
     box = ProcessSandbox(LIMITS, max_bundles=2)
     bundles = [CodeBundle(f"def evaluate(p, r, c):\n    return {{'score': 0.{i}}}\n") for i in range(1, 4)]
     for b in bundles:
-        _v, _ = await box.run(b, "p", "r", {}, timeout=5)
+        _v, _ = await box.run(b, "p", "r", {}, timeout=ROOM_S)
     assert box.info()["warm_bundles"] == 2
     agents = list(box._agents)
     pids = [a.proc.pid for a in agents]
@@ -176,10 +182,10 @@ async def test_an_evicted_pool_is_closed_and_its_idle_agents_die() -> None:
     first = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.1}\n")
     second = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.2}\n")
     try:
-        await box.run(first, "p", "r", {}, timeout=5)
+        await box.run(first, "p", "r", {}, timeout=ROOM_S)
         [(_, evicted)] = box._pools.peek()
         first_pids = [a.proc.pid for a in box._agents]
-        v, _ = await box.run(second, "p", "r", {}, timeout=5)
+        v, _ = await box.run(second, "p", "r", {}, timeout=ROOM_S)
         assert v.score == 0.2 and box.info()["warm_bundles"] == 1 and evicted.closed
         await asyncio.gather(*list(box._tasks))  # the eviction's close
         assert first_pids and not any(_alive(pid) for pid in first_pids)
@@ -192,7 +198,7 @@ async def test_an_evicted_pool_is_closed_and_its_idle_agents_die() -> None:
 async def test_info_is_honest(sb) -> None:
     info = sb.info()
     assert info["backend"] == "process" and "weaker" in info["isolation"] and info["restricted"] is True
-    await sb.run(CodeBundle("def evaluate(p, r, c):\n    return {'score': 1}\n"), "p", "r", {}, timeout=5)
+    await sb.run(CodeBundle("def evaluate(p, r, c):\n    return {'score': 1}\n"), "p", "r", {}, timeout=ROOM_S)
     assert isinstance(sb.info()["netns"], bool)
 
 
@@ -211,9 +217,9 @@ async def test_idle_pools_are_closed() -> None:
     first = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.1}\n")
     second = CodeBundle("def evaluate(p, r, c):\n    return {'score': 0.2}\n")
     try:
-        await box.run(first, "p", "r", {}, timeout=5)
+        await box.run(first, "p", "r", {}, timeout=ROOM_S)
         await asyncio.sleep(0.01)
-        v, _ = await box.run(second, "p", "r", {}, timeout=5)  # sweeps the idle first pool
+        v, _ = await box.run(second, "p", "r", {}, timeout=ROOM_S)  # sweeps the idle first pool
         assert v.score == 0.2 and box.info()["warm_bundles"] == 1
     finally:
         await box.aclose()
@@ -238,7 +244,7 @@ async def test_classes_defined_by_the_evaluator_can_hold_state(sb) -> None:
         "    setattr(c, 'tag', 'ok')\n"
         "    return {'score': 1.0, 'details': {'n': c.n, 'tag': c.tag, 'a': words['a'], 'dd': dict(dd)}}\n"
     )
-    v, _ = await sb.run(CodeBundle(code), "p", "r", {}, timeout=5)
+    v, _ = await sb.run(CodeBundle(code), "p", "r", {}, timeout=ROOM_S)
     assert v.details == {"n": 5, "tag": "ok", "a": 1, "dd": {"k": [1], "j": [2]}}
 
 
