@@ -145,8 +145,8 @@ def own_addresses(client: Any) -> list[str]:
 
 @dataclass
 class LoopMonitor:
-    """Samples event-loop responsiveness plus a health probe every ``period_s``; the worst gap is the
-    'health check answers within 1 s' figure of the hostile tests."""
+    """Samples event-loop responsiveness plus a health probe every ``period_s``; the worst gap is
+    compared by the hostile tests with the call's own length (a blocked loop stalls for all of it)."""
 
     probe: Any = None
     period_s: float = 0.05
