@@ -301,8 +301,9 @@ async def test_dead_container_is_replaced(sb, docker_daemon):
     await sb.prepare(bundle)
     [cid] = [c["Id"] for c in bundle_containers(docker_daemon, bundle.digest)]
     docker_daemon.api.kill(cid)
-    for _ in range(600):  # bounded: until the daemon reports it dead
-        if not {c["Id"] for c in bundle_containers(docker_daemon, bundle.digest)} & {cid}:
+    pool = sb._pools[bundle.pool_key]
+    for _ in range(1200):  # bounded: until the pool saw its channel close (was: a 0.3 s sleep)
+        if not any(c.alive for c in pool.idle if c.id == cid):
             break
         await asyncio.sleep(0.05)
     v, _ = await sb.run(bundle, "", "still works", {}, timeout=ROOM_S)
