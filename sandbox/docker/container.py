@@ -30,7 +30,7 @@ import stat
 import struct
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 BUNDLE_LABEL = "crossaudit.bundle"  # the code's digest: identical code of two tenants shares it
 POOL_LABEL = "crossaudit.pool"  # the warm pool (tenant + code, ``CodeBundle.pool_key``): never shared
+UID_LABEL = "crossaudit.uid"  # the container's uid: what other orchestrators on the daemon skip
 AGENT_NOFILE_HEADROOM = 64  # the warm parent's own pipes; the call's child gets exactly ``nofile``
 AGENT_PIDS_HEADROOM = 16  # the warm parent, its threads and the waiting child; calls get ``pids``
 STDOUT, STDERR = 1, 2
@@ -103,17 +104,37 @@ class UidAllocator:
     accounting are per *uid across the host*, not per container. With one shared uid, warm
     parents of many pools, or one evaluator's fork bomb, would exhaust every other
     evaluator's process budget. Distinct uids keep each container's count its own.
+
+    One allocator walks the range from a random start; another process's (a second worker, a
+    second orchestrator on the daemon) walks it too, so ``next`` skips the uids that containers
+    on the daemon already hold (``uids_in_use``). Without that, two walks that met handed one
+    uid to two tenants' containers, and one's fork bomb refused the other's threads.
     """
 
     def __init__(self, start: int | None = None) -> None:
         lo, hi = SANDBOX_UID_RANGE
         self._next = start if start is not None else lo + secrets.randbelow(hi - lo)
 
-    def next(self) -> int:
+    def next(self, taken: Collection[int] = ()) -> int:
+        """The next uid of the range that is not in ``taken``."""
         lo, hi = SANDBOX_UID_RANGE
-        uid = self._next
-        self._next = lo + (uid + 1 - lo) % (hi - lo)
-        return uid
+        for _ in range(hi - lo):  # bounded: one lap of the range
+            uid = self._next
+            self._next = lo + (uid + 1 - lo) % (hi - lo)
+            if uid not in taken:
+                return uid
+        raise EvaluatorUnavailableError(f"every sandbox uid ({lo}-{hi - 1}) is held by a container")
+
+
+def uids_in_use(api: Any) -> set[int]:
+    """The uids of the sandbox containers on the daemon, whichever process started them (their
+    ``crossaudit.uid`` label; created, running or exiting alike). One list call."""
+    taken: set[int] = set()
+    for c in api.containers(all=True, filters={"label": [f"{LABEL}=1", UID_LABEL]}):
+        value = str((c.get("Labels") or {}).get(UID_LABEL, ""))
+        if value.isdigit():
+            taken.add(int(value))
+    return taken
 
 
 def ipc_sysctls(limits: SandboxLimits) -> dict[str, str]:
@@ -383,7 +404,12 @@ class WarmContainer:
         api = self.rt.client.api
         spec = container_spec(
             api, self.image, self.rt.limits, self.rt.env,
-            {OWNER_LABEL: self.rt.owner, BUNDLE_LABEL: self.bundle_digest[:32], POOL_LABEL: self.pool_key[:32]},
+            {
+                OWNER_LABEL: self.rt.owner,
+                BUNDLE_LABEL: self.bundle_digest[:32],
+                POOL_LABEL: self.pool_key[:32],
+                UID_LABEL: str(uid),
+            },
             uid=uid,
             channel_dir=self._channel_dir,
             cgroup_parent=docker_parent(self.tenant, self.rt.cgroup_driver) if self.rt.cgroup_driver else None,
@@ -456,7 +482,10 @@ class WarmContainer:
     async def _start(self, load_frame: Mapping[str, Any]) -> dict[str, Any]:
         listener: socket.socket | None = None
         try:
-            uid = self._uid = self.rt.uids.next()
+            # Not a uid another orchestrator's container holds (its allocator walks the same range);
+            # picked on the loop, so this process's own concurrent starts never share one either.
+            taken = await self.rt.blocking(uids_in_use, self.rt.client.api)
+            uid = self._uid = self.rt.uids.next(taken)
             if self.rt.socket_channel and not self._attach_only:
                 listener, self._channel_dir = open_channel_dir(uid)
             sock = await self.rt.blocking(self._create_and_attach, uid)

@@ -33,6 +33,7 @@ from sandbox.docker.container import (
     CHANNEL_SOCKET,
     OWNER_LABEL,
     SANDBOX_UID_RANGE,
+    UID_LABEL,
     owner_id,
 )
 from sandbox.docker.images import LABEL, SANDBOX_UID
@@ -160,6 +161,7 @@ async def test_container_hardening_matches_limits(sb, docker_daemon):
     assert hc["LogConfig"]["Type"] == "none"
     uid, gid = (int(x) for x in cfg["User"].split(":"))
     assert SANDBOX_UID_RANGE[0] <= uid < SANDBOX_UID_RANGE[1] and gid == SANDBOX_UID
+    assert cfg["Labels"][UID_LABEL] == str(uid)  # what other orchestrators' allocators skip
     assert cfg["Labels"][LABEL] == "1" and cfg["Labels"][OWNER_LABEL] == owner_id()
     assert cfg["Labels"][BUNDLE_LABEL] == bundle.digest[:32]
     env_keys = {e.split("=", 1)[0] for e in cfg["Env"]}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import socket
 import textwrap
 import time
@@ -40,6 +41,7 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from sandbox.base import CodeBundle
 from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.container import SANDBOX_UID_RANGE, UID_LABEL, UidAllocator
 from tests.integration._docker import (
     BENIGN_CODE,
     ConnectionCounter,
@@ -577,6 +579,37 @@ async def wait_processes(client, digest: str, at_least: int, bound_s: float = RO
         most = max([most, *await asyncio.to_thread(_process_counts, client, digest)])
         await asyncio.sleep(0.1)
     return most
+
+
+async def test_two_orchestrators_walking_one_uid_range_never_share_a_uid(docker_daemon):
+    """Exploit (seen as a flake with a second suite on the machine): each orchestrator process walks
+    the uid range from its own random start; where two walks met, two tenants' containers got one
+    uid, and the hog's processes refused the victim's threads (process accounting is per uid).
+    Here the walks are made to meet: the second skips the uid the first's container holds."""
+    first = DockerSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1))
+    second = DockerSandbox(LIMITS, pool_limits=PoolLimits(min_size=1, max_size=1))
+    hog, victim = CodeBundle(HOG_CODE + "\n# walks meet\n"), CodeBundle(THREADS_CODE + "\n# walks meet\n")
+    lo, hi = SANDBOX_UID_RANGE
+    start = lo + secrets.randbelow(hi - lo - 16)
+    hog_call: asyncio.Future | None = None
+    try:
+        await asyncio.gather(first.start(), second.start())
+        first._rt.uids, second._rt.uids = UidAllocator(start=start), UidAllocator(start=start)
+        await first.prepare(hog)
+        hog_call = asyncio.ensure_future(first.run(hog, "", "", {"hold": 600}, timeout=ROOM_S))
+        held = await wait_processes(docker_daemon, hog.digest, LIMITS.pids)
+        assert held >= LIMITS.pids, f"the hog's container never held its {LIMITS.pids} processes (at most {held})"
+        await second.prepare(victim)
+        verdict, _ = await second.run(victim, "", "", {}, timeout=ROOM_S)
+        assert verdict.details["threads"] == 16  # no thread refused: its uid is its own
+        containers = [c for d in (hog.digest, victim.digest) for c in bundle_containers(docker_daemon, d)]
+        labels = [c["Labels"][UID_LABEL] for c in containers]
+        assert len(set(labels)) == len(labels), labels
+    finally:
+        await asyncio.gather(first.aclose(), second.aclose())
+        if hog_call is not None:
+            with pytest.raises(ANY_SANDBOX):  # closed under it (a crash), or its deadline: contained either way
+                await hog_call
 
 
 async def test_one_evaluators_process_hog_does_not_starve_another(env):

@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.depspec import Dependency, parse_dependency, validate_dependencies
-from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError
+from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError, EvaluatorUnavailableError
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.kernel.ownership import owner_alive as _owner_alive
 from sandbox.deps import dependency_key, hash_lock, import_names
 from sandbox.docker.container import (
     ENV_ALLOWLIST,
     SANDBOX_UID_RANGE,
+    UID_LABEL,
     UidAllocator,
     check_env,
     container_spec,
+    uids_in_use,
 )
 from sandbox.docker.images import LABEL, SANDBOX_UID, host_apt_sources
 
@@ -134,6 +136,26 @@ def test_every_container_gets_its_own_unprivileged_uid():
     uids = [alloc.next() for _ in range(5)]
     assert uids == [hi - 2, hi - 1, lo, lo + 1, lo + 2]  # wraps inside the range
     assert all(u > 0 for u in uids) and len(set(uids)) == 5
+
+
+def test_a_uid_another_orchestrators_container_holds_is_skipped():
+    """Two allocators (two workers, two orchestrators on one daemon) walk the same range from
+    random starts; where their walks meet, the uids the daemon's containers hold are skipped,
+    or one tenant's fork bomb would refuse another tenant's threads."""
+    lo, hi = SANDBOX_UID_RANGE
+    alloc = UidAllocator(start=lo + 10)
+    assert [alloc.next({lo + 10, lo + 11}), alloc.next({lo + 10, lo + 11})] == [lo + 12, lo + 13]
+    with pytest.raises(EvaluatorUnavailableError, match="every sandbox uid"):  # one lap, not forever
+        UidAllocator(start=lo).next(range(lo, hi))
+
+
+def test_the_uids_in_use_come_from_the_containers_labels():
+    class Api:
+        def containers(self, *, all: bool, filters: dict) -> list[dict]:  # docker-py's names
+            assert all and filters == {"label": [f"{LABEL}=1", UID_LABEL]}
+            return [{"Labels": {UID_LABEL: "23456"}}, {"Labels": {UID_LABEL: "x"}}, {"Labels": None}]
+
+    assert uids_in_use(Api()) == {23456}
 
 
 def test_only_allowlisted_environment_variables():
