@@ -142,10 +142,11 @@ test-security: $(STAMP) images test-images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP): $(EXPORT_STAMP)
+$(BENCH_STAMP):
 	@echo "make bench installs, once: the export extra into .venv (torch, transformers, detoxify, onnx: ~3 GB from PyPI),"
 	@echo "  the bench extra (matplotlib, py-spy), Debian's PostgreSQL server (make postgres), the sandbox images,"
 	@echo "  and Guardrails AI from PyPI into .venv-bench/ (the peer measured beside CrossAudit)."
+	@$(MAKE) --no-print-directory $(UV)
 	$(call sync,dev models export bench)
 	@touch $@
 

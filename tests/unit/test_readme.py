@@ -198,7 +198,8 @@ def test_make_bench_says_what_it_installs_before_installing_it() -> None:
     (a dry run: nothing is installed here)."""
     dry = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "bench"], capture_output=True, text=True, timeout=120,
                          check=True).stdout.splitlines()
-    first_install = next(i for i, line in enumerate(dry) if "pip" in line and " install " in line)
+    first_install = next(i for i, line in enumerate(dry)
+                         if ("pip" in line and " install " in line) or " sync --locked" in line)
     said = " ".join(line for line in dry[:first_install] if line.startswith("echo"))
     for thing in ("torch", "PostgreSQL", "Guardrails AI", ".venv-bench"):
         assert thing in said, f"make bench does not say it installs {thing} before installing"
