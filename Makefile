@@ -27,13 +27,14 @@ EXTRAS_FILE := $(VENV)/.extras
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 define sync
 	@want=$$(printf '%s\n' $(1) $$(cat $(EXTRAS_FILE) 2>/dev/null) | sort -u); \
-	$(UV_ENV) $(UV) sync --locked --python $(PYTHON) $$(printf -- '--extra %s ' $$want) \
+	echo "installing .venv exactly as uv.lock pins it (extras: $$(echo $$want))"; \
+	$(UV_ENV) $(UV) sync --quiet --locked --python $(PYTHON) $$(printf -- '--extra %s ' $$want) \
 		&& printf '%s\n' $$want > $(EXTRAS_FILE)
 endef
 
 $(UV): tools/uv.requirements.txt
 	@rm -rf $(UV_DIR)
-	$(PYTHON) -m pip --disable-pip-version-check install -q --require-hashes --no-deps --target $(UV_DIR) -r $<
+	$(PYTHON) -m pip --disable-pip-version-check install -q --root-user-action=ignore --require-hashes --no-deps --target $(UV_DIR) -r $<
 	@touch $@
 
 $(STAMP): pyproject.toml uv.lock $(UV)
