@@ -68,6 +68,10 @@ PYTHON_NOT_RUN = {
 }
 SKIPPED_COMMANDS = {**LONG_RUNNING, **NEEDS_A_MODEL, **RUNS_THE_TEST_SUITES}
 
+# What some commands must write into the work directory (command prefix -> file, text it holds).
+WRITES = {
+    "crossaudit policy schema > policy.schema.json": ("policy.schema.json", '"$schema"'),
+}
 # Placeholders the README documents ("REVIEW_ID and DECISION_ID stand for ids the list commands
 # print"), and where the real value comes from.
 PLACEHOLDERS: dict[str, Callable[[object], str]] = {
@@ -186,6 +190,9 @@ def run_bash(item: Item, work: Path, env: dict[str, str], client: object) -> Non
     for prefix, text_shown in SHOWS.items():
         if item.command.startswith(prefix):
             assert text_shown in proc.stdout, shown
+    for prefix, (written, text_held) in WRITES.items():
+        if item.command.startswith(prefix):
+            assert text_held in (work / written).read_text(), shown
 
 
 def run_python(item: Item, work: Path, env: dict[str, str]) -> dict[str, object]:

@@ -21,7 +21,7 @@ from tests.conftest import ROOT, need
 from tests.e2e.policies import KEYWORDS
 from tests.images import built_tag
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.deploy_image]
 
 KEY = "acme-compose-key-0123456789abcdef"
 REPLICAS = ("127.0.0.1:50051", "127.0.0.1:50052")  # as deploy/compose.yaml publishes them
