@@ -589,6 +589,8 @@ def start_line(
     parts.append(f"store {where_data_lives(config)}")
     if console_url is not None:
         parts.append(f"review console on {console_url}")
+        if config.dev:
+            parts.append("console sign-in: any string (--dev)")
     if metrics_port is not None:
         parts.append(f"metrics on {_address(config.metrics_host, metrics_port)}")
     return ", ".join(parts)
