@@ -361,6 +361,7 @@ def _compare(args: argparse.Namespace) -> int:
     rows = load_dataset(dataset, names)
     run_a = _run_local(args, a, [r for r in rows], dataset)
     run_b = _run_local(args, b, [r for r in rows], dataset)
+    run_a.source, run_b.source = a, b  # the files as given: two versions often share a name and version
     result = compare(run_a, run_b, seed=args.seed)
     if args.html:
         _write_whole(args.html, compare_html(result))
@@ -462,7 +463,7 @@ def print_comparison(c: Any) -> None:
 
     out = render.console()
     p = render.printable
-    out.print(Text(f"A = {p(c.a.policy)} {p(c.a.version)}, B = {p(c.b.policy)} {p(c.b.version)}: {c.a.rows} row(s)"))
+    out.print(Text(f"A = {p(c.a.label)}, B = {p(c.b.label)}: {c.a.rows} row(s)"))
     t = Table()
     t.add_column("subject")
     t.add_column("paired")

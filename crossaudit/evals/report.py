@@ -111,6 +111,13 @@ class EvalReport:
     subjects: dict[str, Subject]  # DECISION first, then the rules in policy order
     notes: list[str] = field(default_factory=list)
     target: Target | None = None
+    source: str = ""  # the policy file as given (two versions often share a name and a version)
+
+    @property
+    def label(self) -> str:
+        """How a comparison names this side: its file first, then the policy's name and version."""
+        named = f"{self.policy} {self.version}"
+        return f"{self.source} ({named})" if self.source else named
 
     @property
     def rows_per_s(self) -> float:
@@ -239,6 +246,7 @@ def build_report(run: EvalRun, *, seed: int = 0, target: Target | None = None) -
         subjects=subjects,
         notes=notes,
         target=target,
+        source=run.source,
     )
 
 
@@ -369,8 +377,8 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "a": {"policy": self.a.policy, "version": self.a.version},
-            "b": {"policy": self.b.policy, "version": self.b.version},
+            "a": {"policy": self.a.policy, "version": self.a.version, "file": self.a.source},
+            "b": {"policy": self.b.policy, "version": self.b.version, "file": self.b.source},
             "rows": self.a.rows,
             "subjects": {d.subject: d.to_json() for d in self.deltas},
             "rules_only_in_a": self.only_a,
@@ -524,7 +532,7 @@ def compare_html(c: Comparison) -> str:
         + "".join(f"<th>{m} A</th><th>{m} B</th><th>Δ</th>" for m in METRICS)
         + "<th>A-only/B-only right</th><th>McNemar p</th><th>verdict</th></tr>"
     )
-    body = f"""<h1>Compare {_e(c.a.policy)} {_e(c.a.version)} (A) with {_e(c.b.policy)} {_e(c.b.version)} (B)</h1>
+    body = f"""<h1>Compare A = {_e(c.a.label)} with B = {_e(c.b.label)}</h1>
 <p>{c.a.rows} row(s). McNemar: exact binomial below 25 discordant rows, else chi-square with continuity.</p>
 <table>{head}{"".join(rows)}</table>"""
     return _page("Compare", body)

@@ -92,6 +92,7 @@ class EvalRun:
     where: str  # "process sandbox", "docker sandbox", "server host:port"
     usage: LLMUsage
     notes: list[str] = field(default_factory=list)
+    source: str = ""  # the policy file as given, or "deployed NAME": what tells two runs apart
 
     def rule_cost(self, rule: str) -> float | None:
         """USD of the LLM calls of a rule's evaluators (docs/evals.md: a model shared by several

@@ -3,6 +3,7 @@ measures, gates, wrong rows as test_cases that reproduce the mistakes, compare, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -129,6 +130,23 @@ def test_compare_with_mcnemar(run_a, dataset: Path) -> None:
     assert rude.verdict() == "no significant difference"
     assert rude.delta("recall") == pytest.approx(1.0 - 0.75)
     json.dumps(c.to_json())
+
+
+def test_compare_names_each_side_by_its_file(run_a, dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two versions of one policy often share its name and version (a threshold edited in a copy):
+    the comparison used to say "A = eval-unit 1.0, B = eval-unit 1.0". It names the files."""
+    from crossaudit.cli.eval import print_comparison
+    from crossaudit.evals.report import compare_html
+
+    a = dataclasses.replace(run_a, source="policies/tone.yaml")
+    b = dataclasses.replace(run(POLICY.replace("threshold: 0.5", "threshold: 0.8"), dataset), source="tone_v2.yaml")
+    c = compare(a, b)
+    print_comparison(c)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("A = policies/tone.yaml (eval-unit 1.0), B = tone_v2.yaml (eval-unit 1.0):"), first
+    doc = c.to_json()
+    assert (doc["a"]["file"], doc["b"]["file"]) == ("policies/tone.yaml", "tone_v2.yaml")
+    assert "A = policies/tone.yaml (eval-unit 1.0) with B = tone_v2.yaml (eval-unit 1.0)" in compare_html(c)
 
 
 def test_html_is_self_contained_and_escaped(run_a) -> None:
