@@ -93,14 +93,15 @@ def test_the_custom_evaluator_example_is_a_whole_policy_that_runs(tmp_path: Path
     (tmp_path / "evaluators" / f"{custom['name']}.py").write_text(code)
     (tmp_path / "my_policy.yaml").write_text(policy)
     assert "my_policy.yaml" in policy.splitlines()[0]
-    proc = subprocess.run([sys.executable, "-m", "crossaudit.cli", "policy", "test", "my_policy.yaml", "--sandbox",
-                           "process"], capture_output=True, text=True, cwd=tmp_path, timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    cli = [sys.executable, "-m", "crossaudit.cli", "policy"]
+    proc = subprocess.run([*cli, "test", "my_policy.yaml", "--sandbox", "process"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     assert "1 passed, 0 failed" in proc.stdout
     without = "\n".join(line for line in policy.splitlines() if not line.startswith("description:"))
     (tmp_path / "my_policy.yaml").write_text(without)
-    refused = subprocess.run([sys.executable, "-m", "crossaudit.cli", "policy", "validate", "my_policy.yaml"],
-                             capture_output=True, text=True, cwd=tmp_path, timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    refused = subprocess.run([*cli, "validate", "my_policy.yaml"], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
     said = "missing required field 'description'"
     assert refused.returncode == 1 and said in refused.stdout and said in text  # as the README says
 
