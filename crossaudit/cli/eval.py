@@ -1,11 +1,11 @@
 """``crossaudit eval POLICY DATASET``: how good each rule is on a labelled dataset (docs/evals.md).
 
 Per rule and for the decision: precision, recall, F1 and accuracy with 95% bootstrap intervals,
-the confusion matrix, p50/p95 latency, LLM cost; for scored rules a threshold sweep (PR and ROC
-curves with ``--plots DIR`` or ``--html``) and with ``--target`` a suggested threshold; the rows
-each rule got wrong, as ``test_cases`` to paste. ``--fail-under rule=metric:value`` makes it a CI
-gate. ``crossaudit eval --compare A.yaml B.yaml DATASET`` puts two policies side by side with
-McNemar's paired test per rule.
+the confusion matrix, p50/p95 latency (of rows evaluated one at a time), LLM cost; for scored
+rules a threshold sweep (PR and ROC curves with ``--plots DIR`` or ``--html``) and with
+``--target`` a suggested threshold; the rows each rule got wrong, as ``test_cases`` to paste.
+``--fail-under rule=metric:value`` makes it a CI gate. ``crossaudit eval --compare A.yaml B.yaml
+DATASET`` puts two policies side by side with McNemar's paired test per rule.
 
 Exit codes: 0 done (every gate holds); 1 a gate failed, or some rows could not be evaluated
 (the report names them); 2 bad input (arguments, the dataset's problems listed with their lines,
@@ -71,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="requests in flight (default: the warm sandboxes per evaluator, 4; at most 256)",
+        help="requests in flight (default: the warm sandboxes per evaluator, 4; at most 256), after the first "
+        "20 rows, which run one at a time to measure each rule's latency",
     )
     connect.add_target_options(e)
     e.add_argument(
@@ -415,6 +416,7 @@ def print_report(r: Any) -> None:
             _n(s.cost_usd, 4),
         )
     out.print(t)
+    out.print(Text(r.latency_text))
     d = r.subjects[DECISION]
     if d.action_labelled:
         out.print(Text(f"decision action right in {d.action_right}/{d.action_labelled} labelled row(s)"))
