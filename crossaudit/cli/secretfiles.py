@@ -19,6 +19,7 @@ import base64
 import os
 import secrets
 import shlex
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,6 +135,8 @@ def write_secret_files(directory: Path, *, tenant: str = DEFAULT_TENANT) -> list
         raise InvalidInputError(f"cannot create {directory}: {exc.strerror}") from None
     if not directory.is_dir():
         raise InvalidInputError(f"{directory} is not a directory")
+    if directory.stat().st_mode & stat.S_IWOTH:  # another user could put their own key there first
+        raise InvalidInputError(f"{directory} is writable by other users: choose a directory only you can write")
     makers: dict[str, Callable[[], bytes]] = {
         API_KEYS: lambda: f'tenants:\n  {tenant}:\n    keys: ["{secrets.token_hex(API_KEY_BYTES)}"]\n'.encode(),
         EVIDENCE_KEY: generate_private_pem,

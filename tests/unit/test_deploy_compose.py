@@ -193,6 +193,26 @@ def test_the_secrets_command_makes_every_file_compose_mounts(tmp_path: Path) -> 
         secretfiles.write_secret_files(d)
 
 
+def test_the_secrets_command_prints_no_value_and_refuses_a_shared_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crossaudit.cli.main import main
+
+    d = tmp_path / "secrets"
+    assert main(["config", "secrets", str(d)]) == 0
+    said = "".join(capsys.readouterr())
+    for name in secretfiles.SECRET_FILES:
+        text = (d / name.name).read_text()
+        for word in re.findall(r"[A-Za-z0-9+/=]{24,}", text):  # keys, passwords, base64 lines
+            assert word not in said, name.name
+    assert "sudo chown 10003:10003" in said and secretfiles.EVIDENCE_PUBLIC in said
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert main(["config", "secrets", str(shared)]) == 1
+    assert "writable by other users" in capsys.readouterr().err and not list(shared.iterdir())
+
+
 def test_the_secrets_command_names_the_images_users() -> None:
     """Compose mounts a secret file as it is: it must belong to the uid the image runs as."""
     for dockerfile, uid in ((ORCHESTRATOR_DOCKERFILE, secretfiles.ORCHESTRATOR_UID),
