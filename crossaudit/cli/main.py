@@ -113,8 +113,11 @@ def hoist_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[
             i += 1
         elif nxt is None:
             return argv
-        else:
+        elif name.startswith("--"):
             moved.append(f"{name}={nxt}")  # one word: a value that looks like a path stays the option's
+            i += 2
+        else:
+            moved += [name, nxt]  # a short option: -e=prod would be the value '=prod'
             i += 2
     if not moved:
         return argv

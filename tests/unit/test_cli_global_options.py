@@ -20,6 +20,8 @@ def test_connection_options_before_the_command_reach_it() -> None:
     assert (args.server, args.api_key, args.timeout, args.file) == ("10.0.0.1:50051", "k" * 16, 5.0, "p.yaml")
     args = parse("--json", "--server=h:1", "audit", "list", "--limit", "3")
     assert (args.json, args.server, args.limit) == (True, "h:1", 3)
+    args = parse("-e", "staging", "--server", "h:1", "policy", "rollback", "Offline Demo")  # a short option too
+    assert (args.environment, args.server, args.name) == ("staging", "h:1", "Offline Demo")
     after = parse("policy", "deploy", "p.yaml", "--server", "10.0.0.1:50051")  # after the command, as before
     assert (after.server, after.file) == ("10.0.0.1:50051", "p.yaml")
 
