@@ -1,11 +1,11 @@
 """``crossaudit eval POLICY DATASET``: how good each rule is on a labelled dataset (docs/evals.md).
 
 Per rule and for the decision: precision, recall, F1 and accuracy with 95% bootstrap intervals,
-the confusion matrix, p50/p95 latency, LLM cost; for scored rules a threshold sweep (PR and ROC
-curves with ``--plots DIR`` or ``--html``) and with ``--target`` a suggested threshold; the rows
-each rule got wrong, as ``test_cases`` to paste. ``--fail-under rule=metric:value`` makes it a CI
-gate. ``crossaudit eval --compare A.yaml B.yaml DATASET`` puts two policies side by side with
-McNemar's paired test per rule.
+the confusion matrix, p50/p95 latency (of rows evaluated one at a time), LLM cost; for scored
+rules a threshold sweep (PR and ROC curves with ``--plots DIR`` or ``--html``) and with
+``--target`` a suggested threshold; the rows each rule got wrong, as ``test_cases`` to paste.
+``--fail-under rule=metric:value`` makes it a CI gate. ``crossaudit eval --compare A.yaml B.yaml
+DATASET`` puts two policies side by side with McNemar's paired test per rule.
 
 Exit codes: 0 done (every gate holds); 1 a gate failed, or some rows could not be evaluated
 (the report names them); 2 bad input (arguments, the dataset's problems listed with their lines,
@@ -71,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="requests in flight (default: the warm sandboxes per evaluator, 4; at most 256)",
+        help="requests in flight (default: the warm sandboxes per evaluator, 4; at most 256), after the first "
+        "20 rows, which run one at a time to measure each rule's latency",
     )
     connect.add_target_options(e)
     e.add_argument(
@@ -361,6 +362,7 @@ def _compare(args: argparse.Namespace) -> int:
     rows = load_dataset(dataset, names)
     run_a = _run_local(args, a, [r for r in rows], dataset)
     run_b = _run_local(args, b, [r for r in rows], dataset)
+    run_a.source, run_b.source = a, b  # the files as given: two versions often share a name and version
     result = compare(run_a, run_b, seed=args.seed)
     if args.html:
         _write_whole(args.html, compare_html(result))
@@ -414,6 +416,7 @@ def print_report(r: Any) -> None:
             _n(s.cost_usd, 4),
         )
     out.print(t)
+    out.print(Text(r.latency_text))
     d = r.subjects[DECISION]
     if d.action_labelled:
         out.print(Text(f"decision action right in {d.action_right}/{d.action_labelled} labelled row(s)"))
@@ -462,7 +465,7 @@ def print_comparison(c: Any) -> None:
 
     out = render.console()
     p = render.printable
-    out.print(Text(f"A = {p(c.a.policy)} {p(c.a.version)}, B = {p(c.b.policy)} {p(c.b.version)}: {c.a.rows} row(s)"))
+    out.print(Text(f"A = {p(c.a.label)}, B = {p(c.b.label)}: {c.a.rows} row(s)"))
     t = Table()
     t.add_column("subject")
     t.add_column("paired")

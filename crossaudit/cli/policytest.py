@@ -41,7 +41,7 @@ from rich.text import Text
 from crossaudit.cli import connect, progress, render
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.cli.progress import SLOW_PREPARE_S
-from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, overall, run_ok
+from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, run_ok, total_line
 from crossaudit.evals import cassettes
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError, PolicyValidationError
 from crossaudit.sdk.cases import CaseResult, CaseStatus, judge_case
@@ -233,9 +233,7 @@ def print_text(suites: list[Suite], verbose: bool) -> None:
         if s.cases:
             out.print(Text(f"  {s.tally().line()}"))
     if len(suites) > 1:
-        t = overall(suites)
-        ran = sum(s.skipped is None for s in suites)
-        out.print(Text(f"total: {ran} policies, {t.line()}"))
+        out.print(Text(total_line(suites)))
 
 
 def _write_junit(path: str, data: bytes) -> None:

@@ -23,7 +23,7 @@ from crossaudit.kernel.limits import EngineLimits
 from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
-from crossaudit.service.evidence import EvidenceLog, build_evidence
+from crossaudit.service.evidence import EvidenceLog, build_evidence, unsigned_log
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
 from crossaudit.service.metrics import ServiceMetrics
@@ -582,10 +582,15 @@ def start_line(
         parts.append(f"workers {workers}")
     if sandbox:
         parts.append(f"sandbox {sandbox}" + (" (WEAKER isolation than docker)" if sandbox == "process" else ""))
+    unsigned = unsigned_log(config.evidence, shared_store=bool(config.store_url))
+    if unsigned is not None:
+        parts.append(unsigned)
     parts.append(f"data dir {Path(config.data_dir).resolve()}")
     parts.append(f"store {where_data_lives(config)}")
     if console_url is not None:
         parts.append(f"review console on {console_url}")
+        if config.dev:
+            parts.append("console sign-in: any string (--dev)")
     if metrics_port is not None:
         parts.append(f"metrics on {_address(config.metrics_host, metrics_port)}")
     return ", ".join(parts)

@@ -9,6 +9,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 CLI_TIMEOUT_S = 300
@@ -47,6 +49,34 @@ def test_policy_tester_snippet_gives_the_values_it_shows(monkeypatch) -> None:
     assert json.loads(shown["passed"].lower()) == result.passed
     assert json.loads(shown["action"]) == result.action
     assert json.loads(shown["modified_response"]) == result.modified_response
+
+
+def test_the_custom_evaluator_example_is_a_whole_policy_that_runs(tmp_path: Path) -> None:
+    """The section used to show only the function: a policy written from it lacked the required
+    ``description`` and was refused. Its policy, with its code where the comment puts it, passes
+    ``policy test`` as written."""
+    text = section("### Custom evaluators")
+    (code,) = [b for b in blocks(text, "python") if "def evaluate(" in b]
+    (policy,) = blocks(text, "yaml")
+    doc = yaml.safe_load(policy)
+    assert {"name", "description", "version"} <= set(doc), "a policy's required fields"
+    (custom,) = [e for e in doc["evaluators"] if e["type"] == "custom"]
+    assert f"# evaluators/{custom['name']}.py" in code
+    (tmp_path / "evaluators").mkdir()
+    (tmp_path / "evaluators" / f"{custom['name']}.py").write_text(code)
+    (tmp_path / "my_policy.yaml").write_text(policy)
+    assert "my_policy.yaml" in policy.splitlines()[0]
+    cli = [sys.executable, "-m", "crossaudit.cli", "policy"]
+    proc = subprocess.run([*cli, "test", "my_policy.yaml", "--sandbox", "process"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert "1 passed, 0 failed" in proc.stdout
+    without = "\n".join(line for line in policy.splitlines() if not line.startswith("description:"))
+    (tmp_path / "my_policy.yaml").write_text(without)
+    refused = subprocess.run([*cli, "validate", "my_policy.yaml"], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    said = "missing required field 'description'"
+    assert refused.returncode == 1 and said in refused.stdout and said in text  # as the README says
 
 
 def test_architecture_doc_names_only_modules_that_exist() -> None:
