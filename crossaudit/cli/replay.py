@@ -30,6 +30,7 @@ from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.cli.render import printable
 from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.kernel.files import write_private
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
 
@@ -140,7 +141,7 @@ def _run(args: argparse.Namespace, options: Any) -> int:
     else:
         print_summary(report)
     if args.html:
-        Path(args.html).write_text(html_report(report), encoding="utf-8")
+        write_private(args.html, html_report(report))  # 0600 like every report: it carries policy details
         print(f"wrote {args.html}")
     if failure is not None:
         print(f"gate failed: {failure}", file=sys.stderr)

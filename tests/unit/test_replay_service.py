@@ -291,3 +291,19 @@ def test_a_gate_over_replayed_decisions_counts_flips_as_before(monkeypatch: pyte
     assert code == 1 and "gate failed: 1 decision(s) flipped, more than --fail-on-flips 0" in err
     assert _replay_cli(monkeypatch, tmp_path, r, "--fail-on-flips", "1")[0] == 0
     assert _replay_cli(monkeypatch, tmp_path, r, "--fail-on-flips", "1", "--allow-empty")[0] == 0
+
+
+def test_the_html_report_is_private_like_the_eval_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """replay.html was 0644 beside eval.html's 0600: both carry policy details, both are 0600."""
+    import stat
+
+    page = tmp_path / "replay.html"
+    page.write_text("an older report")
+    page.chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        code, out, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--html", str(page))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600 and "Replay of" in page.read_text()
