@@ -52,6 +52,7 @@ import yaml
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, UnauthenticatedError
 from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
+from crossaudit.kernel.shell import command
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
 from crossaudit.service.errors import abort
 from crossaudit.service.grants import (
@@ -334,7 +335,8 @@ def check_private_file(path: Path, what: str) -> None:
         raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
     if mode & 0o077:
         raise ConfigurationError(
-            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: chmod 600 {path}"
+            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: "
+            + command("chmod", "600", path)
         )
 
 
