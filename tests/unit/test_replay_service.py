@@ -302,7 +302,7 @@ def test_the_html_report_is_private_like_the_eval_report(monkeypatch: pytest.Mon
     page.chmod(0o644)
     old = os.umask(0o022)
     try:
-        code, out, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--html", str(page))
+        code, _, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--html", str(page))
     finally:
         os.umask(old)
     assert code == 0, err

@@ -46,7 +46,7 @@ def test_a_failed_write_leaves_the_old_file_and_nothing_else(tmp_path: Path) -> 
         f.write(b"half a rep")
         raise RuntimeError("interrupted")
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["eval.html"]
-    with pytest.raises(InvalidInputError, match="cannot write .*missing"):
+    with pytest.raises(InvalidInputError, match=r"cannot write .*missing"):
         write_private(tmp_path / "missing" / "report.html", "x")
 
 
