@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 CLI_TIMEOUT_S = 300
@@ -202,3 +204,25 @@ def test_make_bench_says_what_it_installs_before_installing_it() -> None:
     said = " ".join(line for line in dry[:first_install] if line.startswith("echo"))
     for thing in ("torch", "PostgreSQL", "Guardrails AI", ".venv-bench"):
         assert thing in said, f"make bench does not say it installs {thing} before installing"
+
+
+# Secret files the README and docs tell a user to create in the working directory (the repository
+# root when following the README): an operator key, an API-keys file, an evidence signing key.
+SECRET_FILES_THE_DOCS_CREATE = ("operator.key", "keys.yaml", "signing.pem")
+
+
+def test_the_secret_files_the_docs_create_are_ignored_by_git() -> None:
+    import shutil
+
+    docs = README + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for name in SECRET_FILES_THE_DOCS_CREATE:
+        assert re.search(rf"(?<![\w/.-]){re.escape(name)}\b", docs), f"the docs no longer create {name}: drop it"
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "--verbose", "--non-matching",
+         *SECRET_FILES_THE_DOCS_CREATE],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    unignored = [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert not unignored, f"add to .gitignore: {unignored}"
