@@ -146,8 +146,10 @@ class Authenticator:
         self._dev_principal = Principal(DEV_TENANT, Role.ADMIN, name=dev_user() if dev else "")
 
     @classmethod
-    def dev_mode(cls) -> Authenticator:
-        return cls(None, dev=True)
+    def dev_mode(cls, retention_s: float = 0.0) -> Authenticator:
+        """``--dev``; ``retention_s`` > 0 (``--retain-inputs``): the dev tenant's inputs are retained
+        that long, as a tenant's ``retention: {inputs: ...}`` in an API-keys file says."""
+        return cls(None, dev=True, grants=TenantGrants.dev({DEV_TENANT: retention_s} if retention_s > 0 else None))
 
     @classmethod
     def from_file(cls, path: str | Path, limits: ServiceLimits | None = None) -> Authenticator:
