@@ -74,9 +74,9 @@ def test_the_tamper_hint_and_the_model_store_hints_paste() -> None:
         key.open("d 1", nonce, sealed[:-1] + bytes([sealed[-1] ^ 1]))
     (erase,) = re.findall(r"`([^`]+)`", err.value.message)
     assert parsed(erase) == ["crossaudit", "audit", "erase", "--decision", "d 1"]
-    (hint,) = re.findall(r"`([^`]+)`", import_command("detoxify", "unbiased", ("--store", "/tmp/my store")))
+    (hint,) = re.findall(r"`([^`]+)`", import_command("detoxify", "unbiased", ("--store", "model store/here")))
     assert parsed(hint) == ["crossaudit", "models", "import", "detoxify", "PATH", "--variant", "unbiased", "--store",
-                            "/tmp/my store"]  # fmt: skip
+                            "model store/here"]  # fmt: skip
 
 
 def test_command_quotes_only_what_the_shell_would_split_or_expand() -> None:
