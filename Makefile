@@ -99,7 +99,7 @@ schema: $(STAMP) ## Regenerate policies/policy.schema.json
 	$(VENV)/bin/crossaudit policy schema > policies/policy.schema.json
 
 serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker sandbox if a daemon answers)
-	$(VENV)/bin/crossaudit serve --dev --host $(HOST) --port $(PORT)
+	$(VENV)/bin/crossaudit serve --dev --retain-inputs 7d --host $(HOST) --port $(PORT)
 
 run: serve ## Alias of serve
 

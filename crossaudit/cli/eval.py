@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +33,7 @@ from crossaudit.evals.cassettes import (
     repeat_count,
 )
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.kernel.files import write_private
 
 HUMAN_WRONG_ROWS = 5  # wrong rows the human table lists per subject (all of them in --json/--html)
 HUMAN_TEST_CASES = 20  # test_cases the human output prints (all of them in --json/--html)
@@ -248,19 +247,6 @@ def _run_remote(
             )
 
 
-def _write_whole(path: str, text: str | bytes) -> None:
-    """``text`` to ``path`` through a temporary file renamed into place: whole, or not at all."""
-    target = Path(path)
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise InvalidInputError(f"cannot write {path}: {e.strerror}") from None
-
-
 def _matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
@@ -330,7 +316,7 @@ def _eval(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.html:
-        _write_whole(args.html, html_report(report))
+        write_private(args.html, html_report(report))
         if not args.json:
             print(f"wrote {args.html}", file=sys.stderr)
     failures = [why for g in gates if (why := g.failure(report)) is not None]
@@ -365,7 +351,7 @@ def _compare(args: argparse.Namespace) -> int:
     run_a.source, run_b.source = a, b  # the files as given: two versions often share a name and version
     result = compare(run_a, run_b, seed=args.seed)
     if args.html:
-        _write_whole(args.html, compare_html(result))
+        write_private(args.html, compare_html(result))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -32,7 +32,6 @@ import hashlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.padding import Padding
@@ -44,6 +43,7 @@ from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, run_ok, total_line
 from crossaudit.evals import cassettes
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.kernel.files import write_private
 from crossaudit.sdk.cases import CaseResult, CaseStatus, judge_case
 
 NO_CASES = "no test cases (add test_cases to the policy or pass --input cases.json)"
@@ -238,9 +238,9 @@ def print_text(suites: list[Suite], verbose: bool) -> None:
 
 def _write_junit(path: str, data: bytes) -> None:
     try:
-        Path(path).write_bytes(data)
-    except OSError as e:
-        raise InvalidInputError(f"--junit {path}: cannot write: {e.strerror}") from None
+        write_private(path, data)  # 0600 like every report: case names, rules and reasons
+    except InvalidInputError as e:
+        raise InvalidInputError(f"--junit: {e.message}") from None
 
 
 def cmd_test(args: argparse.Namespace) -> int:

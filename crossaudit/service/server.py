@@ -29,6 +29,7 @@ from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHea
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.ratelimits import store_limiters
+from crossaudit.service.retention import with_dev_operator_key
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
 from crossaudit.store import open_store
@@ -92,7 +93,11 @@ def check_config(config: ServerConfig) -> None:
     if config.dev and config.host not in LOOPBACK_HOSTS:
         raise ConfigurationError(f"--dev runs without API keys and only on loopback, not on {config.host!r}")
     if config.dev and config.api_keys_file:
-        raise ConfigurationError("--dev and --api-keys exclude each other")
+        raise ConfigurationError(
+            "--dev and --api-keys exclude each other (to keep the dev tenant's inputs for replay: "
+            "--dev --retain-inputs 7d)"
+        )
+    check_retain_inputs(config)
     if not config.dev and not config.api_keys_file:
         raise ConfigurationError(f"give --api-keys FILE (or {API_KEYS_ENV}), or --dev for a local keyless server")
     if bool(config.tls_cert) != bool(config.tls_key):
@@ -117,6 +122,28 @@ def check_config(config: ServerConfig) -> None:
     from crossaudit.service.evidence import check_keys
 
     check_keys(config.evidence)  # likewise a configured signing key
+
+
+def check_retain_inputs(config: ServerConfig) -> None:
+    """``--retain-inputs`` is ``--dev``'s: one local tenant, its key made in the private data directory.
+
+    With API keys every tenant's retention is the operator's decision, written where it is reviewed
+    (the API-keys file's ``retention:``), under a key the operator generates, keeps and backs up; a
+    flag that turned it on for every tenant, under a key made up on the spot, would decide neither.
+    """
+    if config.retain_inputs is None:
+        return
+    if not config.dev:
+        raise ConfigurationError(
+            "--retain-inputs is for --dev (one local tenant, an operator key generated in the data directory); "
+            "with API keys give each tenant `retention: {inputs: 7d}` in the API-keys file and the server a "
+            "real operator key: --set retention.operator_key_file=FILE (docs/retention.md)"
+        )
+    if config.retain_inputs_s > config.retention.max_inputs_s:
+        raise ConfigurationError(
+            f"--retain-inputs {config.retain_inputs} is longer than retention.max_inputs_s "
+            f"({config.retention.max_inputs_s:g} s): give a shorter duration or raise that setting"
+        )
 
 
 def check_process_sandbox_allowed(config: ServerConfig) -> None:
@@ -307,6 +334,7 @@ async def start_server(
     elif store is None:
         lock, store = open_locked_store(config)
     try:
+        config = with_dev_operator_key(config)  # after the lock: the data directory is private by now
         evidence = build_evidence(config.evidence, store, Path(config.data_dir), shared_store=bool(config.store_url))
     except BaseException:
         if lock is not None:
@@ -362,7 +390,7 @@ async def start_server(
 def build_authenticator(config: ServerConfig) -> Authenticator:
     """--dev: one tenant, no keys; else the API-keys file."""
     if config.dev:
-        return Authenticator.dev_mode()
+        return Authenticator.dev_mode(retention_s=config.retain_inputs_s)
     return Authenticator.from_file(config.api_keys_file, config.limits)  # type: ignore[arg-type]
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,3 +208,35 @@ def test_make_bench_says_what_it_installs_before_installing_it() -> None:
     said = " ".join(line for line in dry[:first_install] if line.startswith("echo"))
     for thing in ("torch", "PostgreSQL", "Guardrails AI", ".venv-bench"):
         assert thing in said, f"make bench does not say it installs {thing} before installing"
+
+
+# Secret files the README and docs tell a user to create in the working directory (the repository
+# root when following the README): an operator key, an API-keys file, an evidence signing key.
+SECRET_FILES_THE_DOCS_CREATE = ("operator.key", "keys.yaml", "signing.pem")
+
+
+def test_the_secret_files_the_docs_create_are_ignored_by_git() -> None:
+    import shutil
+
+    docs = README + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for name in SECRET_FILES_THE_DOCS_CREATE:
+        assert re.search(rf"(?<![\w/.-]){re.escape(name)}\b", docs), f"the docs no longer create {name}: drop it"
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "--verbose", "--non-matching",
+         *SECRET_FILES_THE_DOCS_CREATE],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    unignored = [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert not unignored, f"add to .gitignore: {unignored}"
+
+
+def test_make_serve_runs_what_the_readme_says_it_runs() -> None:
+    """README's ``make serve  # = crossaudit serve …`` is the Makefile's serve line, HOST and PORT filled in."""
+    said = re.search(r"^make serve\s+# = (crossaudit serve .+)$", README, flags=re.M)
+    assert said, "README no longer says what make serve runs"
+    dry = subprocess.run(["make", "-n", "-C", str(ROOT), "serve"], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    ran = next(line for line in dry if " serve --dev" in line)
+    assert ran.endswith(said[1].removeprefix("crossaudit")), (ran, said[1])
