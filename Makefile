@@ -11,7 +11,7 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lock models export-deps images image test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv lock models export-deps images image compose test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -77,6 +77,15 @@ image: images ## Build crossaudit/orchestrator:<content hash> (and :latest) FROM
 	$(PY) -m crossaudit.service.image build
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# The many-machines stack on this machine: both replicas sign the shared log with the evidence key
+# that `crossaudit config secrets` makes (with every other missing secret file) before the first start.
+SECRETS_DIR ?= deploy/secrets
+compose: image ## Start deploy/compose.yaml (2 replicas + PostgreSQL): images, every missing secret file (signing key first), up -d
+	$(PY) -m crossaudit.service.image build-postgres
+	$(SUDO) $(VENV)/bin/crossaudit config secrets $(SECRETS_DIR) --owners
+	DOCKER_GID=$$(stat -c %g /var/run/docker.sock) CROSSAUDIT_SECRETS_DIR=$(abspath $(SECRETS_DIR)) \
+		docker-compose -f deploy/compose.yaml up -d
+
 # The store contract and replica tests start a private PostgreSQL (tests/pgserver.py) from
 # Debian's server binaries.
 postgres: ## Install Debian's PostgreSQL server when missing (store and replica tests)
