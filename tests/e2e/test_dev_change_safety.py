@@ -20,7 +20,7 @@ import pytest
 
 from crossaudit import Client
 from tests.e2e.conftest import ROOT, ServerProcess
-from tests.e2e.test_readme_commands import README, Item, readme_items, run_bash, workdir
+from tests.e2e.readme import README, Item, readme_items, run_bash, workdir
 
 pytestmark = pytest.mark.e2e
 
