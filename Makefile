@@ -128,6 +128,8 @@ check: $(STAMP) ## Fast tier, no Docker (a few minutes): ruff, layering contract
 # orchestrator's and PostgreSQL's, the longest builds) is there; the few tests that run those
 # images (marker deploy_image) come last.
 XDIST ?= -n auto --maxprocesses 4 --dist loadfile
+# Each tier ends with its ten slowest tests: where the suite's time goes, in every CI log.
+DURATIONS ?= --durations=10
 IMAGES_LOG := .crossaudit/test-images.log
 CORE_READY := .crossaudit/test-images.core-ready
 TIERS := tests/security tests/integration tests/e2e
@@ -136,14 +138,14 @@ test: $(EXPORT_STAMP) images browser postgres ## The whole truth: ruff, layering
 	$(VENV)/bin/lint-imports
 	@mkdir -p $(dir $(IMAGES_LOG)); rm -f $(CORE_READY); echo "building the test images in the background (log: $(IMAGES_LOG))"
 	@$(PY) -m tests.images --core-ready $(CORE_READY) > $(IMAGES_LOG) 2>&1 & images=$$!; \
-	$(PY) -m pytest $(XDIST) tests/unit tests/cases $(PYTEST_ARGS); fast=$$?; \
+	$(PY) -m pytest $(XDIST) $(DURATIONS) tests/unit tests/cases $(PYTEST_ARGS); fast=$$?; \
 	while [ ! -e $(CORE_READY) ] && kill -0 $$images 2>/dev/null; do sleep 1; done; \
 	if [ ! -e $(CORE_READY) ]; then wait $$images; cat $(IMAGES_LOG); echo "error: the test images were not built (above)"; exit 1; fi; \
-	$(PY) -m pytest $(XDIST) $(TIERS) -m "not deploy_image" $(PYTEST_ARGS); rest=$$?; \
+	$(PY) -m pytest $(XDIST) $(DURATIONS) $(TIERS) -m "not deploy_image" $(PYTEST_ARGS); rest=$$?; \
 	if [ $$rest -eq 5 ]; then rest=0; fi; \
 	wait $$images; built=$$?; cat $(IMAGES_LOG); \
 	if [ $$built -ne 0 ]; then echo "error: the deployment images were not built (above)"; exit 1; fi; \
-	$(PY) -m pytest $(XDIST) $(TIERS) -m deploy_image $(PYTEST_ARGS); deploy=$$?; \
+	$(PY) -m pytest $(XDIST) $(DURATIONS) $(TIERS) -m deploy_image $(PYTEST_ARGS); deploy=$$?; \
 	if [ $$deploy -eq 5 ]; then deploy=0; fi; \
 	if [ $$fast -ne 0 ]; then echo "error: the unit tests or engine cases failed (the first pytest run above)"; exit $$fast; fi; \
 	if [ $$rest -ne 0 ]; then exit $$rest; fi; \
