@@ -355,7 +355,9 @@ async def start_server(
             raise
     if built.sandbox is not None:
         metrics.watch_sandbox(built.sandbox.info)
-    service = build_service(config, store, built.engines, built.sandbox, metrics, grants, evidence)
+    service = build_service(
+        config, store, built.engines, built.sandbox, metrics, grants, evidence, model_backend=built.model_backend
+    )
     server, names, health_servicer = build_grpc_server(config, service, auth, reuse_port=worker is not None)
     port = bind(config, server)
     if not port:
@@ -483,12 +485,16 @@ def build_service(
     metrics: ServiceMetrics,
     grants: TenantGrants,
     evidence: EvidenceLog | None = None,
+    *,
+    model_backend: Any = None,
 ) -> CrossAuditService:
-    """The service behind every servicer: store, engines, audit, delivery."""
+    """The service behind every servicer: store, engines, audit, delivery; ``model_backend``: the
+    builtins' model servers, which a deploy starts before it answers."""
     return CrossAuditService(
         store,
         engines,  # type: ignore[arg-type]
         sandbox=sandbox,
+        model_backend=model_backend,
         limits=config.limits,
         metrics=metrics,
         audit_raw_text=config.audit_raw_text,

@@ -22,8 +22,10 @@ from tests.e2e.policies import sleeper
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DEADLINE_S = 0.2
-MARGIN_S = 0.3  # generous: shared CI machines; typical overshoot is a few ms
-KILL_WITHIN_S = 3.0
+MARGIN_S = 1.0  # headroom for a loaded core (typical overshoot is a few ms); far below the 10 s computation
+# Polled, not a timing claim: the kill lands off the request path, and on a loaded core the killed
+# tree takes a moment to go while its replacement agent (which the sampler may also see) warms up.
+KILL_WITHIN_S = 10.0
 # process backend: ``python -I .../sandbox/agent/launch.py``;
 # docker runner: ``python3 -s /opt/crossaudit/entry.py``
 AGENT_MARKERS = (b"/sandbox/agent/launch.py", b"/opt/crossaudit/")
