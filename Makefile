@@ -11,7 +11,7 @@ PORT ?= 50051
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lock models export-deps images image test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
+.PHONY: help venv lock models export-deps images image compose test-images browser postgres proto settings-docs serve run check test test-unit test-integration test-e2e test-security bench lint typecheck schema clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -27,13 +27,14 @@ EXTRAS_FILE := $(VENV)/.extras
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 define sync
 	@want=$$(printf '%s\n' $(1) $$(cat $(EXTRAS_FILE) 2>/dev/null) | sort -u); \
-	$(UV_ENV) $(UV) sync --locked --python $(PYTHON) $$(printf -- '--extra %s ' $$want) \
+	echo "installing .venv exactly as uv.lock pins it (extras: $$(echo $$want))"; \
+	$(UV_ENV) $(UV) sync --quiet --locked --python $(PYTHON) $$(printf -- '--extra %s ' $$want) \
 		&& printf '%s\n' $$want > $(EXTRAS_FILE)
 endef
 
 $(UV): tools/uv.requirements.txt
 	@rm -rf $(UV_DIR)
-	$(PYTHON) -m pip --disable-pip-version-check install -q --require-hashes --no-deps --target $(UV_DIR) -r $<
+	$(PYTHON) -m pip --disable-pip-version-check install -q --root-user-action=ignore --require-hashes --no-deps --target $(UV_DIR) -r $<
 	@touch $@
 
 $(STAMP): pyproject.toml uv.lock $(UV)
@@ -76,6 +77,15 @@ image: images ## Build crossaudit/orchestrator:<content hash> (and :latest) FROM
 	$(PY) -m crossaudit.service.image build
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# The many-machines stack on this machine: both replicas sign the shared log with the evidence key
+# that `crossaudit config secrets` makes (with every other missing secret file) before the first start.
+SECRETS_DIR ?= deploy/secrets
+compose: image ## Start deploy/compose.yaml (2 replicas + PostgreSQL): images, every missing secret file (signing key first), up -d
+	$(PY) -m crossaudit.service.image build-postgres
+	$(SUDO) $(VENV)/bin/crossaudit config secrets $(SECRETS_DIR) --owners
+	DOCKER_GID=$$(stat -c %g /var/run/docker.sock) CROSSAUDIT_SECRETS_DIR=$(abspath $(SECRETS_DIR)) \
+		docker-compose -f deploy/compose.yaml up -d
+
 # The store contract and replica tests start a private PostgreSQL (tests/pgserver.py) from
 # Debian's server binaries.
 postgres: ## Install Debian's PostgreSQL server when missing (store and replica tests)
@@ -98,7 +108,7 @@ schema: $(STAMP) ## Regenerate policies/policy.schema.json
 	$(VENV)/bin/crossaudit policy schema > policies/policy.schema.json
 
 serve: $(STAMP) images ## Run the service on embedded defaults (SQLite, docker sandbox if a daemon answers)
-	$(VENV)/bin/crossaudit serve --dev --host $(HOST) --port $(PORT)
+	$(VENV)/bin/crossaudit serve --dev --retain-inputs 7d --host $(HOST) --port $(PORT)
 
 run: serve ## Alias of serve
 
@@ -114,20 +124,32 @@ check: $(STAMP) ## Fast tier, no Docker (a few minutes): ruff, layering contract
 
 # The whole truth, on every core (pytest-xdist; a test file stays on one worker, so its module's
 # server starts once). The test images build in the background while the unit tests and engine cases
-# run (those need none); the suites that use Docker start once the images are there.
+# run (those need none). The Docker suites start once every image but the deployment ones (the
+# orchestrator's and PostgreSQL's, the longest builds) is there; the few tests that run those
+# images (marker deploy_image) come last.
 XDIST ?= -n auto --maxprocesses 4 --dist loadfile
+# Each tier ends with its ten slowest tests: where the suite's time goes, in every CI log.
+DURATIONS ?= --durations=10
 IMAGES_LOG := .crossaudit/test-images.log
+CORE_READY := .crossaudit/test-images.core-ready
+TIERS := tests/security tests/integration tests/e2e
 test: $(EXPORT_STAMP) images browser postgres ## The whole truth: ruff, layering contract, every suite (real Docker, PostgreSQL, Chromium)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	@mkdir -p $(dir $(IMAGES_LOG)); echo "building the test images in the background (log: $(IMAGES_LOG))"
-	@$(PY) -m tests.images > $(IMAGES_LOG) 2>&1 & images=$$!; \
-	$(PY) -m pytest $(XDIST) tests/unit tests/cases $(PYTEST_ARGS); fast=$$?; \
+	@mkdir -p $(dir $(IMAGES_LOG)); rm -f $(CORE_READY); echo "building the test images in the background (log: $(IMAGES_LOG))"
+	@$(PY) -m tests.images --core-ready $(CORE_READY) > $(IMAGES_LOG) 2>&1 & images=$$!; \
+	$(PY) -m pytest $(XDIST) $(DURATIONS) tests/unit tests/cases $(PYTEST_ARGS); fast=$$?; \
+	while [ ! -e $(CORE_READY) ] && kill -0 $$images 2>/dev/null; do sleep 1; done; \
+	if [ ! -e $(CORE_READY) ]; then wait $$images; cat $(IMAGES_LOG); echo "error: the test images were not built (above)"; exit 1; fi; \
+	$(PY) -m pytest $(XDIST) $(DURATIONS) $(TIERS) -m "not deploy_image" $(PYTEST_ARGS); rest=$$?; \
+	if [ $$rest -eq 5 ]; then rest=0; fi; \
 	wait $$images; built=$$?; cat $(IMAGES_LOG); \
-	if [ $$built -ne 0 ]; then echo "error: the test images were not built (above)"; exit 1; fi; \
-	$(PY) -m pytest $(XDIST) tests/security tests/integration tests/e2e $(PYTEST_ARGS); rest=$$?; \
+	if [ $$built -ne 0 ]; then echo "error: the deployment images were not built (above)"; exit 1; fi; \
+	$(PY) -m pytest $(XDIST) $(DURATIONS) $(TIERS) -m deploy_image $(PYTEST_ARGS); deploy=$$?; \
+	if [ $$deploy -eq 5 ]; then deploy=0; fi; \
 	if [ $$fast -ne 0 ]; then echo "error: the unit tests or engine cases failed (the first pytest run above)"; exit $$fast; fi; \
-	exit $$rest
+	if [ $$rest -ne 0 ]; then exit $$rest; fi; \
+	exit $$deploy
 
 test-unit: $(STAMP) ## Fast unit tests and engine cases (tests/cases)
 	$(PY) -m pytest tests/unit tests/cases $(PYTEST_ARGS)
@@ -142,10 +164,11 @@ test-security: $(STAMP) images test-images ## Hostile programs and inputs
 	$(PY) -m pytest tests/security $(PYTEST_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP): $(EXPORT_STAMP)
+$(BENCH_STAMP):
 	@echo "make bench installs, once: the export extra into .venv (torch, transformers, detoxify, onnx: ~3 GB from PyPI),"
 	@echo "  the bench extra (matplotlib, py-spy), Debian's PostgreSQL server (make postgres), the sandbox images,"
 	@echo "  and Guardrails AI from PyPI into .venv-bench/ (the peer measured beside CrossAudit)."
+	@$(MAKE) --no-print-directory $(UV)
 	$(call sync,dev models export bench)
 	@touch $@
 

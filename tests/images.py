@@ -39,6 +39,9 @@ TEST_DEPENDENCY_SETS: tuple[tuple[str, ...], ...] = (
     ("six==1.16.0",),  # tests/integration/test_docker_provenance.py: the image's lock and SBOM
 )
 MODEL_SERVER_KINDS = ("presidio", "detoxify")
+# The deployment images: the longest builds (every locked wheel), needed only by tests marked
+# ``deploy_image``, which ``make test`` runs last so the other suites need not wait for them.
+DEPLOY_IMAGES = ("orchestrator", "postgres")
 PARALLEL_BUILDS = 3  # the builds' time is mostly fetching and layer writes; 2 cores take 3 at once
 
 _print_lock = threading.Lock()
@@ -80,8 +83,11 @@ def _builds(manager: ImageManager, base: str) -> dict[str, Callable[[], str]]:
     return builds
 
 
-def build_all(only: set[str] | None = None) -> dict[str, str]:
-    """Build (or find) every test image; returns name -> tag and writes :data:`TAGS_FILE`."""
+def build_all(only: set[str] | None = None, core_ready: Path | None = None) -> dict[str, str]:
+    """Build (or find) every test image; returns name -> tag and writes :data:`TAGS_FILE`.
+
+    ``core_ready`` is created once every image but :data:`DEPLOY_IMAGES` is there (those build on),
+    so the suites that need no deployment image can start (``make test``)."""
     import docker
 
     try:
@@ -96,14 +102,26 @@ def build_all(only: set[str] | None = None) -> dict[str, str]:
     builds = {name: fn for name, fn in _builds(manager, base).items() if only is None or name in only}
     tags = {"runner": runner, "base": base}
     failures: list[str] = []
+    core_pending = {name for name in builds if name not in DEPLOY_IMAGES}
+
+    def core_done() -> None:
+        if core_ready is not None and not core_pending and not failures and not core_ready.exists():
+            core_ready.parent.mkdir(parents=True, exist_ok=True)
+            core_ready.touch()
+            _say("core", "every image but the deployment ones is ready")
+
+    core_done()
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_BUILDS) as pool:
+        # dict order: the deployment images first, so the longest builds start at once
         futures = {pool.submit(_timed, name, fn): name for name, fn in builds.items()}
         for fut in concurrent.futures.as_completed(futures):
+            core_pending.discard(futures[fut])
             try:
                 name, tag, _took = fut.result()
                 tags[name] = tag
             except Exception as exc:  # say every failure, not only the first
                 failures.append(f"{futures[fut]}: {type(exc).__name__}: {exc}")
+            core_done()
     if failures:
         raise SystemExit("error: test images not built:\n  " + "\n  ".join(failures))
     TAGS_FILE.parent.mkdir(parents=True, exist_ok=True)
@@ -133,10 +151,14 @@ def built_tag(name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="build only this image (repeatable; default: all)")
+    parser.add_argument("--core-ready", type=Path, metavar="FILE",
+                        help="create FILE once every image but the deployment ones is ready")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
+    if args.core_ready:
+        args.core_ready.unlink(missing_ok=True)
     try:
-        tags = build_all(set(args.only) if args.only else None)
+        tags = build_all(set(args.only) if args.only else None, args.core_ready)
     except SystemExit:
         raise
     except Exception as exc:  # no daemon, a failed base: one line, not a traceback

@@ -16,7 +16,9 @@ from crossaudit.cli.server import add_config_options, settings_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    c = subparsers.add_parser("config", help="show the server settings in effect and their sources")
+    c = subparsers.add_parser(
+        "config", help="show the server settings in effect and their sources; write a deployment's secret files"
+    )
     csub = c.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     csub.required = True
     show = csub.add_parser(
@@ -29,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true", help="print JSON: {key: {value, source, origin}}")
     show.add_argument("--changed", action="store_true", help="only the keys a file, variable or flag sets")
     show.set_defaults(func=cmd_config_show)
+    from crossaudit.cli import secretfiles
+
+    secretfiles.register(csub)
 
 
 def _text(value: Any) -> str:

@@ -1,11 +1,11 @@
 """``crossaudit eval POLICY DATASET``: how good each rule is on a labelled dataset (docs/evals.md).
 
 Per rule and for the decision: precision, recall, F1 and accuracy with 95% bootstrap intervals,
-the confusion matrix, p50/p95 latency, LLM cost; for scored rules a threshold sweep (PR and ROC
-curves with ``--plots DIR`` or ``--html``) and with ``--target`` a suggested threshold; the rows
-each rule got wrong, as ``test_cases`` to paste. ``--fail-under rule=metric:value`` makes it a CI
-gate. ``crossaudit eval --compare A.yaml B.yaml DATASET`` puts two policies side by side with
-McNemar's paired test per rule.
+the confusion matrix, p50/p95 latency (of rows evaluated one at a time), LLM cost; for scored
+rules a threshold sweep (PR and ROC curves with ``--plots DIR`` or ``--html``) and with
+``--target`` a suggested threshold; the rows each rule got wrong, as ``test_cases`` to paste.
+``--fail-under rule=metric:value`` makes it a CI gate. ``crossaudit eval --compare A.yaml B.yaml
+DATASET`` puts two policies side by side with McNemar's paired test per rule.
 
 Exit codes: 0 done (every gate holds); 1 a gate failed, or some rows could not be evaluated
 (the report names them); 2 bad input (arguments, the dataset's problems listed with their lines,
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +33,7 @@ from crossaudit.evals.cassettes import (
     repeat_count,
 )
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.kernel.files import write_private
 
 HUMAN_WRONG_ROWS = 5  # wrong rows the human table lists per subject (all of them in --json/--html)
 HUMAN_TEST_CASES = 20  # test_cases the human output prints (all of them in --json/--html)
@@ -71,7 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="requests in flight (default: the warm sandboxes per evaluator, 4; at most 256)",
+        help="requests in flight (default: the warm sandboxes per evaluator, 4; at most 256), after the first "
+        "20 rows, which run one at a time to measure each rule's latency",
     )
     connect.add_target_options(e)
     e.add_argument(
@@ -247,19 +247,6 @@ def _run_remote(
             )
 
 
-def _write_whole(path: str, text: str | bytes) -> None:
-    """``text`` to ``path`` through a temporary file renamed into place: whole, or not at all."""
-    target = Path(path)
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise InvalidInputError(f"cannot write {path}: {e.strerror}") from None
-
-
 def _matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
@@ -329,7 +316,7 @@ def _eval(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {len(written)} plot(s) to {args.plots}", file=sys.stderr)
     if args.html:
-        _write_whole(args.html, html_report(report))
+        write_private(args.html, html_report(report))
         if not args.json:
             print(f"wrote {args.html}", file=sys.stderr)
     failures = [why for g in gates if (why := g.failure(report)) is not None]
@@ -361,9 +348,10 @@ def _compare(args: argparse.Namespace) -> int:
     rows = load_dataset(dataset, names)
     run_a = _run_local(args, a, [r for r in rows], dataset)
     run_b = _run_local(args, b, [r for r in rows], dataset)
+    run_a.source, run_b.source = a, b  # the files as given: two versions often share a name and version
     result = compare(run_a, run_b, seed=args.seed)
     if args.html:
-        _write_whole(args.html, compare_html(result))
+        write_private(args.html, compare_html(result))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -414,6 +402,7 @@ def print_report(r: Any) -> None:
             _n(s.cost_usd, 4),
         )
     out.print(t)
+    out.print(Text(r.latency_text))
     d = r.subjects[DECISION]
     if d.action_labelled:
         out.print(Text(f"decision action right in {d.action_right}/{d.action_labelled} labelled row(s)"))
@@ -462,7 +451,7 @@ def print_comparison(c: Any) -> None:
 
     out = render.console()
     p = render.printable
-    out.print(Text(f"A = {p(c.a.policy)} {p(c.a.version)}, B = {p(c.b.policy)} {p(c.b.version)}: {c.a.rows} row(s)"))
+    out.print(Text(f"A = {p(c.a.label)}, B = {p(c.b.label)}: {c.a.rows} row(s)"))
     t = Table()
     t.add_column("subject")
     t.add_column("paired")

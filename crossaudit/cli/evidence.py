@@ -33,6 +33,7 @@ from crossaudit.evidence.notes import (
 )
 from crossaudit.evidence.verify import ChunkVerifier, Report
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
+from crossaudit.kernel.shell import command
 
 MAX_KEY_BYTES = 16 << 10  # a public key file (PEM or verifier key) is far smaller
 
@@ -289,7 +290,8 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     if report.ok:
         print(
             f"wrote {args.out}: {report.records} record(s) from seq {report.start}, verified against "
-            f"{report.checkpoints} checkpoint(s); check it with: crossaudit audit verify --bundle {args.out} --key PUB"
+            f"{report.checkpoints} checkpoint(s); check it with: "
+            + command("crossaudit", "audit", "verify", "--bundle", args.out, "--key", "PUB")
         )
         return EXIT_OK
     return _report(args, report, f"export {args.out}")

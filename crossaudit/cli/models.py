@@ -116,7 +116,7 @@ MODEL_COLUMNS = [
 
 def _import_instead(args: argparse.Namespace, name: str, variant: str | None) -> str:
     """How to add the entry without a download, in the exact form for it (and this --store)."""
-    command = sources.import_command(name, variant, f"--store {args.store}" if args.store else "")
+    command = sources.import_command(name, variant, ("--store", args.store) if args.store else ())
     return f"add a local copy instead: {command}, copied from a machine that has the model"
 
 

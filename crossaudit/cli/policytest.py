@@ -32,7 +32,6 @@ import hashlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.padding import Padding
@@ -41,9 +40,10 @@ from rich.text import Text
 from crossaudit.cli import connect, progress, render
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.cli.progress import SLOW_PREPARE_S
-from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, overall, run_ok
+from crossaudit.cli.testreport import PolicyFile, Suite, discover, json_report, junit_xml, run_ok, total_line
 from crossaudit.evals import cassettes
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.kernel.files import write_private
 from crossaudit.sdk.cases import CaseResult, CaseStatus, judge_case
 
 NO_CASES = "no test cases (add test_cases to the policy or pass --input cases.json)"
@@ -233,16 +233,14 @@ def print_text(suites: list[Suite], verbose: bool) -> None:
         if s.cases:
             out.print(Text(f"  {s.tally().line()}"))
     if len(suites) > 1:
-        t = overall(suites)
-        ran = sum(s.skipped is None for s in suites)
-        out.print(Text(f"total: {ran} policies, {t.line()}"))
+        out.print(Text(total_line(suites)))
 
 
 def _write_junit(path: str, data: bytes) -> None:
     try:
-        Path(path).write_bytes(data)
-    except OSError as e:
-        raise InvalidInputError(f"--junit {path}: cannot write: {e.strerror}") from None
+        write_private(path, data)  # 0600 like every report: case names, rules and reasons
+    except InvalidInputError as e:
+        raise InvalidInputError(f"--junit: {e.message}") from None
 
 
 def cmd_test(args: argparse.Namespace) -> int:

@@ -3,8 +3,11 @@ decided on recorded traffic (docs/replay.md), as a summary, ``--json`` or a self
 ``--html`` report.
 
 Exit codes: 0 done (flips within ``--fail-on-flips``, or not asked), 1 more flips than
-``--fail-on-flips`` (or a failure on the server's side), 2 bad input: arguments, an invalid
-candidate (its located issues printed), a policy this tenant does not have. ``--rerun-llm``
+``--fail-on-flips``, or a gate over a replay that replayed nothing (unless ``--allow-empty``), or a
+failure on the server's side; 2 bad input: arguments, an invalid candidate (its located issues
+printed), a policy this tenant does not have. A gate that checked nothing must not pass: a CI job
+whose retention was never turned on, or whose range holds no decision, would go green for ever.
+``--rerun-llm``
 first asks the server what calling the changed LLM judges again would cost, then for a
 confirmation (``--yes`` answers it: needed when stdin is not a terminal).
 """
@@ -27,6 +30,7 @@ from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.cli.render import printable
 from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
+from crossaudit.kernel.files import write_private
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
 
@@ -52,7 +56,18 @@ def register(policy_subparsers: argparse._SubParsersAction, common: argparse.Arg
     r.add_argument("--limit", type=int, default=0, metavar="N", help="records read at most (default: server cap)")
     r.add_argument("--samples", type=int, default=0, metavar="N", help="sample decision ids per category")
     r.add_argument("--html", default=None, metavar="FILE", help="write a self-contained HTML report")
-    r.add_argument("--fail-on-flips", type=int, default=None, metavar="N", help="exit 1 when more than N flip")
+    r.add_argument(
+        "--fail-on-flips",
+        type=int,
+        default=None,
+        metavar="N",
+        help="exit 1 when more than N flip, or when nothing was replayed (a gate that checked nothing fails)",
+    )
+    r.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="let a gate (--fail-on-flips) pass when no decision was replayed",
+    )
     r.add_argument("--rerun-llm", action="store_true", help="call changed LLM judges again (estimated cost first)")
     r.add_argument("--yes", action="store_true", help="confirm --rerun-llm's cost without asking")
     r.set_defaults(func=cmd_policy_replay)
@@ -95,6 +110,8 @@ def _options(args: argparse.Namespace) -> Any:
         raise InvalidInputError("--fail-on-flips must not be negative")
     if args.yes and not args.rerun_llm:
         raise InvalidInputError("--yes confirms --rerun-llm's cost: give --rerun-llm too")
+    if args.allow_empty and not gated(args):
+        raise InvalidInputError("--allow-empty lets a gate pass on an empty replay: give --fail-on-flips N too")
     if not Path(args.file).is_file():
         raise InvalidInputError(f"candidate policy file {args.file} not found")
     now = time.time()
@@ -118,17 +135,53 @@ def _run(args: argparse.Namespace, options: Any) -> int:
             options = dataclasses.replace(options, rerun_llm=True)
         with _progress(quiet=args.json) as update:
             report = c.replay_policy(Path(args.file), args.against, options, progress=update, timeout=args.timeout)
+    failure = gate_failure(report, args.fail_on_flips, allow_empty=args.allow_empty)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_json() | {"gate": gate_json(args, failure)}, indent=2))
     else:
         print_summary(report)
     if args.html:
-        Path(args.html).write_text(html_report(report), encoding="utf-8")
+        write_private(args.html, html_report(report))  # 0600 like every report: it carries policy details
         print(f"wrote {args.html}")
-    if args.fail_on_flips is not None and report.flips > args.fail_on_flips:
-        print(f"{report.flips} decision(s) flipped, more than --fail-on-flips {args.fail_on_flips}", file=sys.stderr)
+    if failure is not None:
+        print(f"gate failed: {failure}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def gated(args: argparse.Namespace) -> bool:
+    """True when an option makes this replay a gate (its exit status judges the candidate)."""
+    return args.fail_on_flips is not None
+
+
+def gate_failure(report: ReplayReport, fail_on_flips: int | None, *, allow_empty: bool = False) -> str | None:
+    """Why the gate fails, or None when it passes (or there is no gate). A gate over a replay that
+    replayed nothing has checked nothing, and fails unless ``allow_empty`` says that is expected."""
+    if fail_on_flips is None:
+        return None
+    if report.replayed == 0 and not allow_empty:
+        reasons = ", ".join(f"{printable(k)} {b.count}" for k, b in sorted(report.not_replayable.items()))
+        why = f" (not replayable: {reasons})" if reasons else ""
+        return (
+            f"nothing was replayed: {report.read} record(s) read, 0 replayed{why}, so --fail-on-flips "
+            "checked nothing; turn retention on (docs/retention.md) or widen --since, or pass --allow-empty "
+            "if an empty replay may pass"
+        )
+    if report.flips > fail_on_flips:
+        return f"{report.flips} decision(s) flipped, more than --fail-on-flips {fail_on_flips}"
+    return None
+
+
+def gate_json(args: argparse.Namespace, failure: str | None) -> dict[str, Any] | None:
+    """The gate's verdict in ``--json`` (null without a gate): what was asked and why it failed."""
+    if not gated(args):
+        return None
+    return {
+        "fail_on_flips": args.fail_on_flips,
+        "allow_empty": args.allow_empty,
+        "passed": failure is None,
+        "failure": failure,
+    }
 
 
 def _confirmed(args: argparse.Namespace, report: ReplayReport) -> bool:

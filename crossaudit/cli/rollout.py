@@ -10,6 +10,7 @@ from typing import Any
 from crossaudit.cli import display
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.shell import command
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 DEFAULT_SAMPLE = 0.1  # a shadow's sampled fraction unless --sample says otherwise
@@ -85,16 +86,23 @@ def candidate_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def describe_candidate(r: Any) -> str:
+    """What started, then the commands that follow it, one a line: each pastes into a shell as is
+    (the policy's name quoted: ``Offline Demo`` is one word), in the candidate's environment."""
     c = r.candidate
     share = (
         f"sampling {c.share:.1%} of decisions"
         if c.mode.value == "shadow"
         else f"answering {c.share:.1%} by {c.canary_key}"
     )
+    where = ("--environment", c.environment) if c.environment != DEFAULT_ENVIRONMENT else ()
+    follow = [
+        command("crossaudit", "policy", verb, r.version.name, *where)
+        for verb in ("shadow-report", "promote", "discard")
+    ]
     return (
         f"{c.mode.value} candidate {r.version.name!r} v{c.version} started in {c.environment} ({share}); "
-        f"v{c.active_version} stays active. `crossaudit policy shadow-report {r.version.name}` shows it, "
-        "`policy promote` or `policy discard` ends it"
+        f"v{c.active_version} stays active. See it, then promote or discard it:\n"
+        + "\n".join(f"  {line}" for line in follow)
     )
 
 

@@ -7,7 +7,9 @@ per-policy suites, and their JSON and JUnit XML forms. Pure (files in, text out)
   error (it was asked for).
 * JUnit XML: one ``testsuite`` per policy file, one ``testcase`` per case, ``failure`` for a wrong
   decision and ``error`` for a case whose rules got no verdict (or a policy that cannot load),
-  the rule-by-rule explanation as their text. Text that XML 1.0 cannot carry is replaced.
+  the rule-by-rule explanation as their text, ``skipped`` for a policy skipped. Text that XML
+  1.0 cannot carry is replaced. Its counts are the console's total line and the JSON summary:
+  tests = passed + failed + errors + skipped.
 """
 
 from __future__ import annotations
@@ -121,6 +123,18 @@ def overall(suites: list[Suite]) -> Tally:
     return total
 
 
+def skipped_count(suites: list[Suite]) -> int:
+    """Policies found in a directory without test cases: one skipped test each, in every report."""
+    return sum(s.skipped is not None for s in suites)
+
+
+def total_line(suites: list[Suite]) -> str:
+    """The console's total, in JUnit's counts: its ``tests`` is passed + failed + errors + skipped."""
+    skipped = skipped_count(suites)
+    line = f"total: {len(suites)} policies, {overall(suites).line()}"
+    return line + (f", {skipped} skipped (no test cases)" if skipped else "")
+
+
 def run_ok(suites: list[Suite]) -> bool:
     """Every suite ran and passed, and at least one case ran."""
     return all(s.ok for s in suites) and overall(suites).total > 0
@@ -133,11 +147,13 @@ def json_report(suites: list[Suite], *, where: str) -> dict[str, Any]:
         "where": where,
         "summary": {
             "policies": len(suites),
-            "skipped_policies": sum(s.skipped is not None for s in suites),
+            "skipped_policies": skipped_count(suites),
             "cases": sum(len(s.cases) for s in suites),
+            "tests": t.total + skipped_count(suites),  # as JUnit counts: every outcome below
             "passed": t.passed,
             "failed": t.failed,
             "errors": t.errors,
+            "skipped": skipped_count(suites),
         },
         "suites": [s.as_dict() for s in suites],
     }
@@ -184,7 +200,7 @@ def junit_xml(suites: list[Suite], *, now: datetime | None = None) -> bytes:
         tests=str(sum(_junit_tests(s) for s in suites)),
         failures=str(t.failed),
         errors=str(t.errors),
-        skipped=str(sum(s.skipped is not None for s in suites)),
+        skipped=str(skipped_count(suites)),
         time=_num(sum(s.duration_s for s in suites)),
     )
     for s in suites:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 
 from crossaudit.evals.dataset import Row, row_to_json
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.files import private_file
 from crossaudit.service.labels import LabelledDecision, LabelPage
 from orchestrator.engine.calibration import Calibration, calibrate
 
@@ -130,17 +130,11 @@ def rows_from_reviews(
 
 
 def write_jsonl(rows: Sequence[Row], path: str | Path) -> None:
-    """Write ``rows`` as JSONL, whole or not at all: a temporary file beside ``path`` is renamed
-    over it once every row is written (an interrupted write leaves no partial dataset)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row_to_json(row), ensure_ascii=False, sort_keys=True) + "\n")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write ``rows`` as JSONL, whole or not at all, mode 0600: the rows carry decisions' retained
+    text (:func:`crossaudit.kernel.files.private_file`: an interrupted write leaves no partial dataset)."""
+    with private_file(path) as f:
+        for row in rows:
+            f.write((json.dumps(row_to_json(row), ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def suggested_threshold(

@@ -68,8 +68,10 @@ class Subject:
     unjudged: int  # labelled rows that got no verdict (an evaluator error, a timeout, no score)
     confusion: Confusion
     metrics: dict[str, Metric]
-    latency_p50_ms: float | None = None
+    latency_p50_ms: float | None = None  # over the rows evaluated alone: one call's own cost
     latency_p95_ms: float | None = None
+    loaded_p50_ms: float | None = None  # over the rows evaluated together: queueing included
+    loaded_p95_ms: float | None = None
     cost_usd: float | None = None
     sweep: Sweep | None = None
     suggestion: Suggestion | None = None
@@ -91,6 +93,8 @@ class Subject:
             out["action"] = {"labelled": self.action_labelled, "right": self.action_right}
         else:
             out["latency_ms"] = {"p50": self.latency_p50_ms, "p95": self.latency_p95_ms}
+            if self.loaded_p50_ms is not None:
+                out["latency_under_load_ms"] = {"p50": self.loaded_p50_ms, "p95": self.loaded_p95_ms}
             out["llm_cost_usd"] = self.cost_usd
         if self.sweep is not None:
             out["sweep"] = self.sweep.to_json()
@@ -111,6 +115,33 @@ class EvalReport:
     subjects: dict[str, Subject]  # DECISION first, then the rules in policy order
     notes: list[str] = field(default_factory=list)
     target: Target | None = None
+    source: str = ""  # the policy file as given (two versions often share a name and a version)
+    latency_rows: int = 0  # rows evaluated alone, whose latency the per-rule p50/p95 are
+    in_flight: int = 1  # rows evaluated together after them (--concurrency)
+    loaded_rows: int = 0
+
+    @property
+    def latency_text(self) -> str:
+        """What the latency figures are: a p50 over rows that queued behind each other is the wait
+        plus the work, not what a call costs."""
+        if not self.latency_rows:
+            return "latency: no row was evaluated (no rule latency)"
+        text = (
+            f"latency: p50/p95 per rule over {self.latency_rows} row(s) evaluated one at a time, "
+            "what one call costs on an idle engine"
+        )
+        if self.loaded_rows:
+            text += (
+                f"; the other {self.loaded_rows} ran {self.in_flight} at a time for throughput, their latency "
+                "(waiting for sandboxes, model servers and cores included) is latency_under_load_ms in --json"
+            )
+        return text
+
+    @property
+    def label(self) -> str:
+        """How a comparison names this side: its file first, then the policy's name and version."""
+        named = f"{self.policy} {self.version}"
+        return f"{self.source} ({named})" if self.source else named
 
     @property
     def rows_per_s(self) -> float:
@@ -125,6 +156,7 @@ class EvalReport:
             "seconds": round(self.wall_s, 3),
             "rows_per_second": round(self.rows_per_s, 1),
             "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "confidence": CONFIDENCE, "seed": self.seed},
+            "latency": {"alone_rows": self.latency_rows, "loaded_rows": self.loaded_rows, "in_flight": self.in_flight},
             "target": str(self.target) if self.target else None,
             "errors": [{"id": i, "error": e} for i, e in self.errors],
             "notes": self.notes,
@@ -183,9 +215,17 @@ def _subject(run: EvalRun, name: str, seed: int, target: Target | None) -> Subje
     if name == DECISION:
         _actions(run, s)
         return s
-    latencies = [o.rules[name].latency_ms for o in run.outcomes if name in o.rules and not o.threshold_only]
-    latencies = [x for x in latencies if x > 0]
-    s.latency_p50_ms, s.latency_p95_ms = percentile(latencies, 0.5), percentile(latencies, 0.95)
+    for alone in (True, False):
+        latencies = [
+            o.rules[name].latency_ms
+            for o in run.outcomes
+            if name in o.rules and not o.threshold_only and o.alone is alone and o.rules[name].latency_ms > 0
+        ]
+        p50, p95 = percentile(latencies, 0.5), percentile(latencies, 0.95)
+        if alone:
+            s.latency_p50_ms, s.latency_p95_ms = p50, p95
+        else:
+            s.loaded_p50_ms, s.loaded_p95_ms = p50, p95
     s.cost_usd = run.rule_cost(name)
     current = numeric_threshold(run.policy, name)
     if scored and current is not None:
@@ -239,6 +279,10 @@ def build_report(run: EvalRun, *, seed: int = 0, target: Target | None = None) -
         subjects=subjects,
         notes=notes,
         target=target,
+        source=run.source,
+        latency_rows=sum(o.alone and not o.threshold_only and not o.error for o in run.outcomes),
+        in_flight=run.concurrency,
+        loaded_rows=sum(not o.alone and not o.threshold_only and not o.error for o in run.outcomes),
     )
 
 
@@ -369,8 +413,8 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "a": {"policy": self.a.policy, "version": self.a.version},
-            "b": {"policy": self.b.policy, "version": self.b.version},
+            "a": {"policy": self.a.policy, "version": self.a.version, "file": self.a.source},
+            "b": {"policy": self.b.policy, "version": self.b.version, "file": self.b.source},
             "rows": self.a.rows,
             "subjects": {d.subject: d.to_json() for d in self.deltas},
             "rules_only_in_a": self.only_a,
@@ -497,6 +541,7 @@ positive class; "undefined" means the metric's denominator is zero.</p>
 {notes}
 <h2>Measures</h2>
 <table>{head}{"".join(rows)}</table>
+<p>{_e(r.latency_text)}.</p>
 {failed}
 <h2>Threshold sweeps</h2>
 {"".join(sections) or "<p>No scored rule with labels.</p>"}
@@ -524,7 +569,7 @@ def compare_html(c: Comparison) -> str:
         + "".join(f"<th>{m} A</th><th>{m} B</th><th>Δ</th>" for m in METRICS)
         + "<th>A-only/B-only right</th><th>McNemar p</th><th>verdict</th></tr>"
     )
-    body = f"""<h1>Compare {_e(c.a.policy)} {_e(c.a.version)} (A) with {_e(c.b.policy)} {_e(c.b.version)} (B)</h1>
+    body = f"""<h1>Compare A = {_e(c.a.label)} with B = {_e(c.b.label)}</h1>
 <p>{c.a.rows} row(s). McNemar: exact binomial below 25 discordant rows, else chi-square with continuity.</p>
 <table>{head}{"".join(rows)}</table>"""
     return _page("Compare", body)

@@ -3,7 +3,8 @@
 In-process, the rows go through :class:`crossaudit.sdk.PolicyTester`: the sandboxes, model-server
 batching and deadlines of the server, at most ``concurrency`` requests in flight. With a server
 (``--server``), through :class:`crossaudit.sdk.Client` against the deployed policy of that name,
-the same bound on calls in flight.
+the same bound on calls in flight. Either way the first ``LATENCY_ROWS`` rows run one at a time
+first: their latency is one call's own, not a queue's.
 
 A rule not applied to a row (an earlier rule stopped processing) has no verdict on it: a
 label for it there counts as *unjudged*, as does one whose evaluator errored or timed out.
@@ -16,6 +17,7 @@ without a recorded score, or with a dynamic threshold, is left unjudged for that
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import defaultdict
@@ -35,6 +37,11 @@ from crossaudit.service.pricing import DEFAULT_LLM_PRICES, cost_usd, price_for
 # (PoolLimits.max_size); more would only wait in its pool's queue.
 DEFAULT_CONCURRENCY = PoolLimits().max_size
 MAX_CONCURRENCY = 256
+# Rows evaluated one at a time before the others run ``concurrency`` at a time. Rows in flight
+# together queue for the same sandboxes, model servers and cores, so their latency is the wait
+# plus the work (p50 1.8-3.0 s at 4 in flight against 273 ms alone on 2 cores, for the same wall
+# time): these rows' latency is what one call costs, the figure the report gives per rule.
+LATENCY_ROWS = 20
 RowProgress = Callable[[int, int], None]  # (rows done, rows in all)
 # A skipped rule whose reason starts so was not applied (an earlier rule stopped processing, or
 # another stage): it has no verdict on that row (unjudged). A rule skipped because its condition
@@ -61,6 +68,7 @@ class RowOutcome:
     error: str = ""  # the request could not be evaluated
     latency_ms: float = 0.0
     threshold_only: bool = False
+    alone: bool = False  # evaluated with no other row in flight: its latency is its own work
 
 
 @dataclass
@@ -92,6 +100,8 @@ class EvalRun:
     where: str  # "process sandbox", "docker sandbox", "server host:port"
     usage: LLMUsage
     notes: list[str] = field(default_factory=list)
+    source: str = ""  # the policy file as given, or "deployed NAME": what tells two runs apart
+    concurrency: int = 1  # rows in flight after the first LATENCY_ROWS
 
     def rule_cost(self, rule: str) -> float | None:
         """USD of the LLM calls of a rule's evaluators (docs/evals.md: a model shared by several
@@ -197,12 +207,22 @@ def run_local(
             outcomes[i] = threshold_only(policy, r)
             tick()
     t0 = time.perf_counter()
-    requests = [(rows[i].prompt or "", rows[i].response or "", rows[i].context) for i in live]
-    answers = tester.evaluate_many(requests, concurrency=concurrency, on_done=lambda _i, _a: tick())
-    for i, answer in zip(live, answers, strict=True):
-        outcomes[i] = _outcome(rows[i], answer)
+    alone, together = _split(live, concurrency)
+    for indices, n in ((alone, 1), (together, concurrency)):
+        requests = [(rows[i].prompt or "", rows[i].response or "", rows[i].context) for i in indices]
+        answers = tester.evaluate_many(requests, concurrency=n, on_done=lambda _i, _a: tick()) if requests else []
+        for i, answer in zip(indices, answers, strict=True):
+            outcomes[i] = dataclasses.replace(_outcome(rows[i], answer), alone=n == 1)
     wall = time.perf_counter() - t0
-    return EvalRun(policy, [o for o in outcomes if o is not None], wall, f"{tester.sandbox_name} sandbox", usage)
+    where = f"{tester.sandbox_name} sandbox"
+    return EvalRun(policy, [o for o in outcomes if o is not None], wall, where, usage, concurrency=concurrency)
+
+
+def _split(live: list[int], concurrency: int) -> tuple[list[int], list[int]]:
+    """The rows evaluated alone (the first LATENCY_ROWS; every row at concurrency 1), and the rest."""
+    if concurrency == 1:
+        return live, []
+    return live[:LATENCY_ROWS], live[LATENCY_ROWS:]
 
 
 def run_server(
@@ -223,7 +243,7 @@ def run_server(
     done = [0]
     lock = threading.Lock()
 
-    def one(i: int) -> None:
+    def one(i: int, alone: bool = False) -> None:
         r = rows[i]
         if r.response is None:
             outcomes[i] = threshold_only(policy, r)
@@ -234,7 +254,7 @@ def run_server(
                 )
             except CrossAuditError as e:
                 answer = e
-            outcomes[i] = _outcome(r, answer)
+            outcomes[i] = dataclasses.replace(_outcome(r, answer), alone=alone)
         with lock:
             done[0] += 1
             n = done[0]
@@ -242,8 +262,21 @@ def run_server(
             progress(n, len(rows))
 
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(rows))), thread_name_prefix="eval") as pool:
-        list(pool.map(one, range(len(rows))))
+    alone, _ = _split([i for i, r in enumerate(rows) if r.response is not None], concurrency)
+    for i in alone:  # one at a time, here (see LATENCY_ROWS)
+        one(i, alone=True)
+    first = set(alone)
+    rest = [i for i in range(len(rows)) if i not in first]
+    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(rest))), thread_name_prefix="eval") as pool:
+        list(pool.map(one, rest))
     wall = time.perf_counter() - t0
     notes = ["LLM cost is not measured through a server (its metrics count it: crossaudit_llm_cost_usd_total)"]
-    return EvalRun(policy, [o for o in outcomes if o is not None], wall, f"server {address}", LLMUsage(), notes)
+    return EvalRun(
+        policy,
+        [o for o in outcomes if o is not None],
+        wall,
+        f"server {address}",
+        LLMUsage(),
+        notes,
+        concurrency=concurrency,
+    )

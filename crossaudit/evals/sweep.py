@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.files import write_private
 
 TARGET_METRICS = ("precision", "recall")
 PLOT_DPI = 96
@@ -214,6 +215,6 @@ def write_plots(sweeps: Sequence[Sweep], directory: Path) -> list[Path]:
         pr, roc = plot_curves(s)
         for kind, png in (("pr", pr), ("roc", roc)):
             path = directory / f"{safe_file_name(s.rule)}.{kind}.png"
-            path.write_bytes(png)
+            write_private(path, png)  # 0600 like every report (rule names)
             written.append(path)
     return written

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
+from crossaudit.kernel.shell import command
 from crossaudit.modelserver import onnxfiles, sources
 from crossaudit.modelserver.store import ENV_MODEL_STORE, ModelStore, StoreEntry
 
@@ -226,17 +227,18 @@ def locate_detoxify(
         if failure:
             (ck_tried if ckpt is None else hf_tried).add(f"download from {url} into the store", failure)
     fixes = [
-        f"`crossaudit models pull detoxify --variant {variant}` (downloads the checkpoint and "
-        f"{release.base_model}'s config and tokenizer from their official sources into the store)",
-        f"`crossaudit models import detoxify PATH --variant {variant}` (a local checkpoint file, or a "
-        "directory with the checkpoint and its Hugging Face config/tokenizer in hf/)",
+        f"`{command('crossaudit', 'models', 'pull', 'detoxify', '--variant', variant)}` (downloads the checkpoint "
+        f"and {release.base_model}'s config and tokenizer from their official sources into the store)",
+        f"`{command('crossaudit', 'models', 'import', 'detoxify', 'PATH', '--variant', variant)}` (a local "
+        "checkpoint file, or a directory with the checkpoint and its Hugging Face config/tokenizer in hf/)",
     ]
     if ckpt is None:
         raise ck_tried.error([*fixes, f"or set the evaluator's `checkpoint` or {checkpoint_env}"])
     if hf is None:
         raise hf_tried.error([
             *fixes,
-            f"`crossaudit models import {release.base_model} DIR` (a directory with config.json and the tokenizer)",
+            f"`{command('crossaudit', 'models', 'import', release.base_model, 'DIR')}` (a directory with "
+            "config.json and the tokenizer)",
             f"or set the evaluator's `huggingface_config_path` or {config_env}",
         ])
     return ckpt, hf
@@ -305,9 +307,10 @@ def find_spacy_pipeline(language: str, environ: Mapping[str, str], *, download: 
         return str(installed), ""
     tried.add(f"the installed spaCy package {package} (${sources.ENV_SPACY_PACKAGE} names another)", why)
     fixes = [
-        f"`crossaudit models pull {package}` (downloads the official spaCy release into the store)",
-        f"`crossaudit models import {package} DIR` (a local pipeline directory, the one with config.cfg)",
-        f"`python -m spacy download {package}` (installs it as a Python package)",
+        f"`{command('crossaudit', 'models', 'pull', package)}` (downloads the official spaCy release into the store)",
+        f"`{command('crossaudit', 'models', 'import', package, 'DIR')}` (a local pipeline directory, the one with "
+        "config.cfg)",
+        f"`{command('python', '-m', 'spacy', 'download', package)}` (installs it as a Python package)",
     ]
     allowed = sources.spacy_download_languages(environ)
     if download and not environ.get(sources.ENV_SPACY_PACKAGE, "").strip() and language.lower() not in allowed:

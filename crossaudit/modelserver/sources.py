@@ -25,12 +25,13 @@ import os
 import re
 import shutil
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.shell import command
 from crossaudit.modelserver.download import DownloadError, check_url, download
 from crossaudit.modelserver.store import (
     FILES,
@@ -190,13 +191,12 @@ def default_variant(name: str) -> str:
     return "original" if name == DETOXIFY else "default"
 
 
-def import_command(name: str, variant: str | None = None, options: str = "") -> str:
+def import_command(name: str, variant: str | None = None, options: Sequence[str] = ()) -> str:
     """The ``crossaudit models import`` command that adds entry ``name`` without a download, and
     what its PATH must be: the one fix where the model's source cannot be reached. ``options``
     (e.g. ``--store DIR``) are appended to the command."""
     variant = variant or default_variant(name)
-    flag = f" --variant {variant}" if variant != default_variant(name) or name == DETOXIFY else ""
-    flag += f" {options}" if options else ""
+    flags = ("--variant", variant) if variant != default_variant(name) or name == DETOXIFY else ()
     if name == DETOXIFY:
         what = "a checkpoint file, or a directory with the checkpoint and its Hugging Face config/tokenizer in hf/"
     elif name in HUB_MODELS:
@@ -205,7 +205,7 @@ def import_command(name: str, variant: str | None = None, options: str = "") -> 
         what = "the pipeline directory, the one with config.cfg"
     else:
         what = "the model file or directory"
-    return f"`crossaudit models import {name} PATH{flag}` (PATH: {what})"
+    return f"`{command('crossaudit', 'models', 'import', name, 'PATH', *flags, *options)}` (PATH: {what})"
 
 
 def _attempt(name: str, variant: str, pull_one: Callable[[], StoreEntry]) -> StoreEntry:

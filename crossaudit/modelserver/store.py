@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, NotFoundError
+from crossaudit.kernel.shell import command
 
 ENV_MODEL_STORE = "CROSSAUDIT_MODEL_STORE"
 # The service's default data directory (crossaudit.service.config.ServerConfig.data_dir, the default
@@ -243,7 +244,8 @@ class ModelStore:
             if size != f.size:
                 raise ConfigurationError(
                     f"model store entry {name}/{variant} in {self.root} is damaged ({f.path} is missing, a link or "
-                    f"has the wrong size): run `crossaudit models verify {name}`, then pull or import it again"
+                    f"has the wrong size): run `{command('crossaudit', 'models', 'verify', name)}`, then pull or "
+                    "import it again"
                 )
         return entry
 

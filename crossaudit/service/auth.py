@@ -52,6 +52,7 @@ import yaml
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, UnauthenticatedError
 from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
+from crossaudit.kernel.shell import command
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
 from crossaudit.service.errors import abort
 from crossaudit.service.grants import (
@@ -145,8 +146,10 @@ class Authenticator:
         self._dev_principal = Principal(DEV_TENANT, Role.ADMIN, name=dev_user() if dev else "")
 
     @classmethod
-    def dev_mode(cls) -> Authenticator:
-        return cls(None, dev=True)
+    def dev_mode(cls, retention_s: float = 0.0) -> Authenticator:
+        """``--dev``; ``retention_s`` > 0 (``--retain-inputs``): the dev tenant's inputs are retained
+        that long, as a tenant's ``retention: {inputs: ...}`` in an API-keys file says."""
+        return cls(None, dev=True, grants=TenantGrants.dev({DEV_TENANT: retention_s} if retention_s > 0 else None))
 
     @classmethod
     def from_file(cls, path: str | Path, limits: ServiceLimits | None = None) -> Authenticator:
@@ -334,7 +337,8 @@ def check_private_file(path: Path, what: str) -> None:
         raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
     if mode & 0o077:
         raise ConfigurationError(
-            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: chmod 600 {path}"
+            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: "
+            + command("chmod", "600", path)
         )
 
 

@@ -26,6 +26,7 @@ from crossaudit.kernel.errors import (
     QuotaExceededError,
 )
 from crossaudit.kernel.results import Action
+from crossaudit.modelserver.pool import ModelBackend
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
@@ -33,7 +34,7 @@ from crossaudit.service.hosted import hosted_checks
 from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord, Store
-from orchestrator.policy import Policy, load_policy
+from orchestrator.policy import Policy, envvars, load_policy
 from orchestrator.policy.models import model_check
 from orchestrator.runtime import Runtime
 from sandbox.base import ProgressCallback, Sandbox
@@ -49,6 +50,10 @@ class _Deployed:
 
 def _custom_specs(policy: Policy) -> list[tuple[int, Any]]:
     return [(i, e) for i, e in enumerate(policy.evaluators) if e.kind is EvaluatorType.CUSTOM]
+
+
+def _builtin_specs(policy: Policy) -> list[Any]:
+    return [e for e in policy.evaluators if e.kind is EvaluatorType.BUILTIN]
 
 
 def _inline_code(spec: Any) -> bool:
@@ -68,6 +73,7 @@ class PolicyCatalog:
         tenants: Tenants,
         *,
         sandbox: Sandbox | None,
+        model_backend: ModelBackend | None = None,
         limits: ServiceLimits,
         grants: TenantGrants,
         max_webhook_rules: int = DeliveryLimits.max_webhook_rules_per_policy,
@@ -75,6 +81,8 @@ class PolicyCatalog:
         self.store = store
         self.tenants = tenants
         self.sandbox = sandbox
+        self.model_backend = model_backend  # the builtins' model servers (None: nothing to start)
+        self._warming: set[asyncio.Task[None]] = set()  # model-server starts a load left running
         self.limits = limits
         self.grants = grants
         self.max_webhook_rules = max_webhook_rules  # DeliveryLimits.max_webhook_rules_per_policy
@@ -276,6 +284,7 @@ class PolicyCatalog:
         ``progress`` hears each evaluator's steps as ``<name>: <step>``, the fraction over all.
         The LLM judges' SDKs are imported here too (off the event loop): an SDK's import takes
         seconds, which the first call's deadline would otherwise pay."""
+        warming = self._start_model_servers(policy)
         from orchestrator.evaluators.llm import import_sdk
 
         providers = {spec.typed_config.provider for spec in policy.evaluators if spec.kind is EvaluatorType.LLM}
@@ -284,6 +293,8 @@ class PolicyCatalog:
                 await import_sdk(provider)
             except Exception as e:  # not installed here: its rules fail, naming it, when called
                 log.warning("the %s SDK does not import: %s: %s", provider, type(e).__name__, e)
+        if strict:  # a deploy answers once its builtins' servers are ready; a load goes on meanwhile
+            await asyncio.gather(*warming)
         if self.sandbox is None:
             return
         runtime = Runtime(self.sandbox, resolver=self.tenants.uploads(tenant), tenant=tenant)
@@ -304,6 +315,41 @@ class PolicyCatalog:
                 if strict:
                     raise
                 log.warning("evaluator %s of %s is not runnable: %s", spec.name, policy.name, e.message)
+
+    def _start_model_servers(self, policy: Policy) -> list[asyncio.Task[None]]:
+        """Start the model servers of ``policy``'s builtins and load their models (``prepare``) now,
+        so that a rule's timeout bounds its evaluation, never a server's one-time start (tens of
+        seconds on a loaded machine; bounded by ``ModelServerLimits.start_timeout_s``). Best effort:
+        validation already refused a missing model, and a server that cannot start fails the calls
+        of its rules, closed, naming why. A config with ``${NAME}`` is resolved per call (its
+        secrets are not expanded here); its server starts on its first call."""
+        if self.model_backend is None:
+            return []
+        from orchestrator.evaluators.builtin import build_builtin
+
+        started = []
+        for spec in _builtin_specs(policy):
+            if envvars.references(dict(spec.config or {})):
+                continue
+            try:
+                evaluator = build_builtin(spec.name, spec.config, backend=self.model_backend)
+            except CrossAuditError as e:  # validated already; its calls report it, typed
+                log.warning("builtin evaluator %s of %s does not build: %s", spec.name, policy.name, e.message)
+                continue
+            task = asyncio.create_task(self._warm_builtin(policy.name, evaluator), name=f"prepare-builtin-{spec.name}")
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
+            started.append(task)
+        return started
+
+    async def _warm_builtin(self, policy: str, evaluator: Any) -> None:
+        # prepare's deadline is the deploy's bound; the pool bounds the start itself (start_timeout_s)
+        try:
+            await evaluator.prepare(timeout=self.limits.upload_timeout_s)
+        except CrossAuditError as e:
+            log.warning("builtin evaluator %s of %s is not ready: %s", evaluator.name, policy, e.message)
+        except Exception:  # best effort: its calls report the failure, typed
+            log.exception("preparing builtin evaluator %s of %s failed", evaluator.name, policy)
 
     async def _load(self, tenant: str, rec: PolicyVersionRecord) -> Policy:
         key = (tenant, rec.name, rec.version)

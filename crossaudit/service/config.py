@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic.fields import FieldInfo
 
+from crossaudit.kernel.dsl import retention_seconds
 from crossaudit.kernel.limits import (
     SETTINGS_SECTION,
     DependencyLimits,
@@ -677,6 +678,18 @@ class CLI:
     metavar: str | None = None
 
 
+def _retention_duration(value: Any) -> Any:
+    """A retention duration as written (``7d``, ``12h``; ``off`` or ``0``: never), checked where it is
+    set: a typo stops the start naming the key and its source, not the first retained decision."""
+    if value is False:  # YAML 1.1 reads a bare off (--set retain_inputs=off, a file) as false
+        return "off"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    retention_seconds(value)  # ValueError naming the problem
+    return value
+
+
+RetentionDuration = Annotated[str, BeforeValidator(_retention_duration)]
 Sandbox = Literal["docker", "process", "auto"]
 DockerChannel = Literal["auto", "socket", "attach"]
 ModelServers = Literal["subprocess", "docker"]
@@ -741,6 +754,18 @@ class ServerConfig:
         CLI(flag="--api-keys", metavar="FILE"),
     ] = None
     dev: Annotated[bool, Field(description="no keys, one 'default' tenant; loopback only"), CLI()] = False
+    retain_inputs: Annotated[
+        RetentionDuration | None,
+        Field(
+            description=(
+                "with --dev: retain the 'default' tenant's evaluation inputs this long for replay and erasure (e.g. "
+                "7d; off: never), sealed under retention.operator_key_* or else an operator key generated once in "
+                "the data directory (0600); refused without --dev, where the API-keys file's `retention:` and an "
+                "operator key say it (docs/retention.md)"
+            )
+        ),
+        CLI(metavar="DURATION"),
+    ] = None
     workers: Annotated[
         PositiveInt | Literal["auto"],
         Field(
@@ -882,6 +907,11 @@ class ServerConfig:
     @property
     def database_path(self) -> Path:
         return self.data_dir / "crossaudit.db"
+
+    @property
+    def retain_inputs_s(self) -> float:
+        """Seconds ``--retain-inputs`` retains the dev tenant's inputs (0: not at all)."""
+        return retention_seconds(self.retain_inputs) or 0.0
 
     @property
     def worker_count(self) -> int:

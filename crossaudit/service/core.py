@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
+from crossaudit.modelserver.pool import ModelBackend
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RetentionConfig, RolloutLimits, ServiceLimits
@@ -47,6 +48,7 @@ class CrossAuditService:
         engines: EngineProvider,
         *,
         sandbox: Sandbox | None = None,
+        model_backend: ModelBackend | None = None,
         limits: ServiceLimits | None = None,
         sandbox_limits: SandboxLimits | None = None,
         dependency_limits: DependencyLimits | None = None,
@@ -76,6 +78,7 @@ class CrossAuditService:
             store,
             self.tenants,
             sandbox=sandbox,
+            model_backend=model_backend,
             limits=self.limits,
             grants=self.grants,
             max_webhook_rules=delivery_limits.max_webhook_rules_per_policy,

@@ -604,6 +604,20 @@ def check_keys(config: EvidenceConfig) -> None:
         load_keys(config, None, shared_store=True)
 
 
+def unsigned_log(config: EvidenceConfig, *, shared_store: bool) -> str | None:
+    """What the start line says when this server's decision logs get no signed checkpoint (None:
+    they do). An unsigned log is kept, so nothing fails until an auditor runs ``audit verify``:
+    the operator must hear it at start, not then. No comma: the start line is comma-separated."""
+    if not config.log:
+        return "decision log OFF (evidence.log is false: decisions are outside the verifiable log)"
+    if config.signing_key_file is None and not config.signing_key_env and shared_store:
+        return (
+            "decision log UNSIGNED (no evidence.signing_key_file: audit verify fails; "
+            "make a key with crossaudit audit key --generate FILE)"
+        )
+    return None
+
+
 def build_evidence(config: EvidenceConfig, store: Store, data_dir: Path, *, shared_store: bool) -> EvidenceLog:
     key, trusted = load_keys(config, data_dir, shared_store=shared_store)
     if isinstance(store, SqlStore):

@@ -66,8 +66,9 @@ class TenantGrants:
     retention: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
-    def dev(cls) -> TenantGrants:
-        return cls(development=True)
+    def dev(cls, retention: Mapping[str, float] | None = None) -> TenantGrants:
+        """``--dev``'s grants: the local environment, and ``retention`` (``--retain-inputs``) if given."""
+        return cls(development=True, retention=dict(retention or {}))
 
     def source(self, tenant: str) -> SecretSource:
         """Where ``tenant``'s ``${NAME}`` references resolve (values are read at call time)."""

@@ -47,7 +47,7 @@ from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, estimated_prompt_tokens, price_for
 from crossaudit.service.replaydiff import LLMEstimate, RecordedDecision, ReplayProgress, ReplayReport
-from crossaudit.service.retention import RetainedInputs, Retention
+from crossaudit.service.retention import DEV_RETENTION_HINT, RetainedInputs, Retention
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AuditRecord, Store
 from orchestrator.engine.engine import Engine
@@ -127,6 +127,8 @@ class Replays:
             not_retained = report.not_replayable.get(Unreplayable.NOT_RETAINED.value)
             if not_retained is not None:
                 report.hint = RETENTION_HINT.format(n=not_retained.count, policy=against)
+                if self.retention.grants.development and not self.retention.grants.retention:
+                    report.hint += f"; {DEV_RETENTION_HINT}"
             yield report
 
     def _checked(self, request: ReplayRequest) -> tuple[str, int, int]:

@@ -16,17 +16,24 @@ Nothing here logs, counts or raises retained text: messages name decision ids an
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
+import os
+import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import (
+    ConfigurationError,
     CrossAuditError,
     InvalidInputError,
     QuotaExceededError,
@@ -35,9 +42,9 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.results import Decision
 from crossaudit.service import inputs
-from crossaudit.service.config import RetentionConfig
+from crossaudit.service.config import RetentionConfig, ServerConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.vault import OperatorKey, OperatorKeys, TenantKey, is_indexable, new_data_key
+from crossaudit.service.vault import KEY_BYTES, OperatorKey, OperatorKeys, TenantKey, is_indexable, new_data_key
 from crossaudit.store.base import ErasureRecord, RetainedRecord, Store, TenantKeyRecord
 from orchestrator.policy import Policy
 
@@ -50,6 +57,8 @@ MAX_DECISION_ID = 256  # a decision id named in an erasure request (the server's
 MAX_FIELD_NAME = 256  # a context field named in an erasure request
 MAX_FIELD_VALUE = 64 * 1024  # ... and its value
 SKIPPED_LOG_INTERVAL_S = 60.0  # a tenant whose inputs could not be sealed is logged at most this often
+DEV_OPERATOR_KEY_FILE = "retention-operator.key"  # in the data directory: `serve --dev --retain-inputs`'s own key
+DEV_RETENTION_HINT = "a --dev server retains them with: crossaudit serve --dev --retain-inputs 7d"
 SELECTOR_DECISION = "decision"
 SELECTOR_CONTEXT_FIELD = "context_field"
 
@@ -128,9 +137,10 @@ class Retention:
         if cached is not None:
             return cached
         if self.keys is None:
+            dev = f"; {DEV_RETENTION_HINT}" if self.grants.development else ""
             raise RetentionKeyError(
                 "no operator key is configured (retention.operator_key_file or retention.operator_key_env): "
-                "retained inputs can be neither written nor read"
+                f"retained inputs can be neither written nor read{dev}"
             )
         rec = await self.store.get_tenant_key(tenant)
         if rec is None:
@@ -395,12 +405,13 @@ class Retention:
     def start(self) -> None:
         """Say once whether inputs can be retained, then run rotation and the purge worker
         (needs a running loop)."""
+        dev = f" ({DEV_RETENTION_HINT})" if self.grants.development and not self.grants.retention else ""
         if self.keys is None:
-            log.info("retention: no operator key configured: no evaluation inputs are retained")
+            log.info("retention: no operator key configured: no evaluation inputs are retained%s", dev)
         else:
             previous = f", previous key {self.keys.previous.id}" if self.keys.previous else ""
-            log.info("retention: operator key %s%s; tenants retaining inputs: %s", self.keys.current.id, previous,
-                     ", ".join(sorted(self.grants.retention)) or "none")  # fmt: skip
+            log.info("retention: operator key %s%s; tenants retaining inputs: %s%s", self.keys.current.id, previous,
+                     ", ".join(sorted(self.grants.retention)) or "none", dev)  # fmt: skip
         if self._worker is None:
             self._stop = asyncio.Event()
             self._worker = asyncio.get_running_loop().create_task(self._run(), name="crossaudit-retention-purge")
@@ -427,6 +438,59 @@ class Retention:
             await asyncio.wait_for(worker, self.config.purge_interval_s)
         except (TimeoutError, asyncio.CancelledError):
             worker.cancel()
+
+
+def with_dev_operator_key(config: ServerConfig) -> ServerConfig:
+    """``serve --dev --retain-inputs``: ``config`` naming the operator key the dev tenant's inputs are
+    sealed under: the one configured (``retention.operator_key_*``), else :func:`dev_operator_key`.
+    Call it once the data directory is locked (private). Any other configuration is returned as is."""
+    keys = config.retention
+    if not (config.dev and config.retain_inputs_s > 0) or keys.operator_key_file is not None or keys.operator_key_env:
+        return config
+    path = dev_operator_key(Path(config.data_dir))
+    return dataclasses.replace(config, retention=dataclasses.replace(keys, operator_key_file=path))
+
+
+def dev_operator_key(data_dir: Path) -> Path:
+    """The operator key of ``serve --dev --retain-inputs`` in ``data_dir``, made on first use.
+
+    It is written 0600 under a temporary name in the data directory (0700 by then) and linked into
+    place, so another local user never reads it, a reader never sees half a key, and two workers
+    starting at once agree on one. Only its path is logged (its id at start), never the key. A key
+    file that is a link, not a regular file, another user's, readable by others or linked elsewhere
+    too (planted before the directory was made private) is refused: a key someone else knows would
+    seal every retained input for them."""
+    path = data_dir / DEV_OPERATOR_KEY_FILE
+    what = "the --dev retention operator key"
+    try:
+        if not os.path.lexists(path):
+            fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=f".{DEV_OPERATOR_KEY_FILE}.")
+            try:
+                with os.fdopen(fd, "w", encoding="ascii") as f:
+                    f.write(base64.b64encode(os.urandom(KEY_BYTES)).decode("ascii") + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                with contextlib.suppress(FileExistsError):  # a sibling worker made it first: theirs stands
+                    os.link(tmp, path)
+                    log.info("retention: generated %s %s (--dev --retain-inputs; owner-only)", what, path)
+            finally:
+                os.unlink(tmp)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot make {what} {path}: {exc.strerror}") from None
+    problem = (
+        "is not a regular file" if not stat.S_ISREG(st.st_mode)
+        else "belongs to another user" if st.st_uid != os.geteuid()
+        else f"is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o})" if st.st_mode & 0o077
+        else "has other links to it" if st.st_nlink != 1
+        else ""
+    )  # fmt: skip
+    if problem:
+        raise ConfigurationError(
+            f"{what} {path} {problem}: not used; remove it and start again (a new key is made, inputs retained "
+            "under the old one can no longer be read)"
+        )
+    return path
 
 
 def load_operator_keys(config: RetentionConfig, environ: Mapping[str, str] | None = None) -> OperatorKeys | None:

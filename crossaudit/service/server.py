@@ -23,12 +23,13 @@ from crossaudit.kernel.limits import EngineLimits
 from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
-from crossaudit.service.evidence import EvidenceLog, build_evidence
+from crossaudit.service.evidence import EvidenceLog, build_evidence, unsigned_log
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.ratelimits import store_limiters
+from crossaudit.service.retention import with_dev_operator_key
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
 from crossaudit.store import open_store
@@ -92,7 +93,11 @@ def check_config(config: ServerConfig) -> None:
     if config.dev and config.host not in LOOPBACK_HOSTS:
         raise ConfigurationError(f"--dev runs without API keys and only on loopback, not on {config.host!r}")
     if config.dev and config.api_keys_file:
-        raise ConfigurationError("--dev and --api-keys exclude each other")
+        raise ConfigurationError(
+            "--dev and --api-keys exclude each other (to keep the dev tenant's inputs for replay: "
+            "--dev --retain-inputs 7d)"
+        )
+    check_retain_inputs(config)
     if not config.dev and not config.api_keys_file:
         raise ConfigurationError(f"give --api-keys FILE (or {API_KEYS_ENV}), or --dev for a local keyless server")
     if bool(config.tls_cert) != bool(config.tls_key):
@@ -117,6 +122,28 @@ def check_config(config: ServerConfig) -> None:
     from crossaudit.service.evidence import check_keys
 
     check_keys(config.evidence)  # likewise a configured signing key
+
+
+def check_retain_inputs(config: ServerConfig) -> None:
+    """``--retain-inputs`` is ``--dev``'s: one local tenant, its key made in the private data directory.
+
+    With API keys every tenant's retention is the operator's decision, written where it is reviewed
+    (the API-keys file's ``retention:``), under a key the operator generates, keeps and backs up; a
+    flag that turned it on for every tenant, under a key made up on the spot, would decide neither.
+    """
+    if config.retain_inputs is None:
+        return
+    if not config.dev:
+        raise ConfigurationError(
+            "--retain-inputs is for --dev (one local tenant, an operator key generated in the data directory); "
+            "with API keys give each tenant `retention: {inputs: 7d}` in the API-keys file and the server a "
+            "real operator key: --set retention.operator_key_file=FILE (docs/retention.md)"
+        )
+    if config.retain_inputs_s > config.retention.max_inputs_s:
+        raise ConfigurationError(
+            f"--retain-inputs {config.retain_inputs} is longer than retention.max_inputs_s "
+            f"({config.retention.max_inputs_s:g} s): give a shorter duration or raise that setting"
+        )
 
 
 def check_process_sandbox_allowed(config: ServerConfig) -> None:
@@ -307,6 +334,7 @@ async def start_server(
     elif store is None:
         lock, store = open_locked_store(config)
     try:
+        config = with_dev_operator_key(config)  # after the lock: the data directory is private by now
         evidence = build_evidence(config.evidence, store, Path(config.data_dir), shared_store=bool(config.store_url))
     except BaseException:
         if lock is not None:
@@ -327,7 +355,9 @@ async def start_server(
             raise
     if built.sandbox is not None:
         metrics.watch_sandbox(built.sandbox.info)
-    service = build_service(config, store, built.engines, built.sandbox, metrics, grants, evidence)
+    service = build_service(
+        config, store, built.engines, built.sandbox, metrics, grants, evidence, model_backend=built.model_backend
+    )
     server, names, health_servicer = build_grpc_server(config, service, auth, reuse_port=worker is not None)
     port = bind(config, server)
     if not port:
@@ -362,7 +392,7 @@ async def start_server(
 def build_authenticator(config: ServerConfig) -> Authenticator:
     """--dev: one tenant, no keys; else the API-keys file."""
     if config.dev:
-        return Authenticator.dev_mode()
+        return Authenticator.dev_mode(retention_s=config.retain_inputs_s)
     return Authenticator.from_file(config.api_keys_file, config.limits)  # type: ignore[arg-type]
 
 
@@ -455,12 +485,16 @@ def build_service(
     metrics: ServiceMetrics,
     grants: TenantGrants,
     evidence: EvidenceLog | None = None,
+    *,
+    model_backend: Any = None,
 ) -> CrossAuditService:
-    """The service behind every servicer: store, engines, audit, delivery."""
+    """The service behind every servicer: store, engines, audit, delivery; ``model_backend``: the
+    builtins' model servers, which a deploy starts before it answers."""
     return CrossAuditService(
         store,
         engines,  # type: ignore[arg-type]
         sandbox=sandbox,
+        model_backend=model_backend,
         limits=config.limits,
         metrics=metrics,
         audit_raw_text=config.audit_raw_text,
@@ -582,10 +616,15 @@ def start_line(
         parts.append(f"workers {workers}")
     if sandbox:
         parts.append(f"sandbox {sandbox}" + (" (WEAKER isolation than docker)" if sandbox == "process" else ""))
+    unsigned = unsigned_log(config.evidence, shared_store=bool(config.store_url))
+    if unsigned is not None:
+        parts.append(unsigned)
     parts.append(f"data dir {Path(config.data_dir).resolve()}")
     parts.append(f"store {where_data_lives(config)}")
     if console_url is not None:
         parts.append(f"review console on {console_url}")
+        if config.dev:
+            parts.append("console sign-in: any string (--dev)")
     if metrics_port is not None:
         parts.append(f"metrics on {_address(config.metrics_host, metrics_port)}")
     return ", ".join(parts)

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from crossaudit.kernel.errors import ConfigurationError, RetainedInputsTamperedError, RetentionKeyError
+from crossaudit.kernel.shell import command
 from crossaudit.service.auth import check_private_file
 
 KEY_BYTES = 32  # AES-256
@@ -167,9 +168,10 @@ class TenantKey:
         try:
             return self._aead.decrypt(nonce, ciphertext, _aad(_ROW_AAD, self.tenant, decision_id))
         except (InvalidTag, ValueError):
+            erase = command("crossaudit", "audit", "erase", "--decision", decision_id)
             raise RetainedInputsTamperedError(
                 f"the retained inputs of decision {decision_id} fail authentication (altered, or copied from another "
-                f"decision or tenant); erase them with `crossaudit audit erase --decision {decision_id}`"
+                f"decision or tenant); erase them with `{erase}`"
             ) from None
 
     def blind(self, name: str, value: Any) -> str:

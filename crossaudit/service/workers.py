@@ -44,6 +44,7 @@ from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service.config import CONSOLE_OFF, ServerConfig
 from crossaudit.service.evidence import build_evidence
 from crossaudit.service.metrics import WorkerMetrics
+from crossaudit.service.retention import with_dev_operator_key
 from crossaudit.service.server import (
     WorkerRole,
     _address,
@@ -286,6 +287,7 @@ async def supervise(config: ServerConfig, *, announce: Any = print) -> None:
     reserved = None
     try:
         try:
+            with_dev_operator_key(config)  # made once here (the workers find it), like the evidence key
             build_evidence(config.evidence, store, Path(config.data_dir), shared_store=bool(config.store_url))
         finally:
             await store.aclose()

@@ -10,7 +10,7 @@ from typing import Any
 
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import CrossAuditError
-from sandbox.docker.images import ImageManager
+from sandbox.docker.images import DEPS_READY, RUNNER_READY, ImageManager
 from sandbox.docker.reaper import reap
 
 
@@ -46,16 +46,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.monotonic()
 
-    def progress(msg: str, frac: float) -> None:
-        print(f"[{frac * 100:5.1f}%] {msg}", flush=True)
+    def progress_to(end: float):  # type: ignore[no-untyped-def]
+        """The image manager's fractions are of a whole evaluator's preparation (the runner is done at
+        0.4, a dependency set at 0.9): shown as fractions of this command's own work, ending at 100%."""
+        def progress(msg: str, frac: float) -> None:
+            print(f"[{min(frac / end, 1.0) * 100:5.1f}%] {msg}", flush=True)
+        return progress
+
+    progress = progress_to(1.0)
 
     mgr = ImageManager(client)
     try:
         if args.cmd == "build-base":
-            tag = mgr.ensure_runner(progress, force=args.force)
+            tag = mgr.ensure_runner(progress_to(RUNNER_READY), force=args.force)
             print(f"runner image: {tag} ({time.monotonic() - t0:.1f}s)")
         elif args.cmd == "build-deps":
-            image = mgr.ensure_deps(validate_dependencies(args.deps, mgr.dep_limits), progress)
+            image = mgr.ensure_deps(validate_dependencies(args.deps, mgr.dep_limits), progress_to(DEPS_READY))
             print(f"dependency image: {image.tag} preload={list(image.preload)} ({time.monotonic() - t0:.1f}s)")
         elif args.cmd == "prune":
             stale = mgr.prune(progress, dry_run=args.dry_run)

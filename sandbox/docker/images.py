@@ -45,6 +45,9 @@ from sandbox.deps import LOCK_FILE, SBOM_FILE, Wheelhouse, default_cache_dir, fi
 from sandbox.streaming import run_streaming
 
 RUNNER_DIR = image_dir("runner")
+# Where the image steps end within a whole evaluator's preparation progress (0..1).
+RUNNER_READY = 0.4
+DEPS_READY = 0.9
 AGENT_DIR = Path(__file__).resolve().parents[1] / "agent"  # copied into the runner image
 AGENT_ENTRY_FILES = frozenset({"__init__.py", "__main__.py", "launch.py"})  # what entry.py needs to run it
 
@@ -244,7 +247,7 @@ class ImageManager:
                         self.builder.ensure(tag, self._runner_context, force=True, buildargs={"BASE": base},
                                             labels={IMAGE_LABEL: "runner"}, progress=say, frac=0.35, span=0.05)
             self._runner = tag
-            say(f"runner image {tag} ready", 0.4)
+            say(f"runner image {tag} ready", RUNNER_READY)
             return tag
 
     # --- dependency images -----------------------------------------------------------------------
@@ -311,7 +314,7 @@ class ImageManager:
                         SBOM_LABEL: site.sbom_sha256,
                     },
                 )
-        say(f"dependency image {tag} ready", 0.9)
+        say(f"dependency image {tag} ready", DEPS_READY)
         return _described(tag, self.client.images.get(tag))
 
 

@@ -382,7 +382,9 @@ class ProcessSandbox(Sandbox):
         }
 
     async def _start_agent(self, bundle: CodeBundle) -> _Agent:
-        """Spawn and load one agent (bounded by ``limits.timeout_s``); nothing is left running on failure."""
+        """Spawn and load one agent (bounded by ``pool_limits.start_timeout_s``, as a container's start is:
+        loading imports the declared dependencies, which a loaded machine makes slow; a call waiting
+        for it is bounded by its own deadline); nothing is left running on failure."""
         agent: _Agent | None = None
         try:
             workdir = await asyncio.to_thread(self._workdir)
@@ -414,7 +416,7 @@ class ProcessSandbox(Sandbox):
             )
             try:
                 loaded = await asyncio.wait_for(
-                    agent.request(AgentChannel.encode(frame), "loaded"), max(self.limits.timeout_s, 1.0)
+                    agent.request(AgentChannel.encode(frame), "loaded"), self.pool_limits.start_timeout_s
                 )
             except TimeoutError:
                 raise EvaluatorTimeoutError("sandbox agent did not load in time") from None

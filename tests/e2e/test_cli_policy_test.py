@@ -174,7 +174,8 @@ def test_files_and_directories_with_junit_and_json(tmp_path: Path) -> None:
     assert files == ["policies/nested/untested.yaml", "policies/nested/wrong.yml", "policies/zero.yaml",
                      "single/zero_again.yaml"]  # fmt: skip
     assert report["summary"] == {
-        "policies": 4, "skipped_policies": 1, "cases": 8, "passed": 5, "failed": 1, "errors": 2
+        "policies": 4, "skipped_policies": 1, "cases": 8, "tests": 9, "passed": 5, "failed": 1, "errors": 2,
+        "skipped": 1,
     }  # fmt: skip
     xml = JUnitXml.fromfile(str(junit))
     suites = {s.name: s for s in xml}
@@ -192,7 +193,7 @@ def test_files_and_directories_with_junit_and_json(tmp_path: Path) -> None:
     # text: one block per policy and a total
     text = run(str(tree), str(extra)).stdout
     assert "policies/nested/untested.yaml: untested: skipped (no test cases)" in text
-    assert "total: 3 policies, 5 passed, 1 failed, 2 errors" in text
+    assert "total: 4 policies, 5 passed, 1 failed, 2 errors, 1 skipped (no test cases)" in text  # JUnit's 9 tests
 
 
 def test_a_named_file_without_cases_or_an_invalid_one_is_an_error(tmp_path: Path) -> None:

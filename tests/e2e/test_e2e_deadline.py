@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DEADLINE_S = 2.0
 EVALUATOR_S = 10.0  # what the sleeper policies' evaluator computes for (tests.e2e.policies.sleeper)
-KILL_WITHIN_S = 30.0  # bound on polling for the kill (a pass ends the poll at once)
+# Polled, not a timing claim: the kill lands off the request path, and on a loaded core the killed
+# tree takes a moment to go while its replacement agent (which the sampler may also see) warms up.
+# Generous: a pass ends the poll at once.
+KILL_WITHIN_S = 30.0
 # process backend: ``python -I .../sandbox/agent/launch.py``;
 # docker runner: ``python3 -s /opt/crossaudit/entry.py``
 AGENT_MARKERS = (b"/sandbox/agent/launch.py", b"/opt/crossaudit/")

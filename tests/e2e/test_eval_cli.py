@@ -115,6 +115,7 @@ def test_compare_two_versions(tmp_path: Path) -> None:
     assert emails["mcnemar"]["b_only_right"] == 1 and emails["mcnemar"]["a_only_right"] == 0
     assert emails["mcnemar"]["method"] == "exact" and emails["mcnemar"]["p_value"] == 1.0
     assert emails["verdict"] == "no significant difference"  # one row is no evidence
+    assert (doc["a"]["file"], doc["b"]["file"]) == (POLICY, str(v2))  # the files tell the sides apart
 
 
 def test_a_deployed_policy_through_a_server(tmp_path: Path) -> None:

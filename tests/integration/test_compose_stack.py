@@ -16,17 +16,18 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
+from crossaudit.cli import secretfiles
+from crossaudit.evidence.notes import load_public_key
 from crossaudit.kernel.errors import CrossAuditError
 from tests.conftest import ROOT, need
 from tests.e2e.policies import KEYWORDS
 from tests.images import built_tag
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.deploy_image]
 
 KEY = "acme-compose-key-0123456789abcdef"
 REPLICAS = ("127.0.0.1:50051", "127.0.0.1:50052")  # as deploy/compose.yaml publishes them
 UP_TIMEOUT_S = 180
-ORCHESTRATOR_UID, POSTGRES_UID = 10003, 990  # the images' users (deploy/secrets/README.md)
 
 
 def _compose(project: str, env: dict[str, str], *args: str, timeout: float = UP_TIMEOUT_S):
@@ -35,7 +36,7 @@ def _compose(project: str, env: dict[str, str], *args: str, timeout: float = UP_
 
 
 @pytest.fixture(scope="module")
-def stack(docker_daemon: object) -> Iterator[str]:
+def stack(docker_daemon: object) -> Iterator[tuple[str, Path]]:
     need(shutil.which("docker-compose") is not None, "docker-compose is not installed")
     need(os.geteuid() == 0, "the secrets must belong to the images' users (needs root)")
     # compose.yaml runs the :latest tags, which `make test-images` moves to what it built
@@ -43,17 +44,11 @@ def stack(docker_daemon: object) -> Iterator[str]:
     built_tag("postgres")
     secrets = Path(tempfile.mkdtemp(prefix="compose-secrets-"))
     secrets.chmod(0o755)
-    password = uuid.uuid4().hex
-    files = {
-        "api-keys.yaml": (f'tenants:\n  acme:\n    keys: ["{KEY}"]\n', ORCHESTRATOR_UID),
-        "pgpass": (f"postgres:5432:crossaudit:crossaudit:{password}\n", ORCHESTRATOR_UID),
-        "postgres-password": (f"{password}\n", POSTGRES_UID),
-    }
-    for name, (text, uid) in files.items():
-        path = secrets / name
-        path.write_text(text)
-        path.chmod(0o600)
-        os.chown(path, uid, uid)
+    keys = secrets / secretfiles.API_KEYS  # ours (a known key); the command makes every other file
+    keys.write_text(f'tenants:\n  acme:\n    keys: ["{KEY}"]\n')
+    keys.chmod(0o600)
+    secretfiles.write_secret_files(secrets)
+    secretfiles.set_owners(secrets)  # as `crossaudit config secrets --owners` does
     project = f"crossaudit-test-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
@@ -63,7 +58,7 @@ def stack(docker_daemon: object) -> Iterator[str]:
     up = _compose(project, env, "up", "-d")
     try:
         assert up.returncode == 0, up.stderr[-3000:]
-        yield project
+        yield project, secrets
     finally:
         logs = _compose(project, env, "logs", "--tail", "30", timeout=60).stdout
         down = _compose(project, env, "down", "-v", timeout=120)
@@ -85,7 +80,7 @@ def _ready(address: str) -> None:
             time.sleep(1)
 
 
-def test_two_replicas_share_postgresql_and_run_custom_code_in_docker(stack: str) -> None:
+def test_two_replicas_share_postgresql_and_run_custom_code_in_docker(stack: tuple[str, Path]) -> None:
     for address in REPLICAS:
         _ready(address)
     with Client(REPLICAS[0], api_key=KEY, timeout=300) as c:
@@ -101,3 +96,13 @@ def test_two_replicas_share_postgresql_and_run_custom_code_in_docker(stack: str)
         audited = {d.decision_id for d in c.list_decisions(policy="keywords")}
         info = c.server_info()
     assert set(ids) <= audited and info.sandbox_backend == "docker"
+    # both replicas sign the shared log with the one key the stack mounts: it verifies under its
+    # public half (the stack used to run without a key: every log unsigned, verify FAILED)
+    pem = (stack[1] / secretfiles.EVIDENCE_PUBLIC).read_text()
+    public = load_public_key(pem, "evidence-public.pem", "crossaudit")  # evidence.key_name's default
+    for address in REPLICAS:
+        with Client(address, api_key=KEY, timeout=120) as c:
+            info = c.log_key()
+            assert info.signing and info.key is not None and info.key.raw == public.raw
+            report = c.verify_log([public])
+            assert report.ok, report.summary()

@@ -53,9 +53,13 @@ async def pool():
 
 
 async def evaluated(backend: Any, config: str, response: str) -> Any:
+    # Prepared first, as a deploy does: the rule's timeout (15 s default) bounds the evaluation,
+    # not the server's start (imports of presidio and spaCy: tens of seconds on a loaded machine).
+    p = policy(config)
+    await build_builtin("b", p.evaluator("b").config, backend=backend).prepare()
     engine = Engine(Builtins(backend))
     try:
-        decision = await engine.evaluate(policy(config), "", response, {}, timeout=120)
+        decision = await engine.evaluate(p, "", response, {}, timeout=120)
     finally:
         await engine.aclose()
     return decision.rule("r").evaluators[0]

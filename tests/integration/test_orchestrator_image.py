@@ -15,7 +15,7 @@ from tests.conftest import need
 from tests.e2e.policies import word_policy
 from tests.images import built_tag
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.deploy_image]
 
 RUN_TIMEOUT_S = 240
 

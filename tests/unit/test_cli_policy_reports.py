@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -245,7 +246,8 @@ def test_json_report_and_exit_status() -> None:
     assert json.loads(json.dumps(report)) == report
     assert report["ok"] is False
     assert report["summary"] == {
-        "policies": 4, "skipped_policies": 1, "cases": 3, "passed": 1, "failed": 1, "errors": 2
+        "policies": 4, "skipped_policies": 1, "cases": 3, "tests": 5, "passed": 1, "failed": 1, "errors": 2,
+        "skipped": 1,
     }  # fmt: skip
     b = report["suites"][1]
     assert [c["status"] for c in b["cases"]] == ["fail", "error"]
@@ -255,6 +257,30 @@ def test_json_report_and_exit_status() -> None:
     assert run_ok([suites()[0]]) is True
     assert run_ok([suites()[3]]) is False  # nothing ran
     assert run_ok([]) is False
+
+
+def test_the_console_total_json_and_junit_counts_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """JUnit said tests="23" skipped="6" where the console said "17 passed": a policy found without
+    test cases is one skipped test in JUnit, so the console's total and the JSON summary count it
+    too, and JUnit's tests is their passed + failed + errors + skipped."""
+    from crossaudit.cli.policytest import print_text
+
+    runs = suites()
+    path = tmp_path / "report.xml"
+    path.write_bytes(junit_xml(runs))
+    xml = JUnitXml.fromfile(str(path))
+    print_text(runs, verbose=False)
+    total = capsys.readouterr().out.strip().splitlines()[-1]
+    shape = r"total: (\d+) policies, (\d+) passed, (\d+) failed, (\d+) errors, (\d+) skipped \(no test cases\)"
+    m = re.fullmatch(shape, total)
+    assert m, total
+    policies, passed, failed, errors, skipped = map(int, m.groups())
+    assert policies == len(runs) == len(list(xml))
+    assert (xml.tests, xml.failures, xml.errors, xml.skipped) == (passed + failed + errors + skipped, failed, errors,
+                                                                  skipped)  # fmt: skip
+    summary = json_report(runs, where="local")["summary"]
+    assert (summary["tests"], summary["passed"], summary["failed"], summary["errors"], summary["skipped"]) == (
+        xml.tests, passed, failed, errors, skipped)  # fmt: skip
 
 
 def test_explanations_name_every_rule_field() -> None:

@@ -2,10 +2,12 @@
 shipped inside the ``kubernetes-validate`` package: no cluster, no network), and say what the
 deployment design needs: grpc probes on the served port, a headless Service, a PDB over the
 Deployment's pods, non-root containers, a Secret template without real values, every file the
-store URL names mounted, and the image pinned to a content tag (never ``:latest``)."""
+store URL names mounted, the evidence signing key and retention operator key as owner-only files
+(never variables), and the image pinned to a content tag (never ``:latest``)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,9 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
+from crossaudit.cli import secretfiles
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service import image as builder
+from crossaudit.service.evidence import unsigned_log
 from crossaudit.service.health import LIVENESS_SERVICE
+from crossaudit.service.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -135,7 +140,9 @@ def test_pdb_selects_the_deployments_pods() -> None:
 def test_secret_is_a_template_and_mounted_privately() -> None:
     secret = _one_named("Secret", "crossaudit-secrets")
     values = secret["stringData"]
-    assert set(values) == {"api-keys.yaml", "store-url", "postgres-ca.crt"}
+    assert set(values) == {
+        "api-keys.yaml", "store-url", "postgres-ca.crt", "evidence-signing.pem", "retention-operator.key"
+    }  # fmt: skip
     assert all("REPLACE" in v for v in values.values())
     tls = _one_named("Secret", "crossaudit-docker-tls")
     assert all("REPLACE" in v for v in tls["stringData"].values())
@@ -146,6 +153,72 @@ def test_secret_is_a_template_and_mounted_privately() -> None:
     assert keys["emptyDir"]["medium"] == "Memory"  # the 0600 copy the init container makes
     (init,) = pod["initContainers"]
     assert "umask 077" in init["command"][-1]
+
+
+KEY_FILE_VARIABLES = {  # the settings' variables naming each key file, and the Secret key it comes from
+    "CROSSAUDIT_EVIDENCE__SIGNING_KEY_FILE": secretfiles.EVIDENCE_KEY,
+    "CROSSAUDIT_RETENTION__OPERATOR_KEY_FILE": secretfiles.OPERATOR_KEY,
+    "CROSSAUDIT_API_KEYS_FILE": secretfiles.API_KEYS,
+}
+
+
+def _settings_env() -> dict[str, str]:
+    """The orchestrator's CROSSAUDIT_* variables: the ConfigMap's, then the container's own."""
+    cm = _one_named("ConfigMap", "crossaudit-settings")
+    env = {k: v for k, v in cm["data"].items() if k.startswith("CROSSAUDIT_")}
+    for e in _container().get("env", []):
+        if e["name"].startswith("CROSSAUDIT_"):
+            env[e["name"]] = e.get("value", "postgresql://from-a-secret@db/crossaudit")
+    return env
+
+
+def test_every_replica_signs_its_log_with_a_key_file_from_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifests used to give no evidence.signing_key_file: replicas on PostgreSQL kept their
+    logs unsigned and `audit verify` said FAILED. The settings name each key by path; the init
+    container copies it owner-only from the Secret into the memory volume that the orchestrator
+    mounts read-only; so the start line has no UNSIGNED warning."""
+    for name in [n for n in os.environ if n.startswith("CROSSAUDIT_")]:
+        monkeypatch.delenv(name)
+    env = _settings_env()
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    config = load_settings().config
+    assert config.store_url and unsigned_log(config.evidence, shared_store=True) is None
+    assert config.evidence.signing_key_env is None and config.retention.operator_key_env is None
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    (keys_mount,) = [m for m in _container()["volumeMounts"] if m["name"] == "keys"]
+    assert keys_mount["readOnly"] is True
+    (init,) = pod["initContainers"]
+    (src_mount,) = [m for m in init["volumeMounts"] if m["name"] == "keys-src"]
+    (keys_src,) = [v for v in pod["volumes"] if v["name"] == "keys-src"]
+    copied = {i["path"] for i in keys_src["secret"]["items"]}
+    script = init["command"][-1]
+    assert script.startswith("umask 077 && cp ")  # owner-only copies, whatever the Secret volume's mode
+    for var, key in KEY_FILE_VARIABLES.items():
+        path = Path(env[var])
+        assert str(path.parent) == keys_mount["mountPath"], var
+        assert {"key": key, "path": path.name} in keys_src["secret"]["items"], key
+        assert f"{src_mount['mountPath']}/{path.name}" in script.split(), (key, script)
+    assert copied == set(KEY_FILE_VARIABLES.values())
+    assert {secretfiles.EVIDENCE_KEY, secretfiles.OPERATOR_KEY, secretfiles.API_KEYS} <= {
+        f.name for f in secretfiles.SECRET_FILES
+    }  # `crossaudit config secrets` makes each of them
+
+
+def test_no_key_material_is_an_environment_variable() -> None:
+    """Keys are files: a variable shows in /proc/PID/environ, in `kubectl describe` and every child
+    process. No *_KEY_ENV setting, and no Secret key of a key file, is ever put in the environment."""
+    key_files = set(KEY_FILE_VARIABLES.values())
+    cm = _one_named("ConfigMap", "crossaudit-settings")
+    assert not [k for k in cm["data"] if k.endswith("_KEY_ENV") or "PRIVATE KEY" in cm["data"][k]]
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    for c in [*pod["containers"], *pod.get("initContainers", [])]:
+        for e in c.get("env", []):
+            assert not e["name"].endswith("_KEY_ENV"), e
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            assert ref is None or ref["key"] not in key_files, e
+        for source in c.get("envFrom", []):
+            assert "secretRef" not in source, c["name"]  # a whole Secret as variables would include the keys
 
 
 # libpq reads each of these from a file; without the parameter, some default to $HOME/.postgresql/…

@@ -5,12 +5,13 @@ architecture page names only modules that exist."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -40,30 +41,6 @@ def test_layout_section_matches_the_tree() -> None:
     assert top <= {p.split("/")[0] for p in listed}, f"top-level directories missing: {sorted(top - listed)}"
 
 
-def test_local_policy_commands_run_as_written(tmp_path: Path) -> None:
-    (code,) = blocks(section("### Validate and test policies (no server, no Docker)"), "bash")
-    env = {**os.environ, "CROSSAUDIT_SANDBOX": "process"}
-    for line in code.splitlines():
-        command = line.split("#", 1)[0].strip()
-        if not command:
-            continue
-        argv = shlex.split(command)
-        assert argv[0] == "crossaudit", command
-        argv = [sys.executable, "-m", "crossaudit.cli", *argv[1:]]
-        out = None
-        if ">" in argv:
-            out = tmp_path / argv[argv.index(">") + 1]
-            argv = argv[: argv.index(">")]
-        argv = [str(ROOT / a) if a.startswith("policies/") and "*" not in a else a for a in argv]
-        argv = [g for a in argv for g in (sorted(str(p) for p in ROOT.glob(a)) if "*" in a else [a])]
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=CLI_TIMEOUT_S,
-                              check=False)  # fmt: skip
-        assert proc.returncode == 0, f"{command}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}"
-        if out is not None:
-            out.write_text(proc.stdout)
-            assert '"$schema"' in out.read_text()
-
-
 def test_policy_tester_snippet_gives_the_values_it_shows(monkeypatch) -> None:
     snippet = next(b for b in blocks(README, "python") if "PolicyTester(" in b)
     monkeypatch.chdir(ROOT)
@@ -74,6 +51,34 @@ def test_policy_tester_snippet_gives_the_values_it_shows(monkeypatch) -> None:
     assert json.loads(shown["passed"].lower()) == result.passed
     assert json.loads(shown["action"]) == result.action
     assert json.loads(shown["modified_response"]) == result.modified_response
+
+
+def test_the_custom_evaluator_example_is_a_whole_policy_that_runs(tmp_path: Path) -> None:
+    """The section used to show only the function: a policy written from it lacked the required
+    ``description`` and was refused. Its policy, with its code where the comment puts it, passes
+    ``policy test`` as written."""
+    text = section("### Custom evaluators")
+    (code,) = [b for b in blocks(text, "python") if "def evaluate(" in b]
+    (policy,) = blocks(text, "yaml")
+    doc = yaml.safe_load(policy)
+    assert {"name", "description", "version"} <= set(doc), "a policy's required fields"
+    (custom,) = [e for e in doc["evaluators"] if e["type"] == "custom"]
+    assert f"# evaluators/{custom['name']}.py" in code
+    (tmp_path / "evaluators").mkdir()
+    (tmp_path / "evaluators" / f"{custom['name']}.py").write_text(code)
+    (tmp_path / "my_policy.yaml").write_text(policy)
+    assert "my_policy.yaml" in policy.splitlines()[0]
+    cli = [sys.executable, "-m", "crossaudit.cli", "policy"]
+    proc = subprocess.run([*cli, "test", "my_policy.yaml", "--sandbox", "process"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert "1 passed, 0 failed" in proc.stdout
+    without = "\n".join(line for line in policy.splitlines() if not line.startswith("description:"))
+    (tmp_path / "my_policy.yaml").write_text(without)
+    refused = subprocess.run([*cli, "validate", "my_policy.yaml"], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    said = "missing required field 'description'"
+    assert refused.returncode == 1 and said in refused.stdout and said in text  # as the README says
 
 
 def test_architecture_doc_names_only_modules_that_exist() -> None:
@@ -198,7 +203,40 @@ def test_make_bench_says_what_it_installs_before_installing_it() -> None:
     (a dry run: nothing is installed here)."""
     dry = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), "bench"], capture_output=True, text=True, timeout=120,
                          check=True).stdout.splitlines()
-    first_install = next(i for i, line in enumerate(dry) if "pip" in line and " install " in line)
+    first_install = next(i for i, line in enumerate(dry)
+                         if ("pip" in line and " install " in line) or " sync --locked" in line)
     said = " ".join(line for line in dry[:first_install] if line.startswith("echo"))
     for thing in ("torch", "PostgreSQL", "Guardrails AI", ".venv-bench"):
         assert thing in said, f"make bench does not say it installs {thing} before installing"
+
+
+# Secret files the README and docs tell a user to create in the working directory (the repository
+# root when following the README): an operator key, an API-keys file, an evidence signing key.
+SECRET_FILES_THE_DOCS_CREATE = ("operator.key", "keys.yaml", "signing.pem")
+
+
+def test_the_secret_files_the_docs_create_are_ignored_by_git() -> None:
+    import shutil
+
+    docs = README + "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for name in SECRET_FILES_THE_DOCS_CREATE:
+        assert re.search(rf"(?<![\w/.-]){re.escape(name)}\b", docs), f"the docs no longer create {name}: drop it"
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "--verbose", "--non-matching",
+         *SECRET_FILES_THE_DOCS_CREATE],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    unignored = [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert not unignored, f"add to .gitignore: {unignored}"
+
+
+def test_make_serve_runs_what_the_readme_says_it_runs() -> None:
+    """README's ``make serve  # = crossaudit serve …`` is the Makefile's serve line, HOST and PORT filled in."""
+    said = re.search(r"^make serve\s+# = (crossaudit serve .+)$", README, flags=re.M)
+    assert said, "README no longer says what make serve runs"
+    dry = subprocess.run(["make", "-n", "-C", str(ROOT), "serve"], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    ran = next(line for line in dry if " serve --dev" in line)
+    assert ran.endswith(said[1].removeprefix("crossaudit")), (ran, said[1])

@@ -210,3 +210,100 @@ def test_when_is_a_duration_back_or_an_iso_time() -> None:
     assert parse_when(None, 0, "until") is None
     with pytest.raises(InvalidInputError, match="--since"):
         parse_when("last tuesday", 0, "since")
+
+
+class _ReplayingClient:
+    """What ``policy replay`` talks to, answering one fixed report."""
+
+    def __init__(self, report: ReplayReport) -> None:
+        self.report = report
+
+    def __enter__(self) -> _ReplayingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def replay_policy(self, *args: Any, **kwargs: Any) -> ReplayReport:
+        return self.report
+
+
+def _replay_cli(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, report: ReplayReport, *flags: str
+) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from crossaudit.cli import connect
+    from crossaudit.cli.main import main
+
+    monkeypatch.setattr(connect, "client", lambda args: _ReplayingClient(report))
+    candidate = tmp_path / "v2.yaml"
+    candidate.write_text("name: v2\n")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["policy", "replay", str(candidate), "--against", "Offline Demo", *flags])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _nothing_replayed() -> ReplayReport:
+    """What `make serve` answered before retention was on: every record read, none replayable."""
+    r = ReplayReport(policy="Offline Demo", candidate="Offline Demo", environment="production")
+    r.read = 4
+    for n in range(4):
+        r.unreplayable(f"d{n}", "not_retained")
+    return r
+
+
+def test_a_gate_that_replayed_nothing_fails_unless_an_empty_replay_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """`--fail-on-flips 0` over 4 records read and 0 replayed checked nothing: exit 1 saying so
+    (it exited 0), in words and in --json; `--allow-empty` lets it pass, and only with a gate."""
+    import json
+
+    code, out, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--fail-on-flips", "0")
+    assert code == 1, (out, err)
+    assert "4 record(s) read, 0 replayed, 4 not replayable" in out
+    assert "gate failed: nothing was replayed" in err and "not_retained 4" in err and "--allow-empty" in err
+    code, out, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--json", "--fail-on-flips", "0")
+    gate = json.loads(out)["gate"]
+    assert code == 1 and gate["passed"] is False and "nothing was replayed" in gate["failure"]
+    assert gate["fail_on_flips"] == 0 and gate["allow_empty"] is False
+    code, out, err = _replay_cli(
+        monkeypatch, tmp_path, _nothing_replayed(), "--json", "--fail-on-flips", "0", "--allow-empty"
+    )
+    assert code == 0 and json.loads(out)["gate"] == {
+        "fail_on_flips": 0, "allow_empty": True, "passed": True, "failure": None
+    }, err  # fmt: skip
+    code, out, _ = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--json")
+    assert code == 0 and json.loads(out)["gate"] is None  # no gate asked: a report, not a verdict
+    code, _, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--allow-empty")
+    assert code == 2 and "--fail-on-flips" in err
+
+
+def test_a_gate_over_replayed_decisions_counts_flips_as_before(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    r = ReplayReport(policy="p", candidate="p", environment="production")
+    r.read = 2
+    r.compare(recorded("d1", False, "modify", {"a": (False, 0.1)}), decision(True, Action.ALLOW, {"a": (True, 0.1)}))
+    r.compare(recorded("d2", True, "allow", {"a": (True, 0.9)}), decision(True, Action.ALLOW, {"a": (True, 0.9)}))
+    code, _, err = _replay_cli(monkeypatch, tmp_path, r, "--fail-on-flips", "0")
+    assert code == 1 and "gate failed: 1 decision(s) flipped, more than --fail-on-flips 0" in err
+    assert _replay_cli(monkeypatch, tmp_path, r, "--fail-on-flips", "1")[0] == 0
+    assert _replay_cli(monkeypatch, tmp_path, r, "--fail-on-flips", "1", "--allow-empty")[0] == 0
+
+
+def test_the_html_report_is_private_like_the_eval_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """replay.html was 0644 beside eval.html's 0600: both carry policy details, both are 0600."""
+    import stat
+
+    page = tmp_path / "replay.html"
+    page.write_text("an older report")
+    page.chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        code, _, err = _replay_cli(monkeypatch, tmp_path, _nothing_replayed(), "--html", str(page))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600 and "Replay of" in page.read_text()

@@ -374,7 +374,9 @@ class ConsoleApp:
 
     def _signin_page(self, status: int = 200, message: str = "", next_path: str = "/queue") -> Response:
         token = new_token()
-        response = self.render("signin.html", status, csrf=token, message=message, next=next_path)
+        # --dev accepts any string (Authenticator.dev_mode): a page asking for "your API key"
+        # would send a new user looking for a key that does not exist.
+        response = self.render("signin.html", status, csrf=token, message=message, next=next_path, dev=self.auth.dev)
         self._set_cookie(response, self.signin_cookie, token, path="/signin")
         return response
 
