@@ -337,9 +337,7 @@ async def start_server(
         config = with_dev_operator_key(config)  # after the lock: the data directory is private by now
         evidence = build_evidence(config.evidence, store, Path(config.data_dir), shared_store=bool(config.store_url))
     except BaseException:
-        if lock is not None:
-            await store.aclose()
-            lock.close()
+        await _close_owned_store(store, lock)
         raise
     metrics = ServiceMetrics(config.metrics_limits, config.llm_prices)
     if worker is not None:
@@ -349,9 +347,7 @@ async def start_server(
         try:
             built = await build_engines(config, store, grants, metrics, sandbox=sandbox, engine_limits=engine_limits)
         except BaseException:
-            if lock is not None:  # the store was opened here: close it with the lock
-                await store.aclose()
-                lock.close()
+            await _close_owned_store(store, lock)
             raise
     if built.sandbox is not None:
         metrics.watch_sandbox(built.sandbox.info)
@@ -387,6 +383,13 @@ async def start_server(
         await running.stop(0)
         raise
     return running
+
+
+async def _close_owned_store(store: Store, lock: Any) -> None:
+    """A start that failed closes the store it opened here (with the data directory's lock), never an injected one."""
+    if lock is not None:
+        await store.aclose()
+        lock.close()
 
 
 def build_authenticator(config: ServerConfig) -> Authenticator:
