@@ -19,6 +19,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -455,27 +456,17 @@ def dev_operator_key(data_dir: Path) -> Path:
     """The operator key of ``serve --dev --retain-inputs`` in ``data_dir``, made on first use.
 
     It is written 0600 under a temporary name in the data directory (0700 by then) and linked into
-    place, so another local user never reads it, a reader never sees half a key, and two workers
-    starting at once agree on one. Only its path is logged (its id at start), never the key. A key
+    place, so another local user never reads it and a reader never sees half a key; workers starting
+    at once take turns on a lock of the directory, so they agree on one key and none sees a sibling's
+    temporary name as a second link. Only its path is logged (its id at start), never the key. A key
     file that is a link, not a regular file, another user's, readable by others or linked elsewhere
     too (planted before the directory was made private) is refused: a key someone else knows would
     seal every retained input for them."""
     path = data_dir / DEV_OPERATOR_KEY_FILE
     what = "the --dev retention operator key"
     try:
-        if not os.path.lexists(path):
-            fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=f".{DEV_OPERATOR_KEY_FILE}.")
-            try:
-                with os.fdopen(fd, "w", encoding="ascii") as f:
-                    f.write(base64.b64encode(os.urandom(KEY_BYTES)).decode("ascii") + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                with contextlib.suppress(FileExistsError):  # a sibling worker made it first: theirs stands
-                    os.link(tmp, path)
-                    log.info("retention: generated %s %s (--dev --retain-inputs; owner-only)", what, path)
-            finally:
-                os.unlink(tmp)
-        st = os.lstat(path)
+        with _dir_lock(data_dir):  # a sibling's link is briefly a second name for the key: look after it
+            st = _make_dev_key(path, what)
     except OSError as exc:
         raise ConfigurationError(f"cannot make {what} {path}: {exc.strerror}") from None
     problem = (
@@ -491,6 +482,33 @@ def dev_operator_key(data_dir: Path) -> Path:
             "under the old one can no longer be read)"
         )
     return path
+
+
+@contextlib.contextmanager
+def _dir_lock(directory: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``directory`` itself, so workers of one server (and threads) take turns."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _make_dev_key(path: Path, what: str) -> os.stat_result:
+    if not os.path.lexists(path):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{DEV_OPERATOR_KEY_FILE}.")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(base64.b64encode(os.urandom(KEY_BYTES)).decode("ascii") + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):  # a sibling worker made it first: theirs stands
+                os.link(tmp, path)
+                log.info("retention: generated %s %s (--dev --retain-inputs; owner-only)", what, path)
+        finally:
+            os.unlink(tmp)
+    return os.lstat(path)
 
 
 def load_operator_keys(config: RetentionConfig, environ: Mapping[str, str] | None = None) -> OperatorKeys | None:
