@@ -67,18 +67,19 @@ def at_rest(srv: ServerProcess, store_env: dict[str, str]) -> bytes:
 
 
 def outbox_payloads(srv: ServerProcess, store_env: dict[str, str], decision_id: str) -> list[str]:
-    sql = "SELECT payload FROM outbox WHERE decision_id=? AND kind LIKE 'decision_log:%'"
+    sql = "SELECT payload FROM outbox WHERE decision_id=? AND kind LIKE ?"
+    args = (decision_id, "decision_log:%")
     url = store_env.get("CROSSAUDIT_STORE_URL")
     rows: list[Any]
     if url:
         import psycopg
 
         with psycopg.connect(url) as conn:
-            rows = conn.execute(sql.replace("?", "%s"), (decision_id,)).fetchall()
+            rows = conn.execute(sql.replace("?", "%s"), args).fetchall()
     else:
         conn = sqlite3.connect(f"file:{srv.data_dir / 'data' / 'crossaudit.db'}?mode=ro", uri=True)
         try:
-            rows = conn.execute(sql, (decision_id,)).fetchall()
+            rows = conn.execute(sql, args).fetchall()
         finally:
             conn.close()
     return [r[0] if isinstance(r[0], str) else json.dumps(r[0]) for r in rows]
@@ -111,8 +112,11 @@ def test_erasure_leaves_no_evaluator_error_text_and_the_log_still_verifies(
     copies = outbox_payloads(srv, server_store_env, d.decision_id)
     assert copies and not any("alice-zq9183" in p for p in copies)
     # the console's decision page, as a reviewer key reads it
-    with sign_in(console_url(srv.start_line), REVIEWER) as h:
+    h = sign_in(console_url(srv.start_line), REVIEWER)
+    try:
         page = h.get(f"/decisions/{d.decision_id}")
+    finally:
+        h.close()
     assert page.status_code == 200 and "numeric" in page.text
     assert "alice-zq9183" not in page.text
     # the log verifies after the erasure
