@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -17,7 +18,7 @@ import orjson
 
 from crossaudit.evidence.leaf import receipt_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
-from crossaudit.kernel.results import Decision
+from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.labels import recorded_rules
@@ -124,6 +125,44 @@ def receipt_json(receipt: Mapping[str, Any]) -> str:
     return out.decode() if out.isascii() and b"\x7f" not in out else receipt_text(receipt)
 
 
+# A Python exception's class at the start of an evaluator's message ("ValueError: ...", custom
+# code's "evaluator raised ValueError: ..."): a name that ends like an exception class, so no word
+# of the request is taken for one.
+_EXCEPTION_CLASS = re.compile(
+    r"(?:evaluator raised )?([A-Za-z_][A-Za-z0-9_.]{0,99}(?:Error|Exception|Warning|Exit|Interrupt|Timeout)): "
+)
+ERROR_TEXT_NOT_KEPT = "error text not kept"
+
+
+def error_digest(e: EvaluatorResult) -> str:
+    """What an audit record keeps of an evaluator's error message, which may quote the request
+    (custom code's ``int(prompt)`` fails with the prompt in it): the error's class (the Python
+    exception's at the start of the message, else the CrossAudit error's) and the message's
+    SHA-256, so whoever holds the message (the caller was answered with it) can match it."""
+    message = e.error or ""
+    found = _EXCEPTION_CLASS.match(message)
+    cls = e.error_type or "error"
+    if found and found.group(1) != cls:  # both: what CrossAudit saw, then what the code raised
+        cls = f"{cls} {found.group(1)}"
+    return f"{cls} ({ERROR_TEXT_NOT_KEPT}; sha256 {sha256_text(message)})"
+
+
+def recorded_reason(r: RuleResult) -> str:
+    """``r.reason`` as the audit record keeps it: each evaluator's error message, which the engine
+    quotes in a rule's reason ("no verdict (fail-closed): name: message"), in place by
+    :func:`error_digest`. The answer to the caller keeps the message; the record never holds it,
+    so no erasure has to reach into the rules the log's leaf commits to (docs/retention.md)."""
+    reason = r.reason
+    for e in r.evaluators:
+        if not e.error or e.error not in reason:
+            continue
+        kept = error_digest(e)
+        reason = reason.replace(f"{e.evaluator}: {e.error}", f"{e.evaluator}: {kept}")
+        if e.error in reason:  # quoted some other way: the message goes wherever it is
+            reason = reason.replace(e.error, kept)
+    return reason
+
+
 def audit_record(
     tenant: str,
     d: Decision,
@@ -150,7 +189,7 @@ def audit_record(
                 "action": r.action.value if r.action else None,
                 "latency_ms": round(r.latency_ms, 3),
                 "fallback_used": r.fallback_used,
-                "reason": r.reason,
+                "reason": recorded_reason(r),
                 "evaluators": [
                     {
                         "evaluator": e.evaluator,
