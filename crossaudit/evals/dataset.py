@@ -3,8 +3,11 @@
 Each row holds the text to evaluate (``prompt``, ``response``, ``context``) and what the policy
 *should* answer: at the decision level (``passed``, ``action``) and/or per rule (``rules``:
 name -> ``pass``|``fail``). Production rows without retained text carry recorded ``scores``
-instead. Every problem of a file is reported at once, each with its line (JSONL) or record
-number (CSV, the header is line 1); a label for a rule the policy lacks is named.
+instead. Every problem of a file is reported at once, each with its line (JSONL; CSV: the
+physical line its record starts on, the header being line 1); a label for a rule the policy
+lacks is named. A value nested deeper than :data:`MAX_NESTING` is a problem of its row, found
+while the file is read (a deeper one would exhaust the interpreter's stack in the JSON decoder,
+the engine's copy of the context or the client's Struct).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from crossaudit.kernel.results import Action
 MAX_DATASET_BYTES = 256 * 1024 * 1024
 MAX_ROWS = 1_000_000
 MAX_LISTED_PROBLEMS = 200
+# Levels a row's values may nest (its context, labels, scores; the row object itself is not
+# counted, a context object is level 1): the depth a server takes a request's context at
+# (limits.max_struct_depth's default), so a row that loads can be evaluated locally and remotely.
+MAX_NESTING = 32
+SHOWN_VALUE_CHARS = 80  # a bad value quoted in a problem is cut to this many characters
 RULE_COLUMN_PREFIX = "rule:"  # CSV: one column per rule, ``rule:<name>``
 LABELS = {"pass": True, "fail": False}
 ACTIONS = tuple(a.value for a in Action if a is not Action.CONTINUE)
@@ -34,7 +42,7 @@ FIELDS = ("id", "prompt", "response", "context", "passed", "action", "rules", "s
 
 @dataclass(frozen=True)
 class Row:
-    line: int  # 1-based line (JSONL) or record number (CSV, header = line 1)
+    line: int  # 1-based line (JSONL), or the line its record starts on (CSV, header = line 1)
     id: str  # the row's "id" field, else f"line-{line}"
     prompt: str | None  # None: text not available (a production row without retained inputs)
     response: str | None
@@ -118,18 +126,68 @@ def check_rows(rows: list[Row], rules: Iterable[str], where: str = "rows") -> No
 
 def _jsonl_records(text: str, problems: _Problems) -> list[tuple[int, Any]]:
     out: list[tuple[int, Any]] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
+    # Lines end at LF, CRLF or CR only: str.splitlines() also splits at U+2028, U+0085 and others,
+    # which a JSON string may hold raw, and would number the following lines wrong.
+    for n, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         if not raw.strip():
             continue
         if len(out) >= MAX_ROWS:
             problems.add(n, f"more than {MAX_ROWS} rows")
             break
         try:
-            out.append((n, json.loads(raw, parse_constant=_no_constant)))
+            doc = json.loads(raw, parse_constant=_no_constant)
         except ValueError as e:
             col = f" column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
             problems.add(n, f"invalid JSON{col}: {getattr(e, 'msg', e)}")
+            continue
+        except RecursionError:  # deeper than the decoder can go: far deeper than MAX_NESTING
+            problems.add(n, _too_deep())
+            continue
+        deep = _too_deep_fields(doc)
+        if deep:
+            for name in deep:
+                problems.add(n, _too_deep(name))
+            continue
+        out.append((n, doc))
     return out
+
+
+def nesting(value: Any) -> int:
+    """Levels of mappings and sequences in ``value`` (a scalar: 0), without recursion; past
+    ``MAX_NESTING + 2`` it does not count further (deeper is too deep already)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        cur, depth = stack.pop()
+        if isinstance(cur, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING + 1:
+                stack.extend((v, depth + 1) for v in (cur.values() if isinstance(cur, dict) else cur))
+    return deepest
+
+
+def _too_deep_fields(doc: Any) -> list[str]:
+    """The fields of a row document nested deeper than MAX_NESTING ("" for a document that is
+    not an object and nests deeper than a row could)."""
+    if isinstance(doc, dict):
+        return [str(k) for k, v in doc.items() if nesting(v) > MAX_NESTING]
+    return [""] if nesting(doc) > MAX_NESTING + 1 else []
+
+
+def _too_deep(name: str = "") -> str:
+    where = f"{_shown_key(name)}: " if name else ""
+    return f"{where}nested deeper than {MAX_NESTING} levels (the dataset's MAX_NESTING, as a server takes a context)"
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to SHOWN_VALUE_CHARS characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "…"
+
+
+def _shown_key(key: str) -> str:
+    """A field or column name as a problem names it: as it is when short, else quoted and cut."""
+    return key if key.isprintable() and len(key) <= SHOWN_VALUE_CHARS else _shown(key)
 
 
 def _no_constant(name: str) -> Any:
@@ -137,23 +195,34 @@ def _no_constant(name: str) -> Any:
 
 
 def _csv_records(text: str, problems: _Problems) -> list[tuple[int, Any]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    """Each record with the physical line it starts on: a quoted value may span lines, and the
+    reader's ``line_num`` counts the lines read so far (not the one a malformed record stopped on)."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     out: list[tuple[int, Any]] = []
+    start = 1
     try:
-        header = reader.fieldnames or []
+        header = next(reader, [])
         for name in header:
             if name not in FIELDS and not name.startswith(RULE_COLUMN_PREFIX):
-                problems.add(1, f"unknown column {name!r} (columns: {', '.join(FIELDS)}, or rule:<name>)")
-        for n, rec in enumerate(reader, start=2):
-            if len(out) >= MAX_ROWS:
-                problems.add(n, f"more than {MAX_ROWS} rows")
+                problems.add(1, f"unknown column {_shown(name)} (columns: {', '.join(FIELDS)}, or rule:<name>)")
+        while True:
+            start = reader.line_num + 1
+            values = next(reader, None)
+            if values is None:
                 break
-            if None in rec:
-                problems.add(n, f"{len(rec[None])} value(s) more than the header's columns")  # type: ignore[index]
+            if not values:  # a blank line
                 continue
-            out.append((n, _csv_doc(rec, n, problems)))
+            if len(out) >= MAX_ROWS:
+                problems.add(start, f"more than {MAX_ROWS} rows")
+                break
+            if len(values) > len(header):
+                problems.add(start, f"{len(values) - len(header)} value(s) more than the header's columns")
+                continue
+            rec: dict[str, str | None] = dict.fromkeys(header)
+            rec.update(zip(header, values, strict=False))
+            out.append((start, _csv_doc(rec, start, problems)))
     except csv.Error as e:
-        problems.add(reader.line_num, f"invalid CSV: {e}")
+        problems.add(start, f"invalid CSV: {e}")
     return out
 
 
@@ -168,9 +237,17 @@ def _csv_doc(rec: Mapping[str, str | None], line: int, problems: _Problems) -> d
             per_rule[key[len(RULE_COLUMN_PREFIX) :]] = value.strip()
         elif key in ("context", "rules", "scores"):
             try:
-                doc[key] = json.loads(value, parse_constant=_no_constant)
+                parsed = json.loads(value, parse_constant=_no_constant)
             except ValueError as e:
                 problems.add(line, f"{key}: invalid JSON: {getattr(e, 'msg', e)}")
+                continue
+            except RecursionError:  # deeper than the decoder can go: far deeper than MAX_NESTING
+                problems.add(line, _too_deep(key))
+                continue
+            if nesting(parsed) > MAX_NESTING:
+                problems.add(line, _too_deep(key))
+                continue
+            doc[key] = parsed
         elif key == "passed":
             low = value.strip().lower()
             doc[key] = {"true": True, "false": False, "1": True, "0": False}.get(low, value)
@@ -192,7 +269,7 @@ def row_from_mapping(doc: Any, line: int, problems: _Problems, rules: set[str] |
         return None
     for key in doc:
         if key not in FIELDS:
-            problems.add(line, f"unknown field {key!r} (fields: {', '.join(FIELDS)})")
+            problems.add(line, f"unknown field {_shown(key)} (fields: {', '.join(FIELDS)})")
     rid = doc.get("id", f"line-{line}")
     if not isinstance(rid, str | int) or isinstance(rid, bool) or rid == "":
         problems.add(line, "id: expected a non-empty string")
@@ -209,10 +286,10 @@ def row_from_mapping(doc: Any, line: int, problems: _Problems, rules: set[str] |
         context = {}
     passed = doc.get("passed")
     if passed is not None and not isinstance(passed, bool):
-        problems.add(line, f"passed: expected true or false, got {passed!r}")
+        problems.add(line, f"passed: expected true or false, got {_shown(passed)}")
     action = doc.get("action")
     if action is not None and action not in ACTIONS:
-        problems.add(line, f"action: {action!r} is not one of {', '.join(ACTIONS)}")
+        problems.add(line, f"action: {_shown(action)} is not one of {', '.join(ACTIONS)}")
     labels = _labels(doc.get("rules", {}), line, problems, rules)
     scores = _scores(doc.get("scores", {}), line, problems, rules)
     if passed is None and action is None and not doc.get("rules"):
@@ -240,7 +317,7 @@ def _unknown_rule(name: str, known: set[str]) -> str:
 
     close = difflib.get_close_matches(name, sorted(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else f" (its rules: {', '.join(sorted(known)) or 'none'})"
-    return f"rule {name!r} is not in the policy{hint}"
+    return f"rule {_shown(name)} is not in the policy{hint}"
 
 
 def _labels(value: Any, line: int, problems: _Problems, rules: set[str] | None) -> dict[str, bool]:
@@ -254,7 +331,7 @@ def _labels(value: Any, line: int, problems: _Problems, rules: set[str] | None) 
         if isinstance(label, str) and label in LABELS:
             out[name] = LABELS[label]
         else:
-            problems.add(line, f"rules.{name}: expected pass or fail, got {label!r}")
+            problems.add(line, f"rules.{_shown_key(name)}: expected pass or fail, got {_shown(label)}")
     return out
 
 
@@ -269,7 +346,7 @@ def _scores(value: Any, line: int, problems: _Problems, rules: set[str] | None) 
         if isinstance(score, int | float) and not isinstance(score, bool) and math.isfinite(score) and 0 <= score <= 1:
             out[name] = float(score)
         else:
-            problems.add(line, f"scores.{name}: expected a number in [0, 1], got {score!r}")
+            problems.add(line, f"scores.{_shown_key(name)}: expected a number in [0, 1], got {_shown(score)}")
     return out
 
 

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossaudit.evals.dataset import Row
+from crossaudit.evals.dataset import MAX_NESTING, Row, nesting
 from crossaudit.kernel.dsl import EvaluatorType, Policy
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
 from crossaudit.kernel.limits import PoolLimits
@@ -140,6 +140,14 @@ def rule_names(policy: Policy) -> list[str]:
     return [r.name for r in policy.rules if r.enabled]
 
 
+def _unsendable(row: Row) -> RowOutcome | None:
+    """The errored outcome of a row no engine or server takes (rows built elsewhere than
+    :func:`crossaudit.evals.dataset.load_dataset`, which refuses them), else None."""
+    if nesting(row.context) > MAX_NESTING:
+        return RowOutcome(row, None, None, {}, error=f"context: nested deeper than {MAX_NESTING} levels (MAX_NESTING)")
+    return None
+
+
 def _outcome(row: Row, answer: Decision | CrossAuditError) -> RowOutcome:
     if isinstance(answer, CrossAuditError):
         return RowOutcome(row, None, None, {}, error=answer.message)
@@ -206,6 +214,10 @@ def run_local(
         if r.response is None:
             outcomes[i] = threshold_only(policy, r)
             tick()
+        elif (refused := _unsendable(r)) is not None:
+            outcomes[i] = refused
+            live.remove(i)
+            tick()
     t0 = time.perf_counter()
     alone, together = _split(live, concurrency)
     for indices, n in ((alone, 1), (together, concurrency)):
@@ -247,6 +259,8 @@ def run_server(
         r = rows[i]
         if r.response is None:
             outcomes[i] = threshold_only(policy, r)
+        elif (refused := _unsendable(r)) is not None:
+            outcomes[i] = refused
         else:
             try:
                 answer: Decision | CrossAuditError = client.evaluate(
@@ -254,6 +268,10 @@ def run_server(
                 )
             except CrossAuditError as e:
                 answer = e
+            except Exception as e:  # one row the client cannot send is that row's error, not the run's end
+                from crossaudit.sdk.tester import unevaluable  # (the SDK's engine side: imported when needed)
+
+                answer = unevaluable(e)
             outcomes[i] = dataclasses.replace(_outcome(r, answer), alone=alone)
         with lock:
             done[0] += 1
@@ -262,7 +280,7 @@ def run_server(
             progress(n, len(rows))
 
     t0 = time.perf_counter()
-    alone, _ = _split([i for i, r in enumerate(rows) if r.response is not None], concurrency)
+    alone, _ = _split([i for i, r in enumerate(rows) if r.response is not None and _unsendable(r) is None], concurrency)
     for i in alone:  # one at a time, here (see LATENCY_ROWS)
         one(i, alone=True)
     first = set(alone)

@@ -56,6 +56,17 @@ T = TypeVar("T")
 DEFAULT_CONCURRENCY = PoolLimits().max_size
 MAX_CONCURRENCY = 256
 Request = tuple[str, str, "Mapping[str, Any] | None"]  # (prompt, response, context)
+UNEVALUABLE_MESSAGE_CHARS = 500  # an untyped exception's text kept in its request's error
+
+
+def unevaluable(e: Exception) -> CrossAuditError:
+    """A request that raised ``e``, not a typed error, as its own typed error (INTERNAL)."""
+    text = f"could not be evaluated: {type(e).__name__}: {e}"
+    if len(text) > UNEVALUABLE_MESSAGE_CHARS:
+        text = text[: UNEVALUABLE_MESSAGE_CHARS - 1] + "…"
+    return CrossAuditError(text)
+
+
 SANDBOX_ENV = "CROSSAUDIT_SANDBOX"  # default sandbox of PolicyTester (process) and of the CLI (auto)
 
 
@@ -183,7 +194,8 @@ class PolicyTester:
         """Evaluate many requests, at most ``concurrency`` at once (as a server's concurrent callers
         would: builtins batch across them). Each answer is its Decision or its typed error, in
         the order of ``requests``; ``on_done(index, answer)`` hears each as it finishes (from the
-        tester's thread)."""
+        tester's thread). A request the engine cannot take at all (a context too deep to copy, an
+        engine fault) is answered with a CrossAuditError naming the exception: the others still run."""
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise InvalidInputError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
         return self._run(self._evaluate_many(requests, concurrency, on_done))
@@ -206,6 +218,8 @@ class PolicyTester:
                     )
                 except CrossAuditError as e:
                     answer = e
+                except Exception as e:  # one request the engine cannot take is that request's error
+                    answer = unevaluable(e)
                 out[i] = answer
                 if on_done is not None:
                     on_done(i, answer)

@@ -29,11 +29,9 @@ import gc
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
@@ -41,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.service import metricsdir
 from crossaudit.service.config import CONSOLE_OFF, ServerConfig
 from crossaudit.service.evidence import build_evidence
 from crossaudit.service.metrics import WorkerMetrics
@@ -65,6 +64,9 @@ WORKER_TICK_S = 1.0
 EXIT_WORKER_CONFIG = 3  # a worker's exit code when it could not start (a configuration problem)
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multiprocess directory
 SANDBOX_NAME_BYTES = 32
+# The signals that stop a supervisor gracefully (a second one: at once); it removes its metrics
+# directory on the way out. SIGHUP too: a closed terminal is an exit it can see.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -128,9 +130,17 @@ def worker_config(config: ServerConfig, index: int, port: int, console_port: int
 class Supervisor:
     """Starts, watches and stops the workers (call from one event loop)."""
 
-    def __init__(self, config: ServerConfig, port: int, metrics: WorkerMetrics, data_dir_lock: int = -1) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        port: int,
+        metrics: WorkerMetrics,
+        data_dir_lock: int = -1,
+        metrics_dir_lock: int = -1,
+    ) -> None:
         self.config = config
         self.data_dir_lock = data_dir_lock
+        self.metrics_dir_lock = metrics_dir_lock
         self.count = config.worker_count
         self.port = port
         self.metrics = metrics
@@ -160,6 +170,7 @@ class Supervisor:
                 (self.inflight, self.ready, self.console_port, self.sandbox),
                 console,
                 InheritedFd(self.data_dir_lock) if self.data_dir_lock >= 0 else None,
+                InheritedFd(self.metrics_dir_lock) if self.metrics_dir_lock >= 0 else None,
             ),
             name=f"crossaudit-worker-{w.index}",
         )
@@ -293,18 +304,19 @@ async def supervise(config: ServerConfig, *, announce: Any = print) -> None:
             await store.aclose()
         reserved = reserve_port(config.host, config.port)
         port = reserved.getsockname()[1]
-        directory = tempfile.mkdtemp(prefix="crossaudit-metrics-")  # 0700, this start's alone
-        metrics = WorkerMetrics(directory)  # the supervisor's own values stay in memory (imported before)
-        os.environ[METRICS_ENV] = directory  # the workers' (spawned: a fresh import) go to files
-        supervisor = Supervisor(config, port, metrics, data_dir_lock=lock.fileno())
+        metricsdir.sweep()  # the directories of supervisors killed before they could remove theirs
+        directory = metricsdir.create()  # 0700, this start's alone, locked while it or a worker lives
+        metrics = WorkerMetrics(directory.path)  # the supervisor's own values stay in memory (imported before)
+        os.environ[METRICS_ENV] = directory.path  # the workers' (spawned: a fresh import) go to files
+        supervisor = Supervisor(config, port, metrics, data_dir_lock=lock.fileno(), metrics_dir_lock=directory.lock_fd)
         stop, force = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, lambda: force.set() if stop.is_set() else stop.set())
         try:
             await _run(supervisor, config, stop, force, announce, tenants, port)
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
             metrics.close()
     finally:
@@ -312,7 +324,7 @@ async def supervise(config: ServerConfig, *, announce: Any = print) -> None:
             reserved.close()
         if directory is not None:
             os.environ.pop(METRICS_ENV, None)
-            shutil.rmtree(directory, ignore_errors=True)
+            directory.remove()
         lock.close()
 
 
@@ -382,12 +394,15 @@ def worker_main(
     shared: tuple[Any, Any, Any, Any],
     console_socket: socket.socket | None = None,
     data_dir_lock: int | None = None,
+    metrics_dir_lock: int | None = None,
 ) -> None:
     """A worker's process (spawned): serve until SIGTERM/SIGINT or the supervisor is gone.
     ``data_dir_lock``: the supervisor's locked file, kept open here (the flock is the open file's,
     so it stays held while any worker lives: a supervisor killed with SIGKILL frees the data dir
-    only once its workers have drained, never to a new server while they still deliver)."""
-    del data_dir_lock  # held, never used, until this process exits
+    only once its workers have drained, never to a new server while they still deliver).
+    ``metrics_dir_lock``: likewise the lock of the metrics directory this worker writes to
+    (:mod:`crossaudit.service.metricsdir`): no new supervisor removes it while this one lives."""
+    del data_dir_lock, metrics_dir_lock  # held, never used, until this process exits
     from crossaudit.service.logs import configure_logging
 
     configure_logging(config.log_level, config.log_format, worker=index)

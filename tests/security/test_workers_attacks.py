@@ -4,6 +4,7 @@ a supervisor killed with SIGKILL until its workers are gone (no new server besid
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -100,3 +101,53 @@ def test_a_killed_supervisors_data_dir_stays_locked_until_its_workers_are_gone(t
                 except BlockingIOError:
                     assert time.monotonic() < deadline, "the data dir stayed locked after the workers exited"
                     time.sleep(0.05)
+
+
+def _metrics_dirs(tmp: Path) -> set[str]:
+    return {p.name for p in tmp.iterdir() if p.name.startswith("crossaudit-metrics-")}
+
+
+def test_a_killed_supervisors_metrics_directory_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    """``kill -9`` of a supervisor (and its workers) left its prometheus multiprocess directory in
+    the temporary directory, one more per crash. The next supervisor's start removes it, and keeps
+    the directory of a supervisor that still runs; a stop by SIGHUP or SIGTERM removes its own."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(mode=0o700)
+    env = {"TMPDIR": str(tmp)}
+    with ServerProcess(tmp_path / "live", extra=("--workers", "2"), env=env):
+        live = _metrics_dirs(tmp)
+        assert len(live) == 1
+        crashed = ServerProcess(tmp_path / "crashed", extra=("--workers", "2"), env=env)
+        crashed.start()
+        try:
+            dead = _metrics_dirs(tmp) - live
+            assert len(dead) == 1
+            workers = workers_of(crashed)
+            assert workers
+            os.kill(crashed.pid, signal.SIGKILL)
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            assert crashed.proc is not None
+            crashed.proc.wait(10)
+            deadline = time.monotonic() + RESTART_WAIT_S
+            while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not any(_alive(p) for p in workers)
+        finally:
+            crashed.kill()
+        assert dead <= _metrics_dirs(tmp), "the killed supervisor's directory is there to be found"
+        following = ServerProcess(tmp_path / "next", extra=("--workers", "2"), env=env)
+        following.start()
+        try:
+            now = _metrics_dirs(tmp)
+            assert not dead & now, "the dead supervisor's metrics directory was left behind"
+            assert live <= now, "a live supervisor's metrics directory was removed"
+            assert len(now - live) == 1
+            os.kill(following.pid, signal.SIGHUP)  # a closed terminal: an exit it sees
+            assert following.proc is not None
+            assert following.proc.wait(RESTART_WAIT_S) == 0
+        finally:
+            following.kill()
+        assert _metrics_dirs(tmp) == live, "a supervisor stopped by a signal removes its own directory"
+    assert _metrics_dirs(tmp) == set()

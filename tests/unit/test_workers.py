@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -158,3 +159,51 @@ def test_dead_workers_metrics_stay_summed_in_a_bounded_number_of_files(tmp_path:
     scrape = generate_latest(metrics.registry).decode()
     assert f'crossaudit_test_calls_total{{tenant="acme"}} {3.0 * DEAD_WORKERS}' in scrape
     assert f'crossaudit_test_seconds_bucket{{le="1.0"}} {float(DEAD_WORKERS)}' in scrape
+
+
+def test_the_metrics_directory_sweep_removes_only_this_users_dead_supervisors_directories(tmp_path: Path) -> None:
+    """A start removes a ``crossaudit-metrics-*`` directory whose lock nobody holds; it keeps a
+    live supervisor's (held by its supervisor or by a worker that inherited the lock), an older
+    version's (no lock file: cannot be told), another user's, and never follows a link."""
+    import fcntl
+
+    from crossaudit.service import metricsdir
+
+    live = metricsdir.create(str(tmp_path))
+    assert stat.S_IMODE(os.stat(live.path).st_mode) == 0o700
+    assert os.path.basename(live.path).startswith(metricsdir.PREFIX)
+    dead = metricsdir.create(str(tmp_path))
+    (Path(dead.path) / "counter_123.db").write_bytes(b"x")
+    os.close(dead.lock_fd)  # what SIGKILL does to the supervisor (its workers gone too)
+    inherited = metricsdir.create(str(tmp_path))
+    worker_fd = os.dup(inherited.lock_fd)  # a worker's copy of the open file outlives the supervisor
+    os.close(inherited.lock_fd)
+    legacy = tmp_path / f"{metricsdir.PREFIX}legacy"
+    legacy.mkdir(mode=0o700)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / metricsdir.LOCK_NAME).write_text("")
+    (outside / "keep").write_text("")
+    link = tmp_path / f"{metricsdir.PREFIX}link"
+    link.symlink_to(outside)
+    fake_lock = tmp_path / f"{metricsdir.PREFIX}fifo"
+    fake_lock.mkdir(mode=0o700)
+    os.mkfifo(fake_lock / metricsdir.LOCK_NAME)  # never opened for blocking, never taken as a lock
+    others = None
+    if os.geteuid() == 0:
+        others = metricsdir.create(str(tmp_path))
+        os.close(others.lock_fd)
+        os.chown(others.path, 65534, 65534)
+    removed = metricsdir.sweep(str(tmp_path))
+    assert removed == [os.path.basename(dead.path)]
+    assert not os.path.lexists(dead.path)
+    for kept in (live.path, inherited.path, legacy, link, fake_lock, outside / "keep"):
+        assert os.path.lexists(kept), kept
+    if others is not None:
+        assert os.path.isdir(others.path)
+    os.close(worker_fd)  # the last worker is gone: the next start removes it
+    assert metricsdir.sweep(str(tmp_path)) == [os.path.basename(inherited.path)]
+    fcntl.flock(live.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still its own
+    live.remove()
+    assert not os.path.lexists(live.path)
+    assert not any(p.name.startswith(metricsdir.STAGING_PREFIX) for p in tmp_path.iterdir())
