@@ -9,19 +9,23 @@ the process dies, ``kill -9`` included, so nothing here is left held by a dead w
   rename) under the directory's lock. The signer checks the store against it before it extends
   or signs anything (:mod:`crossaudit.service.evidence`): a checkpoint deleted from the database
   is noticed by every worker and after every restart, not only by the process that signed it.
+* :class:`Slots`: at most ``cap`` holders per tenant across every process of the data dir, each
+  slot a lock on a file of its own (``slots/<kind>/<tenant digest>.<i>``), taken without waiting:
+  a slot is free again the moment its holder's block ends or its process dies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from crossaudit.kernel.errors import ConfigurationError
@@ -30,8 +34,10 @@ WITNESS_DIR = "evidence-witness"  # in the data directory
 WITNESS_LOCK = ".lock"
 WITNESS_FORMAT = "crossaudit.witness/v1"
 MAX_WITNESS_FILE_BYTES = 4 << 10  # one tenant's entry is under 300 bytes
+SLOTS_DIR = "slots"  # in the data directory
 WITNESS_LOCK_POLL_S = 0.002  # how often a waiting signer tries the witness lock again (never blocks the loop)
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
+_LOCK_OPEN = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC  # a lock file: never through a link
 _ROOT_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -72,7 +78,7 @@ class Witness:
     def _open_lock(self) -> int:
         try:
             _private_dir(self.dir)
-            return os.open(self.dir / WITNESS_LOCK, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE)
+            return os.open(self.dir / WITNESS_LOCK, _LOCK_OPEN, _FILE_MODE)
         except OSError as e:
             raise ConfigurationError(f"cannot use the evidence witness {self.dir}: {e.strerror}") from None
 
@@ -128,3 +134,59 @@ class Witness:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+class Slots:
+    """At most ``cap`` holders of a tenant's ``kind`` at once across every process of ``data_dir``
+    (None: this process's alone, counted in memory)."""
+
+    def __init__(self, data_dir: Path | None, kind: str) -> None:
+        self.dir = None if data_dir is None else Path(data_dir) / SLOTS_DIR / kind
+        self._held: dict[str, int] = {}  # without a data dir
+
+    @contextlib.contextmanager
+    def hold(self, tenant: str, cap: int) -> Iterator[bool]:
+        """One of ``tenant``'s ``cap`` slots while the block runs: True; False (nothing held) when
+        every one is held, by this process or any other of the server (the caller refuses)."""
+        fd = self._take(tenant, cap)
+        if fd is None:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._give(tenant, fd)
+
+    def _take(self, tenant: str, cap: int) -> int | None:
+        if self.dir is None:
+            if self._held.get(tenant, 0) >= cap:
+                return None
+            self._held[tenant] = self._held.get(tenant, 0) + 1
+            return -1
+        try:
+            _private_dir(self.dir)
+        except OSError as e:
+            raise ConfigurationError(f"cannot use {self.dir}: {e.strerror}") from None
+        name = _tenant_file(tenant)
+        for i in range(cap):
+            try:
+                fd = os.open(self.dir / f"{name}.{i}", _LOCK_OPEN, _FILE_MODE)
+            except OSError as e:
+                raise ConfigurationError(f"cannot use {self.dir}: {e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    continue  # held: by a sibling, or by this process on another descriptor
+                raise ConfigurationError(f"cannot lock a slot in {self.dir}: {e.strerror}") from None
+            return fd
+        return None
+
+    def _give(self, tenant: str, fd: int) -> None:
+        if fd >= 0:
+            os.close(fd)  # the slot is free again (as it is when this process dies)
+            return
+        self._held[tenant] -= 1
+        if not self._held[tenant]:
+            del self._held[tenant]

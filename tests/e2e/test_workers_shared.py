@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
+import signal
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,8 +154,8 @@ def _replay_keys() -> str:
     )
 
 
-@pytest.fixture
-def replay_server(tmp_path: Path, store_args: tuple[str, ...]) -> Iterator[ServerProcess]:
+@contextlib.contextmanager
+def _replay_server(tmp_path: Path, store_args: tuple[str, ...]) -> Iterator[ServerProcess]:
     extra = (
         "--workers", "2", "--set", f"retention.operator_key_env={OPERATOR_KEY_ENV}",
         "--set", f"limits.max_concurrent_replays_per_tenant={REPLAY_CAP}",
@@ -164,6 +167,12 @@ def replay_server(tmp_path: Path, store_args: tuple[str, ...]) -> Iterator[Serve
             c.deploy_policy(RECORDED)
             for i in range(RECORDS):
                 c.evaluate("recorded", "p", f"r{i}", timeout=30)
+        yield srv
+
+
+@pytest.fixture
+def replay_server(tmp_path: Path, store_args: tuple[str, ...]) -> Iterator[ServerProcess]:
+    with _replay_server(tmp_path, store_args) as srv:
         yield srv
 
 
@@ -213,3 +222,44 @@ def test_the_replay_cap_holds_across_workers(replay_server: ServerProcess) -> No
     assert admitted + refused == REPLAYERS
     assert "end" not in events[:REPLAYERS], f"the replays did not overlap: {events}"  # the test's premise
     assert admitted == REPLAY_CAP, f"{admitted} replays admitted at once against a cap of {REPLAY_CAP}"
+
+
+RESTART_WAIT_S = 120.0  # bound on the supervisor replacing both killed workers
+
+
+def test_replay_slots_of_killed_workers_are_free_at_once(tmp_path: Path) -> None:
+    """Both workers killed with SIGKILL while they run the tenant's replays: the replacements
+    admit a whole cap of replays (the kernel dropped the dead holders' locks: nothing expires)."""
+    from tests.e2e.test_workers import metrics, workers_of
+
+    with _replay_server(tmp_path, ()) as srv:
+        running = threading.Event()
+        outcomes: list[str] = []
+
+        def long_replay() -> None:
+            with OwnConnection(srv.address, api_key=key("acme")) as c:
+                try:
+                    c.replay_policy(CANDIDATE, "recorded", ReplayOptions(), progress=lambda _p: running.set())
+                    outcomes.append("finished")
+                except CrossAuditError as e:
+                    outcomes.append(type(e).__name__)
+
+        threads = [threading.Thread(target=long_replay) for _ in range(REPLAY_CAP)]
+        for t in threads:
+            t.start()
+        assert running.wait(RESTART_WAIT_S)
+        killed = workers_of(srv)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        for t in threads:
+            t.join(RESTART_WAIT_S)
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while time.monotonic() < deadline:
+            now = workers_of(srv)
+            if len(now) == 2 and not set(killed) & set(now) and metrics(srv)["crossaudit_workers"] == 2:
+                break  # two replacements, both serving
+            time.sleep(0.2)
+        assert metrics(srv)["crossaudit_worker_restarts_total"] >= 2
+        assert "finished" not in outcomes, outcomes  # the kill came while they ran
+        admitted, refused, _ = _replays_at_once(srv, REPLAY_CAP)
+        assert (admitted, refused) == (REPLAY_CAP, 0)
