@@ -38,7 +38,6 @@ from crossaudit.evidence.notes import (
 from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report, Verifier, require_signed
 from crossaudit.kernel.errors import (
     ConfigurationError,
-    CrossAuditError,
     InvalidInputError,
     LogForkError,
     NotFoundError,
@@ -372,7 +371,7 @@ class EvidenceLog:
             try:
                 if await self.checkpoint(tenant) is not None:
                     n += 1
-            except CrossAuditError as exc:  # a fork (logged when found) or an unreadable witness: the others are signed
+            except (LogForkError, ConfigurationError) as exc:  # a fork (logged when found), an unreadable witness
                 if not isinstance(exc, LogForkError) and (tenant, str(exc)) not in self._refused:
                     self._refused.add((tenant, str(exc)))
                     log.error("not signing the decision log of tenant %s: %s", tenant, exc)

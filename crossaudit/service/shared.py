@@ -93,13 +93,16 @@ class Witness:
             return None
         except OSError as e:
             raise ConfigurationError(f"cannot read the evidence witness {path}: {e.strerror}") from None
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_WITNESS_FILE_BYTES + 1)
+        try:
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(MAX_WITNESS_FILE_BYTES + 1)
+        except OSError as e:
+            raise ConfigurationError(f"cannot read the evidence witness {path}: {e.strerror}") from None
         try:
             doc = json.loads(data) if len(data) <= MAX_WITNESS_FILE_BYTES else None
             size, root = doc["size"], doc["root"]
             ok = doc["format"] == WITNESS_FORMAT and doc["tenant"] == tenant
-            ok = ok and isinstance(size, int) and size > 0 and isinstance(root, str) and _ROOT_HEX.fullmatch(root)
+            ok = ok and type(size) is int and size > 0 and isinstance(root, str) and _ROOT_HEX.fullmatch(root)
         except (ValueError, TypeError, KeyError):
             ok = False
         if not ok:
@@ -116,7 +119,12 @@ class Witness:
         if known is not None and known[0] >= size:
             return
         doc = {"format": WITNESS_FORMAT, "tenant": tenant, "size": size, "root": root.hex()}
-        data = json.dumps(doc, sort_keys=True).encode() + b"\n"
+        try:
+            self._replace(tenant, json.dumps(doc, sort_keys=True).encode() + b"\n")
+        except OSError as e:  # the checkpoint is stored: the witness is only behind (the next one retries)
+            raise ConfigurationError(f"cannot write the evidence witness in {self.dir}: {e.strerror}") from None
+
+    def _replace(self, tenant: str, data: bytes) -> None:
         _private_dir(self.dir)
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")  # 0600
         try:

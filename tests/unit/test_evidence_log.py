@@ -22,7 +22,7 @@ from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import leaf_hash
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
-from crossaudit.kernel.errors import LogForkError
+from crossaudit.kernel.errors import ConfigurationError, LogForkError
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.evidence import EvidenceLog, export_chunks
 from crossaudit.service.shared import WITNESS_DIR, Witness
@@ -351,6 +351,22 @@ async def test_a_checkpoint_that_forks_below_the_witnessed_one_is_refused(db: Db
         await db.store.add_checkpoint(rec)  # the genuine ones back, beside the forged 25
     with pytest.raises(LogForkError, match="checkpoint 25 in the store does not extend checkpoint 20"):
         await mine.checkpoint("acme")
+
+
+async def test_a_witness_that_does_not_parse_stops_that_logs_signing_typed(db: Db, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    signer = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 4)
+    await write(db.store, 4, "globex")
+    assert await signer.checkpoint_all() == 2
+    for p in (data / WITNESS_DIR).iterdir():
+        if not p.name.startswith(".") and json.loads(p.read_text())["tenant"] == "acme":
+            p.write_text("{not json")
+    await write(db.store, 2)
+    await write(db.store, 2, "globex")
+    with pytest.raises(ConfigurationError, match="does not parse"):
+        await signer.checkpoint("acme")
+    assert await signer.checkpoint_all() == 1  # globex is still signed; acme waits for its operator
 
 
 async def test_records_no_checkpoint_signs_are_not_evidence(db: Db) -> None:
