@@ -27,6 +27,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
 
@@ -99,7 +100,7 @@ class Witness:
         except OSError as e:
             raise ConfigurationError(f"cannot read the evidence witness {path}: {e.strerror}") from None
         try:
-            doc = json.loads(data) if len(data) <= MAX_WITNESS_FILE_BYTES else None
+            doc: Any = json.loads(data) if len(data) <= MAX_WITNESS_FILE_BYTES else None
             size, root = doc["size"], doc["root"]
             ok = doc["format"] == WITNESS_FORMAT and doc["tenant"] == tenant
             ok = ok and type(size) is int and size > 0 and isinstance(root, str) and _ROOT_HEX.fullmatch(root)
