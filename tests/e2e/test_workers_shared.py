@@ -6,7 +6,8 @@ across its workers, on both stores.
   record under it, leaf recomputed). Every worker refuses, with a typed error, and
   ``audit verify --key`` fails.
 - ``limits.max_concurrent_replays_per_tenant`` holds for the server: concurrent replays from
-  clients spread over both workers are admitted at most that many at once."""
+  clients spread over both workers are admitted at most that many at once, and the slots of
+  workers killed with SIGKILL mid-replay are free for their replacements at once."""
 
 from __future__ import annotations
 
