@@ -40,6 +40,7 @@ module stays transport-neutral.
     ├── RetentionKeyError                 failed_precondition               (operator key missing or not the one)
     ├── RetainedInputsTamperedError       failed_precondition               (a retained row fails authentication)
     ├── CandidateStateError               failed_precondition
+    ├── LogForkError                      failed_precondition               (the store lost what the server signed)
     └── EvaluatorError                    internal
         ├── EvaluatorTimeoutError         deadline_exceeded        yes
         ├── EvaluatorUnavailableError     unavailable              yes
@@ -346,6 +347,14 @@ class RetentionKeyError(CrossAuditError):
 class RetainedInputsTamperedError(CrossAuditError):
     """A retained row (or a wrapped tenant key) failed AES-GCM authentication: altered, or moved
     to another tenant or decision. Never answered as garbage; the message names the decision only."""
+
+    code = ErrorCode.FAILED_PRECONDITION
+
+
+class LogForkError(CrossAuditError):
+    """A tenant's decision log in the store is not an extension of the newest checkpoint this
+    server signed (that checkpoint deleted, or the records under it rewritten): the server signs
+    nothing more of that log, since a new checkpoint would vouch for the altered history."""
 
     code = ErrorCode.FAILED_PRECONDITION
 

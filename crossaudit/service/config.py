@@ -99,7 +99,7 @@ class ServiceLimits:
                 "the rest stay open to other tenants, admitted at once beside a flood rather than at its next freed "
                 "slot. A call over it waits in the same fair queue (DEADLINE_EXCEEDED naming this setting past its "
                 "deadline)"
-            )
+            ),
         ),
     ] = 0.75
     max_stream_inflight: Annotated[
@@ -188,7 +188,13 @@ class ServiceLimits:
     ] = 1.0
     upload_timeout_s: Annotated[PositiveFloat, Field(description="validation + image build of one upload")] = 1_800.0
     max_concurrent_uploads_per_tenant: Annotated[
-        PositiveInt, Field(description="image builds are heavy: more = RESOURCE_EXHAUSTED")
+        PositiveInt,
+        Field(
+            description=(
+                "image builds are heavy: a tenant's uploads being prepared at once in the server, every worker "
+                "together (as replays); more = RESOURCE_EXHAUSTED"
+            )
+        ),
     ] = 2
     max_struct_depth: Annotated[
         PositiveInt,
@@ -277,7 +283,13 @@ class ServiceLimits:
         PositiveInt, Field(description="sample decision ids a replay report lists per category (a request's cap)")
     ] = 20
     max_concurrent_replays_per_tenant: Annotated[
-        PositiveInt, Field(description="replays of one tenant running at once; one more is RESOURCE_EXHAUSTED")
+        PositiveInt,
+        Field(
+            description=(
+                "replays of one tenant running at once in the server, every worker together (a slot file locked in "
+                "the data directory; a killed worker's are free at once); one more is RESOURCE_EXHAUSTED"
+            )
+        ),
     ] = 2
 
 
@@ -293,7 +305,7 @@ class RolloutLimits:
         Field(
             description=(
                 "sampled decisions waiting for a shadow evaluation, per process; one more is dropped and counted "
-                "(crossaudit_shadow_samples_total{outcome=\"dropped\"} and the shadow report), never waited for"
+                '(crossaudit_shadow_samples_total{outcome="dropped"} and the shadow report), never waited for'
             )
         ),
     ] = 1_000
@@ -381,9 +393,9 @@ class ConsoleLimits:
     __pydantic_config__ = SETTINGS_SECTION
 
     session_idle_s: Annotated[PositiveFloat, Field(description="a session unused this long is signed out")] = 15 * 60
-    session_max_age_s: Annotated[
-        PositiveFloat, Field(description="... and any session this long after sign-in")
-    ] = 8 * 3600
+    session_max_age_s: Annotated[PositiveFloat, Field(description="... and any session this long after sign-in")] = (
+        8 * 3600
+    )
     max_sessions: Annotated[
         PositiveInt,
         Field(
@@ -545,9 +557,7 @@ class RetentionConfig:
     ] = 30 * 86_400.0
     max_inputs_bytes_per_decision: Annotated[
         PositiveInt,
-        Field(
-            description="a decision whose sealed inputs are larger is answered and audited, its inputs not retained"
-        ),
+        Field(description="a decision whose sealed inputs are larger is answered and audited, its inputs not retained"),
     ] = 1024 * 1024
     max_index_fields: Annotated[
         PositiveInt,
@@ -641,9 +651,9 @@ class EvidenceConfig:
     checkpoint_every: Annotated[
         PositiveInt, Field(description="a tenant's log is checkpointed once this many decisions are unsigned ...")
     ] = 1_000
-    checkpoint_interval_s: Annotated[
-        PositiveFloat, Field(description="... or this often, whichever comes first")
-    ] = 10.0
+    checkpoint_interval_s: Annotated[PositiveFloat, Field(description="... or this often, whichever comes first")] = (
+        10.0
+    )
     checkpoint_batch: Annotated[
         PositiveInt, Field(description="leaf hashes read per transaction while checkpointing")
     ] = 50_000
@@ -771,7 +781,7 @@ class ServerConfig:
         Field(
             description=(
                 "server processes on one port (SO_REUSEPORT), supervised: 1 = this process serves; auto = the "
-                "cores this process may run on (docs/service.md, \"Workers\")"
+                'cores this process may run on (docs/service.md, "Workers")'
             )
         ),
         CLI(metavar="N|auto"),
@@ -786,9 +796,9 @@ class ServerConfig:
     tls_cert: Annotated[
         Path | None, Field(description="TLS certificate (PEM) of the gRPC port"), CLI(metavar="PEM")
     ] = None
-    tls_key: Annotated[
-        Path | None, Field(description="TLS private key (PEM) of the gRPC port"), CLI(metavar="PEM")
-    ] = None
+    tls_key: Annotated[Path | None, Field(description="TLS private key (PEM) of the gRPC port"), CLI(metavar="PEM")] = (
+        None
+    )
     policies_dir: Annotated[
         Path | None,
         Field(description=f"policies/*.yaml deployed to {DEFAULT_ENVIRONMENT!r} on first start ('' = none)"),
@@ -835,9 +845,7 @@ class ServerConfig:
         Field(description="append every decision to DIR/decisions-YYYY-MM-DD.jsonl, at least once"),
         CLI(metavar="DIR"),
     ] = None
-    limits: Annotated[ServiceLimits, Field(description="caps of the gRPC layer")] = field(
-        default_factory=ServiceLimits
-    )
+    limits: Annotated[ServiceLimits, Field(description="caps of the gRPC layer")] = field(default_factory=ServiceLimits)
     # ``console_listen_port`` is the port in effect.
     console_port: Annotated[
         Port | Literal["off"] | None,
@@ -867,18 +875,18 @@ class ServerConfig:
         default_factory=SandboxLimits
     )
     pool_limits: Annotated[PoolLimits, Field(description="warm sandbox pools")] = field(default_factory=PoolLimits)
-    dependency_limits: Annotated[
-        DependencyLimits, Field(description="custom evaluators' pip dependencies")
-    ] = field(default_factory=DependencyLimits)
+    dependency_limits: Annotated[DependencyLimits, Field(description="custom evaluators' pip dependencies")] = field(
+        default_factory=DependencyLimits
+    )
     delivery_limits: Annotated[DeliveryLimits, Field(description="webhook and decision-log delivery")] = field(
         default_factory=DeliveryLimits
     )
     postgres_limits: Annotated[PostgresLimits, Field(description="the PostgreSQL store")] = field(
         default_factory=PostgresLimits
     )
-    retention: Annotated[
-        RetentionConfig, Field(description="retained evaluation inputs (docs/retention.md)")
-    ] = field(default_factory=RetentionConfig)
+    retention: Annotated[RetentionConfig, Field(description="retained evaluation inputs (docs/retention.md)")] = field(
+        default_factory=RetentionConfig
+    )
     evidence: Annotated[
         EvidenceConfig, Field(description="the tamper-evident decision log and receipts (docs/evidence.md)")
     ] = field(default_factory=EvidenceConfig)

@@ -17,6 +17,7 @@ everything works on plain models and the :class:`~crossaudit.store.Store`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
@@ -59,6 +60,7 @@ class CrossAuditService:
         retention: RetentionConfig | None = None,
         rollout_limits: RolloutLimits | None = None,
         evidence: EvidenceLog | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.store = store
         # The signed decision logs (None: decisions still get their leaves, nothing signs them).
@@ -90,6 +92,7 @@ class CrossAuditService:
             sandbox_limits=sandbox_limits or (sandbox.limits if sandbox else SandboxLimits()),
             dependency_limits=dependency_limits or DependencyLimits(),
             metrics=self.metrics,
+            data_dir=data_dir,  # concurrent uploads and replays are counted for every worker of the server
         )
         self.records = Records(store, self.tenants, limits=self.limits)
         self.deliveries = Deliveries(store, self.grants, delivery, registry=self.metrics.registry)
@@ -119,7 +122,13 @@ class CrossAuditService:
         )
         self.labels = Labels(store, self.retention, limits=self.limits)
         self.replays = Replays(
-            store, self.tenants, self.catalog, self.retention, limits=self.limits, prices=self.metrics.prices
+            store,
+            self.tenants,
+            self.catalog,
+            self.retention,
+            limits=self.limits,
+            prices=self.metrics.prices,
+            data_dir=data_dir,
         )
 
         # The API the servicers call; each method belongs to one component.

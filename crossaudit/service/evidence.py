@@ -36,9 +36,16 @@ from crossaudit.evidence.notes import (
     sign_checkpoint,
 )
 from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report, Verifier, require_signed
-from crossaudit.kernel.errors import ConfigurationError, InvalidInputError, NotFoundError, QuotaExceededError
+from crossaudit.kernel.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    LogForkError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from crossaudit.service.auth import check_private_file
 from crossaudit.service.config import EvidenceConfig
+from crossaudit.service.shared import Witness
 from crossaudit.store.base import CheckpointRecord, LogRow, Store
 from crossaudit.store.sql import SqlStore
 
@@ -170,8 +177,11 @@ class EvidenceLog:
         *,
         key: SigningKey | None,
         trusted: Sequence[PublicKey] = (),
+        witness: Witness | None = None,
     ) -> None:
         self.store = store
+        # what this server signed, shared by its workers and kept over restarts (None: this process's memory)
+        self.witness = witness
         self.config = config or EvidenceConfig()
         self.key = key  # None: nothing is signed (a shared store without a configured key)
         self.trusted = list(trusted) or ([key.public] if key is not None else [])
@@ -201,16 +211,19 @@ class EvidenceLog:
     async def checkpoint(self, tenant: str, upto: int | None = None) -> CheckpointRecord | None:
         """Sign ``tenant``'s log up to its head (or ``upto``, or a missing sequence number, which
         is logged: verify names it), extending the largest checkpoint below that once it checks.
-        None when that checkpoint already covers it all, or does not check."""
+        None when that checkpoint already covers it all, or does not check; LogForkError when the
+        store no longer extends the newest checkpoint this server signed (the witness)."""
         if self.key is None:
             return None
         lock = self._locks.setdefault(tenant, asyncio.Lock())
         async with lock:
             self._unsigned.pop(tenant, None)
-            latest = await self.store.latest_checkpoint(tenant, max_size=upto)
-            tree = self._trusted_base(tenant, latest, upto)
-            if tree is None:
-                return None
+            async with self._witnessed():
+                latest = await self.store.latest_checkpoint(tenant, max_size=upto)
+                tree = self._trusted_base(tenant, latest, upto)
+                if tree is None:
+                    return None
+                await self._check_witness(tenant, latest, tree)
             head = await self.store.log_size(tenant)
             if upto is not None:
                 head = min(head, upto)
@@ -236,11 +249,80 @@ class EvidenceLog:
             now = time.time()
             cp = sign_checkpoint(self.key, self.origin(tenant), tree.size, tree.root(), int(now))
             rec = CheckpointRecord(tenant, cp.size, cp.root.hex(), cp.key_id, cp.note, tree.state(), now)
-            if await self.store.add_checkpoint(rec):
-                self.signed += 1
+            async with self._witnessed():  # stored, then remembered: a sibling never sees the witness ahead
+                if await self.store.add_checkpoint(rec):
+                    self.signed += 1
+                if self.witness is not None:
+                    await asyncio.to_thread(self.witness.record, tenant, cp.size, cp.root)
             if cp.size > self._seen.get(tenant, (0, b""))[0]:
                 self._seen[tenant] = (cp.size, cp.root)
             return rec
+
+    def _witnessed(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """The witness's lock (every process of the data dir in turn); nothing without a witness."""
+        return self.witness.locked() if self.witness is not None else contextlib.nullcontext()
+
+    async def _check_witness(self, tenant: str, latest: CheckpointRecord | None, tree: merkle.Frontier) -> None:
+        """That the store still holds the newest checkpoint this server signed (or checked) of
+        ``tenant``'s log (the witness: every worker's and every earlier run's), and that ``latest``
+        (``tree``, its checked edge) is it or extends it. Otherwise LogForkError, logged once:
+        signing on would vouch for a history someone with write access to the database made after
+        deleting that checkpoint. A larger ``latest`` that extends it is remembered in its place."""
+        if self.witness is None:
+            return
+        known = await asyncio.to_thread(self.witness.get, tenant)
+        why = ""
+        if known is None or (latest is not None and latest.size > known[0]):
+            if known is not None:
+                why = await self._extends(tenant, known[0], known[1], latest.size, tree.root())  # type: ignore[union-attr]
+            if not why and latest is not None:
+                # one it checked (a sibling that died before remembering it, another replica's, or the
+                # newest when the witness began): remembered as its own, so it cannot go either
+                await asyncio.to_thread(self.witness.record, tenant, latest.size, tree.root())
+        else:
+            size, root = known
+            if latest is None or latest.size < size:
+                newest = "none" if latest is None else str(latest.size)
+                why = f"the store no longer holds checkpoint {size}, which this server signed (its newest is {newest})"
+            elif tree.root() != root:
+                why = f"checkpoint {size} in the store is not the one this server signed"
+        if not why:
+            return
+        if (tenant, why) not in self._refused:
+            self._refused.add((tenant, why))
+            log.error(
+                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
+                tenant,
+                why,
+                tenant,
+            )
+        raise LogForkError(
+            f"the server signs no more of this decision log: {why}; its operator runs crossaudit audit verify "
+            "--store (docs/evidence.md)"
+        )
+
+    async def _extends(self, tenant: str, size: int, root: bytes, new_size: int, new_root: bytes) -> str:
+        """Why the store's checkpoint of ``new_size`` (root ``new_root``) does not extend the one of
+        ``size`` this server signed; "" when it does. The stored edge of that checkpoint, checked
+        against the witness's root, extended by the stored leaves up to ``new_size``."""
+        stored = await self.store.list_checkpoints(tenant, min_size=size, max_size=size, limit=1)
+        if not stored:
+            return f"the store no longer holds checkpoint {size}, which this server signed (its newest is {new_size})"
+        try:
+            tree = merkle.Frontier.restore(size, stored[0].frontier)
+        except (merkle.ProofError, ValueError, TypeError):
+            tree = None
+        if tree is None or tree.root() != root:
+            return f"checkpoint {size} in the store is not the one this server signed"
+        while tree.size < new_size:
+            end = min(new_size, tree.size + self.config.checkpoint_batch)
+            leaves = await self.store.log_leaves(tenant, tree.size, end)
+            await asyncio.to_thread(_extend, tree, leaves, tree.size)
+            if tree.size < end:
+                break
+        if tree.size != new_size or tree.root() != new_root:
+            return f"checkpoint {new_size} in the store does not extend checkpoint {size}, which this server signed"
+        return ""
 
     def _trusted_base(
         self, tenant: str, latest: CheckpointRecord | None, upto: int | None = None
@@ -250,7 +332,7 @@ class EvidenceLog:
         root; never smaller than a checkpoint this process signed or saw. None (logged once)
         when the stored checkpoints cannot be trusted: a new checkpoint would otherwise sign
         whatever someone with write access to the database put there."""
-        seen = self._seen.get(tenant)
+        seen = self._seen.get(tenant) if self.witness is None else None  # a witness checks it for every worker
         if seen is not None and upto is not None and seen[0] > upto:
             seen = None  # a checkpoint below the largest, asked for on purpose (the records a read covers)
         why = ""
@@ -289,6 +371,10 @@ class EvidenceLog:
             try:
                 if await self.checkpoint(tenant) is not None:
                     n += 1
+            except (LogForkError, ConfigurationError) as exc:  # a fork (logged when found), an unreadable witness
+                if not isinstance(exc, LogForkError) and (tenant, str(exc)) not in self._refused:
+                    self._refused.add((tenant, str(exc)))
+                    log.error("not signing the decision log of tenant %s: %s", tenant, exc)
             except (ValueError, TypeError):  # one log's stored rows do not parse: the others are still signed
                 log.exception("signing the decision log of tenant %s failed; run crossaudit audit verify", tenant)
         return n
@@ -629,7 +715,8 @@ def build_evidence(config: EvidenceConfig, store: Store, data_dir: Path, *, shar
             "no evidence.signing_key_file: the decision logs are kept but no checkpoint is signed (replicas sharing "
             "a PostgreSQL store need one key; make one with crossaudit audit key --generate FILE)"
         )
-    return EvidenceLog(store, config, key=key, trusted=trusted)
+    witness = Witness(data_dir) if key is not None else None
+    return EvidenceLog(store, config, key=key, trusted=trusted, witness=witness)
 
 
 # --- an operator's verification straight from the store, on every core ----------------------------

@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.dsl import LLMConfig
@@ -48,6 +49,7 @@ from crossaudit.service.config import ServiceLimits
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, estimated_prompt_tokens, price_for
 from crossaudit.service.replaydiff import LLMEstimate, RecordedDecision, ReplayProgress, ReplayReport
 from crossaudit.service.retention import DEV_RETENTION_HINT, RetainedInputs, Retention
+from crossaudit.service.shared import Slots
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AuditRecord, Store
 from orchestrator.engine.engine import Engine
@@ -90,6 +92,7 @@ class Replays:
         limits: ServiceLimits,
         prices: Mapping[str, LLMPrice] = DEFAULT_LLM_PRICES,
         clock: Any = time.time,
+        data_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.tenants = tenants
@@ -98,7 +101,8 @@ class Replays:
         self.limits = limits
         self.clock = clock
         self.prices = prices
-        self._running: dict[str, int] = {}
+        # one server's replays, whichever worker runs them (data_dir None: this process's)
+        self._running = Slots(data_dir, "replays")
 
     async def replay(self, tenant: str, request: ReplayRequest) -> AsyncIterator[ReplayProgress | ReplayReport]:
         """Progress after every page, then the report (the last item)."""
@@ -153,18 +157,13 @@ class Replays:
     @contextlib.contextmanager
     def _slot(self, tenant: str) -> Any:
         cap = self.limits.max_concurrent_replays_per_tenant
-        if self._running.get(tenant, 0) >= cap:
-            raise QuotaExceededError(
-                f"{cap} replays of this tenant are running (limits.max_concurrent_replays_per_tenant)",
-                setting="limits.max_concurrent_replays_per_tenant",
-            )
-        self._running[tenant] = self._running.get(tenant, 0) + 1
-        try:
+        with self._running.hold(tenant, cap) as held:
+            if not held:
+                raise QuotaExceededError(
+                    f"{cap} replays of this tenant are running (limits.max_concurrent_replays_per_tenant)",
+                    setting="limits.max_concurrent_replays_per_tenant",
+                )
             yield
-        finally:
-            self._running[tenant] -= 1
-            if not self._running[tenant]:
-                del self._running[tenant]
 
     async def _pages(
         self,

@@ -511,6 +511,7 @@ def build_service(
         ),
         retention=config.retention,
         evidence=evidence,
+        data_dir=Path(config.data_dir),
     )
 
 

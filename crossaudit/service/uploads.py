@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from crossaudit.kernel.codecheck import check_code
 from crossaudit.kernel.depspec import validate_dependencies
@@ -13,6 +14,7 @@ from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.metrics import ServiceMetrics
+from crossaudit.service.shared import Slots
 from crossaudit.store.base import EvaluatorRecord, Store
 from sandbox.base import CodeBundle, ProgressCallback, Sandbox
 
@@ -29,6 +31,7 @@ class Uploads:
         sandbox_limits: SandboxLimits,
         dependency_limits: DependencyLimits,
         metrics: ServiceMetrics,
+        data_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.sandbox = sandbox
@@ -36,7 +39,8 @@ class Uploads:
         self.sandbox_limits = sandbox_limits
         self.dependency_limits = dependency_limits
         self.metrics = metrics
-        self._uploading: dict[str, int] = {}
+        # image builds are the machine's: one server's, whichever worker runs them (data_dir None: this process's)
+        self._uploading = Slots(data_dir, "uploads")
 
     def check_upload(self, name: str, code: str, language: str, dependencies: list[str]) -> tuple[str, ...]:
         """Validate an upload without running anything; returns the dependencies to store."""
@@ -67,23 +71,21 @@ class Uploads:
     ) -> tuple[EvaluatorRecord, bool]:
         deps = self.check_upload(name, code, language, list(dependencies))
         bundle = CodeBundle(code=code, dependencies=deps, language=language or "python", tenant=tenant)
-        uploading = self._uploading.get(tenant, 0)
-        if uploading >= self.limits.max_concurrent_uploads_per_tenant:
-            raise RateLimitedError(
-                f"this tenant already has {uploading} upload(s) being prepared "
-                f"(limit {self.limits.max_concurrent_uploads_per_tenant}); retry later"
-            )
-        self._uploading[tenant] = uploading + 1
-        try:
-            if self.sandbox is not None:
-                async with asyncio.timeout(self.limits.upload_timeout_s):
-                    await self.sandbox.prepare(bundle, progress)
-        except TimeoutError:
-            raise DeadlineExceededError(
-                f"preparing the evaluator took longer than {self.limits.upload_timeout_s:.0f}s"
-            ) from None
-        finally:
-            self._uploading[tenant] -= 1
+        cap = self.limits.max_concurrent_uploads_per_tenant
+        with self._uploading.hold(tenant, cap) as held:
+            if not held:
+                raise RateLimitedError(
+                    f"this tenant already has {cap} upload(s) being prepared "
+                    f"(limits.max_concurrent_uploads_per_tenant {cap}); retry later"
+                )
+            try:
+                if self.sandbox is not None:
+                    async with asyncio.timeout(self.limits.upload_timeout_s):
+                        await self.sandbox.prepare(bundle, progress)
+            except TimeoutError:
+                raise DeadlineExceededError(
+                    f"preparing the evaluator took longer than {self.limits.upload_timeout_s:.0f}s"
+                ) from None
         rec, created = await self.store.put_evaluator(
             tenant,
             name=name,

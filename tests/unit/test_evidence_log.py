@@ -22,8 +22,10 @@ from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import leaf_hash
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
+from crossaudit.kernel.errors import ConfigurationError, LogForkError
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.evidence import EvidenceLog, export_chunks
+from crossaudit.service.shared import WITNESS_DIR, Witness
 from crossaudit.store import SQLiteStore
 from crossaudit.store.base import ErasureRecord, Store
 from tests.records import audit_record
@@ -289,6 +291,82 @@ async def test_the_checkpointer_never_signs_on_top_of_a_forged_checkpoint_row(db
     db.execute("DELETE FROM log_checkpoints WHERE tenant='acme'")
     assert await log.checkpoint("acme") is None  # this process signed 8: the log cannot start over
     assert (await db.store.latest_checkpoint("acme")) is None
+
+
+async def _forge(db: Db, seq: int) -> None:
+    db.execute("UPDATE decisions SET action='allow', passed=0 WHERE tenant='acme' AND log_seq=?", (seq,))
+    rows = await db.store.log_rows("acme", start=seq, limit=1)
+    forged = leaf_hash(leaf_document(rows[0].values, seq)).hex()
+    db.execute("UPDATE decisions SET leaf_hash=? WHERE tenant='acme' AND log_seq=?", (forged, seq))
+
+
+async def test_every_worker_and_every_restart_refuses_to_sign_over_a_deleted_newest_checkpoint(
+    db: Db, tmp_path: Path
+) -> None:
+    """The witness in the data dir: worker X signs 10 and 20; 20 is deleted and record 15 rewritten
+    with its leaf; worker O (which signed nothing), X itself and a restarted server all refuse,
+    typed, naming the checkpoint, and nothing is stored."""
+    data = tmp_path / "data"
+    x = EvidenceLog(db.stores[0], EvidenceConfig(), key=KEY, witness=Witness(data))
+    o = EvidenceLog(db.stores[1], EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 10)
+    assert (await x.checkpoint("acme")).size == 10  # type: ignore[union-attr]
+    await write(db.store, 10)
+    assert (await x.checkpoint("acme")).size == 20  # type: ignore[union-attr]
+    assert await o.checkpoint("acme") is None  # nothing new: O agrees
+    witness = data / WITNESS_DIR
+    assert witness.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in witness.iterdir()} == {0o600}
+    db.execute("DELETE FROM log_checkpoints WHERE tenant='acme' AND size=20")
+    await _forge(db, 15)
+    restarted = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    for signer in (o, x, restarted):
+        with pytest.raises(LogForkError, match="no longer holds checkpoint 20"):
+            await signer.checkpoint("acme")
+        with pytest.raises(LogForkError):
+            await chunks(signer, "acme")  # a read (verify, export) says it too, never signs
+    assert (await db.store.latest_checkpoint("acme")).size == 10  # type: ignore[union-attr]
+    assert await restarted.checkpoint_all() == 0  # the worker's loop logs it and signs the others
+
+
+async def test_a_checkpoint_that_forks_below_the_witnessed_one_is_refused(db: Db, tmp_path: Path) -> None:
+    """A sibling that stored a checkpoint and died before remembering it is taken up; a larger
+    checkpoint another signer (a replica without this data dir) made over a rewritten history,
+    the witnessed checkpoint put back beside it, is refused."""
+    data = tmp_path / "data"
+    mine = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 10)
+    assert (await mine.checkpoint("acme")).size == 10  # type: ignore[union-attr]
+    await write(db.store, 5)
+    assert (await EvidenceLog(db.store, EvidenceConfig(), key=KEY).checkpoint("acme")).size == 15  # type: ignore[union-attr]
+    await write(db.store, 5)
+    assert (await mine.checkpoint("acme")).size == 20  # type: ignore[union-attr]  # 15 extends 10: taken up
+    assert Witness(data).get("acme")[0] == 20  # type: ignore[index]
+    saved = await db.store.list_checkpoints("acme", limit=10)
+    db.execute("DELETE FROM log_checkpoints WHERE tenant='acme'")
+    await _forge(db, 5)
+    await write(db.store, 5)
+    assert (await EvidenceLog(db.store, EvidenceConfig(), key=KEY).checkpoint("acme")).size == 25  # type: ignore[union-attr]
+    for rec in saved:
+        await db.store.add_checkpoint(rec)  # the genuine ones back, beside the forged 25
+    with pytest.raises(LogForkError, match="checkpoint 25 in the store does not extend checkpoint 20"):
+        await mine.checkpoint("acme")
+
+
+async def test_a_witness_that_does_not_parse_stops_that_logs_signing_typed(db: Db, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    signer = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 4)
+    await write(db.store, 4, "globex")
+    assert await signer.checkpoint_all() == 2
+    for p in (data / WITNESS_DIR).iterdir():
+        if not p.name.startswith(".") and json.loads(p.read_text())["tenant"] == "acme":
+            p.write_text("{not json")
+    await write(db.store, 2)
+    await write(db.store, 2, "globex")
+    with pytest.raises(ConfigurationError, match="does not parse"):
+        await signer.checkpoint("acme")
+    assert await signer.checkpoint_all() == 1  # globex is still signed; acme waits for its operator
 
 
 async def test_records_no_checkpoint_signs_are_not_evidence(db: Db) -> None:
