@@ -205,8 +205,10 @@ class StreamGuard:
         max_bytes: int,
         include_usage: bool,
         max_text_bytes: int | None = None,
+        fields: chat.Fields | None = None,
     ) -> None:
         self.resp = resp
+        self.fields = fields if fields is not None else chat.Fields(None)  # the answer's id, model, ... as sent
         self.windows = windows
         self.judge = judge
         self.outside = outside
@@ -328,7 +330,8 @@ class StreamGuard:
                     self._text.seek(self.length)
                     self.length += self._text.write(content)
         if not self._base:
-            self._base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
+            base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
+            self._base = self.fields.top(base)
             self._base["object"] = "chat.completion.chunk"
         if obj.get("usage") is not None or any(_more_than_content(c) for c in choices or []):
             self.chunks.raw.append("")
@@ -455,10 +458,10 @@ class StreamGuard:
                 usage = obj["usage"]
             for choice in obj.get("choices") or []:
                 if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
+                    finish = self.fields.finish(choice["finish_reason"])
                 delta = choice.get("delta")
                 if isinstance(delta, dict) and chat.outside_parts(delta):
-                    kept = {k: v for k, v in delta.items() if k not in ("role", "content")}
+                    kept = self.fields.message({k: v for k, v in delta.items() if k not in ("role", "content")})
                     out.append(chat.encode_event({**self._base, "choices": [{"index": 0, "delta": kept}]}))
         last: dict[str, Any] = {**self._base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
         if self.early:  # the response's headers went out before these decisions were made
