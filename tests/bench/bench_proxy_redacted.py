@@ -120,6 +120,7 @@ def main() -> None:
         sum(beside) / 1000, unit="streams/s", concurrency=1, group="proxy_redacted",
     )  # fmt: skip
     report.ratio("proxy_redacted.neighbour_p50_over_idle", p50_beside / p50_idle)
+    worst = max(beside) / max(idle)  # a stream that waited out a long release shows here, not in the p50
     print(f"{SMALL_RUNS} small streams ({len(SMALL)} characters) each; long: {LONG_CHARS:,} characters, one address")
     print(f"{'small stream':<34} {'p50 ms':>8} {'p90 ms':>8}")
     for name, xs in (("proxy idle", idle), ("beside long redacted streams", beside)):
@@ -127,4 +128,4 @@ def main() -> None:
         print(f"{name:<34} {statistics.median(xs):>8.1f} {p90:>8.1f}")
     long_p50 = statistics.median(long_ms) if long_ms else float("nan")
     print(f"long redacted streams: {len(long_ms)}, p50 {long_p50:.0f} ms")
-    print(f"small stream p50 beside / idle: {p50_beside / p50_idle:.2f}x (target <= 2x)")
+    print(f"small stream p50 beside / idle: {p50_beside / p50_idle:.2f}x (target <= 2x); slowest: {worst:.1f}x")
