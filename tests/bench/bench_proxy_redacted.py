@@ -44,7 +44,7 @@ def _long() -> str:
 def _upstream(ports: multiprocessing.Queue[int], stop: Event) -> None:
     stub = UpstreamStub()
     stub.reset(reply=SMALL)
-    stub.by_model = {"long": _long()}
+    stub.by_model = {"long": _long(), "long_clean": _long().replace(ADDRESS, "jane at example")}
     ports.put(stub.port)
     stop.wait(900)
     stub.close()
@@ -75,9 +75,13 @@ def main() -> None:
     server = ServerProcess(root / "server")
     proxy: ProxyProcess | None = None
     idle: list[float] = []
-    beside: list[float] = []
+    beside: list[float] = []  # beside long redacted streams
+    clean: list[float] = []  # beside the same long streams without the address (nothing redacted): the control
     long_ms: list[float] = []
-    expected = _long().replace(ADDRESS, "[EMAIL_ADDRESS]")
+    expected = {
+        "long": _long().replace(ADDRESS, "[EMAIL_ADDRESS]"),
+        "long_clean": _long().replace(ADDRESS, "jane at example"),
+    }
     try:
         server.start()
         with Client(server.address, api_key=key("acme")) as c:
@@ -88,22 +92,24 @@ def main() -> None:
             _stream(client, proxy.url, "small")  # warm: connections, the server's caches
             for _ in range(SMALL_RUNS):
                 idle.append(_stream(client, proxy.url, "small")[0])
-            done = threading.Event()
+            for model, out in (("long_clean", clean), ("long", beside)):
+                done = threading.Event()
 
-            def heavy() -> None:  # long redacted streams, one after another, until the small ones are done
-                with httpx.Client(trust_env=False) as own:
-                    while not done.is_set():
-                        ms, text = _stream(own, proxy.url, "long")
-                        assert text == expected, "the long answer changed on its way"
-                        long_ms.append(ms)
+                def heavy(model: str = model, done: threading.Event = done) -> None:  # until the small ones end
+                    with httpx.Client(trust_env=False) as own:
+                        while not done.is_set():
+                            ms, text = _stream(own, proxy.url, model)
+                            assert text == expected[model], "the long answer changed on its way"
+                            if model == "long":
+                                long_ms.append(ms)
 
-            worker = threading.Thread(target=heavy, daemon=True)
-            worker.start()
-            time.sleep(1.0)  # the first long stream under way
-            for _ in range(SMALL_RUNS):
-                beside.append(_stream(client, proxy.url, "small")[0])
-            done.set()
-            worker.join(600)
+                worker = threading.Thread(target=heavy, daemon=True)
+                worker.start()
+                time.sleep(1.0)  # the first long stream under way
+                for _ in range(SMALL_RUNS):
+                    out.append(_stream(client, proxy.url, "small")[0])
+                done.set()
+                worker.join(600)
     finally:
         if proxy is not None:
             proxy.stop()
@@ -123,9 +129,14 @@ def main() -> None:
     worst = max(beside) / max(idle)  # a stream that waited out a long release shows here, not in the p50
     print(f"{SMALL_RUNS} small streams ({len(SMALL)} characters) each; long: {LONG_CHARS:,} characters, one address")
     print(f"{'small stream':<34} {'p50 ms':>8} {'p90 ms':>8}")
-    for name, xs in (("proxy idle", idle), ("beside long redacted streams", beside)):
+    rows = (("proxy idle", idle), ("beside long clean streams", clean), ("beside long redacted streams", beside))
+    for name, xs in rows:
         p90 = statistics.quantiles(xs, n=10)[-1]
         print(f"{name:<34} {statistics.median(xs):>8.1f} {p90:>8.1f}")
     long_p50 = statistics.median(long_ms) if long_ms else float("nan")
     print(f"long redacted streams: {len(long_ms)}, p50 {long_p50:.0f} ms")
     print(f"small stream p50 beside / idle: {p50_beside / p50_idle:.2f}x (target <= 2x); slowest: {worst:.1f}x")
+    control = statistics.median(clean)
+    print(
+        f"beside redacted / beside clean (what the redaction itself costs the neighbour): {p50_beside / control:.2f}x"
+    )
