@@ -253,7 +253,8 @@ class ProxyApp:
         )
         if isinstance(changes, Response):
             return changes
-        return self._answer(completion, chunks, changes, stream, include_usage, headers)
+        fields = chat.Fields(payload.get("model"))
+        return self._answer(completion, chunks, changes, stream, include_usage, headers, fields)
 
     async def _input_then_upstream(
         self,
@@ -449,6 +450,7 @@ class ProxyApp:
             - len(prompt.encode("utf-8", "surrogatepass"))
             - len(json.dumps(context("content", stream={"window": 0, "final": True})).encode())
             - EVALUATE_REQUEST_OVERHEAD_BYTES,
+            fields=chat.Fields(payload.get("model")),
         )
         events = guard.run()
         try:
@@ -569,15 +571,20 @@ class ProxyApp:
         stream: bool,
         include_usage: bool,
         headers: dict[str, str],
+        fields: chat.Fields | None = None,
     ) -> Response:
-        if not stream:
-            assert completion is not None
-            return JSONResponse(chat.rewrite_completion(completion, changes), headers=headers)
+        """The answer to send; ``fields``: the upstream's fields outside its texts are checked
+        (None: an answer the proxy made)."""
         if chunks is not None:
-            events = chunks.replay(changes)
+            events = chunks.replay(changes, fields)
         else:
             assert completion is not None
-            events = chat.completion_chunks(chat.rewrite_completion(completion, changes), include_usage=include_usage)
+            completion = chat.rewrite_completion(completion, changes)
+            if fields is not None:
+                completion = fields.answer(completion)
+            if not stream:
+                return JSONResponse(completion, headers=headers)
+            events = chat.completion_chunks(completion, include_usage=include_usage)
         return StreamingResponse(
             _replay(events), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +35,13 @@ REFUSAL_FINISH_REASON = "content_filter"  # what OpenAI answers when a filter wi
 # Keys whose strings are identifiers, not text anyone reads: left out of outside_text.
 NOT_TEXT_KEYS = frozenset({"id", "type", "index", "tool_call_id"})
 MAX_INDICES_SHOWN = 10  # of an answer's choice indices, quoted in the error that refuses them
+# An answer's fields outside the texts the guard evaluates (Fields): passed on only in these forms,
+# else the proxy's own value, so no upstream text reaches the caller unevaluated.
+ID_FORM = re.compile(r"(?:chatcmpl|call)[-_][A-Za-z0-9]{1,64}")  # an answer's or a tool call's id
+FINGERPRINT_FORM = re.compile(r"fp_[0-9a-f]{1,32}")  # system_fingerprint; else null
+MODEL_SUFFIX_FORM = re.compile(r"-\d{4}-\d{2}-\d{2}|-\d{4}|:latest")  # after the model asked for; else that model
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})  # else "stop"
+TOOL_CALL_TYPE = "function"  # a tool call's only type
 
 
 class ProxyError(Exception):
@@ -302,6 +310,81 @@ def refusal_completion(model: Any, text: str, n: int) -> dict[str, Any]:
     }
 
 
+class Fields:
+    """An answer's fields outside its texts, as the proxy sends them: the upstream's value when it
+    has the strict form of its field, else the proxy's own (docs/proxy.md#what-the-upstream-writes).
+    One per answer, so every chunk of a stream carries the same replacements."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model if isinstance(model, str) else ""  # the caller's, as asked for
+        self.id = f"chatcmpl-crossaudit-{uuid.uuid4().hex}"
+        self._calls: dict[str, str] = {}  # an invalid tool call id -> the proxy's, one per distinct value
+
+    def top(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """An answer's (or chunk's) top-level fields, checked; its choices as they are."""
+        out = dict(obj)
+        if "id" in out:
+            out["id"] = _formed(ID_FORM, out["id"]) or self.id
+        if "model" in out:
+            model = out["model"]
+            kept = (
+                isinstance(model, str)
+                and bool(self.model)
+                and model.startswith(self.model)
+                and (model == self.model or MODEL_SUFFIX_FORM.fullmatch(model, len(self.model)) is not None)
+            )
+            out["model"] = model if kept else self.model
+        if "system_fingerprint" in out:
+            out["system_fingerprint"] = _formed(FINGERPRINT_FORM, out["system_fingerprint"])
+        if "created" in out and (isinstance(out["created"], bool) or not isinstance(out["created"], int)):
+            out["created"] = int(time.time())
+        return out
+
+    def finish(self, reason: Any) -> Any:
+        return reason if reason is None or (isinstance(reason, str) and reason in FINISH_REASONS) else "stop"
+
+    def choice(self, choice: Any) -> Any:
+        """A choice with its finish reason and its tool calls' ids and types checked."""
+        if not isinstance(choice, dict):
+            return choice
+        out = dict(choice)
+        if "finish_reason" in out:
+            out["finish_reason"] = self.finish(out["finish_reason"])
+        for key in ("message", "delta"):
+            if isinstance(out.get(key), dict):
+                out[key] = self.message(out[key])
+        return out
+
+    def message(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(message)
+        calls = out.get("tool_calls")
+        if isinstance(calls, list):
+            out["tool_calls"] = [self._call(c) for c in calls]
+        return out
+
+    def _call(self, call: Any) -> Any:
+        if not isinstance(call, dict):
+            return call
+        out = dict(call)
+        if "id" in out and out["id"] is not None and _formed(ID_FORM, out["id"]) is None:
+            seen = json.dumps(out["id"], sort_keys=True)
+            out["id"] = self._calls.setdefault(seen, f"call_{uuid.uuid4().hex[:24]}")
+        if "type" in out and out["type"] is not None:
+            out["type"] = TOOL_CALL_TYPE
+        return out
+
+    def answer(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """A whole completion or chunk, every field outside the texts checked."""
+        out = self.top(obj)
+        if isinstance(out.get("choices"), list):
+            out["choices"] = [self.choice(c) for c in out["choices"]]
+        return out
+
+
+def _formed(form: re.Pattern[str], value: Any) -> str | None:
+    return value if isinstance(value, str) and form.fullmatch(value) is not None else None
+
+
 # --- streams --------------------------------------------------------------------------------
 
 
@@ -355,7 +438,7 @@ class Chunks:
                 raise ValueError("a delta's content is not text")
         return {i: "".join(parts) for i, parts in out.items()}
 
-    def replay(self, changes: Mapping[int, Change]) -> list[bytes]:
+    def replay(self, changes: Mapping[int, Change], fields: Fields | None = None) -> list[bytes]:
         """The SSE events to send: unchanged chunks as received; a changed choice's first content
         delta carries its whole new text, later ones none, and no chunk of it its original tokens
         (``logprobs``); a refused choice keeps nothing but its role and the refusal, in its first
@@ -366,7 +449,8 @@ class Chunks:
         for raw, chunk in zip(self.raw, self.parsed, strict=True):
             choices = chunk.get("choices") or []
             if not any(c["index"] in changes for c in choices):
-                out.append(f"data: {raw}\n\n".encode())
+                checked = chunk if fields is None else fields.answer(chunk)
+                out.append(f"data: {raw}\n\n".encode() if checked == chunk else encode_event(checked))
                 continue
             chunk = copy.deepcopy(chunk)
             for choice in chunk["choices"]:
@@ -389,7 +473,7 @@ class Chunks:
                             placed.add(idx)
                 if change.refused and choice.get("finish_reason") is not None:
                     choice["finish_reason"] = REFUSAL_FINISH_REASON
-            out.append(encode_event(chunk))
+            out.append(encode_event(chunk if fields is None else fields.answer(chunk)))
         out.append(SSE_DONE)
         return out
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import difflib
 import io
 import json
 import logging
@@ -32,9 +31,17 @@ from crossaudit.proxy.guard import Verdict
 
 log = logging.getLogger("crossaudit.proxy")
 
-# Changed regions of a redaction closer than this are one: difflib may align a few letters of a
-# replacement ("[EMAIL_ADDRESS]") with the text it replaced, which must not split the region.
+# Changed regions of a redaction closer than this are one: a few letters of a replacement
+# ("[EMAIL_ADDRESS]") equal to the text it replaced must not split the region.
 MIN_ANCHOR_CHARS = 8
+# Aligning a redaction with the text it was made of (align(), each release of a window that was
+# redacted): linear in the texts, never a diff (difflib on a 40,000-character answer took 36 s on
+# the event loop every caller shares).
+DIFF_BLOCK_CHARS = 64  # equal text is compared in slices from this many characters, doubling
+RESYNC_SPAN_CHARS = 1024  # a change is aligned when it replaced at most this many characters with at most as many
+DIFF_WORK_PER_CHAR = 32  # characters compared per character of the two texts, at most (plus DIFF_WORK_BASE) ...
+DIFF_WORK_BASE = 65536  # ... past it the rest of the answer is one changed region
+RELEASE_INLINE_CHARS = 32768  # a redacted release of more text than this is aligned in a worker thread
 _EOL = re.compile(r"\r\n|\r|\n")  # what ends an SSE line
 
 
@@ -56,21 +63,99 @@ class Blocked:
     unredactable: bool = False
 
 
-def _regions(evaluated: str, modified: str) -> list[tuple[int, int, int, int]]:
-    """The changed regions ``(i1, i2, j1, j2)`` of a redaction, close ones merged."""
-    ops = difflib.SequenceMatcher(None, evaluated, modified, autojunk=False).get_opcodes()
-    out: list[list[int]] = []
-    gap_from: int | None = None
-    for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal":
-            gap_from = i2 - i1
-            continue
-        if out and gap_from is not None and gap_from < MIN_ANCHOR_CHARS:
-            out[-1][1], out[-1][3] = i2, j2
+@dataclass(frozen=True)
+class Alignment:
+    """The changed regions ``(i1, i2, j1, j2)`` of a redaction, and the characters compared to find them."""
+
+    regions: list[tuple[int, int, int, int]]
+    work: int
+
+
+def _common(a: str, i: int, b: str, j: int, most: int, *, tail: bool = False) -> tuple[int, int]:
+    """How many characters ``a[i:]`` and ``b[j:]`` share from their starts (``tail``: ``a`` and
+    ``b`` at their ends), at most ``most``, and how many were compared: slices of doubling length
+    until one differs, then halving ones; so about twice the shared run's length."""
+    same, work, size, found = 0, 0, DIFF_BLOCK_CHARS, False
+    la, lb = len(a), len(b)
+    while same < most and size:
+        step = min(size, most - same)
+        work += step
+        if tail:
+            equal = a[la - same - step : la - same] == b[lb - same - step : lb - same]
         else:
-            out.append([i1, i2, j1, j2])
-        gap_from = None
-    return [(a, b, c, d) for a, b, c, d in out]
+            equal = a[i + same : i + same + step] == b[j + same : j + same + step]
+        if equal:
+            same += step
+            size = size if found else size * 2
+        else:
+            found = True  # the first difference is within this step: halve until it is pinned
+            size = step // 2
+    return same, work
+
+
+def align(evaluated: str, modified: str) -> Alignment:
+    """The changed regions of a redaction, in work linear in the texts' lengths (never a diff).
+
+    The common start and end are skipped; between them, after each change the next
+    ``MIN_ANCHOR_CHARS`` equal characters are looked for within ``RESYNC_SPAN_CHARS`` of it on
+    each side (nearest first, spans doubling from ``DIFF_BLOCK_CHARS``), so changes closer than
+    that are one region. Once ``DIFF_WORK_PER_CHAR`` characters per character of the two texts
+    (plus ``DIFF_WORK_BASE``) were compared, or no anchor is found, the rest up to the common end
+    is one changed region: held back whole while it straddles a window's end, released as the
+    redaction once it is whole. Any alignment found is exact (its equal parts are equal)."""
+    n, m = len(evaluated), len(modified)
+    budget = DIFF_WORK_PER_CHAR * (n + m) + DIFF_WORK_BASE
+    head, work = _common(evaluated, 0, modified, 0, min(n, m))
+    tail, w = _common(evaluated, 0, modified, 0, min(n, m) - head, tail=True)
+    work += w
+    end_a, end_b = n - tail, m - tail  # from here both texts are the same to their ends
+    regions: list[tuple[int, int, int, int]] = []
+    i = j = head
+    while i < end_a or j < end_b:
+        found: tuple[int, int] | None = None
+        span = DIFF_BLOCK_CHARS
+        while found is None and work <= budget:
+            found, w = _anchor(evaluated, i, modified, j, min(span, RESYNC_SPAN_CHARS), end_a - i, end_b - j)
+            work += w
+            if span >= RESYNC_SPAN_CHARS:
+                break
+            span *= 2
+        if found is None:  # past the bound: the rest is one changed region
+            regions.append((i, end_a, j, end_b))
+            break
+        da, db = found
+        regions.append((i, i + da, j, j + db))
+        i, j = i + da, j + db
+        same, w = _common(evaluated, i, modified, j, min(end_a - i, end_b - j))
+        work += w
+        i, j = i + same, j + same
+    return Alignment(regions, work)
+
+
+def _anchor(
+    a: str, i: int, b: str, j: int, span: int, to_end_a: int, to_end_b: int
+) -> tuple[tuple[int, int] | None, int]:
+    """The nearest ``(da, db)`` (least ``da + db``, each at most ``span``) where ``a[i + da:]`` and
+    ``b[j + db:]`` start ``MIN_ANCHOR_CHARS`` equal characters, or where both reach the common end;
+    and the characters searched."""
+    best = (to_end_a, to_end_b) if to_end_a <= span and to_end_b <= span else None
+    cost = to_end_a + to_end_b if best is not None else 2 * span + 1
+    work = 0
+    for db in range(min(span, to_end_b - MIN_ANCHOR_CHARS) + 1):
+        if db >= cost:
+            break
+        hi = min(len(a), i + min(span, cost - db - 1) + MIN_ANCHOR_CHARS)
+        if hi - i < MIN_ANCHOR_CHARS:
+            continue
+        work += hi - i
+        pos = a.find(b[j + db : j + db + MIN_ANCHOR_CHARS], i, hi)
+        if pos >= 0 and (pos - i) + db < cost:
+            best, cost = (pos - i, db), (pos - i) + db
+    return best, work
+
+
+def _regions(evaluated: str, modified: str) -> list[tuple[int, int, int, int]]:
+    return align(evaluated, modified).regions
 
 
 def release(evaluated: str, modified: str | None, start: int, cut: int) -> tuple[str, int]:
@@ -120,8 +205,10 @@ class StreamGuard:
         max_bytes: int,
         include_usage: bool,
         max_text_bytes: int | None = None,
+        fields: chat.Fields | None = None,
     ) -> None:
         self.resp = resp
+        self.fields = fields if fields is not None else chat.Fields(None)  # the answer's id, model, ... as sent
         self.windows = windows
         self.judge = judge
         self.outside = outside
@@ -243,7 +330,8 @@ class StreamGuard:
                     self._text.seek(self.length)
                     self.length += self._text.write(content)
         if not self._base:
-            self._base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
+            base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
+            self._base = self.fields.top(base)
             self._base["object"] = "chat.completion.chunk"
         if obj.get("usage") is not None or any(_more_than_content(c) for c in choices or []):
             self.chunks.raw.append("")
@@ -320,7 +408,11 @@ class StreamGuard:
                 yield Blocked(outside, self.windows_done, unredactable=not outside.blocked)
                 return
             cut = end - begin if final else end - begin - context
-            sent, upto = release(evaluated, verdict.text, self.released - begin, cut)
+            args = (evaluated, verdict.text, self.released - begin, cut)
+            if verdict.text is not None and len(evaluated) > RELEASE_INLINE_CHARS and verdict.text != evaluated:
+                sent, upto = await asyncio.to_thread(release, *args)  # bounded, yet not on every caller's loop
+            else:
+                sent, upto = release(*args)
             self.released, last_end = begin + upto, end
             if sent or (final and not self._role_sent):
                 self.early = self.early or not final
@@ -366,10 +458,10 @@ class StreamGuard:
                 usage = obj["usage"]
             for choice in obj.get("choices") or []:
                 if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
+                    finish = self.fields.finish(choice["finish_reason"])
                 delta = choice.get("delta")
                 if isinstance(delta, dict) and chat.outside_parts(delta):
-                    kept = {k: v for k, v in delta.items() if k not in ("role", "content")}
+                    kept = self.fields.message({k: v for k, v in delta.items() if k not in ("role", "content")})
                     out.append(chat.encode_event({**self._base, "choices": [{"index": 0, "delta": kept}]}))
         last: dict[str, Any] = {**self._base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
         if self.early:  # the response's headers went out before these decisions were made

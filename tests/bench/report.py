@@ -100,6 +100,13 @@ TARGETS = (
         "proxy stream TTFT, 400 tokens at 10 ms: at most the upstream's first window + 50 ms (excess in ms)",
     ),
     Target(
+        "proxy_redacted.neighbour_p50_over_idle",
+        "ratio",
+        2.0,
+        True,
+        "proxy: a small stream's p50 beside 40,000-character redacted streams: <= 2x idle",
+    ),
+    Target(
         "ratio.workers.c16",
         "ratio",
         1.35,

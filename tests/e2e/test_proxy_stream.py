@@ -292,3 +292,40 @@ def test_text_released_to_a_caller_that_hangs_up_is_audited(
         assert record.response_sha256 == sha(sent) and record.action == "allow"
     finally:
         gate.set()
+
+
+LONG_ANSWER_CHARS = 40_000  # the attack's size: its last release diffed the whole answer (36 s on the event loop)
+
+
+@pytest.fixture(scope="module")
+def wide_proxy(
+    deployed: ServerProcess,  # noqa: F811
+    upstream: UpstreamStub,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ProxyProcess]:
+    """The default windows and limits (the module's proxy holds 64 KiB answers at most)."""
+    callers = {"app": {"keys": [APP_KEY], "policies": ["proxy-guard"], "default_policy": "proxy-guard"}}
+    config = proxy_config(deployed.address, upstream.url, callers)
+    p = ProxyProcess(tmp_path_factory.mktemp("proxy-stream-wide"), config, PROXY_ENV).start()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_a_long_redacted_stream_is_released_whole_and_redacted(
+    wide_proxy: ProxyProcess,
+    stub: UpstreamStub,
+    deployed: ServerProcess,  # noqa: F811
+) -> None:
+    words = "".join(f"{w} " for w in ("sun", "sky", "air", "sea") * (LONG_ANSWER_CHARS // 16))
+    half = len(words) // 2
+    reply = words[:half] + "write to jane.doe@example.com today " + words[half:]
+    stub.reset(reply=reply)
+    status, headers, events = stream(wide_proxy, "weather?", None)
+    assert status == 200 and events[-1] == "[DONE]"
+    expected = reply.replace("jane.doe@example.com", "[EMAIL_ADDRESS]")
+    assert content(events) == expected
+    assert "jane.doe" not in json.dumps(events)
+    [record] = records_of(deployed, headers)
+    assert record.action == "modify" and record.modified_response_sha256 == sha(expected)

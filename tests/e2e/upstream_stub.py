@@ -20,6 +20,7 @@ class UpstreamStub:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.reply: str | None = None  # None: echo "You said: <last user message>"
+        self.by_model: dict[str, str] = {}  # a request naming one of these models gets its reply instead
         self.status = 200  # another status: answered with an OpenAI-style error body
         self.extra: dict[str, Any] = {}  # more fields of the answer's message (tool_calls, reasoning_content, ...)
         self.escape_slashes = False  # errors written as some JSON encoders do: "/" as "\/"
@@ -95,7 +96,7 @@ class UpstreamStub:
                     self.end_headers()
                     self.wfile.write(data)
                     return
-                text = owner.reply
+                text = owner.by_model.get(body.get("model"), owner.reply)
                 if text is None:
                     last = next((m for m in reversed(body["messages"]) if m["role"] == "user"), {"content": ""})
                     content = last["content"]
@@ -181,6 +182,7 @@ class UpstreamStub:
         with self.lock:
             self.requests.clear()
         self.reply = reply
+        self.by_model = {}
         self.status = status
         self.extra = dict(extra or {})
         self.escape_slashes = False

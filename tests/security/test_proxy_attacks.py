@@ -475,3 +475,77 @@ def test_a_trickled_body_is_cut_off(proxy: ProxyProcess, stub: UpstreamStub) -> 
         answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert stub.requests == []
+
+
+# -- the output stage: upstream text outside what is evaluated ------------------------------------
+
+LEAKED = "TOP-SECRET"  # in a field the guard did not evaluate, it reached the caller with a 200
+CALL = {"id": "call_abc123", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+FIELDS = {  # where the upstream writes it: (answer's top level, its choice, its tool call)
+    "id": ({"id": f"chatcmpl-{LEAKED}"}, {}, {}),
+    "model": ({"model": LEAKED}, {}, {}),
+    "system_fingerprint": ({"system_fingerprint": LEAKED}, {}, {}),
+    "finish_reason": ({}, {"finish_reason": LEAKED}, {}),
+    "tool_call_id": ({}, {}, {"id": LEAKED}),
+    "tool_call_type": ({}, {}, {"type": LEAKED}),
+}
+
+
+def hostile_answer(field: str, streamed: bool) -> tuple[str, bytes]:
+    top, choice, call = FIELDS[field]
+    base = {"id": "chatcmpl-abc123", "created": 0, "model": "stub-model", "system_fingerprint": "fp_0a1b2c", **top}
+    tool = {**CALL, **call}
+    if not streamed:
+        message = {"role": "assistant", "content": "fine", "tool_calls": [tool]}
+        choices = [{"index": 0, "message": message, "finish_reason": "tool_calls", **choice}]
+        answer = {**base, "object": "chat.completion", "choices": choices}
+        return "application/json", json.dumps(answer).encode()
+    chunk = {**base, "object": "chat.completion.chunk"}
+    events = [
+        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "fine"}, "finish_reason": None}]},
+        {**chunk, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **tool}]}, "finish_reason": None}]},
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls", **choice}]},
+    ]
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    return "text/event-stream", body + b"data: [DONE]\n\n"
+
+
+MODES = {"json": {}, "windows": {"stream": True}, "buffered": {"stream": True, "n": 2}}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("field", sorted(FIELDS))
+def test_upstream_text_outside_the_evaluated_fields_never_reaches_the_caller(
+    proxy: ProxyProcess, stub: UpstreamStub, field: str, mode: str
+) -> None:
+    """An answer's id, model, system fingerprint, finish reason and tool calls' id and type are
+    not evaluated: the proxy sends its own value in place of one that is not of the strict form."""
+    stub.raw = hostile_answer(field, mode != "json")
+    r = post(proxy, chat(user("weather in Paris?"), **MODES[mode]))
+    assert r.status_code == 200, r.text
+    assert LEAKED not in r.text and "TOP" not in r.text
+    events = [json.loads(x[6:]) for x in r.text.split("\n\n") if x.startswith("data: {")]
+    objs = [r.json()] if mode == "json" else events
+    for obj in objs:
+        assert obj["model"] == "stub-model"
+        assert obj["id"].startswith("chatcmpl-")
+        assert obj.get("system_fingerprint") in (None, "fp_0a1b2c")
+    choices = [c for o in objs for c in o["choices"]]
+    assert {c.get("finish_reason") for c in choices} <= {None, "stop", "tool_calls"}
+    calls = [t for c in choices for t in ((c.get("message") or c.get("delta") or {}).get("tool_calls") or [])]
+    assert calls and all(t.get("type", "function") == "function" and t["id"].startswith("call_") for t in calls)
+    assert calls[0]["function"] == CALL["function"]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_well_formed_upstream_fields_pass_unchanged(proxy: ProxyProcess, stub: UpstreamStub, mode: str) -> None:
+    """Ids, a fingerprint and a dated name of the model asked for are the upstream's own, kept."""
+    FIELDS["well_formed"] = ({"model": "stub-model-2024-08-06"}, {}, {})
+    try:
+        stub.raw = hostile_answer("well_formed", mode != "json")
+    finally:
+        del FIELDS["well_formed"]
+    r = post(proxy, chat(user("weather in Paris?"), **MODES[mode]))
+    assert r.status_code == 200, r.text
+    for kept in ("chatcmpl-abc123", "fp_0a1b2c", "call_abc123", "stub-model-2024-08-06"):
+        assert f'"{kept}"' in r.text, kept

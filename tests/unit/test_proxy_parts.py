@@ -417,3 +417,24 @@ def test_a_streamed_answer_stops_before_it_outgrows_its_decision() -> None:
     guard = asyncio.run(read())
     assert guard.failure is not None and guard.failure.code == "upstream_response_too_large"
     assert guard.length == 80  # two events taken, the third refused
+
+
+def test_an_answers_fields_keep_their_strict_form_or_take_the_proxys_own() -> None:
+    """docs/proxy.md#what-the-upstream-writes: one replacement per answer, repeated alike in every
+    chunk; a chunk whose fields are all well formed is replayed byte for byte."""
+    call = {"index": 0, "id": "TOP SECRET", "type": "x", "function": {"name": "f", "arguments": ""}}
+    good = {"id": "chatcmpl-ok1", "model": "gpt-4o-2024-08-06", "choices": delta(0, "hi")["choices"]}
+    bad = [
+        {"id": "chatcmpl-TOP-SECRET", "model": "TOP-SECRET", "system_fingerprint": "TOP", "choices": d["choices"]}
+        for d in (delta(0, tool_calls=[call]), delta(0, tool_calls=[call]), delta(0, finish="TOP-SECRET"))
+    ]
+    chunks = chat.parse_stream(sse(good, *bad))
+    events = chunks.replay({}, chat.Fields("gpt-4o"))
+    assert events[0] == b"data: " + json.dumps(good).encode() + b"\n\n"  # as received
+    sent = [json.loads(e[6:]) for e in events[1:-1]]
+    assert "TOP" not in json.dumps(sent)
+    assert {e["id"] for e in sent} == {sent[0]["id"]} and sent[0]["id"].startswith("chatcmpl-crossaudit-")
+    assert {e["model"] for e in sent} == {"gpt-4o"} and {e["system_fingerprint"] for e in sent} == {None}
+    ids = [e["choices"][0]["delta"]["tool_calls"][0]["id"] for e in sent[:2]]
+    assert ids[0] == ids[1] and ids[0].startswith("call_")
+    assert sent[2]["choices"][0]["finish_reason"] == "stop"
