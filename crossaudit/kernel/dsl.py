@@ -683,3 +683,9 @@ class Policy(Strict):
             if r.name == name:
                 return r
         raise KeyError(name)
+
+
+# Rule names DisagreementConfig, defined after it: resolve that reference now, so Rule's fields say
+# their real types to every reader (the validator's did-you-mean hints walk them), not only after
+# some validation happened to rebuild the model.
+Rule.model_rebuild()
