@@ -223,7 +223,7 @@ class EvidenceLog:
                 tree = self._trusted_base(tenant, latest, upto)
                 if tree is None:
                     return None
-                await self._check_witness(tenant, latest, tree)
+                await self._check_witness(tenant, latest, tree, upto)
             head = await self.store.log_size(tenant)
             if upto is not None:
                 head = min(head, upto)
@@ -262,17 +262,24 @@ class EvidenceLog:
         """The witness's lock (every process of the data dir in turn); nothing without a witness."""
         return self.witness.locked() if self.witness is not None else contextlib.nullcontext()
 
-    async def _check_witness(self, tenant: str, latest: CheckpointRecord | None, tree: merkle.Frontier) -> None:
+    async def _check_witness(
+        self, tenant: str, latest: CheckpointRecord | None, tree: merkle.Frontier, upto: int | None = None
+    ) -> None:
         """That the store still holds the newest checkpoint this server signed (or checked) of
         ``tenant``'s log (the witness: every worker's and every earlier run's), and that ``latest``
         (``tree``, its checked edge) is it or extends it. Otherwise LogForkError, logged once:
         signing on would vouch for a history someone with write access to the database made after
-        deleting that checkpoint. A larger ``latest`` that extends it is remembered in its place."""
+        deleting that checkpoint. A larger ``latest`` that extends it is remembered in its place.
+        Signing ``upto`` below the witnessed checkpoint (a read signs exactly the records it read,
+        while a sibling or the checkpointer signed past them): ``latest`` and the stored records
+        after it must extend to the witnessed checkpoint, which the store must still hold."""
         if self.witness is None:
             return
         known = await asyncio.to_thread(self.witness.get, tenant)
         why = ""
-        if known is None or (latest is not None and latest.size > known[0]):
+        if known is not None and upto is not None and known[0] > upto:
+            why = await self._leads_to(tenant, tree, known[0], known[1], upto)
+        elif known is None or (latest is not None and latest.size > known[0]):
             if known is not None:
                 why = await self._extends(tenant, known[0], known[1], latest.size, tree.root())  # type: ignore[union-attr]
             if not why and latest is not None:
@@ -305,24 +312,54 @@ class EvidenceLog:
         """Why the store's checkpoint of ``new_size`` (root ``new_root``) does not extend the one of
         ``size`` this server signed; "" when it does. The stored edge of that checkpoint, checked
         against the witness's root, extended by the stored leaves up to ``new_size``."""
+        tree, why = await self._witnessed_edge(tenant, size, root, f"its newest is {new_size}")
+        if tree is None:
+            return why
+        await self._grow(tenant, tree, new_size)
+        if tree.size != new_size or tree.root() != new_root:
+            return f"checkpoint {new_size} in the store does not extend checkpoint {size}, which this server signed"
+        return ""
+
+    async def _leads_to(self, tenant: str, base: merkle.Frontier, size: int, root: bytes, upto: int) -> str:
+        """Why ``base`` (the checked edge of the largest checkpoint at or below what is to be signed)
+        and the stored leaves after it do not lead to the checkpoint of ``size`` this server signed
+        (root ``root``), which the store must still hold; "" when they do."""
+        held, why = await self._witnessed_edge(tenant, size, root, f"asked to sign up to {upto}")
+        if held is None:
+            return why
+        tree = merkle.Frontier.restore(base.size, base.state())  # a copy: the caller extends base itself
+        await self._grow(tenant, tree, size)
+        if tree.size != size or tree.root() != root:
+            return (
+                f"the records after checkpoint {base.size} in the store do not extend to checkpoint {size}, "
+                "which this server signed"
+            )
+        return ""
+
+    async def _witnessed_edge(
+        self, tenant: str, size: int, root: bytes, newest: str
+    ) -> tuple[merkle.Frontier | None, str]:
+        """The stored edge of the checkpoint of ``size`` this server signed, once it folds to the
+        witness's ``root``; else (None, why)."""
         stored = await self.store.list_checkpoints(tenant, min_size=size, max_size=size, limit=1)
         if not stored:
-            return f"the store no longer holds checkpoint {size}, which this server signed (its newest is {new_size})"
+            return None, f"the store no longer holds checkpoint {size}, which this server signed ({newest})"
         try:
             tree = merkle.Frontier.restore(size, stored[0].frontier)
         except (merkle.ProofError, ValueError, TypeError):
             tree = None
         if tree is None or tree.root() != root:
-            return f"checkpoint {size} in the store is not the one this server signed"
-        while tree.size < new_size:
-            end = min(new_size, tree.size + self.config.checkpoint_batch)
+            return None, f"checkpoint {size} in the store is not the one this server signed"
+        return tree, ""
+
+    async def _grow(self, tenant: str, tree: merkle.Frontier, size: int) -> None:
+        """``tree`` extended by the stored leaves up to ``size`` (short of it at a missing leaf)."""
+        while tree.size < size:
+            end = min(size, tree.size + self.config.checkpoint_batch)
             leaves = await self.store.log_leaves(tenant, tree.size, end)
             await asyncio.to_thread(_extend, tree, leaves, tree.size)
             if tree.size < end:
                 break
-        if tree.size != new_size or tree.root() != new_root:
-            return f"checkpoint {new_size} in the store does not extend checkpoint {size}, which this server signed"
-        return ""
 
     def _trusted_base(
         self, tenant: str, latest: CheckpointRecord | None, upto: int | None = None

@@ -10,8 +10,11 @@ sweep never sees a live supervisor's directory without its lock.
 
 At a supervisor's start, :func:`sweep` removes every ``crossaudit-metrics-*`` entry of the
 temporary directory that is a real directory (never a link, never followed), owned by this uid,
-whose lock file is a regular file nobody holds. A directory without the lock file (made by an
-older version, which cannot be told live or dead) and another user's are left alone.
+whose lock file is a regular file nobody holds. Other entries (files, links, another user's
+directories: anyone may make them) are passed over while the directory is listed; at most
+:data:`MAX_SWEPT` of this user's directories are examined a start, whatever the listing holds. A
+directory without the lock file (made by an older version, which cannot be told live or dead) and
+another user's are left alone.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ log = logging.getLogger("crossaudit.service.workers")
 PREFIX = "crossaudit-metrics-"  # a supervisor's directory, once its lock is held
 STAGING_PREFIX = ".crossaudit-metrics-new-"  # while it is made (not swept)
 LOCK_NAME = "supervisor.lock"  # held (flock) by the supervisor and its workers while any lives
-MAX_SWEPT = 1_000  # directories one start looks at (a crash loop's worth; the rest wait for the next)
+MAX_SWEPT = 1_000  # this user's directories one start examines (a crash loop's worth; the rest wait for the next)
 
 
 class MetricsDir:
@@ -77,22 +80,41 @@ def sweep(parent: str | None = None) -> list[str]:
     removed."""
     parent = parent or tempfile.gettempdir()
     removed: list[str] = []
-    uid = os.getuid()
+    examined = 0
     try:
-        entries = [e.name for e in os.scandir(parent) if e.name.startswith(PREFIX)][:MAX_SWEPT]
+        with os.scandir(parent) as listing:
+            for entry in listing:
+                if examined >= MAX_SWEPT:
+                    break
+                st = _candidate(entry)
+                if st is None:
+                    continue
+                examined += 1
+                with contextlib.suppress(OSError):
+                    if _dead(entry.path, st):
+                        removed.append(entry.name)
     except OSError:
-        return removed
-    for name in entries:
-        path = os.path.join(parent, name)
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-                continue  # a link (never followed), a file, or another user's: not ours to judge
-            if _dead(path, st):
-                removed.append(name)
+        pass  # the listing failed part way: what was removed stays removed
     if removed:
         log.info("removed %d metrics director%s of dead supervisors", len(removed), "y" if len(removed) == 1 else "ies")
     return removed
+
+
+def _candidate(entry: os.DirEntry[str]) -> os.stat_result | None:
+    """The entry's own status when it may be a supervisor's directory of this user: named
+    ``crossaudit-metrics-*``, a real directory (a link is never followed), owned by this uid. Anyone
+    can fill the temporary directory with such names (files, links, their own directories): they
+    are passed over here, from the listing's own type and one ``lstat``, and never count towards
+    :data:`MAX_SWEPT`."""
+    if not entry.name.startswith(PREFIX):
+        return None
+    try:
+        if not entry.is_dir(follow_symlinks=False):
+            return None
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    return st if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None
 
 
 def _dead(path: str, st: os.stat_result) -> bool:

@@ -104,7 +104,7 @@ class Witness:
             size, root = doc["size"], doc["root"]
             ok = doc["format"] == WITNESS_FORMAT and doc["tenant"] == tenant
             ok = ok and type(size) is int and size > 0 and isinstance(root, str) and _ROOT_HEX.fullmatch(root)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, RecursionError):  # RecursionError: nested past the parser's limit
             ok = False
         if not ok:
             raise ConfigurationError(

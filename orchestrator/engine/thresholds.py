@@ -4,16 +4,22 @@ Dynamic: base + user_trust_modifier × trust + content_sensitivity_modifier × s
 + the first matching time-of-day range's modifier, clamped to [0, 1].
 trust = ``user.trust_score`` (0-1), else 1 when ``user.trusted`` is true, else 0;
 sensitivity = ``content.sensitivity`` (0-1), else 1 when ``content.sensitive`` is true.
-Time ranges are 'HH:MM-HH:MM', start inclusive, end exclusive, and may wrap midnight.
+Time ranges are 'HH:MM-HH:MM', start inclusive, end exclusive, and may wrap midnight; the time
+of day is ``time.hour`` and ``time.minute`` (the engine's clock, unless the caller pinned them):
+a pinned value that is not a whole number in range (0-23, 0-59; a number or its decimal text) is
+an InvalidInputError naming the field, never its value. A trust or sensitivity score that is not
+a finite number counts as absent (its flag decides).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from crossaudit.kernel.dsl import DynamicThresholdConfig, FeedbackConfig, Rule
+from crossaudit.kernel.errors import InvalidInputError
 from orchestrator.engine.calibration import calibrate
 from orchestrator.engine.context import MISSING, lookup
 
@@ -21,9 +27,48 @@ from orchestrator.engine.context import MISSING, lookup
 def _unit(ctx: Mapping[str, Any], score_path: str, flag_path: str) -> float:
     v = lookup(ctx, score_path)
     if isinstance(v, int | float) and not isinstance(v, bool):
-        return min(1.0, max(0.0, float(v)))
+        try:
+            f = float(v)
+        except OverflowError:  # an int past a float's range: not a score
+            f = math.nan
+        if not math.isnan(f):
+            return min(1.0, max(0.0, f))
     flag = lookup(ctx, flag_path)
     return 1.0 if flag is True else 0.0
+
+
+MAX_TIME_TEXT = 4  # " 23 ": a pinned hour or minute given as text is never longer
+
+
+def _time_part(ctx: Mapping[str, Any], field: str, top: int) -> int | None:
+    """``time.<field>`` as a whole number 0..top; None when absent. A number (an integral float
+    too: gRPC Structs carry numbers as floats) or its short decimal text; anything else is the
+    caller's mistake, named without its value (a log or a reply never quotes it)."""
+    v = lookup(ctx, f"time.{field}")
+    if v is MISSING:
+        return None
+    n: int | float | None = None
+    if isinstance(v, str) and len(v) <= MAX_TIME_TEXT and v.strip().isascii() and v.strip().isdigit():
+        n = int(v.strip())
+    elif (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer()):
+        n = v  # float.is_integer() is False for NaN and the infinities
+    if n is None or not 0 <= n <= top:
+        raise InvalidInputError(
+            f"context time.{field} must be a whole number from 0 to {top} (a time_of_day_modifier reads it), "
+            f"not {_kind(v)}"
+        )
+    return int(n)
+
+
+def _kind(v: Any) -> str:
+    """What a value is, for an error: its type (and for a number, that it is out of range)."""
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int | float):
+        return "that number"
+    if isinstance(v, str):
+        return f"text of {len(v)} characters"
+    return {list: "a list", dict: "an object", type(None): "null"}.get(type(v), "that value")
 
 
 def _minutes(hhmm: str) -> int:
@@ -54,9 +99,9 @@ def dynamic_threshold(cfg: DynamicThresholdConfig, ctx: Mapping[str, Any]) -> tu
         if sens:
             value += cfg.content_sensitivity_modifier * sens
             parts.append(f"sensitivity {cfg.content_sensitivity_modifier * sens:+g}")
-    hour, minute = lookup(ctx, "time.hour"), lookup(ctx, "time.minute")
-    if cfg.time_of_day_modifier and hour is not MISSING:
-        mod = int(hour) * 60 + (int(minute) if isinstance(minute, int | float) else 0)
+    hour = _time_part(ctx, "hour", 23) if cfg.time_of_day_modifier else None
+    if cfg.time_of_day_modifier and hour is not None:
+        mod = hour * 60 + (_time_part(ctx, "minute", 59) or 0)
         for spec, delta in cfg.time_of_day_modifier.items():
             if in_time_range(spec, mod):
                 value += delta

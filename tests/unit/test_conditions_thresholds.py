@@ -13,6 +13,7 @@ from crossaudit.kernel.dsl import (
     FeedbackConfig,
     ModifyConfig,
 )
+from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.results import EvaluatorResult, RuleResult, Span, Status
 from orchestrator.engine import actions
 from orchestrator.engine.conditions import check
@@ -122,6 +123,67 @@ def test_dynamic_threshold_each_modifier_and_clamp() -> None:
     assert dynamic_threshold(high, at(10, user={"trusted": True}))[0] == 1.0
     low = DynamicThresholdConfig(base_threshold=0.1, content_sensitivity_modifier=-0.5)
     assert dynamic_threshold(low, at(10, content={"sensitive": True}))[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("hour", "nine"),
+        ("hour", "x" * 10_000),
+        ("hour", [1, 2]),
+        ("hour", {"h": 1}),
+        ("hour", None),
+        ("hour", True),
+        ("hour", float("nan")),
+        ("hour", float("inf")),
+        ("hour", 1e300),
+        ("hour", 10**400),
+        ("hour", 24),
+        ("hour", -1),
+        ("hour", 9.5),
+        ("minute", "half past"),
+        ("minute", float("nan")),
+        ("minute", 60),
+        ("minute", False),
+    ],
+)
+def test_a_time_of_day_the_caller_pinned_that_is_not_a_time_is_refused_naming_the_field(
+    field: str, value: object
+) -> None:
+    cfg = DynamicThresholdConfig(base_threshold=0.5, time_of_day_modifier={"09:00-17:00": 0.1})
+    ctx = {"time": {"hour": 10, "minute": 0, field: value}}
+    with pytest.raises(InvalidInputError, match=rf"context time\.{field} must be") as e:
+        dynamic_threshold(cfg, ctx)
+    assert len(str(e.value)) < 200  # never the value at length
+
+
+def test_a_pinned_time_of_day_may_be_an_integral_number_or_numeric_text() -> None:
+    cfg = DynamicThresholdConfig(base_threshold=0.5, time_of_day_modifier={"09:00-17:00": 0.1})
+    for hour, minute in ((9, 0), (9.0, 0.0), ("9", "0"), (" 16 ", "59"), (16, 59)):
+        assert dynamic_threshold(cfg, {"time": {"hour": hour, "minute": minute}})[0] == pytest.approx(0.6)
+    for hour in (8, 17, "23", 0):
+        assert dynamic_threshold(cfg, {"time": {"hour": hour, "minute": 0}})[0] == pytest.approx(0.5)
+
+
+def test_trust_and_sensitivity_that_are_not_finite_numbers_count_as_absent() -> None:
+    cfg = DynamicThresholdConfig(base_threshold=0.5, user_trust_modifier=0.2, content_sensitivity_modifier=-0.2)
+    for v in (10**400, float("nan"), "0.9", [1]):
+        assert dynamic_threshold(cfg, {"user": {"trust_score": v}, "content": {"sensitivity": v}})[0] == 0.5
+    assert dynamic_threshold(cfg, {"user": {"trust_score": float("inf")}})[0] == pytest.approx(0.7)
+
+
+def test_conditions_over_integers_too_large_for_a_float_or_for_text_never_raise() -> None:
+    huge = 10**5000
+    ctx = {"n": huge}
+    assert check(Condition(field="n", operator="greater_than", value=5), ctx)
+    assert not check(Condition(field="n", operator="less_than", value=5), ctx)
+    assert not check(Condition(field="n", operator="equals", value=5), ctx)
+    assert check(Condition(field="n", operator="equals", value=huge), ctx)
+    # past the interpreter's int-to-text limit it has no text: text operators do not match it
+    assert not check(Condition(field="n", operator="starts_with", value="1"), ctx)
+    assert not check(Condition(field="n", operator="contains", value="0"), ctx)
+    assert not check(Condition(field="n", operator="regex_match", value="^1"), ctx)
+    assert not check(Condition(field="n", operator="in", value=[1, 2]), ctx)
 
 
 def test_time_range_wrap_around_boundaries() -> None:

@@ -369,6 +369,79 @@ async def test_a_witness_that_does_not_parse_stops_that_logs_signing_typed(db: D
     assert await signer.checkpoint_all() == 1  # globex is still signed; acme waits for its operator
 
 
+async def test_a_witness_nested_past_the_recursion_limit_is_a_typed_refusal(db: Db, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    signer = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 4)
+    assert (await signer.checkpoint("acme")).size == 4  # type: ignore[union-attr]
+    [path] = [p for p in (data / WITNESS_DIR).iterdir() if not p.name.startswith(".")]
+    path.write_text("[" * 4000)  # under the file's size limit, past the parser's recursion limit
+    await write(db.store, 2)
+    with pytest.raises(ConfigurationError, match="does not parse"):
+        await signer.checkpoint("acme")
+
+
+async def test_a_checkpoint_up_to_below_the_witnessed_one_is_not_a_fork(db: Db, tmp_path: Path) -> None:
+    """A read (export, audit verify) signs exactly the records it read (``upto``): a checkpoint
+    the witness holds above that is no fork, and the witness is not moved back."""
+    data = tmp_path / "data"
+    signer = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 10)
+    assert (await signer.checkpoint("acme")).size == 10  # type: ignore[union-attr]
+    await write(db.store, 5)
+    assert (await signer.checkpoint("acme")).size == 15  # type: ignore[union-attr]
+    assert (await signer.checkpoint("acme", upto=12)).size == 12  # type: ignore[union-attr]
+    assert Witness(data).get("acme")[0] == 15  # type: ignore[index]
+    assert (await verify(db.store)).ok
+
+
+async def test_a_read_racing_a_sibling_signer_is_not_a_fork(db: Db, tmp_path: Path) -> None:
+    """Worker A reads (export, verify) while worker B (same data dir) signs newer decisions."""
+    data = tmp_path / "data"
+    a = EvidenceLog(db.stores[0], EvidenceConfig(), key=KEY, witness=Witness(data))
+    b = EvidenceLog(db.stores[1], EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 10)
+    assert (await b.checkpoint("acme")).size == 10  # type: ignore[union-attr]
+    await write(db.store, 3)  # unsigned: A's read signs them
+    real = db.stores[0].log_size
+    calls = {"n": 0}
+
+    async def log_size(tenant: str) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # after A's first signing (13): two more decisions arrive
+            await write(db.stores[1], 2)
+        n = await real(tenant)
+        if calls["n"] == 3:  # A has read its head (15) again; B writes and signs before A signs "upto=15"
+            await write(db.stores[1], 2)
+            assert (await b.checkpoint("acme")).size == 17  # type: ignore[union-attr]
+        return n
+
+    db.stores[0].log_size = log_size  # type: ignore[method-assign]
+    got = await chunks(a, "acme")
+    assert got[0].head == 15 and sum(len(c.entries) for c in got) == 15
+    assert Witness(data).get("acme")[0] == 17  # type: ignore[index]
+
+
+async def test_below_the_witness_a_deleted_witnessed_checkpoint_or_a_forged_history_is_still_refused(
+    db: Db, tmp_path: Path
+) -> None:
+    """Asked for a checkpoint below the witnessed one: the store must still hold the witnessed
+    checkpoint, and the records below it must be the ones it signed."""
+    data = tmp_path / "data"
+    signer = EvidenceLog(db.store, EvidenceConfig(), key=KEY, witness=Witness(data))
+    await write(db.store, 10)
+    assert (await signer.checkpoint("acme")).size == 10  # type: ignore[union-attr]
+    await write(db.store, 10)
+    assert (await signer.checkpoint("acme")).size == 20  # type: ignore[union-attr]
+    await _forge(db, 12)
+    with pytest.raises(LogForkError, match="do not extend to checkpoint 20"):
+        await signer.checkpoint("acme", upto=15)
+    db.execute("DELETE FROM log_checkpoints WHERE tenant='acme' AND size=20")
+    with pytest.raises(LogForkError, match="no longer holds checkpoint 20"):
+        await signer.checkpoint("acme", upto=15)
+    assert (await db.store.latest_checkpoint("acme")).size == 10  # type: ignore[union-attr]
+
+
 async def test_records_no_checkpoint_signs_are_not_evidence(db: Db) -> None:
     """A server without a signing key (PostgreSQL, none configured) keeps the log unsigned:
     verify says so rather than passing."""

@@ -207,3 +207,49 @@ def test_the_metrics_directory_sweep_removes_only_this_users_dead_supervisors_di
     live.remove()
     assert not os.path.lexists(live.path)
     assert not any(p.name.startswith(metricsdir.STAGING_PREFIX) for p in tmp_path.iterdir())
+
+
+def test_a_flood_of_foreign_metrics_names_never_hides_a_dead_supervisors_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any local user can fill the temporary directory with ``crossaudit-metrics-*`` names (files,
+    links): the sweep's bound counts this user's directories it examines, not names, so the dead
+    supervisor's directory is removed even when it is listed after every one of them."""
+    from crossaudit.service import metricsdir
+
+    monkeypatch.setattr(metricsdir, "MAX_SWEPT", 5)
+    dead = metricsdir.create(str(tmp_path))
+    os.close(dead.lock_fd)  # its supervisor was killed: the lock is free, the directory stays
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for i in range(20 * metricsdir.MAX_SWEPT):
+        (tmp_path / f"{metricsdir.PREFIX}file{i:04d}").touch()
+        (tmp_path / f"{metricsdir.PREFIX}link{i:04d}").symlink_to(outside)
+    real = os.scandir
+
+    class DeadListedLast(list[os.DirEntry[str]]):  # what os.scandir gives, in the worst order
+        def __enter__(self) -> DeadListedLast:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    def dead_listed_last(path: str) -> DeadListedLast:
+        with real(path) as it:
+            return DeadListedLast(sorted(it, key=lambda e: e.path == dead.path))
+
+    monkeypatch.setattr(metricsdir.os, "scandir", dead_listed_last)
+    assert metricsdir.sweep(str(tmp_path)) == [os.path.basename(dead.path)]
+    assert not os.path.lexists(dead.path)
+
+
+def test_the_metrics_directory_sweep_examines_at_most_max_swept_directories_a_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crossaudit.service import metricsdir
+
+    monkeypatch.setattr(metricsdir, "MAX_SWEPT", 3)
+    for _ in range(metricsdir.MAX_SWEPT + 2):
+        os.close(metricsdir.create(str(tmp_path)).lock_fd)
+    assert len(metricsdir.sweep(str(tmp_path))) == metricsdir.MAX_SWEPT
+    assert len(metricsdir.sweep(str(tmp_path))) == 2  # the rest at the next start
