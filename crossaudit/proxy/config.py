@@ -17,18 +17,17 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.sdk.options import API_KEY_ENV, SERVER_ENV
 from crossaudit.service.auth import check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServiceLimits
+from crossaudit.service.settings import read_yaml_file
 from orchestrator.secrets import MAX_SECRET_BYTES, SecretGrant
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file is refused unread
 MIN_CALLER_KEY_LENGTH = 16  # the server's minimum for API keys, for the same reason (guessing)
 MAX_CALLERS = 10_000
 MAX_POLICIES_PER_CALLER = 1_000
@@ -265,32 +264,15 @@ def _digest(key: str) -> str:
 
 
 def read_file(path: Path) -> ProxyFile:
-    """The configuration file, validated; a file holding caller keys must be private (0600)."""
+    """The configuration file, validated; a file holding caller keys must be private (0600). It is
+    read like the server's (size-capped, no duplicate keys, no aliases; errors say line:col)."""
+    file = read_yaml_file(path, "proxy configuration")
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ConfigurationError(f"proxy configuration {path} not found") from None
-    except OSError as e:
-        raise ConfigurationError(f"cannot read proxy configuration {path}: {e.strerror}") from None
-    if size > MAX_CONFIG_FILE_BYTES:
-        raise ConfigurationError(f"proxy configuration {path} is over {MAX_CONFIG_FILE_BYTES} bytes")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigurationError(f"cannot read proxy configuration {path}: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        raise ConfigurationError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{path}: the proxy configuration must be a YAML mapping")
-    try:
-        parsed = ProxyFile.model_validate(data)
+        parsed = ProxyFile.model_validate(file.data)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors())
-        raise ConfigurationError(f"{path}: {problems}") from None
+        errors = e.errors()
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in errors)
+        raise ConfigurationError(f"{file.where(tuple(errors[0]['loc']))}: {problems}") from None
     if parsed.callers:
         check_private_file(path, "proxy configuration (it holds caller keys)")
     return parsed

@@ -8,7 +8,7 @@ of it is released. A window's evaluation is provisional (audited by the server o
 blocks); the last one is the final decision on the whole answer, audited once. A block stops the
 stream: nothing after the released text reaches the caller. A redaction is released redacted.
 
-One choice (``n: 1``) without ``logprobs``; other streams are buffered (app.py).
+One choice (``n: 1``) without ``logprobs``; other streams are buffered (stages.py).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
+from crossaudit.kernel.limits import PolicyLimits
 from crossaudit.service.config import (
     CONSOLE_OFF,
     ENV_DELIMITER,
@@ -44,7 +45,10 @@ from crossaudit.service.pricing import DEFAULT_LLM_PRICES
 from crossaudit.store.postgres import mask_url
 
 CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
-MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file is refused unread
+MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file (the server's, the proxy's) is refused unread
+# The hardened YAML reader's caps for a configuration file: its size, and as many nodes as a file
+# of that size can hold (each takes two bytes at least), so only the size ever refuses one.
+CONFIG_YAML_LIMITS = PolicyLimits(max_file_bytes=MAX_CONFIG_FILE_BYTES, max_nodes=MAX_CONFIG_FILE_BYTES // 2)
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
 LEGACY_ENV: Mapping[str, tuple[str, ...]] = {"CROSSAUDIT_STORE": ("store_url",)}
 # Keys that were renamed: the old one stops the start with the new name, rather than a guess.
@@ -90,39 +94,48 @@ def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
     p = Path(path)
     if p.suffix.lower() not in (".yaml", ".yml", ".toml"):
         raise ConfigurationError(f"config file {p}: use a .yaml, .yml or .toml file")
+    if p.suffix.lower() != ".toml":
+        return read_yaml_file(p, "config file")
+    text = _read_text(p, "config file")
     try:
-        if p.stat().st_size > MAX_CONFIG_FILE_BYTES:
-            raise ConfigurationError(f"config file {p} is larger than {MAX_CONFIG_FILE_BYTES} bytes")
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigurationError(f"config file {p} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigurationError(f"cannot read config file {p}: {e}") from None
-    if not text.strip():
-        return ConfigFile(p, {})
-    if p.suffix.lower() == ".toml":
-        try:
-            data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigurationError(f"config file {p}: {e}") from None
-        positions: dict[tuple[str | int, ...], tuple[int, int]] = {}
-    else:
-        # The policies' hardened YAML reader: safe tags only, no aliases, no duplicate keys, line:col.
-        from orchestrator.policy.yamlsafe import load_yaml
+        data: Any = tomllib.loads(text) if text.strip() else {}
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigurationError(f"config file {p}: {e}") from None
+    return ConfigFile(p, data)
 
-        try:
-            data, smap = load_yaml(text, str(p))
-        except PolicyValidationError as e:
-            first = e.issues[0] if e.issues else None
-            where = f":{first.line}:{first.column}" if first is not None and first.line else ""
-            message = (first.message if first else str(e)).replace(" in policies", "")  # the policies' reader
-            raise ConfigurationError(f"config file {p}{where}: {message}") from None
-        positions = {**smap.values, **smap.keys}
+
+def read_yaml_file(path: Path, what: str) -> ConfigFile:
+    """A YAML configuration file (the server's, the guard proxy's) whose top level is a mapping,
+    read by the policies' hardened reader: at most MAX_CONFIG_FILE_BYTES (a larger one is refused
+    unread), safe tags only, no aliases, no duplicate keys, every value's line:col kept. Each
+    error is a ConfigurationError naming ``what`` and the file (and line:col where there is one)."""
+    from orchestrator.policy.yamlsafe import load_yaml
+
+    text = _read_text(path, what)
+    try:
+        data, smap = load_yaml(text, str(path), CONFIG_YAML_LIMITS, allow_empty=True)
+    except PolicyValidationError as e:
+        first = e.issues[0] if e.issues else None
+        where = f":{first.line}:{first.column}" if first is not None and first.line else ""
+        message = (first.message if first else str(e)).replace(" in policies", "")  # the policies' reader
+        raise ConfigurationError(f"{what} {path}{where}: {message}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigurationError(f"config file {p}: the top level must be a mapping of keys to values")
-    return ConfigFile(p, data, positions)
+        raise ConfigurationError(f"{what} {path}: the top level must be a mapping of keys to values")
+    return ConfigFile(path, data, {**smap.values, **smap.keys})
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A configuration file's text, refused unread past MAX_CONFIG_FILE_BYTES."""
+    try:
+        if path.stat().st_size > MAX_CONFIG_FILE_BYTES:
+            raise ConfigurationError(f"{what} {path} is larger than {MAX_CONFIG_FILE_BYTES} bytes")
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} {path} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"cannot read {what} {path}: {e}") from None
 
 
 # --- the settings model ------------------------------------------------------------------------
@@ -174,13 +187,11 @@ class _SettingsBase(BaseSettings):
     model_store: Annotated[
         str | None, Field(description="the builtins' model store (`serve`: `<data_dir>/models`)")
     ] = None
-    model_roots: Annotated[
-        str | None, Field(description="`:`-separated directories every model path must lie in")
-    ] = None
+    model_roots: Annotated[str | None, Field(description="`:`-separated directories every model path must lie in")] = (
+        None
+    )
     offline: Annotated[bool | None, Field(description="`true`: never download a model")] = None
-    hf_endpoint: Annotated[
-        str | None, Field(description="where base-model configs and tokenizers come from")
-    ] = None
+    hf_endpoint: Annotated[str | None, Field(description="where base-model configs and tokenizers come from")] = None
     detoxify_url: Annotated[str | None, Field(description="Detoxify release base")] = None
     detoxify_checkpoint: Annotated[str | None, Field(description="Detoxify checkpoint")] = None
     detoxify_config: Annotated[str | None, Field(description="Detoxify config directory")] = None

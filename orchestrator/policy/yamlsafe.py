@@ -120,8 +120,11 @@ class _Bounded(yaml.SafeLoader):
             self._depth -= 1
 
 
-def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = None) -> tuple[Any, SourceMap]:
-    """Parse ``text`` into plain Python data plus a :class:`SourceMap`.
+def load_yaml(
+    text: str, file: str = "<policy>", limits: PolicyLimits | None = None, *, allow_empty: bool = False
+) -> tuple[Any, SourceMap]:
+    """Parse ``text`` into plain Python data plus a :class:`SourceMap`; ``allow_empty``: a file
+    with no document (comments only) is None rather than an error (a configuration file).
 
     Raises PolicyValidationError (with line:col) for syntax errors, hostile constructs and
     limit violations. Never executes anything.
@@ -139,6 +142,8 @@ def load_yaml(text: str, file: str = "<policy>", limits: PolicyLimits | None = N
     try:
         node = loader.get_single_node()
         if node is None:
+            if allow_empty:
+                return None, smap
             raise PolicyValidationError([PolicyIssue(message="the policy file is empty", file=file)])
         data = _to_python(node, (), smap, loader)
     except PolicyValidationError:

@@ -103,8 +103,37 @@ def test_per_caller_overrides(tmp_path: Path) -> None:
 def test_yaml_errors_say_where(tmp_path: Path) -> None:
     path = tmp_path / "proxy.yaml"
     path.write_text("callers:\n  app: [\n")
-    with pytest.raises(ConfigurationError, match=r"proxy\.yaml:\d+:\d+: not valid YAML"):
+    with pytest.raises(ConfigurationError, match=r"proxy configuration .*proxy\.yaml:\d+:\d+: YAML syntax"):
         read_file(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("callers: {}\ncallers: {}\n", r"proxy\.yaml:2:1: duplicate key 'callers'"),
+        ("a: &x 1\nb: *x\n", r"proxy\.yaml:1:4: YAML anchors and aliases are not allowed"),
+        ("- callers\n", r"proxy\.yaml: the top level must be a mapping"),
+        ("callers:\n  app: {keys: [short], policies: [p]}\n", r"proxy\.yaml:2:\d+: callers\.app\.keys: .*at least 16"),
+    ],
+)
+def test_the_configuration_is_read_like_the_servers(tmp_path: Path, text: str, problem: str) -> None:
+    """The server's hardened reader: no duplicate keys or aliases, a mapping, mistakes at line:col."""
+    path = tmp_path / "proxy.yaml"
+    path.write_text(text)
+    path.chmod(0o600)
+    with pytest.raises(ConfigurationError, match=problem):
+        read_file(path)
+
+
+def test_a_configuration_over_the_servers_limit_is_refused_unread(tmp_path: Path) -> None:
+    from crossaudit.service.settings import MAX_CONFIG_FILE_BYTES
+
+    path = tmp_path / "proxy.yaml"
+    path.write_text("#" * (MAX_CONFIG_FILE_BYTES + 1))
+    with pytest.raises(ConfigurationError, match=f"larger than {MAX_CONFIG_FILE_BYTES} bytes"):
+        read_file(path)
+    path.write_text("# comments only\n")
+    assert read_file(path).callers == {}
 
 
 def test_request_parsing_and_texts() -> None:
