@@ -18,7 +18,7 @@ import orjson
 
 from crossaudit.evidence.leaf import receipt_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
-from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult
+from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.labels import recorded_rules
@@ -38,6 +38,7 @@ from crossaudit.store.base import (
     sha256_text,
 )
 from orchestrator import reviews
+from orchestrator.engine.engine import NO_VERDICT_HEADS
 
 
 def review_records(tenant: str, d: Decision, revision: int, env: str, now: float) -> list[ReviewRecord]:
@@ -147,20 +148,36 @@ def error_digest(e: EvaluatorResult) -> str:
     return f"{cls} ({ERROR_TEXT_NOT_KEPT}; sha256 {sha256_text(message)})"
 
 
+NO_VERDICT = (Status.ERROR, Status.TIMEOUT)
+# What a record keeps of a rule's reason the engine would not have written: a reason with a
+# verdict quotes no evaluator's message (only how many gave none), so one that does is not kept.
+REASON_NOT_KEPT = "reason not kept: it quoted an evaluator's error"
+
+
+def _errors_kept(evaluators: list[EvaluatorResult]) -> str:
+    return "; ".join(f"{e.evaluator}: {error_digest(e)}" for e in evaluators)
+
+
 def recorded_reason(r: RuleResult) -> str:
-    """``r.reason`` as the audit record keeps it: each evaluator's error message, which the engine
-    quotes in a rule's reason ("no verdict (fail-closed): name: message"), in place by
-    :func:`error_digest`. The answer to the caller keeps the message; the record never holds it,
-    so no erasure has to reach into the rules the log's leaf commits to (docs/retention.md)."""
-    reason = r.reason
-    for e in r.evaluators:
-        if not e.error or e.error not in reason:
-            continue
-        kept = error_digest(e)
-        reason = reason.replace(f"{e.evaluator}: {e.error}", f"{e.evaluator}: {kept}")
-        if e.error in reason:  # quoted some other way: the message goes wherever it is
-            reason = reason.replace(e.error, kept)
-    return reason
+    """``r.reason`` as the audit record keeps it, never with an evaluator's error message (the
+    answer to the caller keeps the message; the record never holds it, so no erasure has to reach
+    into the rules the log's leaf commits to: docs/retention.md).
+
+    A rule with no verdict (the engine's ``no verdict (fail-closed): name: message; ...``) is
+    recorded from its parts, not by editing that text, which holds the messages (a message may
+    quote another's, or the names, or the separators): the head the engine wrote, matched whole
+    among the ones it writes (``NO_VERDICT_HEADS``: policy values), then for every evaluator that
+    gave no verdict its name and :func:`error_digest`. A reason with a verdict is kept as it is,
+    unless an error message is found in it (the engine writes none there): then
+    :data:`REASON_NOT_KEPT` and the digests."""
+    failed = [e for e in r.evaluators if e.status in NO_VERDICT]
+    if r.status in NO_VERDICT:
+        head = max((h for h in NO_VERDICT_HEADS if r.reason.startswith(h)), key=len, default="no verdict: ")
+        return head + _errors_kept(failed)
+    if any(e.error and e.error in r.reason for e in r.evaluators):
+        quoted = [e for e in r.evaluators if e.error or e.status in NO_VERDICT]
+        return f"{REASON_NOT_KEPT}; {_errors_kept(quoted)}"
+    return r.reason
 
 
 def audit_record(

@@ -2,7 +2,10 @@
 
 Derived: ``time.*`` (hour, minute, day_of_week, date, iso, timestamp in the policy's
 timezone) and ``content.*`` (length, hash). Caller-supplied values win, so tests and
-gateways can pin ``time.hour`` or ``content.length``.
+gateways can pin ``time.hour`` or ``content.length``; but ``content.hash`` and ``content.length``
+are what a custom action's webhook payload renders (``{{content.hash}}``), so a pinned one must be
+what the engine would compute in form: a SHA-256 in hex (kept in lower case) and a non-negative
+integer, else InvalidInputError. No request text reaches a webhook's row or body through them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -18,6 +22,9 @@ from crossaudit.kernel.errors import InvalidInputError
 
 MISSING = object()
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def content_hash(text: str) -> str:
@@ -48,9 +55,25 @@ def build_context(
     ctx["content"] = {
         "length": len(response),
         "hash": content_hash(response),
-        **(content if isinstance(content, dict) else {}),
+        **(_pinned_content(content) if isinstance(content, dict) else {}),
     }
     return ctx
+
+
+def _pinned_content(content: dict[str, Any]) -> dict[str, Any]:
+    """The caller's ``content``, its ``hash`` and ``length`` checked to be what the engine would
+    derive in form (module docstring): a webhook payload renders them."""
+    pinned = dict(content)
+    if "hash" in pinned:
+        value = pinned["hash"]
+        if not (isinstance(value, str) and SHA256_HEX.fullmatch(value)):
+            raise InvalidInputError("context content.hash, when given, must be a SHA-256 in hex (64 hex digits)")
+        pinned["hash"] = value.lower()
+    if "length" in pinned:
+        value = pinned["length"]
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise InvalidInputError("context content.length, when given, must be a non-negative integer")
+    return pinned
 
 
 def lookup(ctx: Mapping[str, Any], dotted: str) -> Any:

@@ -110,19 +110,49 @@ def applies_at(rule: Rule, stage: str) -> bool:
     return not stage or rule.stage is Stage.BOTH or rule.stage.value == stage
 
 
+FAIL_CLOSED = "fail-closed"
+ALLOWED_ON_ERROR = "allowed by fallback.on_error"
+MODIFY_ESCALATED = "fail-closed: modify had no verdict to redact with, escalated to block"
+
+
 def no_verdict_action(rule: Rule) -> tuple[Action | None, str]:
     """The action a rule takes when its evaluators give no verdict, and how it was chosen: its
     own action (fail-closed), ``fallback.on_error``'s, or None when that is ``allow`` (fail-open).
     One place, so the engine and the checks that predict it (``policy validate``) agree."""
     on_error = rule.fallback.on_error if rule.fallback else None
     if on_error is FallbackOnError.ALLOW:
-        return None, "allowed by fallback.on_error"
+        return None, ALLOWED_ON_ERROR
     action = Action(on_error.value) if on_error else rule.action
-    how = f"fallback.on_error={on_error.value}" if on_error else "fail-closed"
+    how = f"fallback.on_error={on_error.value}" if on_error else FAIL_CLOSED
     if action is Action.MODIFY:
         # Nothing to redact with: answering ``modify`` would hand back the original text.
-        return Action.BLOCK, "fail-closed: modify had no verdict to redact with, escalated to block"
+        return Action.BLOCK, MODIFY_ESCALATED
     return action, how
+
+
+def no_verdict_head(how: str) -> str:
+    """The start of the reason of a rule with no verdict, before what each evaluator said: made
+    of ``how`` alone (:func:`no_verdict_action`'s), so of policy values."""
+    return f"no verdict, {how}: " if how == ALLOWED_ON_ERROR else f"no verdict ({how}): "
+
+
+# Every head :func:`no_verdict_head` writes: what an audit record may keep of a no-verdict reason
+# (crossaudit.service.records.recorded_reason), matched whole, never cut out of the reason's text.
+NO_VERDICT_HEADS = frozenset(
+    no_verdict_head(how)
+    for how in (
+        FAIL_CLOSED,
+        ALLOWED_ON_ERROR,
+        MODIFY_ESCALATED,
+        *(f"fallback.on_error={v.value}" for v in FallbackOnError if v is not FallbackOnError.ALLOW),
+    )
+)
+
+
+def no_verdict_reason(how: str, parts: list[str]) -> str:
+    """The reason of a rule with no verdict: :func:`no_verdict_head`, then ``parts`` (one per
+    evaluator that gave none, ``name: what it said``) joined by ``"; "``."""
+    return no_verdict_head(how) + "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -551,8 +581,10 @@ class Engine:
     ) -> RuleResult:
         timed_out = all(r.status is Status.TIMEOUT for r in errored) and bool(errored)
         status = Status.TIMEOUT if timed_out else Status.ERROR
-        reasons = "; ".join(f"{r.evaluator}: {r.error}" for r in errored if r.error)
         action, how = no_verdict_action(rule)
+        # The answer quotes each message; the audit record rebuilds this reason from the rule's
+        # parts with a digest in place of each message (crossaudit.service.records).
+        reason = no_verdict_reason(how, [f"{r.evaluator}: {r.error}" for r in errored if r.error])
         if action is None:
             return RuleResult(
                 rule=rule.name,
@@ -560,7 +592,7 @@ class Engine:
                 passed=True,
                 threshold=threshold,
                 evaluators=evaluated,
-                reason=f"no verdict, {how}: {reasons}",
+                reason=reason,
                 latency_ms=latency,
             )
         return RuleResult(
@@ -570,7 +602,7 @@ class Engine:
             threshold=threshold,
             action=action,
             evaluators=evaluated,
-            reason=f"no verdict ({how}): {reasons}",
+            reason=reason,
             latency_ms=latency,
         )
 
@@ -700,8 +732,9 @@ class Engine:
             cache_key = self._cache_key(req, identity)
             hit = None if looked_up else self.cache.entry(cache_key)
             if hit is not None:  # the provenance of the call that produced it
-                return self._result(name, kind, hit[0], t0, attempts=0, cached=True, identity=identity,
-                                    provenance=hit[1])
+                return self._result(
+                    name, kind, hit[0], t0, attempts=0, cached=True, identity=identity, provenance=hit[1]
+                )
         attempts = 0
 
         async def attempt() -> Called:

@@ -52,3 +52,78 @@ def test_a_reason_without_error_text_is_kept_as_it_is() -> None:
     ok = EvaluatorResult(evaluator="e", status=Status.PASS, score=1.0)
     rule = RuleResult(rule="r", status=Status.PASS, passed=True, evaluators=[ok], reason="weighted mean 1.0 >= 0.5")
     assert records.recorded_reason(rule) == "weighted mean 1.0 >= 0.5"
+
+
+def _errored_rule(errors: list[tuple[str, str]], head: str = "no verdict (fail-closed): ", **kw: object) -> RuleResult:
+    """A rule with no verdict as the engine reports it: its reason quotes each message."""
+    evs = [EvaluatorResult(evaluator=n, status=Status.ERROR, error=m, error_type="SandboxCodeError") for n, m in errors]
+    reason = head + "; ".join(f"{n}: {m}" for n, m in errors if m)
+    fields: dict[str, object] = {"passed": False, "action": Action.BLOCK, **kw}
+    return RuleResult(rule="r", status=Status.ERROR, evaluators=evs, reason=reason, **fields)  # type: ignore[arg-type]
+
+
+def _kept(errors: list[tuple[str, str]], head: str = "no verdict (fail-closed): ") -> str:
+    evs = [EvaluatorResult(evaluator=n, status=Status.ERROR, error=m, error_type="SandboxCodeError") for n, m in errors]
+    return head + "; ".join(f"{e.evaluator}: {records.error_digest(e)}" for e in evs)
+
+
+E_A = "evaluator raised ValueError: boom"
+ADVERSARIAL = [
+    # b's message quotes a prompt holding "a: <E_a>": replacing a's text rewrote b's copy
+    [("a", E_A), ("b", f"evaluator raised ValueError: invalid literal for int(): '{SECRET} a: {E_A}'")],
+    # one message a substring of the other, either way round
+    [("a", SECRET), ("b", f"{SECRET} and more")],
+    [("a", f"{SECRET} and more"), ("b", SECRET)],
+    # the same message twice
+    [("a", SECRET), ("b", SECRET)],
+    # an empty message beside one that quotes
+    [("a", ""), ("b", f"KeyError: {SECRET!r}")],
+    # messages holding evaluator names, separators and the reason's own head
+    [("a", f"a: b: {SECRET}"), ("b", f"b; a: {SECRET}")],
+    [("a", f"no verdict (fail-closed): a: {SECRET}"), ("b", "a")],
+    [("a", "a"), ("b", f"{SECRET}; a: a")],
+]
+
+
+@pytest.mark.parametrize("errors", ADVERSARIAL)
+def test_no_text_of_any_error_message_reaches_the_record_however_the_messages_nest(
+    errors: list[tuple[str, str]],
+) -> None:
+    rule = _errored_rule(errors)
+    kept = records.recorded_reason(rule)
+    assert "alice" not in kept and "boom" not in kept and "literal" not in kept
+    # the record is built from the rule's parts alone: the head, each name, class and digest
+    assert kept == _kept(errors)
+
+
+@pytest.mark.parametrize(
+    ("head", "passed", "action"),
+    [
+        ("no verdict (fail-closed): ", False, Action.BLOCK),
+        ("no verdict (fallback.on_error=warn): ", False, Action.WARN),
+        ("no verdict (fail-closed: modify had no verdict to redact with, escalated to block): ", False, Action.BLOCK),
+        ("no verdict, allowed by fallback.on_error: ", True, None),
+    ],
+)
+def test_the_head_of_a_no_verdict_reason_is_kept_only_as_the_engine_writes_it(
+    head: str, passed: bool, action: Action | None
+) -> None:
+    errors = [("a", f"ValueError: {SECRET}")]
+    assert records.recorded_reason(_errored_rule(errors, head, passed=passed, action=action)) == _kept(errors, head)
+    # a head the engine never writes is not copied from the text
+    forged = _errored_rule(errors, f"no verdict ({SECRET}): ", passed=passed, action=action)
+    assert SECRET not in records.recorded_reason(forged)
+
+
+def test_a_reason_with_a_verdict_that_quotes_an_error_is_not_kept() -> None:
+    """Defence in depth: the engine writes no message into a reason with a verdict (only a count);
+    one that holds a message anyway is recorded in the fixed form, not edited."""
+    failed = EvaluatorResult(evaluator="a", status=Status.ERROR, error=f"ValueError: {SECRET}")
+    ok = EvaluatorResult(evaluator="b", status=Status.PASS, score=1.0)
+    rule = RuleResult(rule="r", status=Status.PASS, passed=True, evaluators=[ok, failed],
+                      reason=f"weighted mean 1.0 >= 0.5; a: {failed.error}")  # fmt: skip
+    kept = records.recorded_reason(rule)
+    assert SECRET not in kept and "a: error ValueError (error text not kept; sha256 " in kept
+    counted = RuleResult(rule="r", status=Status.PASS, passed=True, evaluators=[ok, failed],
+                         reason="weighted mean 1.0 >= 0.5; 1 evaluator(s) gave no verdict")  # fmt: skip
+    assert records.recorded_reason(counted) == counted.reason
