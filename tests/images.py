@@ -88,12 +88,12 @@ def build_all(only: set[str] | None = None, core_ready: Path | None = None) -> d
 
     ``core_ready`` is created once every image but :data:`DEPLOY_IMAGES` is there (those build on),
     so the suites that need no deployment image can start (``make test``)."""
-    import docker
+    from crossaudit.imagebuild.daemon import docker_client
+    from crossaudit.kernel.errors import ConfigurationError
 
     try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception:
+        client = docker_client(600, purpose="building the test images")
+    except ConfigurationError:
         print("[images] no Docker daemon answers: no test image built (the Docker tests will say so)")
         return {}
     manager = ImageManager(client)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from crossaudit.imagebuild.daemon import docker_client
 from crossaudit.kernel.errors import ConfigurationError
 
 ProgressCallback = Callable[[str, float], None]  # (message, fraction of the whole job in 0..1)
@@ -79,19 +80,6 @@ def content_tag(repo: str, *parts: bytes | str, buildargs: Mapping[str, str] | N
     return f"{repo}:{content_hash(*parts, buildargs=buildargs)[:TAG_HEX_CHARS]}"
 
 
-def docker_client(limits: BuildLimits | None = None) -> Any:
-    """A docker-py client of the environment's daemon, or ConfigurationError saying why not."""
-    timeout = int((limits or BuildLimits()).client_timeout_s)
-    try:
-        import docker
-
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:
-        raise ConfigurationError(f"building images needs a Docker daemon; none answered: {exc}") from None
-    return client
-
-
 class ImageBuilder:
     """Finds, builds and tags images on one daemon. ``client`` is a docker-py ``DockerClient``
     (made from the environment on first use when None)."""
@@ -103,7 +91,7 @@ class ImageBuilder:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = docker_client(self.limits)
+            self._client = docker_client(self.limits.client_timeout_s)
         return self._client
 
     # --- finding -----------------------------------------------------------------------------

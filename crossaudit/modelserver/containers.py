@@ -28,7 +28,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.imagebuild import daemon
 from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive, owner_id
 from crossaudit.modelserver.builtins import RUNTIMES
 
@@ -44,16 +44,7 @@ _live_lock = threading.Lock()
 
 def client() -> Any:
     """A docker-py client, or ConfigurationError saying why containers cannot be used."""
-    try:
-        import docker
-    except ImportError:
-        raise ConfigurationError("model servers in containers need the docker package (pip install docker)") from None
-    try:
-        c = docker.from_env(timeout=CLIENT_TIMEOUT_S)
-        c.ping()
-    except Exception as exc:
-        raise ConfigurationError(f"model servers in containers need a Docker daemon; none answered: {exc}") from None
-    return c
+    return daemon.docker_client(CLIENT_TIMEOUT_S, purpose="running model servers in containers")
 
 
 def model_mounts(kind: str, config: Mapping[str, Any]) -> dict[str, str]:

@@ -8,20 +8,19 @@ import sys
 import time
 from typing import Any
 
+from crossaudit.imagebuild.daemon import docker_client
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import CrossAuditError
 from sandbox.docker.images import DEPS_READY, RUNNER_READY, ImageManager
 from sandbox.docker.reaper import reap
 
+CLIENT_TIMEOUT_S = 120  # each daemon call of these commands
+
 
 def _client_or_none() -> Any:
     try:
-        import docker
-
-        client = docker.from_env(timeout=120)
-        client.ping()
-        return client
-    except Exception:
+        return docker_client(CLIENT_TIMEOUT_S)
+    except CrossAuditError:
         return None
 
 

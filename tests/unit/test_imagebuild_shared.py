@@ -1,0 +1,67 @@
+"""What the image builder's package holds for all its users, without a daemon: the one Docker
+client factory."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from crossaudit.imagebuild.daemon import client_timeout, docker_answers, docker_client
+from crossaudit.kernel.errors import ConfigurationError
+
+
+class FakeClient:
+    def __init__(self, answers: bool) -> None:
+        self.answers = answers
+        self.closed = False
+
+    def ping(self) -> bool:
+        if not self.answers:
+            raise ConnectionError("no socket")
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def fake_docker(monkeypatch):
+    """``docker.from_env`` recording its keywords and handing out :class:`FakeClient`s."""
+    calls: list[dict] = []
+    made: list[FakeClient] = []
+    state = {"answers": True}
+
+    def from_env(**kw):
+        calls.append(kw)
+        made.append(FakeClient(state["answers"]))
+        return made[-1]
+
+    monkeypatch.setitem(sys.modules, "docker", types.SimpleNamespace(from_env=from_env))
+    return types.SimpleNamespace(calls=calls, made=made, state=state)
+
+
+def test_the_client_timeout_is_whole_seconds_never_zero() -> None:
+    assert client_timeout(60) == 60 and client_timeout(2.9) == 2 and client_timeout(0.5) == 1
+
+
+def test_one_factory_pings_sizes_its_pool_and_names_who_needed_the_daemon(fake_docker) -> None:
+    assert docker_client(120).answers and fake_docker.calls[-1] == {"timeout": 120}
+    docker_client(60, ping=False, max_pool_size=32)
+    assert fake_docker.calls[-1] == {"timeout": 60, "max_pool_size": 32}
+    fake_docker.state["answers"] = False
+    docker_client(60, ping=False)  # not pinged: no error yet
+    with pytest.raises(ConfigurationError, match=r"^running model servers in containers needs a Docker daemon"):
+        docker_client(60, purpose="running model servers in containers")
+    assert fake_docker.made[-1].closed  # a client whose daemon did not answer is not left open
+    assert docker_answers(2.0) is False
+    fake_docker.state["answers"] = True
+    assert docker_answers(0.2) is True and fake_docker.calls[-1] == {"timeout": 1} and fake_docker.made[-1].closed
+
+
+def test_without_the_docker_package_the_factory_says_so(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "docker", None)  # import docker -> ImportError
+    with pytest.raises(ConfigurationError, match="needs the docker package"):
+        docker_client(purpose="x")
+    assert docker_answers(1) is False
