@@ -51,6 +51,7 @@ from crossaudit.imagebuild import (
     debian_rootfs,
     run_tool,
 )
+from crossaudit.imagebuild.baseimage import local_base
 from crossaudit.imagebuild.locked import requirements_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.resources import image_dir
@@ -58,7 +59,6 @@ from crossaudit.kernel.resources import image_dir
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the ``crossaudit`` package
 DOCKERFILE = image_dir("orchestrator") / "Dockerfile"
 REPO = "crossaudit/orchestrator"
-BASE_REPO = "crossaudit/base"
 CONTENT_TAG = re.compile(rf"[0-9a-f]{{{TAG_HEX_CHARS}}}")
 # Where ``pin`` writes the tag: the kustomization's images entry and every image: line naming REPO.
 KUSTOMIZATION = "kustomization.yaml"
@@ -153,20 +153,6 @@ def context_tag(context: Path, own_wheel: Path, debs: list[str], base: str, base
     locked = requirements_file(LOCKED_REQUIREMENTS).read_bytes()
     return content_tag(REPO, (context / "Dockerfile").read_bytes(), base_id, own.hexdigest(), locked,
                        *sorted(debs), buildargs={"BASE": base})
-
-
-def local_base(builder: ImageBuilder | None = None) -> str:
-    """The local base the sandbox runner uses (``make images``), else the newest ``crossaudit/base`` image."""
-    builder = builder or ImageBuilder()
-    from sandbox.docker.images import ImageManager
-
-    tag = ImageManager(client=None, base_image="none").local_base_tag()
-    if builder.exists(tag):
-        return tag
-    newest = builder.newest(BASE_REPO)
-    if newest is None:
-        raise ConfigurationError(f"no local {BASE_REPO} image: run `make images` first")
-    return newest
 
 
 def _say_as_progress(say):  # type: ignore[no-untyped-def]

@@ -3,7 +3,8 @@
 * **base**: a configured Python 3.11 image (``python:3.11-slim``) when present (or pullable, when
   no local base was built before: see :meth:`ImageManager.ensure_base`), else a Debian bookworm
   root filesystem made by ``mmdebstrap`` from the *host's* apt sources and
-  ``docker import``-ed (no registry needed; see ``images/base/README.md``).
+  ``docker import``-ed (no registry needed; see ``images/base/README.md``); its recipe and tag,
+  and which local base the other images use, are :mod:`crossaudit.imagebuild.baseimage`'s.
 * **runner**: ``images/runner/Dockerfile`` FROM the base: non-root user, the agent copied in.
 * **deps**: FROM the runner plus one ``COPY`` of a site directory resolved on the host
   (:mod:`sandbox.deps`); labels carry the import names the warm agent preloads. The set's
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossaudit.imagebuild import IMAGE_LABEL, BuildLimits, ImageBuilder, content_hash, content_tag
+from crossaudit.imagebuild import IMAGE_LABEL, BuildLimits, ImageBuilder, content_tag
+from crossaudit.imagebuild.baseimage import IMPORT_CHANGES, MMDEBSTRAP_ARGS, SUITE, local_base_tag
 from crossaudit.kernel.depspec import Dependency, validate_dependencies
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import DependencyLimits
@@ -61,22 +63,6 @@ SBOM_LABEL = "crossaudit.sbom.sha256"  # on dependency images: sha256 of their C
 IMAGE_FILES_DIR = "/opt/crossaudit"  # where a dependency image keeps its site, lock and SBOM
 MAX_PRUNE = 1_000  # images examined per prune pass
 SANDBOX_UID = 10001
-
-SUITE = "bookworm"
-_MMDEBSTRAP_ARGS = (
-    "--variant=essential",
-    "--include=python3",
-    "--dpkgopt=path-exclude=/usr/share/doc/*",
-    "--dpkgopt=path-exclude=/usr/share/man/*",
-    "--dpkgopt=path-exclude=/usr/share/locale/*",
-    "--dpkgopt=path-exclude=/usr/share/info/*",
-)
-_IMPORT_CHANGES = (
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    'CMD ["python3"]',
-)
-
 
 def _noop(_m: str, _f: float) -> None:
     return None
@@ -180,7 +166,8 @@ class ImageManager:
         return ok
 
     def local_base_tag(self) -> str:
-        return f"crossaudit/base:{SUITE}-py311-{content_hash(SUITE, *_MMDEBSTRAP_ARGS, *_IMPORT_CHANGES)[:12]}"
+        """The local bookworm base's tag (:func:`crossaudit.imagebuild.baseimage.local_base_tag`)."""
+        return local_base_tag()
 
     def _local_base(self, say: ProgressCallback, *, force: bool) -> str:
         tag = self.local_base_tag()
@@ -194,13 +181,13 @@ class ImageManager:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="base-", dir=self.cache_dir) as tmp:
                 tar = Path(tmp) / "rootfs.tar"
-                cmd = [mmdebstrap, *_MMDEBSTRAP_ARGS, "--format=tar", SUITE, str(tar), *map(str, sources)]
+                cmd = [mmdebstrap, *MMDEBSTRAP_ARGS, "--format=tar", SUITE, str(tar), *map(str, sources)]
                 say("building a Debian bookworm base with mmdebstrap (host apt sources)", 0.05)
                 _run_streaming(cmd, self.dep_limits.build_timeout_s, say, 0.05)
                 say("importing the base root filesystem", 0.2)
                 repo, _, version = tag.partition(":")
                 self.client.api.import_image_from_file(
-                    str(tar), repository=repo, tag=version, changes=list(_IMPORT_CHANGES)
+                    str(tar), repository=repo, tag=version, changes=list(IMPORT_CHANGES)
                 )
             if not self.exists(tag):
                 raise ConfigurationError("docker import of the local base image produced no image")

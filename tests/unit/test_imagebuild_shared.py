@@ -1,5 +1,5 @@
 """What the image builder's package holds for all its users, without a daemon: the one Docker
-client factory."""
+client factory, the one rule for the local base."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from crossaudit.imagebuild.baseimage import BASE_REPO, local_base, local_base_tag
 from crossaudit.imagebuild.daemon import client_timeout, docker_answers, docker_client
 from crossaudit.kernel.errors import ConfigurationError
 
@@ -65,3 +66,24 @@ def test_without_the_docker_package_the_factory_says_so(monkeypatch) -> None:
     with pytest.raises(ConfigurationError, match="needs the docker package"):
         docker_client(purpose="x")
     assert docker_answers(1) is False
+
+
+class FakeBuilder:
+    def __init__(self, tags: list[str]) -> None:
+        self.tags = tags  # newest first
+
+    def exists(self, ref: str) -> bool:
+        return ref in self.tags
+
+    def newest(self, repo: str) -> str | None:
+        return next((t for t in self.tags if t.startswith(f"{repo}:")), None)
+
+
+def test_one_rule_picks_the_local_base() -> None:
+    recipe = local_base_tag()
+    assert recipe == "crossaudit/base:bookworm-py311-125d50f45124"  # a changed tag rebuilds every image
+    other = f"{BASE_REPO}:something-else"
+    assert local_base(FakeBuilder([other, recipe])) == recipe  # the recipe's base wins over a newer one
+    assert local_base(FakeBuilder([other])) == other  # else the newest local one
+    with pytest.raises(ConfigurationError, match="make images"):
+        local_base(FakeBuilder([]))
