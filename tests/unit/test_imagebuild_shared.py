@@ -1,5 +1,6 @@
 """What the image builder's package holds for all its users, without a daemon: the one Docker
-client factory, the one rule for the local base."""
+client factory, the one rule for the local base, the hardened container settings the sandbox and
+the model servers share."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from crossaudit.imagebuild.baseimage import BASE_REPO, local_base, local_base_tag
 from crossaudit.imagebuild.daemon import client_timeout, docker_answers, docker_client
+from crossaudit.imagebuild.hardening import Hardening, scratch_tmpfs
 from crossaudit.kernel.errors import ConfigurationError
 
 
@@ -87,3 +89,50 @@ def test_one_rule_picks_the_local_base() -> None:
     assert local_base(FakeBuilder([other])) == other  # else the newest local one
     with pytest.raises(ConfigurationError, match="make images"):
         local_base(FakeBuilder([]))
+
+
+def test_hardened_settings_are_the_same_for_every_container_but_their_caps() -> None:
+    model_server = Hardening(memory_bytes=500, pids=64, tmpfs_bytes=1000).settings()
+    assert model_server == {
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=1000,mode=1777"},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "mem_limit": 500,
+        "memswap_limit": 500,
+        "pids_limit": 64,
+    }
+    sandbox = Hardening(500, 64, 1000, scratch_dirs=("/tmp", "/dev/shm"), tmpfs_inodes=7).settings()
+    assert sandbox["tmpfs"] == dict.fromkeys(
+        ("/tmp", "/dev/shm"), "rw,noexec,nosuid,nodev,size=1000,nr_inodes=7,mode=1777"
+    )
+    assert {k: v for k, v in sandbox.items() if k != "tmpfs"} == {k: v for k, v in model_server.items() if k != "tmpfs"}
+    assert scratch_tmpfs(5) == "rw,noexec,nosuid,nodev,size=5,mode=1777"
+
+
+def test_a_model_server_container_runs_with_the_shared_settings(monkeypatch) -> None:
+    from crossaudit.modelserver import containers
+
+    seen: dict = {}
+
+    class Containers:
+        def run(self, image, **kw):
+            seen.update(kw, image=image)
+            return types.SimpleNamespace(id="c1")
+
+    client = types.SimpleNamespace(containers=Containers())
+    monkeypatch.setattr(containers, "_live", {})
+    containers.run(
+        client,
+        kind="presidio",
+        image="img",
+        args=["serve"],
+        socket_dir="/s",
+        mounts={},
+        memory_bytes=500,
+        pids=64,
+        tmpfs_bytes=1000,
+    )
+    shared = Hardening(memory_bytes=500, pids=64, tmpfs_bytes=1000).settings()
+    assert {k: seen[k] for k in shared} == shared
