@@ -47,6 +47,7 @@ from crossaudit.imagebuild import (
     IMAGE_LABEL,
     TAG_HEX_CHARS,
     ImageBuilder,
+    build_step,
     content_tag,
     debian_rootfs,
     run_tool,
@@ -158,7 +159,7 @@ def context_tag(context: Path, own_wheel: Path, debs: list[str], base: str, base
 def _say_as_progress(say):  # type: ignore[no-untyped-def]
     """The builder's (message, fraction) progress as this module's one-argument ``say``: only step
     lines, which mark where a long build is."""
-    return lambda message, _fraction: say(message) if message.startswith("Step ") else None
+    return lambda message, _fraction: say(message) if build_step(message) else None
 
 
 def _base_id(builder: ImageBuilder, base: str) -> str:

@@ -1,6 +1,6 @@
 """What the image builder's package holds for all its users, without a daemon: the one Docker
 client factory, the one rule for the local base, the hardened container settings the sandbox and
-the model servers share."""
+the model servers share, and the build-step parser."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from crossaudit.imagebuild import build_step
 from crossaudit.imagebuild.baseimage import BASE_REPO, local_base, local_base_tag
 from crossaudit.imagebuild.daemon import client_timeout, docker_answers, docker_client
 from crossaudit.imagebuild.hardening import Hardening, scratch_tmpfs
@@ -136,3 +137,10 @@ def test_a_model_server_container_runs_with_the_shared_settings(monkeypatch) -> 
     )
     shared = Hardening(memory_bytes=500, pids=64, tmpfs_bytes=1000).settings()
     assert {k: seen[k] for k in shared} == shared
+
+
+def test_build_steps_are_read_in_one_place() -> None:
+    assert build_step("Step 2/5 : COPY site/ /opt/crossaudit/site/") == (2, 5)
+    assert build_step('Step 12/12 : CMD ["python3"]') == (12, 12)
+    for line in ("Step 2/5: COPY", " Step 2/5 : COPY", "Successfully built 0123", "Step x/5 : RUN", ""):
+        assert build_step(line) is None
