@@ -141,9 +141,11 @@ def built_tag(name: str) -> str:
 
     tags = json.loads(TAGS_FILE.read_text()) if TAGS_FILE.is_file() else {}
     tag = tags.get(name, "")
-    present = bool(tag) and subprocess.run(
-        ["docker", "image", "inspect", tag], capture_output=True, timeout=60, check=False
-    ).returncode == 0
+    present = (
+        bool(tag)
+        and subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60, check=False).returncode
+        == 0
+    )
     need(present, f"the {name} image is not built: run `make test-images` (python -m tests.images)")
     return str(tag)
 
@@ -151,8 +153,9 @@ def built_tag(name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="build only this image (repeatable; default: all)")
-    parser.add_argument("--core-ready", type=Path, metavar="FILE",
-                        help="create FILE once every image but the deployment ones is ready")
+    parser.add_argument(
+        "--core-ready", type=Path, metavar="FILE", help="create FILE once every image but the deployment ones is ready"
+    )
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     if args.core_ready:

@@ -147,8 +147,11 @@ class ContainerProcess:
         self.stderr = asyncio.StreamReader()
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
-        for target, args in ((self._follow, (True, self.stdout)), (self._follow, (False, self.stderr)),
-                             (self._watch, ())):
+        for target, args in (
+            (self._follow, (True, self.stdout)),
+            (self._follow, (False, self.stderr)),
+            (self._watch, ()),
+        ):
             threading.Thread(target=target, args=args, name=f"ca-ms-{self.id[:12]}", daemon=True).start()
 
     @classmethod

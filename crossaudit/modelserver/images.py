@@ -106,9 +106,25 @@ def prepare_context(kind: str, dest: Path) -> Path:
         shutil.copy(source, target)
     debian_rootfs(dest / "rootfs", DEBIAN_PACKAGES)
     site = dest / "site"
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--target", str(site),
-           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-           "--require-hashes", "--no-deps", "-r", str(locked)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        "install",
+        "-q",
+        "--target",
+        str(site),
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--require-hashes",
+        "--no-deps",
+        "-r",
+        str(locked),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -133,7 +149,8 @@ def build(kind: str, base: str | None = None, builder: ImageBuilder | None = Non
     builder = builder or ImageBuilder()
     base = base or local_base(builder)
     return builder.ensure(
-        context_tag(kind, base), lambda ctx: prepare_context(kind, ctx),
+        context_tag(kind, base),
+        lambda ctx: prepare_context(kind, ctx),
         buildargs=build_args(kind, base),  # the Dockerfile labels it crossaudit.image=modelserver
     )
 

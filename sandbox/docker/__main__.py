@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     def progress_to(end: float):  # type: ignore[no-untyped-def]
         """The image manager's fractions are of a whole evaluator's preparation (the runner is done at
         0.4, a dependency set at 0.9): shown as fractions of this command's own work, ending at 100%."""
+
         def progress(msg: str, frac: float) -> None:
             print(f"[{min(frac / end, 1.0) * 100:5.1f}%] {msg}", flush=True)
+
         return progress
 
     progress = progress_to(1.0)

@@ -88,7 +88,6 @@ DEFAULT_ENV: dict[str, str] = {
 }
 
 
-
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
     """Refuse any variable outside :data:`ENV_ALLOWLIST` (a typo must not leak a host secret)."""
     bad = sorted(k for k in env if k not in ENV_ALLOWLIST)
@@ -180,8 +179,11 @@ def container_spec(
         sysctls=ipc_sysctls(limits),
         nano_cpus=int(limits.cpus * 1e9),
         ulimits=[
-            Ulimit(name="nofile", soft=int(limits.nofile) + AGENT_NOFILE_HEADROOM,
-                   hard=int(limits.nofile) + AGENT_NOFILE_HEADROOM),
+            Ulimit(
+                name="nofile",
+                soft=int(limits.nofile) + AGENT_NOFILE_HEADROOM,
+                hard=int(limits.nofile) + AGENT_NOFILE_HEADROOM,
+            ),
             Ulimit(name="core", soft=0, hard=0),
             Ulimit(name="fsize", soft=int(limits.file_bytes), hard=int(limits.file_bytes)),
         ],
@@ -404,7 +406,10 @@ class WarmContainer:
     def _create_and_attach(self, uid: int) -> socket.socket:
         api = self.rt.client.api
         spec = container_spec(
-            api, self.image, self.rt.limits, self.rt.env,
+            api,
+            self.image,
+            self.rt.limits,
+            self.rt.env,
             {
                 OWNER_LABEL: self.rt.owner,
                 BUNDLE_LABEL: self.bundle_digest[:32],
@@ -448,11 +453,18 @@ class WarmContainer:
                 except _ChannelRefused as exc:
                     if self.rt.socket_channel and not self.rt.socket_verified and await self._plain_image():
                         self.rt.socket_channel = False
-                        log.warning("sandbox agents cannot reach their channel socket (%s): using the attach "
-                                    "stream for every container from now on", exc)
+                        log.warning(
+                            "sandbox agents cannot reach their channel socket (%s): using the attach "
+                            "stream for every container from now on",
+                            exc,
+                        )
                     else:
-                        log.warning("the agent of sandbox container %s did not connect to its channel socket "
-                                    "(%s): this container uses the attach stream", (self.id or "?")[:12], exc)
+                        log.warning(
+                            "the agent of sandbox container %s did not connect to its channel socket "
+                            "(%s): this container uses the attach stream",
+                            (self.id or "?")[:12],
+                            exc,
+                        )
                     await self.destroy()
                     self.dead = False
                     self.channel = None
@@ -532,8 +544,12 @@ class WarmContainer:
             if peer == (self._init_pid, self._uid):
                 break
             conn.close()
-            log.warning("refused a connection to the channel socket of sandbox container %s from pid %d, uid %d: "
-                        "not the container's agent", (self.id or "?")[:12], *peer)
+            log.warning(
+                "refused a connection to the channel socket of sandbox container %s from pid %d, uid %d: "
+                "not the container's agent",
+                (self.id or "?")[:12],
+                *peer,
+            )
         listener.close()  # one connection, the agent's: nothing else can connect now
         # The container's bind holds the directory for it; the host keeps nothing of it.
         os.unlink(os.path.join(self._channel_dir or "", CHANNEL_SOCKET))

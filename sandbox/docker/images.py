@@ -64,6 +64,7 @@ IMAGE_FILES_DIR = "/opt/crossaudit"  # where a dependency image keeps its site, 
 MAX_PRUNE = 1_000  # images examined per prune pass
 SANDBOX_UID = 10001
 
+
 def _noop(_m: str, _f: float) -> None:
     return None
 
@@ -206,7 +207,9 @@ class ImageManager:
 
     def runner_tag(self, base: str) -> str:
         parts: list[bytes | str] = [
-            (RUNNER_DIR / "Dockerfile").read_bytes(), (RUNNER_DIR / "entry.py").read_bytes(), self._image_id(base)
+            (RUNNER_DIR / "Dockerfile").read_bytes(),
+            (RUNNER_DIR / "entry.py").read_bytes(),
+            self._image_id(base),
         ]
         for f in self._agent_files():
             parts += [f.name, f.read_bytes()]
@@ -231,8 +234,16 @@ class ImageManager:
                 with file_lock(self.cache_dir / "locks" / "runner.lock", self.dep_limits.build_timeout_s):
                     if force or not self.exists(tag):
                         say(f"building runner image {tag}", 0.3)
-                        self.builder.ensure(tag, self._runner_context, force=True, buildargs={"BASE": base},
-                                            labels={IMAGE_LABEL: "runner"}, progress=say, frac=0.35, span=0.05)
+                        self.builder.ensure(
+                            tag,
+                            self._runner_context,
+                            force=True,
+                            buildargs={"BASE": base},
+                            labels={IMAGE_LABEL: "runner"},
+                            progress=say,
+                            frac=0.35,
+                            span=0.05,
+                        )
             self._runner = tag
             say(f"runner image {tag} ready", RUNNER_READY)
             return tag
@@ -291,7 +302,13 @@ class ImageManager:
                 (context / ".dockerignore").write_text(".crossaudit.json\n")
                 say(f"building dependency image {tag}", 0.5)
                 self.builder.build(
-                    context, tag, progress=say, frac=0.6, span=0.3, nocache=force, force=True,
+                    context,
+                    tag,
+                    progress=say,
+                    frac=0.6,
+                    span=0.3,
+                    nocache=force,
+                    force=True,
                     labels={
                         IMAGE_LABEL: "deps",
                         PRELOAD_LABEL: json.dumps(site.preload),
@@ -303,7 +320,6 @@ class ImageManager:
                 )
         say(f"dependency image {tag} ready", DEPS_READY)
         return _described(tag, self.client.images.get(tag))
-
 
     def _current_deps(self, runner: str, labels: dict[str, str], tags: list[str]) -> bool:
         """For images built before RUNNER_LABEL existed: is this the current tag of its dependency set?"""
@@ -368,8 +384,11 @@ def host_apt_sources() -> list[Path]:
         paths = [Path(p) for p in override.split(os.pathsep) if p]
     else:
         etc = Path("/etc/apt")
-        paths = [etc / "sources.list", *sorted((etc / "sources.list.d").glob("*.list")),
-                 *sorted((etc / "sources.list.d").glob("*.sources"))]
+        paths = [
+            etc / "sources.list",
+            *sorted((etc / "sources.list.d").glob("*.list")),
+            *sorted((etc / "sources.list.d").glob("*.sources")),
+        ]
     found = []
     for p in paths:
         try:
@@ -396,9 +415,11 @@ def ensure_mmdebstrap(say: ProgressCallback = _noop) -> str:
     prefix: list[str] = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else [])
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     say("installing mmdebstrap with apt-get", 0.02)
-    for cmd in ([*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"],
-                [*prefix, "apt-get", "update", "-q"],
-                [*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"]):
+    for cmd in (
+        [*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"],
+        [*prefix, "apt-get", "update", "-q"],
+        [*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"],
+    ):
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
         found = shutil.which("mmdebstrap")
         if found:
