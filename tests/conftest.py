@@ -27,13 +27,12 @@ def need(condition: bool, reason: str) -> None:
 
 def docker_client():
     """A live docker-py client, or None when no daemon answers."""
-    try:
-        import docker
+    from crossaudit.imagebuild.daemon import docker_client as client_from_env
+    from crossaudit.kernel.errors import ConfigurationError
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-        return client
-    except Exception:
+    try:
+        return client_from_env(10, purpose="the Docker tests")
+    except ConfigurationError:
         return None
 
 

@@ -88,12 +88,12 @@ def build_all(only: set[str] | None = None, core_ready: Path | None = None) -> d
 
     ``core_ready`` is created once every image but :data:`DEPLOY_IMAGES` is there (those build on),
     so the suites that need no deployment image can start (``make test``)."""
-    import docker
+    from crossaudit.imagebuild.daemon import docker_client
+    from crossaudit.kernel.errors import ConfigurationError
 
     try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except Exception:
+        client = docker_client(600, purpose="building the test images")
+    except ConfigurationError:
         print("[images] no Docker daemon answers: no test image built (the Docker tests will say so)")
         return {}
     manager = ImageManager(client)
@@ -141,9 +141,11 @@ def built_tag(name: str) -> str:
 
     tags = json.loads(TAGS_FILE.read_text()) if TAGS_FILE.is_file() else {}
     tag = tags.get(name, "")
-    present = bool(tag) and subprocess.run(
-        ["docker", "image", "inspect", tag], capture_output=True, timeout=60, check=False
-    ).returncode == 0
+    present = (
+        bool(tag)
+        and subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60, check=False).returncode
+        == 0
+    )
     need(present, f"the {name} image is not built: run `make test-images` (python -m tests.images)")
     return str(tag)
 
@@ -151,8 +153,9 @@ def built_tag(name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="build only this image (repeatable; default: all)")
-    parser.add_argument("--core-ready", type=Path, metavar="FILE",
-                        help="create FILE once every image but the deployment ones is ready")
+    parser.add_argument(
+        "--core-ready", type=Path, metavar="FILE", help="create FILE once every image but the deployment ones is ready"
+    )
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     if args.core_ready:

@@ -6,12 +6,12 @@ A build takes from seconds to minutes (wheels resolved with pip, an image built,
 started); piped, a bar draws nothing, so without these lines the command was silent for all of it.
 The server sends every output line of the build (pip's, docker's) as progress; a *step* is a new
 phase (its fraction moved: resolving wheels, building the image, starting the sandbox) or a
-Dockerfile step (``Step 2/3 : ...``), so a log gets a line per step, not pip's chatter.
+Dockerfile step (``Step 2/3 : ...``, :func:`crossaudit.imagebuild.build_step`), so a log gets a
+line per step, not pip's chatter.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from crossaudit.cli.render import printable
+from crossaudit.imagebuild import build_step
 
 ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1), the SDK's progress
 MESSAGE_CHARS = 160  # a step line's message is cut here (a pip or docker line can be long)
 # evaluate / policy test: a local preparation shorter than this (images already built) prints nothing
 SLOW_PREPARE_S = 2.0
-_DOCKER_STEP = re.compile(r"^Step \d+/\d+ :")
 
 
 class StepLines:
@@ -44,7 +44,7 @@ class StepLines:
 
     def __call__(self, message: str, fraction: float) -> None:
         message = " ".join(str(message).split())
-        if not message or (fraction == self.fraction and not _DOCKER_STEP.match(message)):
+        if not message or (fraction == self.fraction and build_step(message) is None):
             return
         self.fraction = fraction
         pct = max(0.0, min(1.0, fraction))

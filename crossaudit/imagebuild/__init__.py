@@ -18,6 +18,13 @@ callers prepare a build context (a directory or a tar) and name the parts that m
   stream ends fails the build, quoting the output's last lines.
 * **Bounded.** Each limit is a named field of :class:`BuildLimits`.
 
+What else more than one of those users needs of Docker lives beside it, once:
+:mod:`~crossaudit.imagebuild.daemon` (the one docker-py client factory),
+:mod:`~crossaudit.imagebuild.baseimage` (which local base an image builds FROM),
+:mod:`~crossaudit.imagebuild.hardening` (the settings every container runs with),
+:func:`build_step` (reading a build's step lines) and :mod:`~crossaudit.imagebuild.locked` (the
+images' hashed requirements).
+
 All calls block (docker-py): async callers use a thread.
 """
 
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from crossaudit.imagebuild.daemon import docker_client
 from crossaudit.kernel.errors import ConfigurationError
 
 ProgressCallback = Callable[[str, float], None]  # (message, fraction of the whole job in 0..1)
@@ -42,7 +50,7 @@ ProgressCallback = Callable[[str, float], None]  # (message, fraction of the who
 TAG_HEX_CHARS = 16  # a content tag is this many hex digits of a SHA-256
 CONTENT_LABEL = "crossaudit.content"  # on every image built here: the full content hash its tag abbreviates
 IMAGE_LABEL = "crossaudit.image"  # what kind of image (runner, deps, modelserver, orchestrator, postgres)
-_STEP = re.compile(r"^Step (\d+)/(\d+) :")  # the classic builder's step lines
+STEP_LINE = re.compile(r"^Step (\d+)/(\d+) :")  # the classic builder's step lines (:func:`build_step`)
 
 
 @dataclass(frozen=True)
@@ -79,17 +87,11 @@ def content_tag(repo: str, *parts: bytes | str, buildargs: Mapping[str, str] | N
     return f"{repo}:{content_hash(*parts, buildargs=buildargs)[:TAG_HEX_CHARS]}"
 
 
-def docker_client(limits: BuildLimits | None = None) -> Any:
-    """A docker-py client of the environment's daemon, or ConfigurationError saying why not."""
-    timeout = int((limits or BuildLimits()).client_timeout_s)
-    try:
-        import docker
-
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:
-        raise ConfigurationError(f"building images needs a Docker daemon; none answered: {exc}") from None
-    return client
+def build_step(line: str) -> tuple[int, int] | None:
+    """``(n, total)`` of one of the classic builder's step lines (``Step 2/5 : COPY ...``), None for
+    any other output line: what moves a build's progress, and what a log keeps of a build."""
+    step = STEP_LINE.match(line)
+    return (int(step.group(1)), int(step.group(2))) if step else None
 
 
 class ImageBuilder:
@@ -103,7 +105,7 @@ class ImageBuilder:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = docker_client(self.limits)
+            self._client = docker_client(self.limits.client_timeout_s)
         return self._client
 
     # --- finding -----------------------------------------------------------------------------
@@ -194,9 +196,9 @@ class ImageBuilder:
                     if "error" in chunk:
                         error = str(chunk.get("error") or "").strip()
                     line = str(chunk.get("stream") or chunk.get("status") or "").strip()
-                    step = _STEP.match(line)
+                    step = build_step(line)
                     if step:
-                        frac = max(frac, start + span * (int(step.group(1)) - 1) / max(1, int(step.group(2))))
+                        frac = max(frac, start + span * (step[0] - 1) / max(1, step[1]))
                     if line:
                         tail = [*tail[-(lim.error_tail_lines - 1) :], line[: lim.max_line_chars]]
                         if n < lim.max_progress_lines:

@@ -1,7 +1,8 @@
 """Model servers as hardened containers (the pool's ``docker`` isolation).
 
 A model library parses untrusted text and loads model files; in a container it gets no network,
-a read-only root filesystem, no capabilities and a memory/pids cap, so a bug in it cannot reach
+a read-only root filesystem, no capabilities and a memory/pids cap (the settings every CrossAudit
+container runs with: :class:`crossaudit.imagebuild.hardening.Hardening`), so a bug in it cannot reach
 the orchestrator's files, network or secrets. The server itself is unchanged: it listens on a unix
 socket in a directory bind-mounted from the host (the only writable mount besides a small /tmp),
 and each model path a call names is bind-mounted read-only at ``/models/<kind>/<hash>/<name>``;
@@ -28,7 +29,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.imagebuild import daemon
+from crossaudit.imagebuild.hardening import Hardening
 from crossaudit.kernel.ownership import OWNER_LABEL, owner_alive, owner_id
 from crossaudit.modelserver.builtins import RUNTIMES
 
@@ -44,16 +46,7 @@ _live_lock = threading.Lock()
 
 def client() -> Any:
     """A docker-py client, or ConfigurationError saying why containers cannot be used."""
-    try:
-        import docker
-    except ImportError:
-        raise ConfigurationError("model servers in containers need the docker package (pip install docker)") from None
-    try:
-        c = docker.from_env(timeout=CLIENT_TIMEOUT_S)
-        c.ping()
-    except Exception as exc:
-        raise ConfigurationError(f"model servers in containers need a Docker daemon; none answered: {exc}") from None
-    return c
+    return daemon.docker_client(CLIENT_TIMEOUT_S, purpose="running model servers in containers")
 
 
 def model_mounts(kind: str, config: Mapping[str, Any]) -> dict[str, str]:
@@ -127,14 +120,10 @@ def run(
         command=args,
         name=f"ca-ms-{kind}-{os.getpid()}-{secrets.token_hex(3)}",
         detach=True,
-        network_mode="none",  # no interface but loopback: a model cannot phone home or be reached
-        read_only=True,  # site-packages, app and /etc immutable
-        tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={int(tmpfs_bytes)},mode=1777"},  # HOME=/tmp in the images
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        mem_limit=int(memory_bytes),
-        memswap_limit=int(memory_bytes),  # no swap beyond the memory cap
-        pids_limit=int(pids),
+        # no network (a model cannot phone home or be reached), read-only root (site-packages, app
+        # and /etc immutable), /tmp the only scratch (HOME=/tmp in the images), no capabilities,
+        # no privilege gain, no swap beyond the memory cap
+        **Hardening(memory_bytes=memory_bytes, pids=pids, tmpfs_bytes=tmpfs_bytes).settings(),
         mounts=binds,
         environment=preload_env(kind),
         labels={LABEL: kind, OWNER_LABEL: owner_id()},
@@ -158,8 +147,11 @@ class ContainerProcess:
         self.stderr = asyncio.StreamReader()
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
-        for target, args in ((self._follow, (True, self.stdout)), (self._follow, (False, self.stderr)),
-                             (self._watch, ())):
+        for target, args in (
+            (self._follow, (True, self.stdout)),
+            (self._follow, (False, self.stderr)),
+            (self._watch, ()),
+        ):
             threading.Thread(target=target, args=args, name=f"ca-ms-{self.id[:12]}", daemon=True).start()
 
     @classmethod

@@ -3,7 +3,8 @@ per model with the model as its ``MODEL`` build argument, locally, by the one im
 (:mod:`crossaudit.imagebuild`).
 
 No image registry is reachable, so an image is ``FROM`` the locally built Python 3.11 base
-(``crossaudit/base:*``, see ``images/base/README.md``) plus COPYs prepared on the host:
+(``crossaudit/base:*``, see ``images/base/README.md``; which one:
+:func:`crossaudit.imagebuild.baseimage.local_base`) plus COPYs prepared on the host:
 
 - ``site/``: the model's stack installed with the host's pip (``pip install --target``; the host
   and the base are both CPython 3.11 on the same architecture), so the base needs no pip; exactly the
@@ -32,6 +33,7 @@ import sys
 from pathlib import Path
 
 from crossaudit.imagebuild import ImageBuilder, content_tag, debian_rootfs
+from crossaudit.imagebuild.baseimage import local_base
 from crossaudit.imagebuild.locked import requirements_file
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.kernel.resources import image_dir
@@ -40,7 +42,6 @@ from crossaudit.modelserver.builtins import RUNTIMES
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the installed ``crossaudit`` package
 DOCKERFILE = image_dir("modelserver") / "Dockerfile"
 REPO_PREFIX = "crossaudit/modelserver-"  # + the model: one repository per model, one tag per content
-BASE_REPO = "crossaudit/base"
 # The server's code: the packages ``crossaudit.modelserver.server`` imports (the layering contract
 # holds it to them: pyproject.toml [tool.importlinter]), copied whole; nothing is picked file by file.
 # The image builder this module uses runs on the host only.
@@ -105,9 +106,25 @@ def prepare_context(kind: str, dest: Path) -> Path:
         shutil.copy(source, target)
     debian_rootfs(dest / "rootfs", DEBIAN_PACKAGES)
     site = dest / "site"
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--target", str(site),
-           "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-           "--require-hashes", "--no-deps", "-r", str(locked)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        "install",
+        "-q",
+        "--target",
+        str(site),
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--require-hashes",
+        "--no-deps",
+        "-r",
+        str(locked),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -127,20 +144,13 @@ def context_tag(kind: str, base: str) -> str:
     return content_tag(f"{REPO_PREFIX}{kind}", *parts, buildargs=build_args(kind, base))
 
 
-def local_base(builder: ImageBuilder | None = None) -> str:
-    """The newest local ``crossaudit/base`` image (built by ``make images``)."""
-    tag = (builder or ImageBuilder()).newest(BASE_REPO)
-    if tag is None:
-        raise ConfigurationError(f"no local {BASE_REPO} image: run `make images` first")
-    return tag
-
-
 def build(kind: str, base: str | None = None, builder: ImageBuilder | None = None) -> str:
     """Find (by content tag) or build the image of ``kind``; returns its tag."""
     builder = builder or ImageBuilder()
     base = base or local_base(builder)
     return builder.ensure(
-        context_tag(kind, base), lambda ctx: prepare_context(kind, ctx),
+        context_tag(kind, base),
+        lambda ctx: prepare_context(kind, ctx),
         buildargs=build_args(kind, base),  # the Dockerfile labels it crossaudit.image=modelserver
     )
 
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build a model server image from the local base")
     b.add_argument("kind", choices=KINDS)
-    b.add_argument("--base", default=None, help="base image (default: newest local crossaudit/base)")
+    b.add_argument("--base", default=None, help="base image (default: the local crossaudit/base of `make images`)")
     c = sub.add_parser("context", help="only write the build context to a directory")
     c.add_argument("kind", choices=KINDS)
     c.add_argument("dest")

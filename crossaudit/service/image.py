@@ -47,10 +47,12 @@ from crossaudit.imagebuild import (
     IMAGE_LABEL,
     TAG_HEX_CHARS,
     ImageBuilder,
+    build_step,
     content_tag,
     debian_rootfs,
     run_tool,
 )
+from crossaudit.imagebuild.baseimage import local_base
 from crossaudit.imagebuild.locked import requirements_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.resources import image_dir
@@ -58,7 +60,6 @@ from crossaudit.kernel.resources import image_dir
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the ``crossaudit`` package
 DOCKERFILE = image_dir("orchestrator") / "Dockerfile"
 REPO = "crossaudit/orchestrator"
-BASE_REPO = "crossaudit/base"
 CONTENT_TAG = re.compile(rf"[0-9a-f]{{{TAG_HEX_CHARS}}}")
 # Where ``pin`` writes the tag: the kustomization's images entry and every image: line naming REPO.
 KUSTOMIZATION = "kustomization.yaml"
@@ -70,8 +71,21 @@ PIP_TIMEOUT_S = 1800
 OWN_WHEEL_DIR = "own"  # wheels/own/: CrossAudit's wheel; wheels/*.whl: its dependencies (two image layers)
 # Not part of the wheel's source: kept out of the copy the wheel is built from.
 _SKIP = shutil.ignore_patterns(
-    ".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", ".crossaudit", ".pytest_cache", ".ruff_cache",
-    ".mypy_cache", "tests", "docs", "policies", "deploy", "tools",
+    ".git",
+    ".venv",
+    "__pycache__",
+    "build",
+    "dist",
+    "*.egg-info",
+    ".crossaudit",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    "tests",
+    "docs",
+    "policies",
+    "deploy",
+    "tools",
 )
 
 
@@ -106,8 +120,11 @@ def build_own_wheel(dest: Path, src: Path | None = None, *, say=print) -> Path: 
         copy = Path(tmp) / "src"
         shutil.copytree(root, copy, ignore=_SKIP)
         say("building the crossaudit wheel from the working tree")
-        run_tool([*_pip(), "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(own_dir), str(copy)],
-                 "pip wheel . --no-deps", PIP_TIMEOUT_S)
+        run_tool(
+            [*_pip(), "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(own_dir), str(copy)],
+            "pip wheel . --no-deps",
+            PIP_TIMEOUT_S,
+        )
     (built,) = sorted(own_dir.glob("crossaudit-*.whl"))
     return built
 
@@ -118,8 +135,21 @@ def fetch_dependency_wheels(dest: Path, *, say=print) -> None:  # type: ignore[n
     of CrossAudit alone rebuilds seconds of image, not the whole environment."""
     _check_host_python()
     say("fetching the locked dependencies' wheels (uv.lock, hash-checked)")
-    run_tool([*_pip(), "wheel", "--require-hashes", "--no-deps", "-q", "-w", str(dest),
-              "-r", str(requirements_file(LOCKED_REQUIREMENTS))], "pip wheel (locked dependencies)", PIP_TIMEOUT_S)
+    run_tool(
+        [
+            *_pip(),
+            "wheel",
+            "--require-hashes",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(dest),
+            "-r",
+            str(requirements_file(LOCKED_REQUIREMENTS)),
+        ],
+        "pip wheel (locked dependencies)",
+        PIP_TIMEOUT_S,
+    )
     if not list(dest.glob("pip-*.whl")):
         raise ConfigurationError("the locked dependencies hold no wheel of pip (pyproject.toml lists it)")
 
@@ -151,28 +181,21 @@ def context_tag(context: Path, own_wheel: Path, debs: list[str], base: str, base
         for name in sorted(zf.namelist()):
             own.update(name.encode() + b"\0" + zf.read(name) + b"\0")
     locked = requirements_file(LOCKED_REQUIREMENTS).read_bytes()
-    return content_tag(REPO, (context / "Dockerfile").read_bytes(), base_id, own.hexdigest(), locked,
-                       *sorted(debs), buildargs={"BASE": base})
-
-
-def local_base(builder: ImageBuilder | None = None) -> str:
-    """The local base the sandbox runner uses (``make images``), else the newest ``crossaudit/base`` image."""
-    builder = builder or ImageBuilder()
-    from sandbox.docker.images import ImageManager
-
-    tag = ImageManager(client=None, base_image="none").local_base_tag()
-    if builder.exists(tag):
-        return tag
-    newest = builder.newest(BASE_REPO)
-    if newest is None:
-        raise ConfigurationError(f"no local {BASE_REPO} image: run `make images` first")
-    return newest
+    return content_tag(
+        REPO,
+        (context / "Dockerfile").read_bytes(),
+        base_id,
+        own.hexdigest(),
+        locked,
+        *sorted(debs),
+        buildargs={"BASE": base},
+    )
 
 
 def _say_as_progress(say):  # type: ignore[no-untyped-def]
     """The builder's (message, fraction) progress as this module's one-argument ``say``: only step
     lines, which mark where a long build is."""
-    return lambda message, _fraction: say(message) if message.startswith("Step ") else None
+    return lambda message, _fraction: say(message) if build_step(message) else None
 
 
 def _base_id(builder: ImageBuilder, base: str) -> str:
@@ -182,8 +205,14 @@ def _base_id(builder: ImageBuilder, base: str) -> str:
     return found
 
 
-def build(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True,  # type: ignore[no-untyped-def]
-          builder: ImageBuilder | None = None) -> str:
+def build(  # type: ignore[no-untyped-def]
+    base: str | None = None,
+    src: Path | None = None,
+    *,
+    say=print,
+    latest: bool = True,
+    builder: ImageBuilder | None = None,
+) -> str:
     """Build (or find) the orchestrator image; returns its content tag (also tagged ``:latest``)."""
     builder = builder or ImageBuilder()
     base = base or local_base(builder)
@@ -222,8 +251,9 @@ def latest_content_tag(builder: ImageBuilder | None = None) -> str:
     tags = [t.split(":", 1)[1] for t in repo_tags if t.startswith(f"{REPO}:")]
     found = sorted(t for t in tags if CONTENT_TAG.fullmatch(t))
     if len(found) != 1:
-        raise ConfigurationError(f"{REPO}:latest carries {len(found)} content tags ({', '.join(found) or 'none'}): "
-                                 "give the tag to pin")
+        raise ConfigurationError(
+            f"{REPO}:latest carries {len(found)} content tags ({', '.join(found) or 'none'}): give the tag to pin"
+        )
     return found[0]
 
 
@@ -263,15 +293,39 @@ def postgres_debs(builder: ImageBuilder, base: str, dest: Path) -> list[str]:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "partial").mkdir(exist_ok=True)
     try:
-        status = builder.client.containers.run(base, ["/var/lib/dpkg/status"], entrypoint="cat", network_mode="none",
-                                               remove=True, stdout=True, stderr=False).decode()
+        status = builder.client.containers.run(
+            base,
+            ["/var/lib/dpkg/status"],
+            entrypoint="cat",
+            network_mode="none",
+            remove=True,
+            stdout=True,
+            stderr=False,
+        ).decode()
     except Exception as exc:  # the daemon, or cat in the base, refused
         raise ConfigurationError(f"reading the base's dpkg status failed: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="ca-pg-") as tmp:
         (Path(tmp) / "status").write_text(status)
-        run_tool(["apt-get", "-q", "-y", "-o", f"Dir::State::status={tmp}/status", "-o", f"Dir::Cache::archives={dest}",
-              "-o", "Debug::NoLocking=1", "-o", "APT::Install-Recommends=false", "install", "--download-only",
-              *POSTGRES_PACKAGES], "apt-get install --download-only " + " ".join(POSTGRES_PACKAGES), PIP_TIMEOUT_S)
+        run_tool(
+            [
+                "apt-get",
+                "-q",
+                "-y",
+                "-o",
+                f"Dir::State::status={tmp}/status",
+                "-o",
+                f"Dir::Cache::archives={dest}",
+                "-o",
+                "Debug::NoLocking=1",
+                "-o",
+                "APT::Install-Recommends=false",
+                "install",
+                "--download-only",
+                *POSTGRES_PACKAGES,
+            ],
+            "apt-get install --download-only " + " ".join(POSTGRES_PACKAGES),
+            PIP_TIMEOUT_S,
+        )
     shutil.rmtree(dest / "partial", ignore_errors=True)
     (dest / "lock").unlink(missing_ok=True)
     debs = sorted(p.name for p in dest.glob("*.deb"))
@@ -280,8 +334,14 @@ def postgres_debs(builder: ImageBuilder, base: str, dest: Path) -> list[str]:
     return debs
 
 
-def build_postgres(base: str | None = None, src: Path | None = None, *, say=print, latest: bool = True,  # type: ignore[no-untyped-def]
-                   builder: ImageBuilder | None = None) -> str:
+def build_postgres(  # type: ignore[no-untyped-def]
+    base: str | None = None,
+    src: Path | None = None,
+    *,
+    say=print,
+    latest: bool = True,
+    builder: ImageBuilder | None = None,
+) -> str:
     """``crossaudit/postgres:<hash>`` (and ``:latest``) from ``deploy/postgres/`` of the source tree."""
     builder = builder or ImageBuilder()
     recipe = source_root(src) / "deploy" / "postgres"
@@ -300,16 +360,19 @@ def build_postgres(base: str | None = None, src: Path | None = None, *, say=prin
             say(f"{tag} is up to date")
         else:
             say(f"building {tag} FROM {base}")
-            builder.build(ctx, tag, buildargs={"BASE": base}, labels={IMAGE_LABEL: "postgres"},
-                          progress=_say_as_progress(say))
+            builder.build(
+                ctx, tag, buildargs={"BASE": base}, labels={IMAGE_LABEL: "postgres"}, progress=_say_as_progress(say)
+            )
     if latest:
         builder.tag(tag, f"{POSTGRES_REPO}:latest")
     return tag
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m crossaudit.service.image",
-                                 description="Build the orchestrator image locally, FROM the local base image.")
+    ap = argparse.ArgumentParser(
+        prog="python -m crossaudit.service.image",
+        description="Build the orchestrator image locally, FROM the local base image.",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build (or find) crossaudit/orchestrator:<content hash>, tag it :latest")
     b.add_argument("--base", default=None, help="base image (default: the local crossaudit/base of `make images`)")
@@ -318,8 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     pg = sub.add_parser("build-postgres", help="build crossaudit/postgres:<hash> (deploy/postgres/) for compose")
     pg.add_argument("--base", default=None)
     pg.add_argument("--src", default=None)
-    pin = sub.add_parser("pin", help="make deploy/k8s run a build: its content tag in the kustomization and the "
-                                     "Deployment (default: the build crossaudit/orchestrator:latest points to)")
+    pin = sub.add_parser(
+        "pin",
+        help="make deploy/k8s run a build: its content tag in the kustomization and the "
+        "Deployment (default: the build crossaudit/orchestrator:latest points to)",
+    )
     pin.add_argument("tag", nargs="?", default=None, help="the content tag `build` printed")
     pin.add_argument("--manifests", default=None, help="Kubernetes manifests (default: deploy/k8s of this checkout)")
     c = sub.add_parser("context", help="only write the build context to a directory")

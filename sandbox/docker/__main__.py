@@ -8,20 +8,19 @@ import sys
 import time
 from typing import Any
 
+from crossaudit.imagebuild.daemon import docker_client
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import CrossAuditError
 from sandbox.docker.images import DEPS_READY, RUNNER_READY, ImageManager
 from sandbox.docker.reaper import reap
 
+CLIENT_TIMEOUT_S = 120  # each daemon call of these commands
+
 
 def _client_or_none() -> Any:
     try:
-        import docker
-
-        client = docker.from_env(timeout=120)
-        client.ping()
-        return client
-    except Exception:
+        return docker_client(CLIENT_TIMEOUT_S)
+    except CrossAuditError:
         return None
 
 
@@ -49,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     def progress_to(end: float):  # type: ignore[no-untyped-def]
         """The image manager's fractions are of a whole evaluator's preparation (the runner is done at
         0.4, a dependency set at 0.9): shown as fractions of this command's own work, ending at 100%."""
+
         def progress(msg: str, frac: float) -> None:
             print(f"[{min(frac / end, 1.0) * 100:5.1f}%] {msg}", flush=True)
+
         return progress
 
     progress = progress_to(1.0)

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
+from crossaudit.imagebuild.daemon import DEFAULT_TIMEOUT_S, docker_answers
+from crossaudit.imagebuild.daemon import docker_client as imagebuild_client
 from crossaudit.kernel.codecheck import check_code
 from crossaudit.kernel.depspec import Dependency, validate_dependencies
 from crossaudit.kernel.errors import (
@@ -49,6 +51,7 @@ MAINTAIN_INTERVAL_S = 1.0  # janitor period: dead/idle containers, refills, pool
 
 
 CHANNELS = ("auto", "socket", "attach")
+DOCKER_POOL_SIZE = 32  # connections docker-py keeps to the daemon
 LOCAL_DAEMON_URL = "http+docker://localhost"  # docker-py's base_url for a unix-socket daemon
 
 
@@ -80,11 +83,10 @@ def cgroup_driver(client: Any) -> str:
     return driver if driver in {"cgroupfs", "systemd"} else ""
 
 
-def docker_client(timeout: float = 60.0) -> Any:
-    """A docker-py client from the environment (``DOCKER_HOST`` or the local socket)."""
-    import docker
-
-    return docker.from_env(timeout=int(timeout), max_pool_size=32)
+def docker_client(timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+    """A docker-py client from the environment (``DOCKER_HOST`` or the local socket), with room for
+    the executor's threads; :meth:`DockerSandbox.start` pings it."""
+    return imagebuild_client(timeout, purpose="the docker sandbox", ping=False, max_pool_size=DOCKER_POOL_SIZE)
 
 
 class DockerSandbox(Sandbox):
@@ -140,16 +142,7 @@ class DockerSandbox(Sandbox):
     @staticmethod
     def available(timeout: float = 2.0) -> bool:
         """True when a Docker daemon answers a ping within ``timeout`` (used to pick the backend)."""
-        try:
-            import docker
-
-            client = docker.from_env(timeout=max(1, int(timeout)))
-            try:
-                return bool(client.ping())
-            finally:
-                client.close()
-        except Exception:
-            return False
+        return docker_answers(timeout)
 
     async def _blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()

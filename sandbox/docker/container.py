@@ -3,7 +3,9 @@
 Why this shape:
 
 * Every isolation setting lives in :func:`container_spec`, derived from named limits only, so
-  the hardening is reviewed (and tested) in one place.
+  the hardening is reviewed (and tested) in one place: the settings every CrossAudit container
+  runs with (:class:`crossaudit.imagebuild.hardening.Hardening`, the model servers' too) and the
+  sandbox's own on top (ulimits, CPU, IPC caps, no logs, auto-remove).
 * The agent protocol travels over the container's attached stdin/stdout (``attach_socket``
   with ``tty=False``). Without a TTY the daemon *multiplexes* the output: every chunk is an
   8-byte header ``[stream, 0, 0, 0, size(uint32 BE)]`` then ``size`` bytes. docker-py only
@@ -35,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossaudit.imagebuild.hardening import Hardening
 from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
@@ -83,7 +86,6 @@ DEFAULT_ENV: dict[str, str] = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
-
 
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -165,22 +167,23 @@ def container_spec(
     the tenant's (:func:`sandbox.cpugroups.docker_parent`), None for the daemon's default."""
     from docker.types import LogConfig, Ulimit
 
-    mem = int(limits.container_memory_bytes)
-    scratch = f"rw,noexec,nosuid,nodev,size={int(limits.tmpfs_bytes)},nr_inodes={int(limits.tmpfs_inodes)},mode=1777"
+    hardened = Hardening(
+        memory_bytes=int(limits.container_memory_bytes),
+        pids=int(limits.pids) + AGENT_PIDS_HEADROOM,
+        tmpfs_bytes=int(limits.tmpfs_bytes),
+        scratch_dirs=SCRATCH_DIRS,  # /dev/shm too: same size and inode caps
+        tmpfs_inodes=int(limits.tmpfs_inodes),
+    )
     host_config = api.create_host_config(
-        network_mode="none",  # no interface but loopback
-        read_only=True,  # root filesystem read-only (site-packages, agent, /etc)
-        tmpfs=dict.fromkeys(SCRATCH_DIRS, scratch),  # /dev/shm too: same size and inode caps
+        **hardened.settings(),  # no network, read-only root, no capabilities, memory/pids caps, ...
         sysctls=ipc_sysctls(limits),
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        mem_limit=mem,
-        memswap_limit=mem,  # memory == memory+swap: no extra swap
-        pids_limit=int(limits.pids) + AGENT_PIDS_HEADROOM,
         nano_cpus=int(limits.cpus * 1e9),
         ulimits=[
-            Ulimit(name="nofile", soft=int(limits.nofile) + AGENT_NOFILE_HEADROOM,
-                   hard=int(limits.nofile) + AGENT_NOFILE_HEADROOM),
+            Ulimit(
+                name="nofile",
+                soft=int(limits.nofile) + AGENT_NOFILE_HEADROOM,
+                hard=int(limits.nofile) + AGENT_NOFILE_HEADROOM,
+            ),
             Ulimit(name="core", soft=0, hard=0),
             Ulimit(name="fsize", soft=int(limits.file_bytes), hard=int(limits.file_bytes)),
         ],
@@ -403,7 +406,10 @@ class WarmContainer:
     def _create_and_attach(self, uid: int) -> socket.socket:
         api = self.rt.client.api
         spec = container_spec(
-            api, self.image, self.rt.limits, self.rt.env,
+            api,
+            self.image,
+            self.rt.limits,
+            self.rt.env,
             {
                 OWNER_LABEL: self.rt.owner,
                 BUNDLE_LABEL: self.bundle_digest[:32],
@@ -447,11 +453,18 @@ class WarmContainer:
                 except _ChannelRefused as exc:
                     if self.rt.socket_channel and not self.rt.socket_verified and await self._plain_image():
                         self.rt.socket_channel = False
-                        log.warning("sandbox agents cannot reach their channel socket (%s): using the attach "
-                                    "stream for every container from now on", exc)
+                        log.warning(
+                            "sandbox agents cannot reach their channel socket (%s): using the attach "
+                            "stream for every container from now on",
+                            exc,
+                        )
                     else:
-                        log.warning("the agent of sandbox container %s did not connect to its channel socket "
-                                    "(%s): this container uses the attach stream", (self.id or "?")[:12], exc)
+                        log.warning(
+                            "the agent of sandbox container %s did not connect to its channel socket "
+                            "(%s): this container uses the attach stream",
+                            (self.id or "?")[:12],
+                            exc,
+                        )
                     await self.destroy()
                     self.dead = False
                     self.channel = None
@@ -531,8 +544,12 @@ class WarmContainer:
             if peer == (self._init_pid, self._uid):
                 break
             conn.close()
-            log.warning("refused a connection to the channel socket of sandbox container %s from pid %d, uid %d: "
-                        "not the container's agent", (self.id or "?")[:12], *peer)
+            log.warning(
+                "refused a connection to the channel socket of sandbox container %s from pid %d, uid %d: "
+                "not the container's agent",
+                (self.id or "?")[:12],
+                *peer,
+            )
         listener.close()  # one connection, the agent's: nothing else can connect now
         # The container's bind holds the directory for it; the host keeps nothing of it.
         os.unlink(os.path.join(self._channel_dir or "", CHANNEL_SOCKET))

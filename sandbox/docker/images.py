@@ -3,7 +3,8 @@
 * **base**: a configured Python 3.11 image (``python:3.11-slim``) when present (or pullable, when
   no local base was built before: see :meth:`ImageManager.ensure_base`), else a Debian bookworm
   root filesystem made by ``mmdebstrap`` from the *host's* apt sources and
-  ``docker import``-ed (no registry needed; see ``images/base/README.md``).
+  ``docker import``-ed (no registry needed; see ``images/base/README.md``); its recipe and tag,
+  and which local base the other images use, are :mod:`crossaudit.imagebuild.baseimage`'s.
 * **runner**: ``images/runner/Dockerfile`` FROM the base: non-root user, the agent copied in.
 * **deps**: FROM the runner plus one ``COPY`` of a site directory resolved on the host
   (:mod:`sandbox.deps`); labels carry the import names the warm agent preloads. The set's
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossaudit.imagebuild import IMAGE_LABEL, BuildLimits, ImageBuilder, content_hash, content_tag
+from crossaudit.imagebuild import IMAGE_LABEL, BuildLimits, ImageBuilder, content_tag
+from crossaudit.imagebuild.baseimage import IMPORT_CHANGES, MMDEBSTRAP_ARGS, SUITE, local_base_tag
 from crossaudit.kernel.depspec import Dependency, validate_dependencies
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import DependencyLimits
@@ -61,21 +63,6 @@ SBOM_LABEL = "crossaudit.sbom.sha256"  # on dependency images: sha256 of their C
 IMAGE_FILES_DIR = "/opt/crossaudit"  # where a dependency image keeps its site, lock and SBOM
 MAX_PRUNE = 1_000  # images examined per prune pass
 SANDBOX_UID = 10001
-
-SUITE = "bookworm"
-_MMDEBSTRAP_ARGS = (
-    "--variant=essential",
-    "--include=python3",
-    "--dpkgopt=path-exclude=/usr/share/doc/*",
-    "--dpkgopt=path-exclude=/usr/share/man/*",
-    "--dpkgopt=path-exclude=/usr/share/locale/*",
-    "--dpkgopt=path-exclude=/usr/share/info/*",
-)
-_IMPORT_CHANGES = (
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    'CMD ["python3"]',
-)
 
 
 def _noop(_m: str, _f: float) -> None:
@@ -180,7 +167,8 @@ class ImageManager:
         return ok
 
     def local_base_tag(self) -> str:
-        return f"crossaudit/base:{SUITE}-py311-{content_hash(SUITE, *_MMDEBSTRAP_ARGS, *_IMPORT_CHANGES)[:12]}"
+        """The local bookworm base's tag (:func:`crossaudit.imagebuild.baseimage.local_base_tag`)."""
+        return local_base_tag()
 
     def _local_base(self, say: ProgressCallback, *, force: bool) -> str:
         tag = self.local_base_tag()
@@ -194,13 +182,13 @@ class ImageManager:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="base-", dir=self.cache_dir) as tmp:
                 tar = Path(tmp) / "rootfs.tar"
-                cmd = [mmdebstrap, *_MMDEBSTRAP_ARGS, "--format=tar", SUITE, str(tar), *map(str, sources)]
+                cmd = [mmdebstrap, *MMDEBSTRAP_ARGS, "--format=tar", SUITE, str(tar), *map(str, sources)]
                 say("building a Debian bookworm base with mmdebstrap (host apt sources)", 0.05)
                 _run_streaming(cmd, self.dep_limits.build_timeout_s, say, 0.05)
                 say("importing the base root filesystem", 0.2)
                 repo, _, version = tag.partition(":")
                 self.client.api.import_image_from_file(
-                    str(tar), repository=repo, tag=version, changes=list(_IMPORT_CHANGES)
+                    str(tar), repository=repo, tag=version, changes=list(IMPORT_CHANGES)
                 )
             if not self.exists(tag):
                 raise ConfigurationError("docker import of the local base image produced no image")
@@ -219,7 +207,9 @@ class ImageManager:
 
     def runner_tag(self, base: str) -> str:
         parts: list[bytes | str] = [
-            (RUNNER_DIR / "Dockerfile").read_bytes(), (RUNNER_DIR / "entry.py").read_bytes(), self._image_id(base)
+            (RUNNER_DIR / "Dockerfile").read_bytes(),
+            (RUNNER_DIR / "entry.py").read_bytes(),
+            self._image_id(base),
         ]
         for f in self._agent_files():
             parts += [f.name, f.read_bytes()]
@@ -244,8 +234,16 @@ class ImageManager:
                 with file_lock(self.cache_dir / "locks" / "runner.lock", self.dep_limits.build_timeout_s):
                     if force or not self.exists(tag):
                         say(f"building runner image {tag}", 0.3)
-                        self.builder.ensure(tag, self._runner_context, force=True, buildargs={"BASE": base},
-                                            labels={IMAGE_LABEL: "runner"}, progress=say, frac=0.35, span=0.05)
+                        self.builder.ensure(
+                            tag,
+                            self._runner_context,
+                            force=True,
+                            buildargs={"BASE": base},
+                            labels={IMAGE_LABEL: "runner"},
+                            progress=say,
+                            frac=0.35,
+                            span=0.05,
+                        )
             self._runner = tag
             say(f"runner image {tag} ready", RUNNER_READY)
             return tag
@@ -304,7 +302,13 @@ class ImageManager:
                 (context / ".dockerignore").write_text(".crossaudit.json\n")
                 say(f"building dependency image {tag}", 0.5)
                 self.builder.build(
-                    context, tag, progress=say, frac=0.6, span=0.3, nocache=force, force=True,
+                    context,
+                    tag,
+                    progress=say,
+                    frac=0.6,
+                    span=0.3,
+                    nocache=force,
+                    force=True,
                     labels={
                         IMAGE_LABEL: "deps",
                         PRELOAD_LABEL: json.dumps(site.preload),
@@ -316,7 +320,6 @@ class ImageManager:
                 )
         say(f"dependency image {tag} ready", DEPS_READY)
         return _described(tag, self.client.images.get(tag))
-
 
     def _current_deps(self, runner: str, labels: dict[str, str], tags: list[str]) -> bool:
         """For images built before RUNNER_LABEL existed: is this the current tag of its dependency set?"""
@@ -381,8 +384,11 @@ def host_apt_sources() -> list[Path]:
         paths = [Path(p) for p in override.split(os.pathsep) if p]
     else:
         etc = Path("/etc/apt")
-        paths = [etc / "sources.list", *sorted((etc / "sources.list.d").glob("*.list")),
-                 *sorted((etc / "sources.list.d").glob("*.sources"))]
+        paths = [
+            etc / "sources.list",
+            *sorted((etc / "sources.list.d").glob("*.list")),
+            *sorted((etc / "sources.list.d").glob("*.sources")),
+        ]
     found = []
     for p in paths:
         try:
@@ -409,9 +415,11 @@ def ensure_mmdebstrap(say: ProgressCallback = _noop) -> str:
     prefix: list[str] = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else [])
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     say("installing mmdebstrap with apt-get", 0.02)
-    for cmd in ([*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"],
-                [*prefix, "apt-get", "update", "-q"],
-                [*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"]):
+    for cmd in (
+        [*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"],
+        [*prefix, "apt-get", "update", "-q"],
+        [*prefix, "apt-get", "install", "-y", "-q", "mmdebstrap"],
+    ):
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
         found = shutil.which("mmdebstrap")
         if found:
