@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError
 
 MISSING = object()
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-
-
-def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def build_context(
@@ -47,7 +43,7 @@ def build_context(
     content = ctx.get("content")
     ctx["content"] = {
         "length": len(response),
-        "hash": content_hash(response),
+        "hash": sha256_text(response),
         **(content if isinstance(content, dict) else {}),
     }
     return ctx
