@@ -40,7 +40,7 @@ from crossaudit.kernel.canonical import file_sha256
 from crossaudit.kernel.depspec import Dependency
 from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError, EvaluatorUnavailableError
 from crossaudit.kernel.limits import DependencyLimits
-from sandbox.base import ProgressCallback
+from crossaudit.kernel.progress import ProgressCallback
 from sandbox.streaming import run_streaming
 
 # Platform tags accepted for CPython 3.11 in a Debian bookworm (glibc 2.36) image.

@@ -20,7 +20,6 @@ from typing import TextIO
 
 from crossaudit.cli.render import printable
 
-ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1), the SDK's progress
 MESSAGE_CHARS = 160  # a step line's message is cut here (a pip or docker line can be long)
 # evaluate / policy test: a local preparation shorter than this (images already built) prints nothing
 SLOW_PREPARE_S = 2.0

@@ -36,7 +36,8 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.kernel.lru import EvictingLRU
-from sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.kernel.progress import ProgressCallback
+from sandbox.base import CodeBundle, RunDiagnostics, Sandbox
 from sandbox.cpugroups import TenantCpuGroups
 from sandbox.pool import WarmPool
 from sandbox.procfs import kill_tree, pid_exists
