@@ -163,23 +163,8 @@ def _row_progress(quiet: bool) -> Iterator[Any]:
 
         yield lines
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("evaluating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = bar.add_task("rows", total=None)
-    bar.start()
-    try:
-        yield lambda done, total: bar.update(task, total=total, completed=done)
-    finally:
-        bar.stop()
+    with progress.stderr_bar("evaluating", description="rows", counted=True) as update:
+        yield lambda done, total: update(total=total, completed=done)
 
 
 def _warn(message: str) -> None:
