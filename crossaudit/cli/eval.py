@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.cli import connect, progress, render
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.evals.cassettes import (
     add_cassette_arguments,
@@ -243,7 +243,6 @@ def _production_rows(args: argparse.Namespace) -> list[Any]:
     """``--from-reviews NAME``: the labelled decisions of the deployed policy, as dataset rows."""
     import time as _time
 
-    from crossaudit.cli.replay import parse_when
     from crossaudit.evals.production import rows_from_reviews, write_jsonl
 
     since = parse_when(args.since, _time.time(), "since")

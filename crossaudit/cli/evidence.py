@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.cli import connect
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
-from crossaudit.cli.replay import parse_when
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, parse_when
 from crossaudit.evidence.bundle import BundleError, verify_bundle
 from crossaudit.evidence.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
 from crossaudit.evidence.notes import (

@@ -20,7 +20,6 @@ import datetime as dt
 import html
 import io
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -29,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.cli import progress
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.cli.render import printable
-from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
 from crossaudit.kernel.files import write_private
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
@@ -74,23 +72,6 @@ def register(policy_subparsers: argparse._SubParsersAction, common: argparse.Arg
     r.add_argument("--rerun-llm", action="store_true", help="call changed LLM judges again (estimated cost first)")
     r.add_argument("--yes", action="store_true", help="confirm --rerun-llm's cost without asking")
     r.set_defaults(func=cmd_policy_replay)
-
-
-def parse_when(text: str | None, now: float, what: str) -> float | None:
-    """Epoch seconds of ``--since``/``--until``: a duration back from ``now`` or an ISO-8601 time
-    (a time without zone is UTC)."""
-    if text is None or text == "":
-        return None
-    value = text.strip()
-    if re.fullmatch(DURATION_PATTERN, value):
-        return now - duration_seconds(value)
-    try:
-        moment = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidInputError(f"--{what} {text!r}: give a duration such as 7d or 12h, or an ISO time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.timestamp()
 
 
 def cmd_policy_replay(args: argparse.Namespace) -> int:
