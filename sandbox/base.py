@@ -12,15 +12,14 @@ import abc
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from crossaudit.kernel.limits import SandboxLimits
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Verdict
 from sandbox.protocol import error_from_frame, parse_result
-
-ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1)
 
 
 @dataclass(frozen=True)

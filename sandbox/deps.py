@@ -36,10 +36,11 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from crossaudit.kernel.canonical import file_sha256
 from crossaudit.kernel.depspec import Dependency
 from crossaudit.kernel.errors import ConfigurationError, DependencyRejectedError, EvaluatorUnavailableError
 from crossaudit.kernel.limits import DependencyLimits
-from sandbox.base import ProgressCallback
+from crossaudit.kernel.progress import ProgressCallback
 from sandbox.streaming import run_streaming
 
 # Platform tags accepted for CPython 3.11 in a Debian bookworm (glibc 2.36) image.
@@ -58,14 +59,6 @@ SBOM_FILE = "sbom.cdx.json"  # its CycloneDX SBOM (JSON)
 SBOM_SPEC_VERSION = "1.6"  # the CycloneDX specification version the SBOMs are written in
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def hash_lock(wheels: Iterable[Path]) -> str:
     """The hash-locked requirements of ``wheels`` (pip's ``--require-hashes`` format), one entry per
     distribution, sorted by canonical name: ``name==version \\`` then ``--hash=sha256:<hex>``.
@@ -78,7 +71,7 @@ def hash_lock(wheels: Iterable[Path]) -> str:
             raise DependencyRejectedError(f"resolution produced a file that is not a wheel: {wheel.name}") from exc
         if name in entries:
             raise DependencyRejectedError(f"resolution produced two wheels of {name}: cannot lock one version")
-        entries[name] = f"{name}=={version} \\\n    --hash=sha256:{sha256_file(wheel)}\n"
+        entries[name] = f"{name}=={version} \\\n    --hash=sha256:{file_sha256(wheel)}\n"
     return "".join(entries[n] for n in sorted(entries))
 
 
@@ -300,7 +293,7 @@ class Wheelhouse:
                 )
             imports = import_names(tmp / "site", [d.name for d in deps])
             names = tuple(sorted(p.name for p in wheels.glob("*.whl")))
-            lock_sha256, sbom_sha256 = sha256_file(lock_file), sha256_file(tmp / SBOM_FILE)
+            lock_sha256, sbom_sha256 = file_sha256(lock_file), file_sha256(tmp / SBOM_FILE)
             (tmp / ".crossaudit.json").write_text(json.dumps({
                 "imports": imports, "wheels": names, "deps": reqs, "lock_sha256": lock_sha256,
                 "sbom_sha256": sbom_sha256,

@@ -16,6 +16,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crossaudit.kernel.canonical import canonical_json
 from crossaudit.kernel.errors import (
     CrossAuditError,
     EvaluatorCodeError,
@@ -45,10 +46,6 @@ KNOWN_KEYS = frozenset({*SCORE_KEYS, "violations", "passed", "details", "spans"}
 
 
 # --------------------------------------------------------------------------- result validation
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def _number(value: Any, what: str) -> float:
@@ -107,7 +104,7 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
     # kind shares (Verdict repeats it), so an unsendable result is this rule's error.
     check_wire(obj, max_depth=limits.result_max_depth, max_bytes=limits.result_bytes)
     try:
-        size = len(_compact(obj).encode())
+        size = len(canonical_json(obj, ascii=False).encode())
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultInvalidError(f"result is not JSON-serialisable: {exc}") from None
     if size > limits.result_bytes:
@@ -131,7 +128,7 @@ def parse_result(obj: Any, limits: SandboxLimits | None = None) -> Verdict:
         raise ResultInvalidError("'violations' must be a list")
     if len(raw_violations) > limits.result_max_violations:
         raise ResultInvalidError(f"too many violations (> {limits.result_max_violations})")
-    violations = [v if isinstance(v, str) else _compact(v) for v in raw_violations]
+    violations = [v if isinstance(v, str) else canonical_json(v, ascii=False) for v in raw_violations]
 
     details_raw = obj.get("details", {})
     if details_raw is None:

@@ -6,7 +6,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from sandbox.base import ProgressCallback
+from crossaudit.kernel.progress import ProgressCallback
 
 MAX_PROGRESS_LINES = 10_000  # lines forwarded to the progress callback; the rest only count
 TAIL_LINES = 20  # last output lines kept for error messages

@@ -1,5 +1,7 @@
-"""What ``crossaudit evaluate`` and ``crossaudit policy test`` share: ``--server [ADDR]`` (local
-evaluation without it), the connection flags, and how a sandbox is chosen locally.
+"""How the CLI reaches a server: :func:`client`, the one Client factory of every command that calls
+one, and the connection flags (:func:`client_options` for the client commands). What ``crossaudit
+evaluate`` and ``crossaudit policy test`` share besides: ``--server [ADDR]`` (local evaluation
+without it) and how a sandbox is chosen locally.
 
 ``--server`` takes an optional address, so ``--server NAME`` could swallow the positional that
 follows it. A value that is an existing path, or is not an address, is given back to the
@@ -92,8 +94,22 @@ def local_sandbox(args: argparse.Namespace) -> str:
     return args.sandbox or os.environ.get(SANDBOX_ENV) or DEFAULT_LOCAL_SANDBOX
 
 
+def client_options() -> argparse.ArgumentParser:
+    """The connection flags of the client commands (``policy deploy``, ``audit …``): a parent parser."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("server connection")
+    g.add_argument("--server", default=None, metavar="HOST:PORT", help=f"default: ${SERVER_ENV} or {DEFAULT_SERVER}")
+    g.add_argument("--api-key", default=None, metavar="KEY", help=f"default: ${API_KEY_ENV}")
+    g.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
+    g.add_argument("--ca-cert", default=None, metavar="PEM", help="connect with TLS trusting this CA certificate")
+    g.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="call deadline")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
 def client(args: argparse.Namespace) -> Any:
-    """A Client for ``--server`` (``$CROSSAUDIT_SERVER`` / ``$CROSSAUDIT_API_KEY`` when not given)."""
+    """The one Client of the CLI's commands, for ``--server`` (``$CROSSAUDIT_SERVER`` /
+    ``$CROSSAUDIT_API_KEY`` when not given)."""
     from crossaudit.sdk.client import Client
 
     tls: Any = args.ca_cert or bool(args.tls)

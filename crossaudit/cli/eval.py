@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.cli import connect, progress, render
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.evals.cassettes import (
     add_cassette_arguments,
@@ -163,23 +163,8 @@ def _row_progress(quiet: bool) -> Iterator[Any]:
 
         yield lines
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("evaluating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    task = bar.add_task("rows", total=None)
-    bar.start()
-    try:
-        yield lambda done, total: bar.update(task, total=total, completed=done)
-    finally:
-        bar.stop()
+    with progress.stderr_bar("evaluating", description="rows", counted=True) as update:
+        yield lambda done, total: update(total=total, completed=done)
 
 
 def _warn(message: str) -> None:
@@ -258,7 +243,6 @@ def _production_rows(args: argparse.Namespace) -> list[Any]:
     """``--from-reviews NAME``: the labelled decisions of the deployed policy, as dataset rows."""
     import time as _time
 
-    from crossaudit.cli.replay import parse_when
     from crossaudit.evals.production import rows_from_reviews, write_jsonl
 
     since = parse_when(args.since, _time.time(), "since")

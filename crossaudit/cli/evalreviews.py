@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
@@ -48,7 +48,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 
 def cmd_eval_labels(args: argparse.Namespace) -> int:
-    from crossaudit.cli.replay import parse_when
 
     try:
         since = parse_when(args.since, time.time(), "since")

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
-from crossaudit.cli.replay import parse_when
+from crossaudit.cli import connect
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, parse_when
 from crossaudit.evidence.bundle import BundleError, verify_bundle
 from crossaudit.evidence.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
 from crossaudit.evidence.notes import (
@@ -101,12 +101,6 @@ def register(asub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     r.set_defaults(func=cmd_audit_receipt)
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from crossaudit.cli.remote import _client as client
-
-    return client(args)
-
-
 def read_keys(paths: list[str]) -> list[PublicKey]:
     keys = []
     for path in paths:
@@ -143,7 +137,7 @@ def cmd_audit_key(args: argparse.Namespace) -> int:
         except EvidenceKeyError as exc:
             raise InvalidInputError(str(exc)) from None
         return _print_key(args, key.public, "")
-    with _client(args) as c:
+    with connect.client(args) as c:
         info = c.log_key()
     if info.key is None:
         raise ConfigurationError("this server signs no checkpoints (no evidence.signing_key_file is configured)")
@@ -209,7 +203,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
         report = verify_store(args.store, args.tenant, keys, args.origin, since)
         return _report(args, report, f"log {args.origin}/{args.tenant}")
-    with _client(args) as c:
+    with connect.client(args) as c:
         if not keys:
             info = c.log_key()
             keys = info.trusted
@@ -224,7 +218,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def cmd_audit_proof(args: argparse.Namespace) -> int:
     keys = read_keys(args.key)
-    with _client(args) as c:
+    with connect.client(args) as c:
         trusted = keys or c.log_key().trusted
         by_id = {k.key_id: k for k in trusted}
         if args.consistency:
@@ -279,7 +273,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     now = time.time()
     since, until = parse_when(args.since, now, "since"), parse_when(args.until, now, "until")
     keys = read_keys(args.key)
-    with _client(args) as c:
+    with connect.client(args) as c:
         try:
             report = c.export_log(args.out, keys or None, since=since, until=until)
         except BundleError as exc:
@@ -298,7 +292,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_receipt(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         doc = c.receipt(args.decision_id)
     if args.json:
         print(json.dumps(doc, indent=2, default=str))

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
-from crossaudit.cli.remote import _client, _client_options
+from crossaudit.cli.connect import client, client_options
 from crossaudit.kernel.dsl import Policy
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
@@ -26,7 +26,7 @@ STORED = re.compile(r"^(?P<name>[^@/\\]+?)(?:@(?P<version>[1-9][0-9]{0,9}))?$")
 def register(psub: argparse._SubParsersAction) -> None:
     d = psub.add_parser(
         "diff",
-        parents=[_client_options()],
+        parents=[client_options()],
         help="what changed between two versions of a policy (files, or NAME@VERSION on a server)",
     )
     d.add_argument("old", metavar="OLD", help="a policy file, or NAME@VERSION / NAME stored on the server")
@@ -46,7 +46,7 @@ def _load(spec: str, args: argparse.Namespace) -> tuple[str, Policy]:
     if m is None:
         raise InvalidInputError(f"{spec}: no such file, and not NAME or NAME@VERSION of a stored policy")
     version = int(m["version"] or 0)
-    with _client(args) as c:
+    with client(args) as c:
         info = c.get_policy(m["name"], environment=args.environment, version=version)
     label = f"{info.version.name}@{info.version.version}"
     return label, load_policy(info.content, label, env={})

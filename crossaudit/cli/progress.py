@@ -12,16 +12,16 @@ line per step, not pip's chatter.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
 from crossaudit.cli.render import printable
 from crossaudit.imagebuild import build_step
 
-ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1), the SDK's progress
 MESSAGE_CHARS = 160  # a step line's message is cut here (a pip or docker line can be long)
 # evaluate / policy test: a local preparation shorter than this (images already built) prints nothing
 SLOW_PREPARE_S = 2.0
@@ -66,22 +66,44 @@ def build_progress(quiet: bool = False, hold_s: float = 0.0, label: str = "uploa
     if quiet:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+    with stderr_bar("{task.description}", description=label, total=1.0) as update:
+        yield lambda message, fraction: update(
+            description=printable(str(message))[:60], completed=max(0.0, min(1.0, fraction))
+        )
 
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
+
+@contextmanager
+def stderr_bar(
+    title: str, *, description: str = "", total: float | None = None, counted: bool = False, detail: bool = False
+) -> Iterator[Callable[..., None]]:
+    """The CLI's one Rich progress bar: on stderr, removed when the block ends. Its columns:
+    ``title`` (a Rich text template: ``"{task.description}"`` shows the description), the bar, how
+    much is done (``counted``: ``3/10``, else a percentage), the description again when ``detail``,
+    the time elapsed. Yields ``update(**fields)`` of its one task (``completed``, ``total``,
+    ``description``), whose ``total`` None draws a pulsing bar until one is given."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
     )
-    task = bar.add_task(label, total=1.0)
+
+    columns: list[ProgressColumn] = [
+        TextColumn(title),
+        BarColumn(),
+        MofNCompleteColumn() if counted else TaskProgressColumn(),
+    ]
+    if detail:
+        columns.append(TextColumn("{task.description}"))
+    columns.append(TimeElapsedColumn())
+    bar = Progress(*columns, console=Console(stderr=True), transient=True)
+    task = bar.add_task(description, total=total)
     bar.start()
     try:
-        yield lambda message, fraction: bar.update(
-            task, description=printable(str(message))[:60], completed=max(0.0, min(1.0, fraction))
-        )
+        yield functools.partial(bar.update, task)
     finally:
         bar.stop()

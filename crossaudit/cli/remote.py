@@ -15,31 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli import display, progress, rollout
+from crossaudit.cli import connect, display, progress, rollout
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
-from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 # --- parser -------------------------------------------------------------------------------
 
 
-def _client_options() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("server connection")
-    g.add_argument("--server", default=None, metavar="HOST:PORT", help=f"default: ${SERVER_ENV} or {DEFAULT_SERVER}")
-    g.add_argument("--api-key", default=None, metavar="KEY", help=f"default: ${API_KEY_ENV}")
-    g.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
-    g.add_argument("--ca-cert", default=None, metavar="PEM", help="connect with TLS trusting this CA certificate")
-    g.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="call deadline")
-    g.add_argument("--json", action="store_true", help="print JSON")
-    return p
-
-
 def register(subparsers: argparse._SubParsersAction, policy_subparsers: argparse._SubParsersAction) -> None:
     """Add the client commands to the ``crossaudit`` parser; ``policy_subparsers`` (the
     ``policy`` sub-commands) gains deploy/list/get/rollback."""
-    common = _client_options()
+    common = connect.client_options()
     register_policy(policy_subparsers, common)
     register_evaluator(subparsers, common)
     register_audit(subparsers, common)
@@ -176,15 +163,6 @@ def register_webhooks(subparsers: argparse._SubParsersAction, common: argparse.A
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from crossaudit.sdk.client import Client
-
-    tls: Any = args.ca_cert or bool(args.tls)
-    # No --server / --api-key: the Client falls back to $CROSSAUDIT_SERVER / $CROSSAUDIT_API_KEY.
-    options = {"timeout": args.timeout} if args.timeout else {}
-    return Client(args.server or None, api_key=args.api_key or None, tls=tls, **options)
-
-
 def _print_json(value: Any) -> None:
     """The record as JSON, its timestamps as ISO-8601 UTC (crossaudit/cli/display.py)."""
     display.print_json(value)
@@ -206,7 +184,7 @@ def cmd_policy_deploy(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise InvalidInputError(f"policy file {args.file} not found")
     candidate = rollout.candidate_kwargs(args)
-    with progress.build_progress(quiet=args.json) as update, _client(args) as c:
+    with progress.build_progress(quiet=args.json) as update, connect.client(args) as c:
         kwargs = {"timeout": args.timeout} if args.timeout else {}
         r = c.deploy_policy(Path(args.file), environment=args.environment, progress=update, **candidate, **kwargs)
     if args.json:
@@ -242,7 +220,7 @@ POLICY_COLUMNS = [
 
 
 def cmd_policy_list(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         items = c.list_policies(environment=args.environment)
     if args.json:
         return _print_listing(args, items, "policies", POLICY_COLUMNS)
@@ -251,7 +229,7 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_get(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         info = c.get_policy(args.name, environment=args.environment, version=args.version)
     if args.json:
         _print_json(info)
@@ -261,7 +239,7 @@ def cmd_policy_get(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_rollback(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         r = c.rollback(args.name, environment=args.environment, to_version=args.to_version)
     if args.json:
         _print_json(r)
@@ -272,7 +250,7 @@ def cmd_policy_rollback(args: argparse.Namespace) -> int:
 
 def cmd_evaluator_upload(args: argparse.Namespace) -> int:
     code = _read_text(args.file, "evaluator file")
-    with progress.build_progress(quiet=args.json) as update, _client(args) as c:
+    with progress.build_progress(quiet=args.json) as update, connect.client(args) as c:
         kwargs = {"timeout": args.timeout} if args.timeout else {}
         info = c.upload_evaluator(args.name, code, args.dependency, update, description=args.description, **kwargs)
     if args.json:
@@ -285,7 +263,7 @@ def cmd_evaluator_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluator_list(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         items = c.list_evaluators(name=args.name)
     return _print_listing(args, items, "evaluators", EVALUATOR_COLUMNS)
 
@@ -302,7 +280,7 @@ EVALUATOR_COLUMNS = [
 def cmd_evaluator_get(args: argparse.Namespace) -> int:
     if not args.id and not args.name:
         raise InvalidInputError("give an evaluator id or --name")
-    with _client(args) as c:
+    with connect.client(args) as c:
         e = c.get_evaluator(args.id, name=args.name, version=args.version, include_code=args.code)
     if args.json:
         _print_json(e)
@@ -318,7 +296,7 @@ def cmd_evaluator_get(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_list(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         items = c.list_decisions(policy=args.policy, limit=args.limit)
     return _print_listing(args, items, "decisions", DECISION_COLUMNS)
 
@@ -334,7 +312,7 @@ DECISION_COLUMNS = [
 
 
 def cmd_audit_get(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         _print_json(c.get_decision(args.decision_id))
     return EXIT_OK
 
@@ -350,7 +328,7 @@ def cmd_audit_erase(args: argparse.Namespace) -> int:
             if not value:
                 raise InvalidInputError("--context-field NAME=-: standard input held no value")
         field = (name, value)
-    with _client(args) as c:
+    with connect.client(args) as c:
         erasure = c.erase_inputs(decision_id=args.decision, context_field=field)
     if args.json:
         _print_json(erasure)
@@ -366,7 +344,7 @@ def cmd_audit_erase(args: argparse.Namespace) -> int:
 
 def cmd_review_list(args: argparse.Namespace) -> int:
     state = args.state
-    with _client(args) as c:
+    with connect.client(args) as c:
         items = c.list_reviews(state=state, policy=args.policy, limit=args.limit)
     return _print_listing(args, items, "reviews", REVIEW_COLUMNS)
 
@@ -388,7 +366,7 @@ REVIEW_COLUMNS = [
 
 
 def cmd_webhooks_list(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         items = c.list_deliveries(state=None if args.state == "any" else args.state, limit=args.limit)
     return _print_listing(args, items, "deliveries", DELIVERY_COLUMNS)
 
@@ -411,7 +389,7 @@ DELIVERY_COLUMNS = [
 
 
 def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         m = c.redeliver(args.id)
     if args.json:
         _print_json(m)
@@ -421,7 +399,7 @@ def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:
 
 
 def cmd_review_resolve(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         r = c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note)
     if args.json:
         _print_json(r)

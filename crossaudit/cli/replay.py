@@ -20,15 +20,16 @@ import datetime as dt
 import html
 import io
 import json
-import re
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli import progress
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.cli.render import printable
-from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
 from crossaudit.kernel.files import write_private
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
@@ -73,23 +74,6 @@ def register(policy_subparsers: argparse._SubParsersAction, common: argparse.Arg
     r.set_defaults(func=cmd_policy_replay)
 
 
-def parse_when(text: str | None, now: float, what: str) -> float | None:
-    """Epoch seconds of ``--since``/``--until``: a duration back from ``now`` or an ISO-8601 time
-    (a time without zone is UTC)."""
-    if text is None or text == "":
-        return None
-    value = text.strip()
-    if re.fullmatch(DURATION_PATTERN, value):
-        return now - duration_seconds(value)
-    try:
-        moment = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidInputError(f"--{what} {text!r}: give a duration such as 7d or 12h, or an ISO time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.timestamp()
-
-
 def cmd_policy_replay(args: argparse.Namespace) -> int:
     try:
         options = _options(args)
@@ -116,9 +100,7 @@ def _options(args: argparse.Namespace) -> Any:
         raise InvalidInputError(f"candidate policy file {args.file} not found")
     now = time.time()
     since, until = parse_when(args.since, now, "since"), parse_when(args.until, now, "until")
-    return ReplayOptions(
-        environment=args.environment, since=since, until=until, limit=args.limit, samples=args.samples
-    )
+    return ReplayOptions(environment=args.environment, since=since, until=until, limit=args.limit, samples=args.samples)
 
 
 def _run(args: argparse.Namespace, options: Any) -> int:
@@ -204,41 +186,14 @@ def _confirmed(args: argparse.Namespace, report: ReplayReport) -> bool:
     return answer in ("y", "yes")
 
 
-class _progress:
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[ReplayProgress], None] | None]:
     """A rich progress bar on a terminal (records read of the limit), nothing elsewhere."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.on = not quiet and sys.stderr.isatty()
-        self.bar: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.on:
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(
-            TextColumn("replaying"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        task = self.bar.add_task("", total=None)
-        self.bar.start()
-
-        def update(p: ReplayProgress) -> None:
-            self.bar.update(
-                task, total=p.limit, completed=p.read, description=f"{p.not_replayable} not replayable"
-            )
-
-        return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    with progress.stderr_bar("replaying", counted=True, detail=True) as update:
+        yield lambda p: update(total=p.limit, completed=p.read, description=f"{p.not_replayable} not replayable")
 
 
 # --- the human summary -----------------------------------------------------------------------
@@ -303,9 +258,7 @@ def _plot_png(r: ReplayReport) -> bytes | None:
         matplotlib.use("Agg")
         from matplotlib import pyplot as plt
     except ImportError:
-        raise InvalidInputError(
-            "--html draws its plot with matplotlib: pip install 'crossaudit[report]'"
-        ) from None
+        raise InvalidInputError("--html draws its plot with matplotlib: pip install 'crossaudit[report]'") from None
     names = [printable(d.rule if len(d.rule) <= 40 else d.rule[:39] + "…") for d in rules][::-1]
     p2f = [d.pass_to_fail.count for d in rules][::-1]
     f2p = [d.fail_to_pass.count for d in rules][::-1]
@@ -348,9 +301,7 @@ def html_report(r: ReplayReport) -> str:
         *((f"action {pair}", b.count, b.samples) for pair, b in sorted(r.action_changes.items())),
         *((f"not replayable: {k}", b.count, b.samples) for k, b in sorted(r.not_replayable.items())),
     ]
-    summary = "".join(
-        f"<tr><th>{_e(k)}</th><td>{_e(v)}</td><td>{_samples_cell(s)}</td></tr>" for k, v, s in rows
-    )
+    summary = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td><td>{_samples_cell(s)}</td></tr>" for k, v, s in rows)
     rules = "".join(
         f"<tr><td>{_e(d.rule)}</td><td>{_e(d.change)}</td><td>{d.compared}</td><td>{d.pass_to_fail.count}</td>"
         f"<td>{d.fail_to_pass.count}</td><td>{d.score_shifts.count}</td><td>{d.mean_shift:+.4f}</td>"
@@ -358,9 +309,7 @@ def html_report(r: ReplayReport) -> str:
         for d in r.sorted_rules()
     )
     png = _plot_png(r)
-    plot = (
-        f'<img alt="per-rule flips" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png else ""
-    )
+    plot = f'<img alt="per-rule flips" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png else ""
     window = " to ".join(
         _e(dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")) if t is not None else "…"
         for t in (r.since, r.until)

@@ -7,7 +7,7 @@ import argparse
 import math
 from typing import Any
 
-from crossaudit.cli import display
+from crossaudit.cli import connect, display
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.shell import command
@@ -106,14 +106,8 @@ def describe_candidate(r: Any) -> str:
     )
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from crossaudit.cli.remote import _client as client
-
-    return client(args)
-
-
 def cmd_promote(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         r = c.promote(args.name, environment=args.environment)
     if args.json:
         display.print_json(r)
@@ -126,7 +120,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         cand = c.discard(args.name, environment=args.environment)
     if args.json:
         display.print_json(cand)
@@ -136,7 +130,7 @@ def cmd_discard(args: argparse.Namespace) -> int:
 
 
 def cmd_shadow_report(args: argparse.Namespace) -> int:
-    with _client(args) as c:
+    with connect.client(args) as c:
         report = c.shadow_report(args.name, environment=args.environment)
     if args.json:
         display.print_json(report)

@@ -24,17 +24,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from crossaudit.evidence.leaf import rules_text, sha256_hex
+from crossaudit.evidence.leaf import rules_text
 from crossaudit.evidence.merkle import Node
 from crossaudit.evidence.notes import PublicKey
 from crossaudit.evidence.verify import Entry, Finding, Report, Verifier, require_signed
+from crossaudit.kernel.canonical import canonical_json, file_sha256, sha256_text
 
 BUNDLE_FORMAT = "crossaudit.bundle/v1"
 FILES = ("records.jsonl", "leaves.txt", "details.jsonl", "checkpoints.json", "key.pem")
 MAX_LINE_BYTES = 4 << 20  # a line of a bundle's files read at most (a record's details are capped far below)
 MAX_MANIFEST_BYTES = 1 << 20  # manifest.json (a frontier is at most 64 hashes)
 MAX_CHECKPOINTS_BYTES = 64 << 20  # checkpoints.json: an export's 100,000 checkpoints at most are ~25 MB
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 class BundleError(ValueError):
@@ -78,7 +78,7 @@ class BundleWriter:
         self._write("records.jsonl", entry.document + b"\n")
         self._write("leaves.txt", f"{entry.stored_leaf or ''}\n".encode())
         line = {"seq": detail.seq, "decision_id": detail.decision_id, "rules": detail.rules, "receipt": detail.receipt}
-        self._write("details.jsonl", _dumps(line).encode() + b"\n")
+        self._write("details.jsonl", canonical_json(line).encode() + b"\n")
         self.count += 1
 
     def finish(self, checkpoints: Sequence[str], covering: Covering | None) -> Path:
@@ -90,11 +90,11 @@ class BundleWriter:
             if covering is None
             else {"note": covering.note, "nodes": [[lo, hi, h.hex()] for lo, hi, h in covering.nodes]},
         }
-        extra = {"checkpoints.json": _dumps(cps).encode() + b"\n", "key.pem": self.key.pem().encode()}
+        extra = {"checkpoints.json": canonical_json(cps).encode() + b"\n", "key.pem": self.key.pem().encode()}
         for name, data in extra.items():
             (self.out / name).write_bytes(data)
         digests = {name: h.hexdigest() for name, h in self._hashes.items()}
-        digests.update({name: hashlib.sha256(data).hexdigest() for name, data in extra.items()})
+        digests.update({name: sha256_text(data) for name, data in extra.items()})
         manifest = {
             "format": BUNDLE_FORMAT,
             "log": self.origin,
@@ -104,7 +104,7 @@ class BundleWriter:
             "frontier": self.frontier,
             "files": digests,
         }
-        (self.out / "manifest.json").write_bytes(_dumps(manifest).encode() + b"\n")
+        (self.out / "manifest.json").write_bytes(canonical_json(manifest).encode() + b"\n")
         return self.out
 
 
@@ -117,14 +117,6 @@ def _lines(path: Path) -> Iterator[bytes]:
             if len(line) > MAX_LINE_BYTES:
                 raise BundleError(f"{path.name}: a line longer than {MAX_LINE_BYTES} bytes")
             yield line.rstrip(b"\n")
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _read_capped(path: Path, cap: int) -> bytes:
@@ -147,7 +139,7 @@ def read_manifest(bundle: Path) -> dict[str, Any]:
         raise BundleError(f"{path}: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{path}: not a {BUNDLE_FORMAT} manifest")
-    if _dumps(manifest).encode() + b"\n" != raw:
+    if canonical_json(manifest).encode() + b"\n" != raw:
         raise BundleError(f"{path}: not in its canonical form (it was edited)")
     return manifest
 
@@ -171,7 +163,7 @@ def verify_bundle(bundle: Path, keys: Sequence[PublicKey], log: str | None = Non
         v.report.add(Finding(None, "bundle", f"the bundle is of log {origin!r}, not {log!r}"))
     for name in FILES:
         path = bundle / name
-        if name not in digests or not path.is_file() or _file_sha256(path) != digests[name]:
+        if name not in digests or not path.is_file() or file_sha256(path) != digests[name]:
             v.report.add(Finding(None, "bundle", f"{name} does not match the manifest's digest of it"))
     if covering is not None:
         v.keep_leaves()
@@ -212,9 +204,9 @@ def _check_detail(report: Report, d: dict[str, Any], detail: bytes) -> None:
     if not lined_up:
         report.add(Finding(seq, "bundle", "details.jsonl does not line up with records.jsonl", decision_id))
         return
-    if sha256_hex(rules_text(rules)) != d.get("rules_sha256"):
+    if sha256_text(rules_text(rules)) != d.get("rules_sha256"):
         report.add(Finding(seq, "edited", "its rules do not match the digest in its leaf", decision_id))
-    if sha256_hex(receipt) != d.get("receipt_sha256"):
+    if sha256_text(receipt) != d.get("receipt_sha256"):
         report.add(Finding(seq, "edited", "its receipt does not match the digest in its leaf", decision_id))
 
 

@@ -15,10 +15,11 @@ needs only SHA-256 and :mod:`crossaudit.evidence.merkle`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
+
+from crossaudit.kernel.canonical import canonical_json, sha256_text
 
 LEAF_FORMAT = "crossaudit.decision/v1"  # the leaf document's "log" field: its format and version
 
@@ -47,7 +48,6 @@ LEAF_COLUMNS: tuple[str, ...] = (
 )
 
 _RAW_VIOLATIONS = '"violations": ['  # how json.dumps writes a list of violations (a string cannot hold it unescaped)
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 def _counted(rules: Any) -> Any:
@@ -77,19 +77,14 @@ def rules_sha256(stored: str | bytes | memoryview) -> str:
         stored = bytes(stored)
     if isinstance(stored, bytes):
         if _RAW_VIOLATIONS_BYTES not in stored:
-            return hashlib.sha256(stored).hexdigest()
+            return sha256_text(stored)
         stored = stored.decode("utf-8", "surrogatepass")
-    return sha256_hex(rules_text(stored))
-
-
-def sha256_hex(text: str | bytes | memoryview) -> str:
-    data = text if isinstance(text, (bytes, memoryview)) else text.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+    return sha256_text(rules_text(stored))
 
 
 def receipt_text(receipt: Any) -> str:
     """A receipt as stored: canonical JSON, so its digest is the digest of the stored text."""
-    return json.dumps(receipt, sort_keys=True, separators=(",", ":"), default=str)
+    return canonical_json(receipt, stringify=True)
 
 
 _str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps' own (C) string escaper
@@ -152,7 +147,7 @@ def leaf_document(row: Sequence[Any], seq: int) -> bytes:
         f'"log":{_str(LEAF_FORMAT)},"modified_response_sha256":{_opt(modified_response_sha256)},'
         f'"passed":{"true" if passed else "false"},"policy":{_str(policy)},"policy_digest":{_str(policy_digest)},'
         f'"policy_revision":{int(policy_revision)},"policy_version":{_str(policy_version)},'
-        f'"prompt_sha256":{_str(prompt_sha256)},"receipt_sha256":"{sha256_hex(receipt or b"{}")}",'
+        f'"prompt_sha256":{_str(prompt_sha256)},"receipt_sha256":"{sha256_text(receipt or b"{}")}",'
         f'"request_id":{_str(request_id)},"response_sha256":{_str(response_sha256)},'
         f'"rules_sha256":"{rules_sha256(rules)}","seq":{int(seq)},"tenant":{_str(tenant)},'
         f'"truncated":{_str(truncated)}}}'
@@ -178,7 +173,7 @@ def leaf_document_reference(row: Sequence[Any], seq: int) -> bytes:
         "environment": environment,
         "passed": bool(passed),
         "action": action,
-        "rules_sha256": sha256_hex(rules_text(rules)),
+        "rules_sha256": sha256_text(rules_text(rules)),
         "errored_rules": json.loads(errored_rules),
         "latency_ms": float(latency_ms),
         "prompt_sha256": prompt_sha256,
@@ -188,6 +183,6 @@ def leaf_document_reference(row: Sequence[Any], seq: int) -> bytes:
         "request_id": request_id,
         "created_at": float(created_at),
         "truncated": truncated,
-        "receipt_sha256": sha256_hex(receipt or "{}"),
+        "receipt_sha256": sha256_text(receipt or "{}"),
     }
-    return _dumps(doc).encode()
+    return canonical_json(doc).encode()

@@ -26,12 +26,12 @@ from typing import NamedTuple
 
 from crossaudit.evidence.merkle import Frontier, Node, ProofError, leaf_hash, root_from_range
 from crossaudit.evidence.notes import Checkpoint, NoteError, PublicKey, open_checkpoint
+from crossaudit.kernel.canonical import canonical_json
 
 MAX_FINDINGS = 100  # findings a report lists (the count of each kind is always whole)
 MAX_REORDER_CANDIDATES = 1000  # mismatched records tried against each other's sequence numbers
 MAX_REORDER_TRIES = 200_000  # of those tries in one verification (each a JSON parse and a hash); then "edited"
 MAX_SIZE_DIGITS = 19  # the digits of a sequence number or size a note may name (an int64, as the store keeps)
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 class Entry(NamedTuple):
@@ -132,7 +132,7 @@ def reseq(document: bytes, seq: int) -> bytes:
         doc["seq"] = seq
     except (ValueError, TypeError):
         return b""
-    return _dumps(doc).encode()
+    return canonical_json(doc).encode()
 
 
 class Verifier:

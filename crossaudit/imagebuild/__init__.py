@@ -44,8 +44,7 @@ from typing import IO, Any
 
 from crossaudit.imagebuild.daemon import docker_client
 from crossaudit.kernel.errors import ConfigurationError
-
-ProgressCallback = Callable[[str, float], None]  # (message, fraction of the whole job in 0..1)
+from crossaudit.kernel.progress import ProgressCallback
 
 TAG_HEX_CHARS = 16  # a content tag is this many hex digits of a SHA-256
 CONTENT_LABEL = "crossaudit.content"  # on every image built here: the full content hash its tag abbreviates

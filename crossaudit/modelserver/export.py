@@ -21,7 +21,6 @@ This is the only place CrossAudit needs torch for Detoxify: it comes with the ``
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import shutil
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossaudit.kernel.canonical import file_sha256
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.modelserver import onnxfiles
 
@@ -54,14 +54,6 @@ class _DropMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.fragment not in record.getMessage()
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1024 * 1024), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _max_length(tokenizer: Any, config: Any) -> int:
@@ -135,7 +127,7 @@ def export_detoxify(
             precisions=tuple(files),
             source={
                 "checkpoint": os.path.basename(checkpoint),
-                "sha256": _sha256(checkpoint),
+                "sha256": file_sha256(checkpoint),
                 "model_type": str(arch.model_type),
                 "variant": variant,
                 "opset": opset,

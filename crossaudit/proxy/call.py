@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -18,9 +19,6 @@ from crossaudit.proxy.chat import Change, Chunks, ProxyError
 from crossaudit.proxy.config import Caller, PolicyRun, ProxyConfig
 from crossaudit.proxy.errors import error_response
 from crossaudit.proxy.guard import Guard, Verdict
-
-if TYPE_CHECKING:
-    from crossaudit.proxy.upstream import Upstream
 
 POLICY_HEADER = "x-crossaudit-policy"  # the policy a call names (request), or that decided (answer)
 INPUT_DECISION_HEADER = "x-crossaudit-input-decision-id"
@@ -35,6 +33,23 @@ DECISION_HEADERS = {
 }
 
 
+class ModelServer(Protocol):
+    """What a call asks of the model server it goes to: crossaudit.proxy.upstream.Upstream (which
+    itself takes the call, so this module names the methods it needs rather than importing it)."""
+
+    def deadline(self) -> float: ...
+
+    async def send(
+        self, request: Request, method: str, path: str, payload: Mapping[str, Any] | None, deadline: float
+    ) -> httpx.Response: ...
+
+    async def read_all(self, resp: httpx.Response, deadline: float) -> bytes: ...
+
+    def read_answer(
+        self, body: bytes, upstream_headers: httpx.Headers, stream: bool
+    ) -> tuple[dict[str, Any] | None, Chunks | None]: ...
+
+
 @dataclass
 class ProxyCall:
     """One guarded chat call, from its route to its answer."""
@@ -42,7 +57,7 @@ class ProxyCall:
     request: Request  # the caller's (its Authorization goes upstream with forward_caller_authorization)
     config: ProxyConfig
     guard: Guard  # CrossAudit: each stage's evaluations
-    upstream: Upstream  # the model server
+    upstream: ModelServer  # the model server (an Upstream)
     caller: Caller
     policy: str
     run: PolicyRun  # the policy's settings (input_mode, stream, windows)

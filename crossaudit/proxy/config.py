@@ -9,7 +9,6 @@ environment or a file each time it is sent. docs/proxy.md describes every key.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.sdk.options import API_KEY_ENV, SERVER_ENV
 from crossaudit.service.auth import check_private_file
@@ -248,7 +248,7 @@ class ProxyConfig:
             return self.dev_caller
         if not key:
             return None
-        return self.callers.get(_digest(key))
+        return self.callers.get(sha256_text(key))
 
     def callers_list(self) -> list[Caller]:
         seen: dict[str, Caller] = {}
@@ -257,10 +257,6 @@ class ProxyConfig:
         if self.dev_caller is not None:
             seen[self.dev_caller.name] = self.dev_caller
         return list(seen.values())
-
-
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def read_file(path: Path) -> ProxyFile:
@@ -352,7 +348,7 @@ def _callers(f: ProxyFile, defaults: Caller, config_dir: Path | None) -> dict[st
             fail_open=defaults.fail_open if c.fail_open is None else c.fail_open,
         )
         for k in c.keys:
-            digest = _digest(k)
+            digest = sha256_text(k)
             if digest in callers:
                 raise ConfigurationError(f"callers.{name}: a key is also given to caller {callers[digest].name!r}")
             callers[digest] = caller

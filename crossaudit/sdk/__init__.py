@@ -15,7 +15,7 @@ _HOMES = {
     "AsyncClient": "crossaudit.sdk.client",
     "PolicyTester": "crossaudit.sdk.tester",
     "TlsOption": "crossaudit.sdk.options",
-    "ProgressCallback": "crossaudit.sdk.options",
+    "ProgressCallback": "crossaudit.kernel.progress",
     # answers: the store's records ...
     "AuditRecord": "crossaudit.store.base",
     "CandidateRecord": "crossaudit.store.base",

@@ -42,13 +42,13 @@ from crossaudit.kernel.errors import (
     PolicyValidationError,
     ServerUnavailableError,
 )
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.sdk.options import (
     API_KEY_ENV,
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_SERVER,
     DEFAULT_UPLOAD_TIMEOUT_S,
     SERVER_ENV,
-    ProgressCallback,
     Target,
     TlsOption,
     call_metadata,

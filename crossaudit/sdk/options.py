@@ -7,7 +7,7 @@ import ipaddress
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeAlias
 
@@ -27,7 +27,6 @@ MAX_ANSWER_BYTES = 8 * 1024 * 1024
 # says otherwise: the server's default, so that what a client sends, the server accepts.
 DEFAULT_MAX_REQUEST_BYTES = ServiceLimits.max_request_bytes
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
-ProgressCallback = Callable[[str, float], None]  # (message, fraction 0..1) of an upload
 Target: TypeAlias = str | Sequence[str]  # "host:port", "h1:p1,h2:p2", ["h1:p1", "h2:p2"], "dns:///name:port"
 MAX_ADDRESSES = 64
 # Several replicas: one subchannel per address, calls spread over the ready ones (round_robin);

@@ -38,6 +38,7 @@ from crossaudit.kernel.errors import (
     PolicyValidationError,
 )
 from crossaudit.kernel.limits import EngineLimits, PoolLimits, SandboxLimits
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Decision
 from crossaudit.sdk.cases import CaseResult, judge_case
 from orchestrator.engine.engine import Engine
@@ -46,7 +47,7 @@ from orchestrator.policy import load_policy, load_policy_file
 from orchestrator.policy.models import model_check, model_problems
 from orchestrator.policy.yamlsafe import format_path
 from orchestrator.runtime import Runtime, make_sandbox
-from sandbox.base import ProgressCallback, Sandbox
+from sandbox.base import Sandbox
 
 __all__ = ["SANDBOX_ENV", "CaseResult", "PolicyTester", "load_cases_file"]
 

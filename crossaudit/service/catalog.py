@@ -25,6 +25,7 @@ from crossaudit.kernel.errors import (
     PolicyValidationError,
     QuotaExceededError,
 )
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Action
 from crossaudit.modelserver.pool import ModelBackend
 from crossaudit.service import inputs
@@ -37,7 +38,7 @@ from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyV
 from orchestrator.policy import Policy, envvars, load_policy
 from orchestrator.policy.models import model_check
 from orchestrator.runtime import Runtime
-from sandbox.base import ProgressCallback, Sandbox
+from sandbox.base import Sandbox
 
 log = logging.getLogger("crossaudit.service")
 

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from crossaudit.evidence.leaf import receipt_text
+from crossaudit.kernel.canonical import sha256_json, sha256_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service import inputs
@@ -34,8 +35,6 @@ from crossaudit.store.base import (
     Store,
     audit_rules_json,
     audit_size,
-    sha256_json,
-    sha256_text,
 )
 from orchestrator import reviews
 from orchestrator.engine.engine import NO_VERDICT_HEADS

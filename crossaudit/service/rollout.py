@@ -34,6 +34,7 @@ from typing import Any
 from cachetools import TTLCache
 
 from crossaudit.kernel.errors import CandidateStateError, CrossAuditError, InvalidInputError
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
@@ -57,7 +58,6 @@ from crossaudit.store.base import (
 )
 from orchestrator.engine.replay import Replay, run_everything
 from orchestrator.policy import Policy
-from sandbox.base import ProgressCallback
 
 log = logging.getLogger("crossaudit.service.rollout")
 

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import ConfigurationError
 
 WITNESS_DIR = "evidence-witness"  # in the data directory
@@ -44,7 +44,7 @@ _ROOT_HEX = re.compile(r"[0-9a-f]{64}")
 
 def _tenant_file(tenant: str) -> str:
     """A file name for ``tenant`` whatever its characters (tenant names are the operator's)."""
-    return hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return sha256_text(tenant)[:40]
 
 
 def _private_dir(path: Path) -> Path:

@@ -11,12 +11,13 @@ from crossaudit.kernel.codecheck import check_code
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import DeadlineExceededError, EvaluatorCodeError, InvalidInputError, RateLimitedError
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.shared import Slots
 from crossaudit.store.base import EvaluatorRecord, Store
-from sandbox.base import CodeBundle, ProgressCallback, Sandbox
+from sandbox.base import CodeBundle, Sandbox
 
 log = logging.getLogger("crossaudit.service")
 

@@ -40,20 +40,20 @@ from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service import metricsdir
-from crossaudit.service.config import CONSOLE_OFF, ServerConfig
-from crossaudit.service.evidence import build_evidence
-from crossaudit.service.metrics import WorkerMetrics
-from crossaudit.service.retention import with_dev_operator_key
-from crossaudit.service.server import (
+from crossaudit.service.assembly import (
     WorkerRole,
-    _address,
     build_authenticator,
     check_config,
+    host_port,
     open_locked_store,
     sandbox_backend,
     start_line,
     start_server,
 )
+from crossaudit.service.config import CONSOLE_OFF, ServerConfig
+from crossaudit.service.evidence import build_evidence
+from crossaudit.service.metrics import WorkerMetrics
+from crossaudit.service.retention import with_dev_operator_key
 
 log = logging.getLogger("crossaudit.service.workers")
 
@@ -281,7 +281,7 @@ def _console_url(config: ServerConfig, port: int) -> str | None:
     """Worker 0's review console, as its start line would say it (TLS with the gRPC port's)."""
     if not port:
         return None
-    return f"{'https' if config.tls_cert else 'http'}://{_address(config.console_host, port)}"
+    return f"{'https' if config.tls_cert else 'http'}://{host_port(config.console_host, port)}"
 
 
 async def supervise(config: ServerConfig, *, announce: Any = print) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -369,14 +368,6 @@ def audit_size(rec: AuditRecord, rules_json: str | None = None, receipt_json: st
     if rec.response is not None:
         size += len(rec.response.encode("utf-8", "surrogatepass"))
     return size + len(rec.truncated)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def sha256_json(doc: Any) -> str:
-    return sha256_text(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str))
 
 
 class Store(abc.ABC):

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from crossaudit.evidence.leaf import LEAF_COLUMNS, leaf_document, receipt_text
 from crossaudit.evidence.merkle import leaf_hash
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import (
     CandidateStateError,
     DeliveryPendingError,
@@ -70,7 +71,6 @@ from crossaudit.store.base import (
     TenantKeyRecord,
     audit_rules_json,
     audit_size,
-    sha256_text,
 )
 from crossaudit.store.groupcommit import GroupCommit
 from orchestrator.engine.ratelimit import take

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError
 
 MISSING = object()
@@ -25,10 +25,6 @@ DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sun
 
 
 SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
-
-
-def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def build_context(
@@ -54,7 +50,7 @@ def build_context(
     content = ctx.get("content")
     ctx["content"] = {
         "length": len(response),
-        "hash": content_hash(response),
+        "hash": sha256_text(response),
         **(_pinned_content(content) if isinstance(content, dict) else {}),
     }
     return ctx

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from crossaudit.kernel.canonical import canonical_json
 from crossaudit.kernel.dsl import EvaluatorType, Policy
 from crossaudit.kernel.errors import CassetteMismatchError, CassetteMissError, InvalidInputError
 
@@ -58,7 +59,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def request_digest(request: Mapping[str, Any]) -> str:
     """``sha256:<hex>`` of the canonical request (sorted keys, compact separators, UTF-8)."""
-    doc = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    doc = canonical_json(request, ascii=False, stringify=True)
     return DIGEST_PREFIX + hashlib.sha256(doc.encode("utf-8")).hexdigest()
 
 

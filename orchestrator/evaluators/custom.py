@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.results import Verdict
 from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, mask_verdict
 from orchestrator.policy import envvars
@@ -49,7 +49,7 @@ class CustomEvaluator(Evaluator):
         if self._provenance is None:  # the bundle is immutable: hashed once, not at every call
             self._provenance = {
                 "kind": self.kind,
-                "code_sha256": hashlib.sha256(self.bundle.code.encode("utf-8", "surrogatepass")).hexdigest(),
+                "code_sha256": sha256_text(self.bundle.code),
                 "bundle_sha256": self.bundle.digest,
                 "backend": self.sandbox.name,
             }

@@ -9,11 +9,11 @@ prompts) are shown by size and digest, so a diff stays a summary a reviewer read
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.dsl import Policy
 from orchestrator.policy.yamlsafe import shown_key
 
@@ -120,7 +120,7 @@ def show(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
     if len(text) <= MAX_SHOWN_CHARS and "\n" not in text:
         return _printable(json.dumps(value, ensure_ascii=False) if isinstance(value, str) else text)
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    digest = sha256_text(text)[:12]
     lines = text.count("\n") + 1
     return f"<{len(text)} chars, {lines} line{'s' if lines != 1 else ''}, sha256 {digest}>"
 

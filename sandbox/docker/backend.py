@@ -39,7 +39,8 @@ from crossaudit.kernel.errors import (
     InvalidInputError,
 )
 from crossaudit.kernel.limits import DependencyLimits, PoolLimits, SandboxLimits
-from sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.kernel.progress import ProgressCallback
+from sandbox.base import CodeBundle, RunDiagnostics, Sandbox
 from sandbox.docker.container import DEFAULT_ENV, ContainerRuntime, check_env, reap_channel_dirs
 from sandbox.docker.images import DepsImage, ImageManager
 from sandbox.docker.pool import ContainerPool

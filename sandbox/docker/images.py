@@ -41,8 +41,8 @@ from crossaudit.imagebuild.baseimage import IMPORT_CHANGES, MMDEBSTRAP_ARGS, SUI
 from crossaudit.kernel.depspec import Dependency, validate_dependencies
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import DependencyLimits
+from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.resources import image_dir
-from sandbox.base import ProgressCallback
 from sandbox.deps import LOCK_FILE, SBOM_FILE, Wheelhouse, default_cache_dir, file_lock
 from sandbox.streaming import run_streaming
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from crossaudit.kernel.canonical import file_sha256
 from crossaudit.kernel.codecheck import check_code
 from crossaudit.kernel.errors import (
     CrossAuditError,
@@ -36,7 +36,8 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.limits import PoolLimits, SandboxLimits
 from crossaudit.kernel.lru import EvictingLRU
-from sandbox.base import CodeBundle, ProgressCallback, RunDiagnostics, Sandbox
+from crossaudit.kernel.progress import ProgressCallback
+from sandbox.base import CodeBundle, RunDiagnostics, Sandbox
 from sandbox.cpugroups import TenantCpuGroups
 from sandbox.pool import WarmPool
 from sandbox.procfs import kill_tree, pid_exists
@@ -84,11 +85,7 @@ def interpreter_identity(python: str) -> str:
     the digest of the interpreter executable the agents run (symlinks resolved). It names the
     interpreter, not the libraries it loads: the process backend shares the host's installation."""
     real = Path(shutil.which(python) or python).resolve()
-    digest = hashlib.sha256()
-    with open(real, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return f"process:{real.name}@sha256:{digest.hexdigest()}"
+    return f"process:{real.name}@sha256:{file_sha256(real)}"
 
 
 def reap_stale_workdirs() -> int:

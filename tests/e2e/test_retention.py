@@ -221,8 +221,8 @@ async def test_the_service_loads_what_a_real_evaluation_retained(
     """The read interface replay uses (``service.retention.load``), on a server started in this
     process: the decision's inputs and its verdicts by identity, nothing of another tenant's."""
     from crossaudit import AsyncClient
+    from crossaudit.service.assembly import start_server
     from crossaudit.service.config import RetentionConfig, ServerConfig
-    from crossaudit.service.server import start_server
 
     keys = tmp_path / "keys.yaml"
     keys.write_text(KEYS_FILE)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.service.assembly import check_config, secure_data_dir
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import DEV_TENANT, ServerConfig
 from crossaudit.service.retention import DEV_OPERATOR_KEY_FILE, dev_operator_key, with_dev_operator_key
-from crossaudit.service.server import check_config, secure_data_dir
 from crossaudit.service.vault import KEY_BYTES, OperatorKey
 from tests.e2e.conftest import write_keys
 

@@ -19,7 +19,7 @@ import pytest
 
 from crossaudit import Client
 from crossaudit.evidence.notes import generate_private_pem
-from crossaudit.store.base import sha256_text
+from crossaudit.kernel.canonical import sha256_text
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.e2e.console_http import console_url, sign_in
 from tests.e2e.policies import custom_policy, returns

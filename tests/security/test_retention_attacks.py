@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError, QuotaExceededError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service.config import RetentionConfig
@@ -20,7 +21,7 @@ from crossaudit.service.outbox import decisionlog
 from crossaudit.service.retention import Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import ErasureRecord, OutboxRecord, Store, sha256_text
+from crossaudit.store.base import ErasureRecord, OutboxRecord, Store
 from crossaudit.store.sql import ERASE_OUTBOX_COPIES
 from orchestrator.policy import load_policy
 from tests.records import audit_record

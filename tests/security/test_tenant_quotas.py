@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import QuotaExceededError
 from crossaudit.store import AuditRecord, ReviewRecord
 from crossaudit.store.base import (
@@ -23,7 +24,6 @@ from crossaudit.store.base import (
     EVALUATORS_QUOTA,
     OPEN_REVIEWS_QUOTA,
     Store,
-    sha256_text,
 )
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
 from tests.e2e.policies import custom_policy, returns

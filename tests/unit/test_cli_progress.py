@@ -101,3 +101,35 @@ rules:
         assert tester.evaluate("p", "r").passed
     assert [m.split(": ", 1)[0] for m, _ in heard] == ["a"] * (len(heard) // 2) + ["b"] * (len(heard) // 2)
     assert heard[-1] == ("b: ready", 1.0) and ("a: ready", 0.5) in heard  # each evaluator's share of the whole
+
+
+def test_one_rich_bar_with_the_columns_each_command_asks_for() -> None:
+    from rich.progress import TextColumn
+
+    from crossaudit.cli.progress import stderr_bar
+
+    def kinds(update) -> list[str]:  # the bar behind the update function it yields
+        bar = update.func.__self__
+        return [f"TextColumn:{c.text_format}" if type(c) is TextColumn else type(c).__name__ for c in bar.columns]
+
+    with stderr_bar("{task.description}", description="uploading", total=1.0) as update:  # build progress
+        assert kinds(update) == [
+            "TextColumn:{task.description}",
+            "BarColumn",
+            "TaskProgressColumn",
+            "TimeElapsedColumn",
+        ]
+        update(completed=0.5, description="x")
+        task = update.func.__self__.tasks[0]
+        assert (task.completed, task.total, task.description) == (0.5, 1.0, "x")
+    with stderr_bar("replaying", counted=True, detail=True) as update:
+        assert kinds(update) == [
+            "TextColumn:replaying",
+            "BarColumn",
+            "MofNCompleteColumn",
+            "TextColumn:{task.description}",
+            "TimeElapsedColumn",
+        ]
+        assert update.func.__self__.tasks[0].total is None
+    with stderr_bar("evaluating", description="rows", counted=True) as update:
+        assert kinds(update) == ["TextColumn:evaluating", "BarColumn", "MofNCompleteColumn", "TimeElapsedColumn"]

@@ -722,7 +722,7 @@ async def test_the_google_http_client_we_give_is_closed_with_the_evaluator(fake:
 def test_the_servers_engine_limit_reaches_each_llm_evaluator() -> None:
     """engine_limits.max_llm_response_bytes, as `crossaudit serve` builds engines, bounds every LLM call."""
     from crossaudit.kernel.limits import EngineLimits
-    from crossaudit.service.server import runtime_engines
+    from crossaudit.service.assembly import runtime_engines
 
     policy = load_policy(
         """

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service import records
-from crossaudit.store.base import sha256_text
 
 SECRET = "alice-zq5521@example.com"
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from crossaudit.cli.replay import html_report, parse_when, summary_lines
+from crossaudit.cli.common import parse_when
+from crossaudit.cli.replay import html_report, summary_lines
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, QuotaExceededError
 from crossaudit.kernel.results import Action, Decision, RuleResult, Status, Verdict
 from crossaudit.service import convert

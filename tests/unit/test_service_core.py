@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import (
     DeadlineExceededError,
     DependencyRejectedError,
@@ -24,7 +25,6 @@ from crossaudit.service.config import ServiceLimits
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
 from crossaudit.store import ReviewState, SQLiteStore
-from crossaudit.store.base import sha256_text
 from orchestrator.engine.thresholds import FeedbackStats
 from orchestrator.policy import Policy
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crossaudit.service.assembly import start_line, where_data_lives
 from crossaudit.service.config import EvidenceConfig, ServerConfig
-from crossaudit.service.server import start_line, where_data_lives
 
 
 def test_sqlite_is_the_database_file(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import ErrorCode, InvalidInputError, NotFoundError
 from crossaudit.store import AuditRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore
-from crossaudit.store.base import ReviewAlreadyResolvedError, sha256_text
+from crossaudit.store.base import ReviewAlreadyResolvedError
 from tests.records import review_record
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from crossaudit.kernel.builtins import parse_config
+from crossaudit.kernel.canonical import file_sha256
 from crossaudit.kernel.errors import ConfigurationError
 
 # Declared in the one hierarchy, so a peer that imports only the codec decodes it; re-exported.
@@ -34,14 +35,6 @@ from crossaudit.kernel.results import Verdict
 
 MAX_LOADED_MODELS = 4  # distinct model instances (paths/variants) one server keeps in memory
 MAX_MODEL_FILES = 10_000  # files of one model hashed for its provenance (a spaCy pipeline has a few dozen)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def model_digest(files: Iterable[tuple[str, Path]]) -> str:
