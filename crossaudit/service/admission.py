@@ -123,6 +123,7 @@ class Admission:
             raise DeadlineExceededError("the deadline leaves no time to evaluate")
         policy = inputs.policy_name(policy, self.limits.max_name_length)  # NFC: either spelling finds it
         env = inputs.environment(environment)
+        request_id = inputs.request_id(request_id, self.limits.max_request_id_chars)
         if provisional and stage != Stage.OUTPUT.value:
             raise InvalidInputError("a provisional decision is one of the output stage (stage: output)")
         await self._check_audit_quota(tenant, t0)

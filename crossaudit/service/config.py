@@ -137,6 +137,16 @@ class ServiceLimits:
     ] = 2.0
     max_list_items: Annotated[PositiveInt, Field(description="list answers are capped at this many items")] = 1_000
     max_name_length: Annotated[PositiveInt, Field(description="policy/evaluator names, environments, labels")] = 200
+    max_request_id_chars: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "a caller's `request_id` (a correlation id: a UUID is 36, a W3C traceparent 55); it is stored in the"
+                " audit record and the signed log, so a longer one, or one holding a control character, is"
+                " INVALID_ARGUMENT"
+            )
+        ),
+    ] = 256
     max_code_bytes: Annotated[PositiveInt, Field(description="uploaded evaluator source")] = 256 * 1024
     max_evaluators_per_tenant: Annotated[
         PositiveInt,

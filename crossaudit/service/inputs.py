@@ -34,6 +34,17 @@ def policy_name(value: str, max_length: int) -> str:
         raise InvalidInputError(f"policy name {value!r}: {e}") from None
 
 
+def request_id(value: str, max_length: int) -> str:
+    """A caller's correlation id, kept in the audit record and the signed log's leaf: at most
+    ``max_length`` characters, each printable (no NUL, control or lone surrogate: a store that
+    rewrites one would no longer match the leaf it hashed). Empty is fine: none was given."""
+    if len(value) > max_length:
+        raise InvalidInputError(f"request_id is longer than {max_length} characters (limits.max_request_id_chars)")
+    if not value.isprintable():
+        raise InvalidInputError("request_id holds a control or unprintable character")
+    return value
+
+
 def environment(value: str) -> str:
     """The environment named, or the default one when none is."""
     env = value or DEFAULT_ENVIRONMENT

@@ -367,6 +367,7 @@ def audit_size(rec: AuditRecord, rules_json: str | None = None, receipt_json: st
         size += len(rec.prompt.encode("utf-8", "surrogatepass"))
     if rec.response is not None:
         size += len(rec.response.encode("utf-8", "surrogatepass"))
+    size += len(rec.request_id.encode("utf-8", "surrogatepass"))  # the caller's: stored, so counted
     return size + len(rec.truncated)
 
 
