@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from crossaudit.store.base import sha256_text
+from crossaudit.kernel.canonical import sha256_text
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.security.test_erased_error_text import at_rest
 
