@@ -113,7 +113,7 @@ def check_config(config: ServerConfig) -> None:
         check_private_file(config.tls_key, "TLS private key")
     if config.api_keys_file:
         check_private_file(config.api_keys_file, "API keys file")  # before anything starts
-    from crossaudit.service.console import check_console_config
+    from crossaudit.console import check_console_config
 
     check_console_config(config)  # the review console (--console-port)
     from crossaudit.service.retention import load_operator_keys
@@ -266,7 +266,7 @@ class RunningServer:
     owned: list[Any] = field(default_factory=list)
     warmer: asyncio.Task[int] | None = None
     lock: Any = None
-    console: Any = None  # the review console (crossaudit.service.console.ConsoleServer), if served
+    console: Any = None  # the review console (crossaudit.console.ConsoleServer), if served
     store_health: StoreHealth | None = None  # health follows the store (NOT_SERVING while unreachable)
     _stopped: bool = False
 
@@ -565,7 +565,7 @@ async def start_beside(running: RunningServer, names: list[str], console_socket:
         running.metrics_port = running.metrics.serve(config.metrics_host, config.metrics_port)
     if config.console_listen_port is not None:
         # before the first start's deploys (which may build images): a busy port fails at once
-        from crossaudit.service.console import start_console
+        from crossaudit.console import start_console
 
         running.console = await start_console(
             config, service.records, auth, service.rollout, service.labels, sock=console_socket

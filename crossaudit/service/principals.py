@@ -14,7 +14,7 @@ reviewer  a person working the review queue: ListReviews, ResolveReview, GetDeci
 
 Methods are gRPC full names (``/crossaudit.v1.ReviewService/ResolveReview``). A method that is
 not listed for a role is denied to it — so a service added later (``DeliveryService``, ...) is
-admin-only until someone lists it here. The web console (:mod:`crossaudit.service.console`)
+admin-only until someone lists it here. The web console (:mod:`crossaudit.console`)
 asks the same table, with the RPC that each page stands for.
 """
 

@@ -197,7 +197,7 @@ class Supervisor:
         sibling answers before they are deployed), then the others together."""
         first, *rest = self.workers
         if self.config.console_listen_port is not None:
-            from crossaudit.service.console import bind_console
+            from crossaudit.console import bind_console
 
             self.console_socket = bind_console(self.config)
             self.console_port[0] = self.console_socket.getsockname()[1]

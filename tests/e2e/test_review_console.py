@@ -353,7 +353,7 @@ def test_another_tenants_reviewer_sees_not_found(console, admin) -> None:
 class ConsoleNext:
     @staticmethod
     def check(value: str) -> str:
-        from crossaudit.service.console.app import ConsoleApp
+        from crossaudit.console.app import ConsoleApp
 
         return ConsoleApp._next(value)
 

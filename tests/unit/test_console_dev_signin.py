@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 
+from crossaudit.console.app import ConsoleApp
 from crossaudit.service.assembly import start_line
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import ConsoleLimits, ServerConfig
-from crossaudit.service.console.app import ConsoleApp
 from tests.e2e.console_http import console_url
 
 URL = "http://127.0.0.1:8081"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from crossaudit.console.app import ConsoleApp, parse_time
+from crossaudit.console.sessions import Sessions, SessionsFull, key_id, tokens_match
 from crossaudit.service.config import ConsoleLimits
-from crossaudit.service.console.app import ConsoleApp, parse_time
-from crossaudit.service.console.sessions import Sessions, SessionsFull, key_id, tokens_match
 from crossaudit.service.principals import Principal, Role
 
 ALICE = Principal("acme", Role.REVIEWER, "alice", frozenset({"content_moderator"}))
@@ -126,9 +126,9 @@ def test_after_sign_in_only_local_paths_and_times_parse_as_utc() -> None:
 def test_the_console_leaves_loopback_only_with_tls(tmp_path) -> None:
     import pytest
 
+    from crossaudit.console import check_console_config
     from crossaudit.kernel.errors import ConfigurationError
     from crossaudit.service.config import ServerConfig
-    from crossaudit.service.console import check_console_config
 
     check_console_config(ServerConfig(console_port=8081))
     check_console_config(ServerConfig(console_port=None, console_host="0.0.0.0"))

@@ -36,6 +36,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crossaudit.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
@@ -47,7 +48,6 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.listen import client_key
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, ConsoleLimits
-from crossaudit.service.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
 from crossaudit.service.labels import Labels
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
@@ -236,7 +236,7 @@ class ConsoleApp:
         self.session_cookie = (SECURE_PREFIX if tls else "") + SESSION_COOKIE
         self.signin_cookie = (SECURE_PREFIX if tls else "") + SIGNIN_COOKIE
         self.templates = jinja2.Environment(
-            loader=jinja2.PackageLoader("crossaudit.service.console", "templates"),
+            loader=jinja2.PackageLoader("crossaudit.console", "templates"),
             autoescape=True,  # every template, whatever its extension
             undefined=jinja2.StrictUndefined,
         )
@@ -244,7 +244,7 @@ class ConsoleApp:
         self.templates.filters["number"] = fmt_number
         self.templates.filters["share"] = fmt_share
         self.templates.globals["shadow_report_method"] = SHADOW_REPORT  # the nav shows Rollout to who may see it
-        self.css = resources.files("crossaudit.service.console").joinpath("static/console.css").read_bytes()
+        self.css = resources.files("crossaudit.console").joinpath("static/console.css").read_bytes()
         self.app = Starlette(
             routes=[
                 Route("/", self.home, methods=["GET"]),

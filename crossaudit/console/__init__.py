@@ -3,7 +3,7 @@
 
 Starlette + Jinja2 on uvicorn, in the same asyncio loop as the grpc.aio server (started by
 :func:`start_console`, stopped with the server). No JavaScript, no external assets: one static
-stylesheet served by the app. Pages and security design: :mod:`crossaudit.service.console.app`
+stylesheet served by the app. Pages and security design: :mod:`crossaudit.console.app`
 and docs/review-console.md.
 """
 
@@ -97,7 +97,7 @@ async def start_console(
     the port while a worker restarts) and serve it in this loop (returns once it accepts requests)."""
     import uvicorn
 
-    from crossaudit.service.console.app import ConsoleApp
+    from crossaudit.console.app import ConsoleApp
 
     check_console_config(config)
     if sock is None:
