@@ -1,6 +1,6 @@
 """Which HTTP answers may mend by themselves, and how long the peer asked us to wait.
 
-Webhook and decision-log delivery (``crossaudit.service.outbox``) and the LLM evaluators
+Webhook and decision-log delivery (``crossaudit.outbox``) and the LLM evaluators
 (``orchestrator.evaluators.llm``) both call HTTP peers CrossAudit does not control. They must
 agree on which statuses are worth another attempt and read ``Retry-After`` alike, so both are
 declared here, once, on the standard library alone (the kernel imports nothing else).

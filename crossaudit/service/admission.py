@@ -14,6 +14,7 @@ from typing import Any
 from crossaudit.kernel.dsl import Stage
 from crossaudit.kernel.errors import DeadlineExceededError, InvalidInputError, QuotaExceededError, RateLimitedError
 from crossaudit.kernel.results import Action, Decision
+from crossaudit.outbox.deliveries import Deliveries
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
@@ -21,7 +22,6 @@ from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
-from crossaudit.service.outbox.deliveries import Deliveries
 from crossaudit.service.records import audit_record, fit_audit, receipt_json, review_records
 from crossaudit.service.retention import Retention
 from crossaudit.service.rollout import Rollout

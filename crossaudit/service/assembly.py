@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.outbox.deliveries import DeliveryConfig
 from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
@@ -26,7 +27,6 @@ from crossaudit.service.evidence import EvidenceLog, build_evidence, unsigned_lo
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
 from crossaudit.service.metrics import ServiceMetrics
-from crossaudit.service.outbox.deliveries import DeliveryConfig
 from crossaudit.service.ratelimits import store_limiters
 from crossaudit.service.retention import with_dev_operator_key
 from crossaudit.service.servicers import add_servicers

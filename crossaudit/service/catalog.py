@@ -28,11 +28,11 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Action
 from crossaudit.modelserver.pool import ModelBackend
+from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.hosted import hosted_checks
-from crossaudit.service.outbox.limits import DeliveryLimits
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord, Store
 from orchestrator.policy import Policy, envvars, load_policy

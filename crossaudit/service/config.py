@@ -27,7 +27,7 @@ from crossaudit.kernel.limits import (
     SandboxLimits,
 )
 from crossaudit.modelserver.pool import ModelServerLimits
-from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.store.base import ERASE_BATCH
 from crossaudit.store.postgres import PostgresLimits

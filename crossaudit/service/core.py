@@ -6,7 +6,7 @@
 - :mod:`~crossaudit.service.rollout`: shadow and canary candidates (promote, discard, report);
 - :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
-- :mod:`~crossaudit.service.outbox`: webhooks and the decision log (delivered from the outbox);
+- :mod:`~crossaudit.outbox`: webhooks and the decision log (delivered from the outbox);
 - :mod:`~crossaudit.service.retention`: retained inputs (sealed, purged, erased; read by replay);
 - :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy;
 - :mod:`~crossaudit.service.labels`: labels from production (reviews, feedback) for evals and calibration.
@@ -22,6 +22,7 @@ from typing import Any
 
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.modelserver.pool import ModelBackend
+from crossaudit.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RetentionConfig, RolloutLimits, ServiceLimits
@@ -29,7 +30,6 @@ from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.labels import Labels
 from crossaudit.service.metrics import ServiceMetrics
-from crossaudit.service.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.records import Records
 from crossaudit.service.replay import Replays
 from crossaudit.service.retention import Retention

@@ -20,7 +20,7 @@ resolves only through its own ``secrets``; nothing else of the server's environm
 reachable. With API keys, an LLM ``base_url`` must name a listed host (top-level, this
 tenant's, or ``--llm-base-url-host``); with no list only the providers' default endpoints
 are used. ``--dev`` (one local user) reads the local environment and allows any endpoint
-unless hosts are listed. Webhook grants: :mod:`crossaudit.service.outbox.destinations`.
+unless hosts are listed. Webhook grants: :mod:`crossaudit.outbox.destinations`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from crossaudit.kernel.dsl import retention_seconds
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.service.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
+from crossaudit.outbox.destinations import WEBHOOKS_KEY, WebhookGrant, parse_webhooks
 from orchestrator.secrets import (
     MAX_SECRET_BYTES,
     SECRET_NAME,
@@ -77,7 +77,7 @@ class TenantGrants:
         return TenantSecrets(tenant, self.secrets.get(tenant, {}), max_bytes=self.max_secret_bytes)
 
     def webhook(self, tenant: str) -> WebhookGrant:
-        """Where ``tenant``'s webhooks may go and how they are signed (``crossaudit.service.outbox``)."""
+        """Where ``tenant``'s webhooks may go and how they are signed (``crossaudit.outbox``)."""
         if self.development:
             return WebhookGrant(development=True)
         return self.webhooks.get(tenant) or WebhookGrant()

@@ -10,7 +10,7 @@ evaluator without code or upload). The CLI and the Client inline ``code_file`` a
 LLM ``base_url`` hosts must be on the operator's allowlist (checked again at each call,
 which also covers a host that only a ``${NAME}`` expansion reveals). A ``custom`` action's
 ``webhook_url`` must be an origin granted to the tenant, which must have a signing secret
-(checked again, with DNS, at each delivery: ``crossaudit.service.outbox.destinations``).
+(checked again, with DNS, at each delivery: ``crossaudit.outbox.destinations``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from crossaudit.kernel.dsl import CustomActionConfig, EvaluatorType, Policy
 from crossaudit.kernel.errors import PolicyIssue
 from crossaudit.kernel.results import Action
 from crossaudit.modelserver.builtins import model_path_settings
-from crossaudit.service.outbox.destinations import WebhookGrant
+from crossaudit.outbox.destinations import WebhookGrant
 from orchestrator.policy.envvars import ENV_RE
 from orchestrator.policy.validate import IssueAt, PolicyCheck
 from orchestrator.secrets import HostAllowlist

@@ -36,15 +36,15 @@ from cachetools import TTLCache
 from crossaudit.kernel.errors import CandidateStateError, CrossAuditError, InvalidInputError
 from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
+from crossaudit.outbox.webhooks import webhook_payload
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RolloutLimits, ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.models import RevisionCounts, ShadowReport
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.webhooks import KIND as WEBHOOK_KIND
-from crossaudit.service.outbox.webhooks import webhook_payload
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import (
     CandidateMode,

@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS feedback (
 );
 CREATE INDEX IF NOT EXISTS feedback_decision ON feedback (tenant, decision_id);
 """,
-    # 2: the outbox of webhooks and decision-log entries (crossaudit.service.outbox)
+    # 2: the outbox of webhooks and decision-log entries (crossaudit.outbox)
     """
 CREATE TABLE IF NOT EXISTS outbox (
     id TEXT PRIMARY KEY, tenant TEXT NOT NULL, kind TEXT NOT NULL, decision_id TEXT NOT NULL,

@@ -69,7 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "crossaudit/evidence/",
             "crossaudit/service/evidence.py",
             "crossaudit/service/retention.py",
-            "crossaudit/service/outbox/",
+            "crossaudit/outbox/",
             "crossaudit/store/base.py",
         ),
     ),

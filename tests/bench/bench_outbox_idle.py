@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.store import SQLiteStore
 from crossaudit.store.base import Store
 from tests.e2e.conftest import ServerProcess

@@ -16,7 +16,7 @@ import pytest
 
 from crossaudit import Client
 from crossaudit.kernel.errors import CandidateStateError, NotFoundError
-from crossaudit.service.outbox import signing
+from crossaudit.outbox import signing
 from tests.e2e.conftest import ServerProcess, key, run_cli
 from tests.e2e.console_http import console_url, sign_in
 from tests.e2e.policies import custom_policy, returns, webhook_policy

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
-from crossaudit.service.outbox import signing
+from crossaudit.outbox import signing
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.e2e.policies import webhook_policy, word_policy
 from tests.webhook_receiver import Receiver, Reply, loopback_grant

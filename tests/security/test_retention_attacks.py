@@ -15,9 +15,9 @@ import pytest
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError, QuotaExceededError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
+from crossaudit.outbox import decisionlog
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.outbox import decisionlog
 from crossaudit.service.retention import Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore

@@ -15,7 +15,7 @@ import ipaddress
 
 import pytest
 
-from crossaudit.service.outbox.destinations import (
+from crossaudit.outbox.destinations import (
     SPECIAL_PURPOSE,
     WebhookGrant,
     address_refusal,
@@ -23,8 +23,8 @@ from crossaudit.service.outbox.destinations import (
     parse_webhooks,
     refused_address,
 )
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.webhooks import WebhookSender
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.webhooks import WebhookSender
 from crossaudit.store import OutboxRecord
 from orchestrator.secrets import EnvironmentSecrets, SecretGrant
 from tests.webhook_receiver import Receiver

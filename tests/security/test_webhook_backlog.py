@@ -24,8 +24,8 @@ import pytest
 
 from crossaudit import Client
 from crossaudit.kernel.errors import QuotaExceededError
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.webhooks import webhook_payload
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.webhooks import webhook_payload
 from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
 from crossaudit.store.base import Store
 from tests.e2e.conftest import ServerProcess

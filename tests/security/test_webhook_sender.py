@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.outbox import signing
+from crossaudit.outbox.attempts import Attempt
+from crossaudit.outbox.destinations import WebhookGrant, origin_of
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.webhooks import WebhookSender, header_problem
 from crossaudit.service.auth import load_tenants_file
-from crossaudit.service.outbox import signing
-from crossaudit.service.outbox.attempts import Attempt
-from crossaudit.service.outbox.destinations import WebhookGrant, origin_of
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.webhooks import WebhookSender, header_problem
 from crossaudit.store import OutboxRecord
 from orchestrator.secrets import SecretGrant, TenantSecrets
 from tests.e2e.conftest import ROOT

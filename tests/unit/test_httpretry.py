@@ -11,8 +11,8 @@ import pytest
 
 from crossaudit.kernel import httpretry
 from crossaudit.kernel.httpretry import RETRY_AFTER_MAX_S, RETRYABLE_STATUSES, is_retryable_status, parse_retry_after
-from crossaudit.service.outbox import attempts, limits
-from crossaudit.service.outbox.attempts import Attempt
+from crossaudit.outbox import attempts, limits
+from crossaudit.outbox.attempts import Attempt
 from orchestrator.evaluators import llm
 
 NOW = 1_700_000_000.0  # a fixed epoch time, so dates are measured without the wall clock

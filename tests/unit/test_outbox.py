@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from crossaudit.kernel.errors import ConfigurationError, DeliveryPendingError, InvalidInputError, NotFoundError
-from crossaudit.service.outbox import signing
-from crossaudit.service.outbox.attempts import Attempt, next_delay
-from crossaudit.service.outbox.destinations import (
+from crossaudit.outbox import signing
+from crossaudit.outbox.attempts import Attempt, next_delay
+from crossaudit.outbox.destinations import (
     DestinationRefused,
     WebhookGrant,
     origin_of,
     parse_webhooks,
     refused_address,
 )
-from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
 from orchestrator.secrets import SecretGrant
 from tests.records import audit_record

@@ -16,9 +16,9 @@ import pytest
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, RetainedInputsTamperedError, RetentionKeyError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
+from crossaudit.outbox import decisionlog
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.outbox import decisionlog
 from crossaudit.service.retention import RetainedInputs, Retention
 from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store.base import AUDIT_DAY_S, AuditRecord, OutboxRecord, Store, audit_size

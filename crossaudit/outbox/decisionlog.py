@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from crossaudit.service.outbox.attempts import Attempt
-from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.outbox.attempts import Attempt
+from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.store.base import AuditRecord, OutboxRecord
 
 HTTP_KIND = "decision_log:http"

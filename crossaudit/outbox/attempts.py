@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 
 from crossaudit.kernel.httpretry import RETRY_AFTER_MAX_S, is_retryable_status, parse_retry_after
-from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.outbox.limits import DeliveryLimits
 
 
 @dataclass(frozen=True)

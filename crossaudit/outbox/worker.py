@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from crossaudit.service.outbox.attempts import Attempt, next_delay
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.webhooks import KIND as WEBHOOK_KIND
+from crossaudit.outbox.attempts import Attempt, next_delay
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
 from crossaudit.store.base import OutboxRecord, OutboxState, Store, StoreUnavailableError
 
 log = logging.getLogger("crossaudit.delivery")

@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.service.outbox import signing
+from crossaudit.outbox import signing
 from orchestrator.secrets import SecretGrant
 
 WEBHOOKS_KEY = "webhooks"

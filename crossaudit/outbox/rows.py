@@ -6,10 +6,10 @@ import uuid
 from collections.abc import Sequence
 
 from crossaudit.kernel.results import Action, Decision
-from crossaudit.service.outbox import decisionlog
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.webhooks import KIND as WEBHOOK_KIND
-from crossaudit.service.outbox.webhooks import webhook_payload
+from crossaudit.outbox import decisionlog
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
+from crossaudit.outbox.webhooks import webhook_payload
 from crossaudit.store.base import AuditRecord, OutboxRecord, OutboxState
 
 

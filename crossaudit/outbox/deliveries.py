@@ -13,14 +13,14 @@ from prometheus_client import CollectorRegistry
 
 from crossaudit.kernel.errors import InvalidInputError, QuotaExceededError
 from crossaudit.kernel.results import Decision
+from crossaudit.outbox.decisionlog import FileSink, HttpSink
+from crossaudit.outbox.destinations import origin_of
+from crossaudit.outbox.limits import DeliveryLimits
+from crossaudit.outbox.rows import outbox_rows
+from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
+from crossaudit.outbox.webhooks import WebhookSender
+from crossaudit.outbox.worker import BatchSender, OutboxWorker
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.outbox.decisionlog import FileSink, HttpSink
-from crossaudit.service.outbox.destinations import origin_of
-from crossaudit.service.outbox.limits import DeliveryLimits
-from crossaudit.service.outbox.rows import outbox_rows
-from crossaudit.service.outbox.webhooks import KIND as WEBHOOK_KIND
-from crossaudit.service.outbox.webhooks import WebhookSender
-from crossaudit.service.outbox.worker import BatchSender, OutboxWorker
 from crossaudit.store.base import AuditRecord, OutboxRecord, OutboxState, Store
 
 log = logging.getLogger("crossaudit.delivery")

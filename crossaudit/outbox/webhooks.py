@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.service.outbox import signing
-from crossaudit.service.outbox.attempts import Attempt
-from crossaudit.service.outbox.destinations import DestinationRefused, Resolver, WebhookGrant, system_resolve
-from crossaudit.service.outbox.limits import DeliveryLimits
+from crossaudit.outbox import signing
+from crossaudit.outbox.attempts import Attempt
+from crossaudit.outbox.destinations import DestinationRefused, Resolver, WebhookGrant, system_resolve
+from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.store.base import OutboxRecord
 from orchestrator.policy import envvars
 from orchestrator.secrets import SecretSource, SecretUse
