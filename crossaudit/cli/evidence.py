@@ -199,7 +199,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if args.store:
         if not args.tenant or not keys:
             raise InvalidInputError("--store needs --tenant T and --key PUB")
-        from crossaudit.service.evidence import verify_store
+        from crossaudit.governance.evidence import verify_store
 
         report = verify_store(args.store, args.tenant, keys, args.origin, since)
         return _report(args, report, f"log {args.origin}/{args.tenant}")

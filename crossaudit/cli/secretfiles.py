@@ -27,9 +27,9 @@ from pathlib import Path
 
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
+from crossaudit.governance.vault import KEY_BYTES as OPERATOR_KEY_BYTES
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.auth import TENANT_NAME
-from crossaudit.service.vault import KEY_BYTES as OPERATOR_KEY_BYTES
 
 ORCHESTRATOR_UID = 10003  # the orchestrator image's user (images/orchestrator/Dockerfile)
 POSTGRES_UID = 990  # the PostgreSQL image's user (deploy/postgres/Dockerfile)

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossaudit.governance.records import Records
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.kernel.listen import bind_tcp, head_deadline_protocol
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import CONSOLE_OFF, LOOPBACK_HOSTS, ServerConfig
-from crossaudit.service.records import Records
 
 log = logging.getLogger("crossaudit.console")
 START_TIMEOUT_S = 10.0  # uvicorn's startup on a bound socket

@@ -3,7 +3,7 @@ the shadow/canary report of a policy (``/rollout``) and each rule's measured pre
 reviews and feedback (``/rules``, docs/calibration.md).
 
 Every page acts as the signed-in :class:`~crossaudit.service.principals.Principal` through the
-same service-layer code as the gRPC API (:class:`~crossaudit.service.records.Records`), so a
+same service-layer code as the gRPC API (:class:`~crossaudit.governance.records.Records`), so a
 role, a reviewer role or a tenant boundary is enforced once. Every page also checks the RPC it
 stands for in the one permission table (queue = ListReviews, decision = GetDecision, resolve =
 ResolveReview, audit log and rules = ListDecisions).
@@ -37,6 +37,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crossaudit.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
+from crossaudit.governance.labels import Labels
+from crossaudit.governance.records import Records
+from crossaudit.governance.rollout import Rollout
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
@@ -48,7 +51,6 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.listen import client_key
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, ConsoleLimits
-from crossaudit.service.labels import Labels
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
     GET_DECISION,
@@ -59,8 +61,6 @@ from crossaudit.service.principals import (
     SHADOW_REPORT,
     Principal,
 )
-from crossaudit.service.records import Records
-from crossaudit.service.rollout import Rollout
 from crossaudit.store.base import AuditRecord, ReviewRecord, ReviewState
 from orchestrator import reviews
 
@@ -227,8 +227,8 @@ class ConsoleApp:
         labels: Labels | None = None,
     ) -> None:
         self.records = records
-        self.labels = labels  # each rule's precision from labels (crossaudit.service.labels)
-        self.rollout = rollout  # shadow and canary reports (crossaudit.service.rollout)
+        self.labels = labels  # each rule's precision from labels (crossaudit.governance.labels)
+        self.rollout = rollout  # shadow and canary reports (crossaudit.governance.rollout)
         self.auth = auth
         self.limits = limits
         self.tls = tls

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from crossaudit.evals.dataset import Row, row_to_json
+from crossaudit.governance.labels import LabelledDecision, LabelPage
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.files import private_file
-from crossaudit.service.labels import LabelledDecision, LabelPage
 from orchestrator.engine.calibration import Calibration, calibrate
 
 MAX_PRODUCTION_LABELS = 100_000  # labels one dataset is built from at most (the oldest first)

@@ -34,6 +34,9 @@ import grpc
 
 from crossaudit.evidence.notes import PublicKey, load_public_key
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
+from crossaudit.governance.evidence import ConsistencyProof, Exporter, InclusionProof, LogKeyInfo, export_chunks
+from crossaudit.governance.labels import LabelPage
+from crossaudit.governance.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
@@ -63,8 +66,6 @@ from crossaudit.sdk.sources import policy_upload
 from crossaudit.service import convert
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from crossaudit.service.errors import from_rpc_error
-from crossaudit.service.evidence import ConsistencyProof, Exporter, InclusionProof, LogKeyInfo, export_chunks
-from crossaudit.service.labels import LabelPage
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -76,7 +77,6 @@ from crossaudit.service.models import (
     ShadowReport,
     UploadedEvaluator,
 )
-from crossaudit.service.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.store.base import (
     AuditRecord,
     CandidateRecord,

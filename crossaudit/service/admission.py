@@ -11,6 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossaudit.governance.evidence import EvidenceLog
+from crossaudit.governance.records import audit_record, fit_audit, receipt_json, review_records
+from crossaudit.governance.retention import Retention
+from crossaudit.governance.rollout import Rollout
 from crossaudit.kernel.dsl import Stage
 from crossaudit.kernel.errors import DeadlineExceededError, InvalidInputError, QuotaExceededError, RateLimitedError
 from crossaudit.kernel.results import Action, Decision
@@ -18,13 +22,9 @@ from crossaudit.outbox.deliveries import Deliveries
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
-from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
-from crossaudit.service.records import audit_record, fit_audit, receipt_json, review_records
-from crossaudit.service.retention import Retention
-from crossaudit.service.rollout import Rollout
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import AUDIT_DAY_S, CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
 from orchestrator.policy import Policy

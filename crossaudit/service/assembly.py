@@ -17,18 +17,18 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from crossaudit.governance.evidence import EvidenceLog, build_evidence, unsigned_log
+from crossaudit.governance.retention import with_dev_operator_key
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.outbox.deliveries import DeliveryConfig
 from crossaudit.service.auth import Authenticator, check_private_file
 from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
 from crossaudit.service.core import CrossAuditService
-from crossaudit.service.evidence import EvidenceLog, build_evidence, unsigned_log
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.ratelimits import store_limiters
-from crossaudit.service.retention import with_dev_operator_key
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
 from crossaudit.store import open_store
@@ -116,10 +116,10 @@ def check_config(config: ServerConfig) -> None:
     from crossaudit.console import check_console_config
 
     check_console_config(config)  # the review console (--console-port)
-    from crossaudit.service.retention import load_operator_keys
+    from crossaudit.governance.retention import load_operator_keys
 
     load_operator_keys(config.retention)  # a missing or malformed operator key fails here, nothing opened yet
-    from crossaudit.service.evidence import check_keys
+    from crossaudit.governance.evidence import check_keys
 
     check_keys(config.evidence)  # likewise a configured signing key
 

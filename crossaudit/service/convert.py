@@ -18,6 +18,9 @@ from google.protobuf import struct_pb2, timestamp_pb2
 
 from crossaudit.evidence.notes import PublicKey
 from crossaudit.evidence.verify import Entry, LogChunk
+from crossaudit.governance.evidence import ConsistencyProof, InclusionProof
+from crossaudit.governance.labels import LabelledDecision, LabelPage
+from crossaudit.governance.replaydiff import Bucket, LLMEstimate, ReplayProgress, ReplayReport, RuleDiff
 from crossaudit.kernel.errcodec import from_item
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue
 from crossaudit.kernel.results import (
@@ -32,8 +35,6 @@ from crossaudit.kernel.results import (
     wire_text,
 )
 from crossaudit.service.decoding import depth_message
-from crossaudit.service.evidence import ConsistencyProof, InclusionProof
-from crossaudit.service.labels import LabelledDecision, LabelPage
 from crossaudit.service.models import (
     DeployResult,
     PolicyInfo,
@@ -46,7 +47,6 @@ from crossaudit.service.models import (
     ShadowReport,
     UploadedEvaluator,
 )
-from crossaudit.service.replaydiff import Bucket, LLMEstimate, ReplayProgress, ReplayReport, RuleDiff
 from crossaudit.store.base import (
     AuditRecord,
     CandidateMode,

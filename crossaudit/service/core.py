@@ -3,13 +3,13 @@
 - :mod:`~crossaudit.service.tenants`: each tenant's engine, uploaded evaluators and feedback;
 - :mod:`~crossaudit.service.catalog`: policies (validate, deploy, roll back, the loaded versions);
 - :mod:`~crossaudit.service.admission`: evaluations (concurrency, deadlines, audit before answer);
-- :mod:`~crossaudit.service.rollout`: shadow and canary candidates (promote, discard, report);
-- :mod:`~crossaudit.service.records`: audit log, review queue, feedback;
+- :mod:`~crossaudit.governance.rollout`: shadow and canary candidates (promote, discard, report);
+- :mod:`~crossaudit.governance.records`: audit log, review queue, feedback;
 - :mod:`~crossaudit.service.uploads`: evaluator uploads;
 - :mod:`~crossaudit.outbox`: webhooks and the decision log (delivered from the outbox);
-- :mod:`~crossaudit.service.retention`: retained inputs (sealed, purged, erased; read by replay);
-- :mod:`~crossaudit.service.replay`: replaying recorded decisions under a candidate policy;
-- :mod:`~crossaudit.service.labels`: labels from production (reviews, feedback) for evals and calibration.
+- :mod:`~crossaudit.governance.retention`: retained inputs (sealed, purged, erased; read by replay);
+- :mod:`~crossaudit.governance.replay`: replaying recorded decisions under a candidate policy;
+- :mod:`~crossaudit.governance.labels`: labels from production (reviews, feedback) for evals and calibration.
 
 Servicers (``servicers.py``) only convert messages and map errors, calling this one object;
 everything works on plain models and the :class:`~crossaudit.store.Store`.
@@ -20,20 +20,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crossaudit.governance.evidence import EvidenceLog
+from crossaudit.governance.labels import Labels
+from crossaudit.governance.records import Records
+from crossaudit.governance.replay import Replays
+from crossaudit.governance.retention import Retention
+from crossaudit.governance.rollout import Rollout
 from crossaudit.kernel.limits import DependencyLimits, SandboxLimits
 from crossaudit.modelserver.pool import ModelBackend
 from crossaudit.outbox.deliveries import Deliveries, DeliveryConfig
 from crossaudit.service.admission import Admission
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RetentionConfig, RolloutLimits, ServiceLimits
-from crossaudit.service.evidence import EvidenceLog
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.labels import Labels
 from crossaudit.service.metrics import ServiceMetrics
-from crossaudit.service.records import Records
-from crossaudit.service.replay import Replays
-from crossaudit.service.retention import Retention
-from crossaudit.service.rollout import Rollout
 from crossaudit.service.tenants import EngineProvider, Tenants
 from crossaudit.service.uploads import Uploads
 from crossaudit.store.base import Store

@@ -13,6 +13,9 @@ from typing import Any
 
 import grpc
 
+from crossaudit.governance.records import engine_version
+from crossaudit.governance.replay import ReplayRequest
+from crossaudit.governance.replaydiff import ReplayReport
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
@@ -28,9 +31,6 @@ from crossaudit.service.decoding import DecodingGuard
 from crossaudit.service.errors import abort, grpc_code, item_fields
 from crossaudit.service.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
 from crossaudit.service.principals import Role
-from crossaudit.service.records import engine_version
-from crossaudit.service.replay import ReplayRequest
-from crossaudit.service.replaydiff import ReplayReport
 from crossaudit.store.base import ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc

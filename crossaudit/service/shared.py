@@ -7,7 +7,7 @@ the process dies, ``kill -9`` included, so nothing here is left held by a dead w
 * :class:`Witness`: the newest checkpoint this server signed of each tenant's log (size and
   root), one owner-only file per tenant in ``evidence-witness/``, replaced whole (write, fsync,
   rename) under the directory's lock. The signer checks the store against it before it extends
-  or signs anything (:mod:`crossaudit.service.evidence`): a checkpoint deleted from the database
+  or signs anything (:mod:`crossaudit.governance.evidence`): a checkpoint deleted from the database
   is noticed by every worker and after every restart, not only by the process that signed it.
 * :class:`Slots`: at most ``cap`` holders per tenant across every process of the data dir, each
   slot a lock on a file of its own (``slots/<kind>/<tenant digest>.<i>``), taken without waiting:

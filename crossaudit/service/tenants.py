@@ -132,7 +132,7 @@ class Tenants:
         return self._engine_provider(tenant, self.uploads(tenant), self.feedback(tenant))
 
     def shadow_engine(self, tenant: str) -> DecisionEngine:
-        """A second engine of ``tenant`` for shadow evaluations (crossaudit.service.rollout): its
+        """A second engine of ``tenant`` for shadow evaluations (crossaudit.governance.rollout): its
         own result cache and its own ``rate_limit`` buckets (their names say ``shadow``), so a
         shadow can neither spend the tokens the live answers wait for nor put its verdicts into
         their cache. Its scope stays the tenant, so its evaluators have the live identities and

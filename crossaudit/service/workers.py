@@ -38,6 +38,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from crossaudit.governance.evidence import build_evidence
+from crossaudit.governance.retention import with_dev_operator_key
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service import metricsdir
 from crossaudit.service.assembly import (
@@ -51,9 +53,7 @@ from crossaudit.service.assembly import (
     start_server,
 )
 from crossaudit.service.config import CONSOLE_OFF, ServerConfig
-from crossaudit.service.evidence import build_evidence
 from crossaudit.service.metrics import WorkerMetrics
-from crossaudit.service.retention import with_dev_operator_key
 
 log = logging.getLogger("crossaudit.service.workers")
 

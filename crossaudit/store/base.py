@@ -145,7 +145,7 @@ class LabelRecord:
     """A person's label on one rule of one decision, with the decision's recorded rules: a resolved
     review (``source`` "review", ``label`` its state: approved or rejected) or a feedback label
     (``source`` "feedback", ``label`` false_positive or false_negative). What each one means as an
-    expected outcome: ``crossaudit.service.labels`` (docs/calibration.md)."""
+    expected outcome: ``crossaudit.governance.labels`` (docs/calibration.md)."""
 
     source: str
     id: str  # the review's or the feedback's id
@@ -194,7 +194,7 @@ class OutboxRecord:
 
 @dataclass(frozen=True)
 class RetainedRecord:
-    """A decision's retained inputs, sealed (crossaudit.service.vault): only ciphertext is stored.
+    """A decision's retained inputs, sealed (crossaudit.governance.vault): only ciphertext is stored.
     ``index``: blind-index digests of its context's top-level scalar fields (erasure by field)."""
 
     tenant: str

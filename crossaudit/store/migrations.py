@@ -120,7 +120,7 @@ CREATE TABLE IF NOT EXISTS erasures (
 CREATE INDEX IF NOT EXISTS erasures_tenant ON erasures (tenant, created_at);
 """,
     # 7: shadow and canary candidates, the shadow's diffs and per-rule flips, and the audit log by
-    # policy (a canary's health is counted from it; crossaudit.service.rollout)
+    # policy (a canary's health is counted from it; crossaudit.governance.rollout)
     """
 CREATE TABLE candidates (
     id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL, environment TEXT NOT NULL,

@@ -137,7 +137,7 @@ def no_verdict_head(how: str) -> str:
 
 
 # Every head :func:`no_verdict_head` writes: what an audit record may keep of a no-verdict reason
-# (crossaudit.service.records.recorded_reason), matched whole, never cut out of the reason's text.
+# (crossaudit.governance.records.recorded_reason), matched whole, never cut out of the reason's text.
 NO_VERDICT_HEADS = frozenset(
     no_verdict_head(how)
     for how in (
@@ -583,7 +583,7 @@ class Engine:
         status = Status.TIMEOUT if timed_out else Status.ERROR
         action, how = no_verdict_action(rule)
         # The answer quotes each message; the audit record rebuilds this reason from the rule's
-        # parts with a digest in place of each message (crossaudit.service.records).
+        # parts with a digest in place of each message (crossaudit.governance.records).
         reason = no_verdict_reason(how, [f"{r.evaluator}: {r.error}" for r in errored if r.error])
         if action is None:
             return RuleResult(

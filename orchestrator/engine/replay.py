@@ -11,7 +11,7 @@ keyed by the engine's cache identity (tenant scope, evaluator identity, spec as 
   replayable (:class:`Unreplayable`), raised as ``NotReplayableError`` with that reason.
 - ``time.*`` and every timestamp of the decision are those of ``at``, the recorded time, so
   time-of-day conditions and thresholds see the hour the decision was made in.
-- ``live=True`` is a shadow's (``crossaudit.service.rollout``): the live decision just made, its
+- ``live=True`` is a shadow's (``crossaudit.governance.rollout``): the live decision just made, its
   verdicts reused the same way, every evaluator allowed to run, and one that gives no verdict (or
   does not build) fails its rule as it would live instead of making the decision not replayable.
   Rules run one after the other as in any replay, so nothing is called speculatively for a rule

@@ -65,10 +65,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "audit record build/encode",
         (
-            "crossaudit/service/records.py",
+            "crossaudit/governance/records.py",
             "crossaudit/evidence/",
-            "crossaudit/service/evidence.py",
-            "crossaudit/service/retention.py",
+            "crossaudit/governance/evidence.py",
+            "crossaudit/governance/retention.py",
             "crossaudit/outbox/",
             "crossaudit/store/base.py",
         ),

@@ -24,9 +24,9 @@ from pathlib import Path
 from crossaudit.evidence.bundle import verify_bundle
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.evidence.verify import ChunkVerifier
+from crossaudit.governance.evidence import EvidenceLog, export_chunks, verify_store
 from crossaudit.sdk.client import AsyncClient
 from crossaudit.service.config import EvidenceConfig
-from crossaudit.service.evidence import EvidenceLog, export_chunks, verify_store
 from crossaudit.store import SQLiteStore
 from tests.bench import report
 from tests.e2e.conftest import ServerProcess, key

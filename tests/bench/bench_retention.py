@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from crossaudit.governance.retention import Retention
+from crossaudit.governance.vault import OperatorKey, OperatorKeys
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.retention import Retention
-from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
 from crossaudit.store.base import AuditRecord, Store, audit_size
 from orchestrator.policy import load_policy

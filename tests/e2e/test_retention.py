@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from crossaudit import Client
+from crossaudit.governance.vault import OperatorKey, OperatorKeys, TenantKey
 from crossaudit.kernel.errors import NotFoundError, PermissionDeniedError
-from crossaudit.service.vault import OperatorKey, OperatorKeys, TenantKey
 from crossaudit.store.base import AUDIT_DAY_S, audit_size
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.e2e.policies import word_policy

@@ -1,5 +1,5 @@
 """``serve --dev --retain-inputs 7d``: the dev tenant's inputs are retained under an operator key
-the server makes in its data directory (crossaudit/service/retention.py ``dev_operator_key``).
+the server makes in its data directory (crossaudit/governance/retention.py ``dev_operator_key``).
 
 As an attacker sees it: the key is 0600 in the 0700 data directory whatever the umask, never in
 the working directory, never in a log line; a key file planted there before (a link, another
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.governance.retention import DEV_OPERATOR_KEY_FILE, dev_operator_key, with_dev_operator_key
+from crossaudit.governance.vault import KEY_BYTES, OperatorKey
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service.assembly import check_config, secure_data_dir
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import DEV_TENANT, ServerConfig
-from crossaudit.service.retention import DEV_OPERATOR_KEY_FILE, dev_operator_key, with_dev_operator_key
-from crossaudit.service.vault import KEY_BYTES, OperatorKey
 from tests.e2e.conftest import write_keys
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,9 +26,9 @@ from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import Frontier, leaf_hash
 from crossaudit.evidence.notes import NoteError, open_checkpoint
 from crossaudit.evidence.verify import Entry, Verifier
+from crossaudit.governance.evidence import EvidenceLog, export_chunks
 from crossaudit.kernel.errors import NotFoundError
 from crossaudit.service.config import EvidenceConfig
-from crossaudit.service.evidence import EvidenceLog, export_chunks
 from tests.unit import test_evidence_log
 from tests.unit.test_evidence_log import INSERT_COPY, KEY, OTHER_KEY, Db, chunks, signed, verify, write
 

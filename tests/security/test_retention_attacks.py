@@ -12,14 +12,14 @@ import uuid
 
 import pytest
 
+from crossaudit.governance.retention import Retention
+from crossaudit.governance.vault import OperatorKey, OperatorKeys
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError, QuotaExceededError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.outbox import decisionlog
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.retention import Retention
-from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store import SQLiteStore
 from crossaudit.store.base import ErasureRecord, OutboxRecord, Store
 from crossaudit.store.sql import ERASE_OUTBOX_COPIES

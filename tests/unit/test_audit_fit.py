@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from crossaudit.governance import records
 from crossaudit.kernel.results import Action, Decision
-from crossaudit.service import records
 from crossaudit.store.base import audit_size
 from tests.records import audit_record
 
@@ -105,7 +105,7 @@ def test_a_cut_record_is_within_the_cap_its_note_included() -> None:
 def test_nul_in_raw_texts_is_measured_as_stored() -> None:
     """PostgreSQL stores NUL as U+FFFD (3 bytes): the raw texts carry it already, on every
     backend, so a prompt of NULs is not stored at three times its measured size."""
-    from crossaudit.service.records import audit_record as build
+    from crossaudit.governance.records import audit_record as build
     from crossaudit.store.base import NUL_REPLACEMENT
 
     decision = Decision(policy="p", policy_version="1", passed=True, action=Action.ALLOW, rules=[])

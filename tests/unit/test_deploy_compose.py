@@ -23,11 +23,11 @@ import yaml
 from crossaudit.cli import secretfiles
 from crossaudit.cli.main import build_parser
 from crossaudit.cli.server import settings_flags
+from crossaudit.governance.evidence import load_keys, unsigned_log
+from crossaudit.governance.retention import load_operator_keys
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.auth import Authenticator
 from crossaudit.service.config import ServerConfig
-from crossaudit.service.evidence import load_keys, unsigned_log
-from crossaudit.service.retention import load_operator_keys
 from crossaudit.service.settings import load_settings
 from tests.conftest import need
 

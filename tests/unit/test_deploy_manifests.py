@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from crossaudit.cli import secretfiles
+from crossaudit.governance.evidence import unsigned_log
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.service import image as builder
-from crossaudit.service.evidence import unsigned_log
 from crossaudit.service.health import LIVENESS_SERVICE
 from crossaudit.service.settings import load_settings
 

@@ -22,9 +22,9 @@ from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import leaf_hash
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
+from crossaudit.governance.evidence import EvidenceLog, export_chunks
 from crossaudit.kernel.errors import ConfigurationError, LogForkError
 from crossaudit.service.config import EvidenceConfig
-from crossaudit.service.evidence import EvidenceLog, export_chunks
 from crossaudit.service.shared import WITNESS_DIR, Witness
 from crossaudit.store import SQLiteStore
 from crossaudit.store.base import ErasureRecord, Store
@@ -453,7 +453,7 @@ async def test_records_no_checkpoint_signs_are_not_evidence(db: Db) -> None:
 async def test_an_operator_verifies_the_store_on_every_core(db: Db, monkeypatch: pytest.MonkeyPatch) -> None:
     """`crossaudit audit verify --store`: forked workers hash ranges of the log; the findings are
     the same as one process finds, in sequence order."""
-    import crossaudit.service.evidence as ev
+    import crossaudit.governance.evidence as ev
 
     monkeypatch.setattr(ev, "PARALLEL_MIN_RECORDS", 10)
     monkeypatch.setattr(ev, "PARALLEL_RANGE", 7)  # several ranges per worker

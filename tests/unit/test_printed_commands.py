@@ -64,9 +64,9 @@ def test_a_private_file_hint_pastes(tmp_path: Path) -> None:
 
 
 def test_the_tamper_hint_and_the_model_store_hints_paste() -> None:
+    from crossaudit.governance.vault import TenantKey
     from crossaudit.kernel.errors import RetainedInputsTamperedError
     from crossaudit.modelserver.sources import import_command
-    from crossaudit.service.vault import TenantKey
 
     key = TenantKey.of("acme", "k1", b"\0" * 32)
     nonce, sealed = key.seal("d 1", b"text")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from crossaudit.evidence.leaf import receipt_text
-from crossaudit.service.records import receipt_json
+from crossaudit.governance.records import receipt_json
 
 
 def _receipt(name: str = "p", provenance: dict[str, str] | None = None, revision: int = 3) -> dict[str, Any]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from crossaudit.governance import records
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
-from crossaudit.service import records
 
 SECRET = "alice-zq5521@example.com"
 

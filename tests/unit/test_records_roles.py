@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.governance.records import Records
 from crossaudit.kernel.errors import NotFoundError, PermissionDeniedError
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.principals import Principal, Role
-from crossaudit.service.records import Records
 from crossaudit.service.tenants import Tenants
 from crossaudit.store import ReviewState, SQLiteStore
 from tests.unit.test_store import audit, review

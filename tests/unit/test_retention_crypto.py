@@ -1,5 +1,5 @@
-"""Retained inputs' cryptography (crossaudit/service/vault.py) and the rule of how long inputs are
-retained (crossaudit/service/retention.py, docs/retention.md): typed errors, never garbage."""
+"""Retained inputs' cryptography (crossaudit/governance/vault.py) and the rule of how long inputs are
+retained (crossaudit/governance/retention.py, docs/retention.md): typed errors, never garbage."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.governance.retention import effective_seconds, load_operator_keys
+from crossaudit.governance.vault import NONCE_BYTES, OperatorKey, OperatorKeys, TenantKey, index_value, new_data_key
 from crossaudit.kernel.dsl import retention_seconds
 from crossaudit.kernel.errors import (
     ConfigurationError,
@@ -19,8 +21,6 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.service.auth import load_tenants_file
 from crossaudit.service.config import RetentionConfig
-from crossaudit.service.retention import effective_seconds, load_operator_keys
-from crossaudit.service.vault import NONCE_BYTES, OperatorKey, OperatorKeys, TenantKey, index_value, new_data_key
 from orchestrator.policy import load_policy as load_policy_text
 
 DAY = 86_400.0

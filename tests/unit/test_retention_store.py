@@ -13,14 +13,14 @@ import time
 
 import pytest
 
+from crossaudit.governance.retention import RetainedInputs, Retention
+from crossaudit.governance.vault import OperatorKey, OperatorKeys
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, RetainedInputsTamperedError, RetentionKeyError
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.outbox import decisionlog
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.retention import RetainedInputs, Retention
-from crossaudit.service.vault import OperatorKey, OperatorKeys
 from crossaudit.store.base import AUDIT_DAY_S, AuditRecord, OutboxRecord, Store, audit_size
 from orchestrator.policy import load_policy
 from tests.records import audit_record

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from crossaudit.governance.rollout import canary_routes, sampled
 from crossaudit.kernel.errors import CandidateStateError, InvalidInputError, NotFoundError
 from crossaudit.kernel.results import Decision
 from crossaudit.service.config import RolloutLimits
 from crossaudit.service.models import RevisionCounts
-from crossaudit.service.rollout import canary_routes, sampled
 from crossaudit.store.base import CandidateMode, CandidateRecord, CandidateState, ShadowDiffRecord
 from tests.records import audit_record
 from tests.unit.test_service_core import POLICY, ScriptedEngine, service
@@ -428,8 +428,8 @@ async def test_a_shadow_whose_new_evaluator_errors_records_it_as_live_would(stor
 
 
 async def test_the_recorded_results_count_in_the_queue_byte_bound(tmp_path: Any) -> None:
+    from crossaudit.governance.rollout import recorded_results, results_bytes, sample_bytes
     from crossaudit.kernel.results import EvaluatorResult, RuleResult, Status
-    from crossaudit.service.rollout import recorded_results, results_bytes, sample_bytes
 
     big = EvaluatorResult(evaluator="e", kind="custom", status=Status.PASS, score=1.0, details={"x": "y" * 5_000})
     rules = [

@@ -3,7 +3,7 @@
 What is retained, and for how long: a tenant's ``retention: {inputs: 7d}`` in the API-keys file
 is its ceiling and default (absent: nothing, ever); a policy's ``settings.retention.inputs`` may
 shorten it or turn it off; the server's ``retention.max_inputs_s`` caps both; and nothing is
-retained without an operator key (:mod:`crossaudit.service.vault`). A retained decision's
+retained without an operator key (:mod:`crossaudit.governance.vault`). A retained decision's
 prompt, response, request context, stage and every evaluator result (by its identity, for
 replay) are sealed as one blob and written in the audit record's transaction (admission).
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossaudit.governance.vault import KEY_BYTES, OperatorKey, OperatorKeys, TenantKey, is_indexable, new_data_key
 from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
@@ -45,7 +46,6 @@ from crossaudit.kernel.results import Decision
 from crossaudit.service import inputs
 from crossaudit.service.config import RetentionConfig, ServerConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.vault import KEY_BYTES, OperatorKey, OperatorKeys, TenantKey, is_indexable, new_data_key
 from crossaudit.store.base import ErasureRecord, RetainedRecord, Store, TenantKeyRecord
 from orchestrator.policy import Policy
 

@@ -17,12 +17,12 @@ from typing import Any
 import orjson
 
 from crossaudit.evidence.leaf import receipt_text
+from crossaudit.governance.labels import recorded_rules
 from crossaudit.kernel.canonical import sha256_json, sha256_text
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
-from crossaudit.service.labels import recorded_rules
 from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
 from crossaudit.service.tenants import Tenants
 from crossaudit.store.base import (

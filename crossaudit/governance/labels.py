@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossaudit.governance.retention import RetainedInputs, Retention
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
-from crossaudit.service.retention import RetainedInputs, Retention
 from crossaudit.store.base import LabelRecord, Store
 from orchestrator.engine.calibration import Labelled, RulePrecision, rule_precision
 
