@@ -284,3 +284,26 @@ rules:
         operator: equals
         value: en
 """
+
+
+# A dynamic threshold with a time-of-day modifier: the engine reads the context's time.hour/minute.
+TIME_OF_DAY = """
+name: dyn
+description: d
+version: "1.0"
+evaluators:
+  - name: ok
+    type: custom
+    config:
+      code: |
+        def evaluate(prompt, response, context):
+            return {"score": 1.0}
+rules:
+  - name: r
+    evaluator: ok
+    threshold: dynamic
+    threshold_config:
+      base_threshold: 0.5
+      time_of_day_modifier: {"09:00-17:00": 0.1}
+    action: block
+"""

@@ -12,6 +12,7 @@ import pytest
 
 from crossaudit import Client
 from tests.e2e.conftest import ServerProcess, run_cli
+from tests.e2e.policies import TIME_OF_DAY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -22,26 +23,7 @@ tenants:
     keys:
       - {{key: {ADMIN}, role: admin, name: dpo}}
 """
-POLICY = """
-name: dyn
-description: d
-version: "1.0"
-evaluators:
-  - name: ok
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 1.0}
-rules:
-  - name: r
-    evaluator: ok
-    threshold: dynamic
-    threshold_config:
-      base_threshold: 0.5
-      time_of_day_modifier: {"09:00-17:00": 0.1}
-    action: block
-"""
+POLICY = TIME_OF_DAY
 ROWS = [
     '{"id":"inf","response":"x","context":{"x":1e999},"passed":true}',
     '{"id":"bigint","response":"x","context":{"x":%s},"passed":true}' % ("9" * 400),

@@ -13,6 +13,7 @@ import pytest
 from crossaudit import Client
 from crossaudit.kernel.errors import InvalidInputError
 from tests.e2e.conftest import ServerProcess
+from tests.e2e.policies import TIME_OF_DAY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -24,26 +25,7 @@ tenants:
       - {{key: {ADMIN}, role: admin, name: dpo}}
 """
 SUBJECT = "alice-zq9183@example.com"
-POLICY = """
-name: dyn
-description: d
-version: "1.0"
-evaluators:
-  - name: ok
-    type: custom
-    config:
-      code: |
-        def evaluate(prompt, response, context):
-            return {"score": 1.0}
-rules:
-  - name: r
-    evaluator: ok
-    threshold: dynamic
-    threshold_config:
-      base_threshold: 0.5
-      time_of_day_modifier: {"09:00-17:00": 0.1}
-    action: block
-"""
+POLICY = TIME_OF_DAY
 BAD_HOURS: list[object] = [SUBJECT, [1, 2], {"h": SUBJECT}, float("nan"), float("inf"), True, 1e300, 24, -1, 9.5]
 
 
