@@ -117,10 +117,10 @@ run: serve ## Alias of serve
 test-images: images ## Build every image the test suites use (content-tagged: found, not rebuilt, when unchanged)
 	$(PY) -m tests.images
 
-check: $(STAMP) ## Fast tier, no Docker (a few minutes): ruff, layering contract, unit, engine cases, security
+check: $(STAMP) ## Fast tier, no Docker, no server (about 2 min): ruff, layering contract, unit, engine cases, security
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest $(XDIST) tests/unit tests/cases tests/security -m "not docker" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) tests/unit tests/cases tests/security -m "not docker and not e2e" $(PYTEST_ARGS)
 
 # The whole truth, on every core (pytest-xdist; a test file stays on one worker, so its module's
 # server starts once). The test images build in the background while the unit tests and engine cases
