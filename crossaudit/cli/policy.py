@@ -22,6 +22,7 @@ def register(psub: argparse._SubParsersAction) -> None:
         help="treat warnings (an unset ${ENV}, a rule that reaches no verdict offline) as errors",
     )
     v.add_argument("--json", action="store_true", help="machine-readable report")
+    v.add_argument("--no-analyze", action="store_true", help="skip the analysis findings (policy analyze)")
     v.set_defaults(func=_cmd_validate)
 
     policytest.register(psub)
@@ -29,9 +30,10 @@ def register(psub: argparse._SubParsersAction) -> None:
     s = psub.add_parser("schema", help="print the policy JSON Schema")
     s.set_defaults(func=_cmd_schema)
 
-    from crossaudit.cli import policydiff
+    from crossaudit.cli import analyze, policydiff
 
     policydiff.register(psub)
+    analyze.register(psub)
 
 
 def _print_indented(prefix: str, text: str) -> None:
@@ -43,6 +45,7 @@ def _print_indented(prefix: str, text: str) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from crossaudit.cli import analyze
     from orchestrator.policy import load_policy_file
     from orchestrator.readiness import readiness
 
@@ -63,10 +66,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         # file may be meant for a server that has them (the service refuses what it lacks).
         # Context the rules need is a note: choosing requests is what conditions are for.
         ready = readiness(policy)
-        warnings = [*policy.warnings, *ready.warnings]
+        analysis, findings = ([], []) if args.no_analyze else analyze.validate_findings(policy)
+        warnings = [*policy.warnings, *ready.warnings, *analysis]
         strict_fail = args.strict and bool(warnings)
         failed += strict_fail
-        report.append({"file": path, "valid": not strict_fail, "warnings": warnings, "notes": ready.notes})
+        entry = {"file": path, "valid": not strict_fail, "warnings": warnings, "notes": ready.notes}
+        report.append(entry if args.no_analyze else {**entry, "analysis": findings})
         if not args.json:
             mark = "✗" if strict_fail else "✓"
             print(

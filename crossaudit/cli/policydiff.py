@@ -33,6 +33,12 @@ def register(psub: argparse._SubParsersAction) -> None:
     d.add_argument("new", metavar="NEW", help="a policy file, or NAME@VERSION / NAME stored on the server")
     d.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT, help="where NAME without @VERSION is deployed")
     d.add_argument("--exit-code", action="store_true", help="exit 1 when the two differ")
+    d.add_argument(
+        "--symbolic", action="store_true", help="the inputs the two decide differently, proved (docs/analysis.md)"
+    )
+    from crossaudit.cli.analyze import add_solver_option
+
+    add_solver_option(d)
     d.set_defaults(func=_cmd_diff)
 
 
@@ -57,6 +63,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
     old_label, old = _load(args.old, args)
     new_label, new = _load(args.new, args)
+    if args.symbolic:
+        from crossaudit.cli.analyze import cmd_symbolic_diff
+
+        return cmd_symbolic_diff(args, (old_label, old), (new_label, new))
     changes = diff_policies(old, new)
     if args.json:
         print(json.dumps({"old": old_label, "new": new_label, "changes": [c.to_json() for c in changes]}, indent=2))

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli import connect, display, progress, rollout
+from crossaudit.cli import analyze, connect, display, progress, rollout
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
@@ -43,6 +43,7 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
     d.add_argument("file", metavar="FILE")
     d.add_argument("--environment", "-e", default=DEFAULT_ENVIRONMENT)
     rollout.add_deploy_options(d)
+    analyze.add_deploy_option(d)
     d.set_defaults(func=cmd_policy_deploy)
     pl = policy_subparsers.add_parser("list", parents=[common], help="list deployed policies")
     pl.add_argument("--environment", "-e", default="", help="only policies deployed there")
@@ -183,6 +184,9 @@ def _read_text(path: str, what: str) -> str:
 def cmd_policy_deploy(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise InvalidInputError(f"policy file {args.file} not found")
+    refused = analyze.deploy_gate(args)
+    if refused is not None:
+        return refused
     candidate = rollout.candidate_kwargs(args)
     with progress.build_progress(quiet=args.json) as update, connect.client(args) as c:
         kwargs = {"timeout": args.timeout} if args.timeout else {}
