@@ -116,7 +116,7 @@ class _Analysis:
                knocked: str | None = None) -> None:  # fmt: skip
         """A witness of ``formulas`` for ``finding``, checked by the engine (on the policy, and
         with ``knocked`` disabled when ``pair`` is the knockout encoding)."""
-        answer, model = self.checker.check(f"{kind} (witness)", *formulas)
+        answer, model = self.checker.check(f"{kind} (witness)", *formulas, tidy=True)
         if answer != "sat" or model is None:
             return
         w = witness_from(model, self.world, [e.name for e in self.policy.evaluators])

@@ -59,8 +59,9 @@ class Checker:
         s.add(*self.world.domain)
         return s
 
-    def check(self, kind: str, *formulas: z3.BoolRef, tidy: bool = True) -> tuple[Answer, z3.ModelRef | None]:
-        """Whether ``formulas`` can all hold over the inputs; with a model (tidy when possible)."""
+    def check(self, kind: str, *formulas: z3.BoolRef, tidy: bool = False) -> tuple[Answer, z3.ModelRef | None]:
+        """Whether ``formulas`` can all hold over the inputs, with a model; ``tidy``: a witness is wanted,
+        tidy when one exists (module docstring). A proof (unsat) needs no tidy attempt."""
         t0 = time.perf_counter()
         try:
             s = self._solver()

@@ -2,12 +2,14 @@
 
 Both versions are encoded over one :class:`~crossaudit.analysis.values.World` (an evaluator's
 score, a context field, the stage: the same input for both). The decisions differ where their
-``passed``, action or modified response differ. Regions are found one at a time: a model of "they
-differ" fixes a *region*: both outcomes, which evaluators answered (and which said
-``passed: false``), the stage, and which conditions hold. The region is described in words (each
-answering evaluator's score range within it, the conditions that hold), its witness is evaluated by
-the engine under both versions, and it is excluded before the next one is asked for. No region at
-all is a proof: "equivalent". Each rule present in both is compared the same way (one region each).
+``passed``, action or modified response differ. A *region* is one pair of outcomes (old's
+passed, action and modified response; new's): the regions are found one at a time, each excluded
+before the next is asked for. A region is described in words: the discrete facts of its witness
+that hold throughout it (which evaluators answer or say ``passed: false``, the stage, which
+conditions hold) and, for each evaluator that answers throughout it, its score's range over the
+region (the bounds, and whether each is reached). The witness is evaluated by the engine under both
+versions. No region at all is a proof: "equivalent". Each rule present in both versions is
+compared the same way (one region each: where its status or action differs).
 """
 
 from __future__ import annotations
@@ -107,13 +109,25 @@ class _Diff:
                         seen[text] = enc.enc.check(c, enc.value(c.field))
         return list(seen.items())
 
-    def skeleton(self, model: z3.ModelRef) -> list[z3.BoolRef]:
-        out: list[z3.BoolRef] = [self.world.stage == model.eval(self.world.stage, model_completion=True)]
-        for ok, _s, pf, to in self.world.evaluators.values():
-            for b in (ok, pf, to):
-                out.append(b == model.eval(b, model_completion=True))
-        for _text, atom in self.atoms:
-            out.append(atom == model.eval(atom, model_completion=True))
+    def literals(self, model: z3.ModelRef) -> list[tuple[str, z3.BoolRef]]:
+        """What the witness ``model`` says of the discrete inputs, each with its words."""
+        out: list[tuple[str, z3.BoolRef]] = []
+        stage = model.eval(self.world.stage, model_completion=True).as_long()
+        out.append((("no stage is named", "the request names the input stage", "the request names the output stage")[stage],
+                    self.world.stage == stage))  # fmt: skip
+        for name, (ok, _s, pf, to) in sorted(self.world.evaluators.items()):
+            if not z3.is_true(model.eval(ok, model_completion=True)):
+                timed = z3.is_true(model.eval(to, model_completion=True))
+                out.append((f"{name} gives no verdict", z3.Not(ok)))
+                out.append((f"{name} times out" if timed else f"{name} errors", to if timed else z3.Not(to)))
+                continue
+            out.append((f"{name} answers", ok))
+            said = z3.is_true(model.eval(pf, model_completion=True))
+            out.append((f"{name} says passed: false" if said else f"{name} does not say passed: false",
+                        pf if said else z3.Not(pf)))  # fmt: skip
+        for text, atom in self.atoms:
+            holds = z3.is_true(model.eval(atom, model_completion=True))
+            out.append((text if holds else f"not ({text})", atom if holds else z3.Not(atom)))
         return out
 
     def outcome(self, model: z3.ModelRef, enc: PolicyEncoding) -> tuple[dict[str, Any], list[z3.BoolRef]]:
@@ -128,30 +142,29 @@ class _Diff:
         return summary, fixed
 
     def region(self, kind: str, model: z3.ModelRef, where: list[z3.BoolRef], old: dict[str, Any], new: dict[str, Any]) -> Region:
-        sk = self.skeleton(model)
+        """The region ``where`` (both outcomes fixed) in words: what holds throughout it (of the
+        witness's discrete facts, those the region forces), and each evaluator's score range over
+        it where the region forces that evaluator to answer."""
         when: list[str] = []
-        scores: dict[str, dict[str, Any]] = {}
-        stage = model.eval(self.world.stage, model_completion=True).as_long()
-        if stage:
-            when.append(f"the request names the {('input', 'output')[stage - 1]} stage")
-        for name, (ok, s, pf, to) in sorted(self.world.evaluators.items()):
-            if not z3.is_true(model.eval(ok, model_completion=True)):
-                what = "times out" if z3.is_true(model.eval(to, model_completion=True)) else "gives no verdict"
-                when.append(f"{name} {what}")
-                scores[name] = {"verdict": False}
+        forced: set[str] = set()
+        for text, lit in self.literals(model):
+            if text == "no stage is named":
                 continue
-            if z3.is_true(model.eval(pf, model_completion=True)):
-                when.append(f"{name} says passed: false")
-            lo = self.checker.bound(kind, s, *where, *sk, maximize=False)
-            hi = self.checker.bound(kind, s, *where, *sk, maximize=True)
+            if self.checker.check(kind, *where, z3.Not(lit))[0] == "unsat":
+                forced.add(text)
+                if not text.endswith((" answers", "does not say passed: false")):
+                    when.append(text)
+        scores: dict[str, dict[str, Any]] = {}
+        for name, (_ok, s, _pf, _to) in sorted(self.world.evaluators.items()):
+            if f"{name} answers" not in forced:
+                continue
+            lo = self.checker.bound(kind, s, *where, maximize=False)
+            hi = self.checker.bound(kind, s, *where, maximize=True)
             if lo is None or hi is None:
                 continue
             scores[name] = {"min": lo[0], "min_included": lo[1], "max": hi[0], "max_included": hi[1]}
             if not (lo == (0.0, True) and hi == (1.0, True)):
                 when.append(f"{name}'s score in {'[' if lo[1] else '('}{_fmt(lo[0])}, {_fmt(hi[0])}{']' if hi[1] else ')'}")
-        for text, atom in self.atoms:
-            if z3.is_true(model.eval(atom, model_completion=True)):
-                when.append(text)
         region = Region(old=old, new=new, when=when, scores=scores)
         self.reproduce(model, region, kind)
         return region
@@ -170,7 +183,7 @@ class _Diff:
         differs = observable_differs(self.a, self.b)
         excluded: list[z3.BoolRef] = []
         while True:
-            answer, model = self.checker.check("diff", differs, *excluded)
+            answer, model = self.checker.check("diff", differs, *excluded, tidy=True)
             if answer == "unknown":
                 self.report.equivalent = None
                 return
@@ -182,10 +195,9 @@ class _Diff:
                 return
             old, f_old = self.outcome(model, self.a)
             new, f_new = self.outcome(model, self.b)
-            sk = self.skeleton(model)
             self.report.equivalent = False
             self.report.regions.append(self.region("diff", model, [differs, *f_old, *f_new], old, new))
-            excluded.append(z3.Not(z3.And(*f_old, *f_new, *sk)))
+            excluded.append(z3.Not(z3.And(*f_old, *f_new)))
 
     def rule_outcomes(self) -> None:
         names_a, names_b = set(self.a.rules), set(self.b.rules)
@@ -196,7 +208,7 @@ class _Diff:
         for name in sorted(names_a & names_b):
             ra, rb = self.a.rules[name], self.b.rules[name]
             differs = z3.Or(ra.status != rb.status, z3.And(z3.Not(ra.passed), ra.action != rb.action))
-            answer, model = self.checker.check("diff (rules)", differs)
+            answer, model = self.checker.check("diff (rules)", differs, tidy=True)
             if answer != "sat" or model is None:
                 continue
             pair = []

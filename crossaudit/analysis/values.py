@@ -116,6 +116,7 @@ class World:
         self.domain: list[z3.BoolRef] = [self.stage >= 0, self.stage <= 2]
         self.tidy: list[z3.BoolRef] = []  # what a witness should prefer (module docstring of solve)
         self.margins: list[tuple[z3.ArithRef, z3.ArithRef]] = []  # computed comparisons: keep off the edge
+        self.texted: set[str] = set()  # integral fields whose text a condition reads
 
     # -- evaluators -------------------------------------------------------------------------
 
@@ -126,7 +127,7 @@ class World:
             ok, s = z3.Bool(f"eval[{name}].verdict"), z3.Real(f"eval[{name}].score")
             pf, to = z3.Bool(f"eval[{name}].passed_false"), z3.Bool(f"eval[{name}].timeout")
             self.domain += [s >= 0, s <= 1, z3.Implies(ok, z3.Not(to))]
-            self.tidy += [z3.Not(pf)]
+            self.tidy += [z3.Not(pf), ok]
             hit = self.evaluators[name] = (ok, s, pf, to)
         return hit
 
@@ -198,8 +199,7 @@ def _derived_domain(path: str, v: Val) -> list[z3.BoolRef]:
         out.append(v.present)
     if path in INTEGER_FIELDS:
         lo, hi = INTEGER_FIELDS[path]
-        n = z3.ToInt(v.num)
-        out += [v.isnum, z3.IsInt(v.num), v.num >= lo, v.num_text == z3.IntToStr(n)]
+        out += [v.isnum, z3.IsInt(v.num), v.num >= lo]
         if hi is not None:
             out.append(v.num <= hi)
     elif path == "time.day_of_week":
@@ -247,6 +247,14 @@ class Encoder:
 
     def __init__(self, world: World) -> None:
         self.w = world
+
+    def _number_text(self, v: Val) -> z3.SeqRef:
+        """``str()`` of a number, exact for the integral derived fields (added only where a text
+        operator reads one: string constraints are the costly part of a query)."""
+        if v.name in INTEGER_FIELDS and v.name not in self.w.texted:
+            self.w.texted.add(v.name)
+            self.w.domain.append(v.num_text == z3.IntToStr(z3.ToInt(v.num)))
+        return v.num_text
 
     def check(self, cond: Condition, v: Val) -> z3.BoolRef:
         positive = self._positive(cond, v)
@@ -298,7 +306,7 @@ class Encoder:
         other = z3.And(v.isother, self.w.free(f"{v.name} contains {needle!r}", "contains on a list or an object"))
         return z3.Or(
             z3.And(v.isstr, z3.Contains(v.text, n)),
-            z3.And(v.isnum, z3.Contains(v.num_text, n)),
+            z3.And(v.isnum, z3.Contains(self._number_text(v), n)),
             z3.And(v.isbool, z3.Contains(z3.If(v.boolean, z3.StringVal("True"), z3.StringVal("False")), n)),
             other,
         )
@@ -328,7 +336,7 @@ class Encoder:
         other = z3.And(v.isother, self.w.free(f"{v.name} {op.value} {pattern!r}", f"{op.value} on a list or object"))
         return z3.Or(
             z3.And(v.isstr, holds(v.text)),
-            z3.And(v.isnum, holds(v.num_text)),
+            z3.And(v.isnum, holds(self._number_text(v))),
             z3.And(v.isbool, z3.If(v.boolean, holds(z3.StringVal("True")), holds(z3.StringVal("False")))),
             other,
         )
