@@ -87,14 +87,24 @@ class PolicyEncoding:
         self.order = plan(policy)
         self.rules: dict[str, RuleOut] = {}
         self.assumed: list[str] = []
+        self.defs: list[z3.BoolRef] = []  # the definitions of the named constants (a query about the rules needs them)
+        self._sink: list[z3.BoolRef] | None = None  # where definitions go (None: defs)
         stopped: z3.BoolRef = z3.BoolVal(False)
         for rule in self.order:
             out = self._rule(rule, stopped)
             self.rules[rule.name] = out
-            stopped = z3.Or(stopped, out.stops)
+            stopped = self.define(f"stopped_after[{rule.name}]", z3.Or(stopped, out.stops))
         self.decision = self._decision()
 
     # -- pieces -------------------------------------------------------------------------------
+
+    def define(self, name: str, term: z3.ExprRef) -> z3.ExprRef:
+        """A named constant equal to ``term`` (its definition joins ``defs``): the decision's
+        chains over many rules stay small terms, which the solver handles far better than one
+        deeply nested expression."""
+        const = z3.Const(f"{self.tag}:{name}", term.sort())
+        (self.defs if self._sink is None else self._sink).append(const == term)
+        return const
 
     def stage_ok(self, rule: Rule) -> z3.BoolRef:
         s = self.w.stage
@@ -147,7 +157,9 @@ class PolicyEncoding:
         if cfg.user_trust_modifier:
             value = value + real(cfg.user_trust_modifier) * self._unit("user.trust_score", "user.trusted")
         if cfg.content_sensitivity_modifier:
-            value = value + real(cfg.content_sensitivity_modifier) * self._unit("content.sensitivity", "content.sensitive")
+            value = value + real(cfg.content_sensitivity_modifier) * self._unit(
+                "content.sensitivity", "content.sensitive"
+            )
         if cfg.time_of_day_modifier:
             hour, minute = self.w.field("time.hour"), self.w.field("time.minute")
             minute_of_day = z3.ToInt(hour.num) * 60 + z3.ToInt(minute.num)
@@ -174,12 +186,18 @@ class PolicyEncoding:
         stage_ok = self.stage_ok(rule)
         ko = self.knockout.get(rule.name, z3.BoolVal(False))
         reached = z3.And(stage_ok, z3.Not(ko), z3.Not(stopped))
-        cond = z3.And(*[self.enc.check(c, self.value(c.field)) for c in rule.conditions]) if rule.conditions else z3.BoolVal(True)
+        cond = (
+            z3.And(*[self.enc.check(c, self.value(c.field)) for c in rule.conditions])
+            if rule.conditions
+            else z3.BoolVal(True)
+        )
         ran = z3.And(reached, cond)
         t = self.threshold(rule)
         weights = [(e.name, e.weight) for e in rule.evaluators] if rule.evaluators else [(rule.evaluator or "", 1.0)]
         fb = rule.fallback.evaluator if rule.fallback and rule.fallback.evaluator else None
-        fb_ok, fb_s, fb_pf, _fb_to = w.evaluator(fb) if fb else (z3.BoolVal(False), z3.RealVal(0), z3.BoolVal(False), None)
+        fb_ok, fb_s, fb_pf, _fb_to = (
+            w.evaluator(fb) if fb else (z3.BoolVal(False), z3.RealVal(0), z3.BoolVal(False), None)
+        )
         slots = [w.evaluator(n) for n, _ in weights]
         any_errored = z3.Or(*[z3.Not(ok) for ok, *_ in slots])
         use_fb = [z3.And(z3.Not(ok), fb_ok) for ok, *_ in slots] if fb else [z3.BoolVal(False) for _ in slots]
@@ -218,6 +236,13 @@ class PolicyEncoding:
             z3.IntVal(0),
             z3.If(verdict, z3.If(passed, z3.IntVal(1), z3.IntVal(2)), z3.If(timed_out, z3.IntVal(4), z3.IntVal(3))),
         )
+        n = rule.name
+        ran, verdict, split = (
+            self.define(f"ran[{n}]", ran),
+            self.define(f"verdict[{n}]", verdict),
+            self.define(f"split[{n}]", split),
+        )
+        passed, action = self.define(f"passed[{n}]", passed), self.define(f"action[{n}]", action)
         stops_kind = self._stop_kind(rule)
         stops = z3.And(verdict, z3.Not(passed), z3.Not(split), z3.BoolVal(stops_kind))
         return RuleOut(
@@ -273,7 +298,9 @@ class PolicyEncoding:
         return avg, yes > real(total) / 2
 
     @staticmethod
-    def _split(ans: list[z3.BoolRef], score_i: list[z3.ArithRef], vote: list[z3.BoolRef], min_spread: float) -> z3.BoolRef:
+    def _split(
+        ans: list[z3.BoolRef], score_i: list[z3.ArithRef], vote: list[z3.BoolRef], min_spread: float
+    ) -> z3.BoolRef:
         yes = z3.Or(*[z3.And(a, v) for a, v in zip(ans, vote, strict=True)])
         no = z3.Or(*[z3.And(a, z3.Not(v)) for a, v in zip(ans, vote, strict=True)])
         bound = real(min_spread) - real(SPREAD_TOLERANCE)
@@ -288,17 +315,33 @@ class PolicyEncoding:
 
     # -- the decision -------------------------------------------------------------------------
 
-    def _decision(self) -> DecisionOut:
+    def without(self, rule: str) -> tuple[DecisionOut, list[z3.BoolRef]]:
+        """The decision as if ``rule``'s result were not there (for a rule that stops nothing and
+        that no rule reads: the decision of the policy without it), and the definitions it needs."""
+        self._sink = []
+        try:
+            return self._decision(without=rule), self._sink
+        finally:
+            self._sink = None
+
+    def _decision(self, without: str | None = None) -> DecisionOut:
         passed = []
         worst: z3.ArithRef = action_val(Action.ALLOW)
         unredacted: list[z3.BoolRef] = []
         edits: dict[str, list[z3.BoolRef]] = {}
         for rule in self.order:
+            if rule.name == without:
+                continue
             out = self.rules[rule.name]
             failed = z3.And(out.ran, z3.Not(out.passed))
             benign = z3.Or(out.action == CODE[Action.CONTINUE], out.action == CODE[Action.ALLOW])
             passed.append(z3.Or(z3.Not(failed), benign))
-            worst = z3.If(z3.And(failed, severity(out.action) > severity(worst)), out.action, worst)
+            tag = f"-without-{without}" if without else ""
+            sev = self.define(f"severity[{rule.name}]{tag}", severity(out.action))
+            worst_sev = self.define(f"worst_severity_before[{rule.name}]{tag}", severity(worst))
+            worst = self.define(
+                f"worst_after[{rule.name}]{tag}", z3.If(z3.And(failed, sev > worst_sev), out.action, worst)
+            )
             if rule.action is Action.MODIFY:
                 unredacted.append(z3.And(out.ran, z3.Not(out.verdict)))
                 edits.setdefault(edit_key(rule), []).append(z3.And(out.verdict, z3.Not(out.passed), z3.Not(out.split)))
@@ -314,7 +357,9 @@ def edit_key(rule: Rule) -> str:
     """What a failed ``modify`` rule contributes to the modified response: its evaluators (whose
     spans or violations are redacted) and how (strategy, replacement, preserve_meaning)."""
     cfg = rule.typed_action_config if isinstance(rule.typed_action_config, ModifyConfig) else ModifyConfig()
-    names = sorted(set(rule.evaluator_names) | ({rule.fallback.evaluator} if rule.fallback and rule.fallback.evaluator else set()))
+    names = sorted(
+        set(rule.evaluator_names) | ({rule.fallback.evaluator} if rule.fallback and rule.fallback.evaluator else set())
+    )
     return json.dumps([names, cfg.strategy.value, cfg.replacement_text, cfg.preserve_meaning])
 
 

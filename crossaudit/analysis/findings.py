@@ -21,12 +21,13 @@ from typing import Any
 
 import z3
 
-from crossaudit.analysis.encode import PolicyEncoding, RuleOut
+from crossaudit.analysis.encode import CODE, DecisionOut, PolicyEncoding, RuleOut, severity
 from crossaudit.analysis.solve import Checker, SolverLimits, Timings
 from crossaudit.analysis.values import NEGATIVE, World
 from crossaudit.analysis.witness import Runner, claimed, witness_from
 from crossaudit.kernel.dsl import Condition, Operator, Policy, Rule, Stage
 from crossaudit.kernel.results import Action
+from orchestrator.engine.engine import no_verdict_action
 
 SEVERITIES = ("info", "warning", "error")
 STAGE_NAMES = {0: "no stage", 1: "the input stage", 2: "the output stage"}
@@ -109,14 +110,17 @@ class _Analysis:
 
     def unknown(self, kind: str, rules: list[str], question: str) -> None:
         secs = self.checker.limits.query_timeout_s
-        self.add("unknown", "info", rules, f"{kind}: could not decide {question} within the solver's limit ({secs:g} s)")
+        self.add(
+            "unknown", "info", rules, f"{kind}: could not decide {question} within the solver's limit ({secs:g} s)"
+        )
         self.report.findings[-1].proved = False
 
     def attach(self, finding: Finding, kind: str, *formulas: z3.BoolRef, pair: PolicyEncoding | None = None,
                knocked: str | None = None) -> None:  # fmt: skip
         """A witness of ``formulas`` for ``finding``, checked by the engine (on the policy, and
         with ``knocked`` disabled when ``pair`` is the knockout encoding)."""
-        answer, model = self.checker.check(f"{kind} (witness)", *formulas, tidy=True)
+        defs = self.enc.defs + (pair.defs if pair is not None else [])
+        answer, model = self.checker.check(f"{kind} (witness)", *formulas, *defs, tidy=True)
         if answer != "sat" or model is None:
             return
         w = witness_from(model, self.world, [e.name for e in self.policy.evaluators])
@@ -127,7 +131,9 @@ class _Analysis:
             more, _ = self.runner.check(other, w, claimed(model, pair))
             diffs += [f"without {knocked}: {d}" for d in more]
         if diffs:
-            self.report.bugs.append(f"{kind} {finding.rules}: witness {w.describe()} not reproduced: " + "; ".join(diffs))
+            self.report.bugs.append(
+                f"{kind} {finding.rules}: witness {w.describe()} not reproduced: " + "; ".join(diffs)
+            )
             return
         finding.witness, finding.witness_text, finding.engine = w.to_json(), w.describe(), seen
 
@@ -137,7 +143,7 @@ class _Analysis:
         out = self.enc.rules[rule.name]
         if self._reads(rule, out) or self._regexes(rule) or self._conditions(rule, out):
             return  # the rule never applies: what follows would only repeat it
-        answer, _ = self.checker.check("never-runs", out.ran)
+        answer, _ = self.checker.check("never-runs", out.ran, *self.enc.defs)
         if answer == "unknown":
             self.unknown("never-runs", [rule.name], f"whether {rule.name} ever runs")
             return
@@ -162,7 +168,7 @@ class _Analysis:
             if c.previous_rule is None:
                 continue
             v = self.enc.value(c.field)
-            answer, _ = self.checker.check("previous-rule-never-set", out.reached, v.present)
+            answer, _ = self.checker.check("previous-rule-never-set", out.reached, v.present, *self.enc.defs)
             if answer == "unknown":
                 self.unknown("previous-rule-never-set", [rule.name], f"whether {c.field} is ever set")
             elif answer == "unsat":
@@ -183,28 +189,31 @@ class _Analysis:
             if answer == "unsat":
                 never = True
                 self.add("regex-never-matches", "error", [rule.name],
-                         f"{rule.name}: regex {c.value!r} never matches what {c.field} can be, so the rule never applies")  # fmt: skip
+                         f"{rule.name}: regex {c.value!r} never matches what {c.field} can be, "
+                         "so the rule never applies")  # fmt: skip
         return never
 
     def _conditions(self, rule: Rule, out: RuleOut) -> bool:
         if not rule.conditions:
             return False
         checks = [self.enc.enc.check(c, self.enc.value(c.field)) for c in rule.conditions]
+        if rule.depends_on:  # previous_rule reads the earlier rules' results
+            checks.append(z3.And(*self.enc.defs))
         answer, _ = self.checker.check("conditions-never-hold", out.stage_ok, *checks)
         if answer == "unknown":
             self.unknown("conditions-never-hold", [rule.name], f"whether the conditions of {rule.name} can hold")
             return False
         if answer == "unsat":
-            core = self._core(checks, out.stage_ok)
+            core = [i for i in self._core(checks, out.stage_ok) if i < len(rule.conditions)]
             shown = "; ".join(_cond_text(rule.conditions[i]) for i in core)
             self.add("conditions-never-hold", "error", [rule.name],
                      f"{rule.name} never applies: its conditions contradict each other ({shown})")  # fmt: skip
             return True
         for i, c in enumerate(rule.conditions):
             others = [x for j, x in enumerate(checks) if j != i]
+            given = " given the others" if len(rule.conditions) > 1 else ""
             answer, _ = self.checker.check("condition-always-holds", out.stage_ok, *others, z3.Not(checks[i]))
             if answer == "unsat":
-                given = " given the others" if others else ""
                 self.add("condition-always-holds", "warning", [rule.name],
                          f"{rule.name}: condition {_cond_text(c)} always holds{given}: it is redundant")  # fmt: skip
             elif answer == "unknown":
@@ -229,13 +238,16 @@ class _Analysis:
             applies = rule.stage is Stage.BOTH or code == 0 or (code == 1) == (rule.stage is Stage.INPUT)
             if not applies:
                 continue
-            answer, _ = self.checker.check("never-runs-at-stage", out.ran, self.world.stage == code)
+            answer, _ = self.checker.check("never-runs-at-stage", out.ran, self.world.stage == code, *self.enc.defs)
             if answer == "unsat":
                 self.add("never-runs-at-stage", "warning", [rule.name],
-                         f"{rule.name} never runs at {label}, although its stage ({rule.stage.value}) includes it")  # fmt: skip
+                         f"{rule.name} never runs at {label}, although its stage "
+                         f"({rule.stage.value}) includes it")  # fmt: skip
 
     def _threshold(self, rule: Rule, out: RuleOut) -> None:
-        answer, _ = self.checker.check("inert-threshold", out.ran, out.threshold > 0)
+        if rule.threshold != "dynamic" and float(rule.threshold) > 0:
+            return  # a static threshold above 0 fails a score of 0: nothing to ask the solver
+        answer, _ = self.checker.check("inert-threshold", out.ran, out.threshold > 0, *self.enc.defs)
         if answer == "unknown":
             self.unknown("inert-threshold", [rule.name], f"whether the threshold of {rule.name} can fail a score")
             return
@@ -246,30 +258,30 @@ class _Analysis:
             evs = [self.world.evaluator(n) for n in rule.evaluator_names]
             answered = [ok for ok, _s, _pf, _to in evs] + [z3.Not(pf) for _ok, _s, pf, _to in evs]
             zero = [s == 0 for _ok, s, _pf, _to in evs]
-            if self.checker.check("inert-threshold (witness)", out.ran, *answered, *zero)[0] == "sat":
+            if self.checker.check("inert-threshold (witness)", out.ran, *answered, *zero, *self.enc.defs)[0] == "sat":
                 answered += zero  # a score of 0 passes, where one can reach the rule
             self.attach(f, "inert-threshold", out.ran, *answered)
             return
         if rule.threshold == "dynamic":
-            answer, _ = self.checker.check("threshold-zero-sometimes", out.ran, out.threshold <= 0)
+            answer, _ = self.checker.check("threshold-zero-sometimes", out.ran, out.threshold <= 0, *self.enc.defs)
             if answer == "sat":
                 f = self.add("threshold-zero-sometimes", "info", [rule.name],
-                             f"{rule.name}: its dynamic threshold reaches 0 for some requests, where no score fails it")  # fmt: skip
-                zero = [self.world.evaluator(n)[1] == 0 for n in rule.evaluator_names]
-                self.attach(f, "threshold-zero-sometimes", out.ran, out.threshold <= 0, *zero)
+                             f"{rule.name}: its dynamic threshold reaches 0 for some requests, "
+                             "where no score fails it")  # fmt: skip
+                self.attach(f, "threshold-zero-sometimes", out.ran, out.threshold <= 0)
 
     def _consensus(self, rule: Rule, out: RuleOut) -> None:
         all_ok = [self.world.evaluator(n)[0] for n in rule.evaluator_names]
-        answer, _ = self.checker.check("consensus-cannot-pass", out.verdict, out.passed)
+        answer, _ = self.checker.check("consensus-cannot-pass", out.verdict, out.passed, *self.enc.defs)
         if answer == "unsat":
             self.add("consensus-cannot-pass", "error", [rule.name],
                      f"{rule.name}: no combination of its evaluators' verdicts passes the consensus")  # fmt: skip
-        answer, _ = self.checker.check("consensus-cannot-fail", out.ran, *all_ok, z3.Not(out.passed))
-        if answer == "unsat" and not any(f.kind == "inert-threshold" and rule.name in f.rules for f in self.report.findings):
+        answer, _ = self.checker.check("consensus-cannot-fail", out.ran, *all_ok, z3.Not(out.passed), *self.enc.defs)
+        if answer == "unsat":
             self.add("consensus-cannot-fail", "warning", [rule.name],
                      f"{rule.name}: when every evaluator answers, the consensus never fails")  # fmt: skip
         if rule.on_disagreement is not None and rule.on_disagreement.reviews:
-            answer, _ = self.checker.check("disagreement-impossible", out.split)
+            answer, _ = self.checker.check("disagreement-impossible", out.split, *self.enc.defs)
             if answer == "unsat":
                 self.add("disagreement-impossible", "warning", [rule.name],
                          f"{rule.name}: on_disagreement require_review can never happen (no split vote reaches "
@@ -279,26 +291,64 @@ class _Analysis:
         if rule.fallback is None:
             return
         if rule.fallback.evaluator:
-            answer, _ = self.checker.check("fallback-never-used", out.fallback_used)
+            answer, _ = self.checker.check("fallback-never-used", out.fallback_used, *self.enc.defs)
             if answer == "unsat":
                 self.add("fallback-never-used", "warning", [rule.name],
                          f"{rule.name}: fallback evaluator {rule.fallback.evaluator!r} can never give the verdict "
                          "(it cannot answer when the rule's own evaluators do not)")  # fmt: skip
         if rule.fallback.on_error:
-            answer, _ = self.checker.check("on-error-never-used", out.ran, z3.Not(out.verdict))
+            plain = rule.model_copy(update={"fallback": rule.fallback.model_copy(update={"on_error": None})})
+            if no_verdict_action(plain)[0] is no_verdict_action(rule)[0]:
+                self.add("on-error-never-used", "warning", [rule.name],
+                         f"{rule.name}: fallback.on_error {rule.fallback.on_error.value} is what the rule does without "
+                         "it (fail-closed), so it is never what decides")  # fmt: skip
+                return
+            answer, _ = self.checker.check("on-error-never-used", out.ran, z3.Not(out.verdict), *self.enc.defs)
             if answer == "unsat":
                 self.add("on-error-never-used", "warning", [rule.name],
-                         f"{rule.name}: fallback.on_error {rule.fallback.on_error.value} can never be used")  # fmt: skip
+                         f"{rule.name}: fallback.on_error {rule.fallback.on_error.value} can never be used: "
+                         "the rule always gets a verdict")  # fmt: skip
+
+    def _independent(self, rule: Rule) -> bool:
+        """No other rule's result depends on ``rule``'s: it stops nothing, and no rule reads it."""
+        return rule.name not in self.read and not self.enc._stop_kind(rule)
+
+    def _decides_alone(self, rule: Rule, out: RuleOut) -> bool:
+        """A cheap proof that ``rule`` can change the decision, on the policy alone: a rule that
+        stops nothing and that no rule reads leaves every other rule's result as it is when it is
+        taken out, so where it fails with an action more severe than every other failed rule's,
+        the decision (passed, or the action) is its own. False: not shown this way."""
+        if not self._independent(rule) or rule.action in (Action.CONTINUE, Action.ALLOW):
+            return False
+        failed = z3.And(out.ran, z3.Not(out.passed))
+        others = [
+            z3.Implies(z3.And(o.ran, z3.Not(o.passed)), _severity_of(o) < _severity_of(out))
+            for name, o in self.enc.rules.items()
+            if name != rule.name
+        ]
+        benign = z3.Or(out.action == CODE[Action.CONTINUE], out.action == CODE[Action.ALLOW])
+        answer, _ = self.checker.check("never-decides", failed, z3.Not(benign), *others, *self.enc.defs)
+        return answer == "sat"
 
     def _decides(self, rule: Rule, out: RuleOut) -> None:
         benign = (Action.CONTINUE, Action.ALLOW)
         if rule.action in benign and rule.name not in self.read and (out.no_verdict_action in (None, *benign)):
             self.add("records-only", "info", [rule.name],
-                     f"{rule.name}: its action is {rule.action.value} and no rule reads it: it records, never decides")  # fmt: skip
+                     f"{rule.name}: its action is {rule.action.value} and no rule reads it: "
+                     "it records, never decides")  # fmt: skip
+            return
+        if self._decides_alone(rule, out):
             return
         only = [self.ko[n] if n == rule.name else z3.Not(self.ko[n]) for n in self.ko]
-        differs = observable_differs(self.enc, self.enc_ko)
-        answer, _ = self.checker.check("never-decides", *only, differs)
+        if self._independent(rule):  # the others' results do not depend on it: one copy of the policy
+            alone, definitions = self.enc.without(rule.name)
+            differs = _differs(self.enc.decision, alone)
+            answer, _ = self.checker.check(
+                "never-decides", z3.And(out.ran, z3.Not(out.passed)), differs, *definitions, *self.enc.defs
+            )
+        else:
+            differs = observable_differs(self.enc, self.enc_ko)
+            answer, _ = self.checker.check("never-decides", *only, differs, *self.enc.defs, *self.enc_ko.defs)
         if answer == "unknown":
             self.unknown("never-decides", [rule.name], f"whether {rule.name} ever changes the decision")
             return
@@ -310,9 +360,16 @@ class _Analysis:
         self.attach(f, "never-decides", *only, out.own_fail, pair=self.enc_ko, knocked=rule.name)
 
 
+def _severity_of(out: RuleOut) -> z3.ArithRef:
+    return severity(out.action)
+
+
 def observable_differs(a: PolicyEncoding, b: PolicyEncoding) -> z3.BoolRef:
     """The two decisions differ in passed, action, or the modified response."""
-    da, db = a.decision, b.decision
+    return _differs(a.decision, b.decision)
+
+
+def _differs(da: DecisionOut, db: DecisionOut) -> z3.BoolRef:
     parts = [da.passed != db.passed, da.action != db.action, da.unredacted != db.unredacted]
     for key in set(da.edits) | set(db.edits):
         parts.append(da.edits.get(key, z3.BoolVal(False)) != db.edits.get(key, z3.BoolVal(False)))
@@ -333,8 +390,9 @@ def analyze(policy: Policy, limits: SolverLimits | None = None) -> AnalysisRepor
 
 
 def _assumptions(policy: Policy) -> list[str]:
-    out = ["custom, builtin and llm evaluators' scores are free in [0, 1] (their code, model or answer is not modelled)"]
+    out = [
+        "custom, builtin and llm evaluators' scores are free in [0, 1] (their code, model or answer is not modelled)"
+    ]
     if any(r.feedback_config and r.feedback_config.update_model for r in policy.rules):
         out.append("feedback_config: thresholds are analysed as written, before feedback moves them")
     return out
-

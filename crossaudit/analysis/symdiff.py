@@ -97,6 +97,7 @@ class _Diff:
         self.names = sorted({e.name for e in old.evaluators} | {e.name for e in new.evaluators})
         self.report = DiffReport(old=labels[0], new=labels[1], timings=self.checker.timings)
         self.atoms = self._atoms()
+        self.defs = self.a.defs + self.b.defs
 
     def _atoms(self) -> list[tuple[str, z3.BoolRef]]:
         """The conditions of both versions, by their text (what a region says holds or not)."""
@@ -113,7 +114,8 @@ class _Diff:
         """What the witness ``model`` says of the discrete inputs, each with its words."""
         out: list[tuple[str, z3.BoolRef]] = []
         stage = model.eval(self.world.stage, model_completion=True).as_long()
-        out.append((("no stage is named", "the request names the input stage", "the request names the output stage")[stage],
+        stages = ("no stage is named", "the request names the input stage", "the request names the output stage")
+        out.append((stages[stage],
                     self.world.stage == stage))  # fmt: skip
         for name, (ok, _s, pf, to) in sorted(self.world.evaluators.items()):
             if not z3.is_true(model.eval(ok, model_completion=True)):
@@ -138,10 +140,16 @@ class _Diff:
         unredacted = z3.is_true(model.eval(d.unredacted, model_completion=True))
         fixed = [d.passed == passed, d.action == action, d.unredacted == unredacted]
         fixed += [e == edits[k] for k, e in d.edits.items()]
-        summary = {"passed": passed, "action": ACTIONS[action].value, "modified": not unredacted and any(edits.values())}
+        summary = {
+            "passed": passed,
+            "action": ACTIONS[action].value,
+            "modified": not unredacted and any(edits.values()),
+        }
         return summary, fixed
 
-    def region(self, kind: str, model: z3.ModelRef, where: list[z3.BoolRef], old: dict[str, Any], new: dict[str, Any]) -> Region:
+    def region(
+        self, kind: str, model: z3.ModelRef, where: list[z3.BoolRef], old: dict[str, Any], new: dict[str, Any]
+    ) -> Region:
         """The region ``where`` (both outcomes fixed) in words: what holds throughout it (of the
         witness's discrete facts, those the region forces), and each evaluator's score range over
         it where the region forces that evaluator to answer."""
@@ -150,7 +158,7 @@ class _Diff:
         for text, lit in self.literals(model):
             if text == "no stage is named":
                 continue
-            if self.checker.check(kind, *where, z3.Not(lit))[0] == "unsat":
+            if self.checker.check(kind, *where, z3.Not(lit), *self.defs)[0] == "unsat":
                 forced.add(text)
                 if not text.endswith((" answers", "does not say passed: false")):
                     when.append(text)
@@ -158,13 +166,15 @@ class _Diff:
         for name, (_ok, s, _pf, _to) in sorted(self.world.evaluators.items()):
             if f"{name} answers" not in forced:
                 continue
-            lo = self.checker.bound(kind, s, *where, maximize=False)
-            hi = self.checker.bound(kind, s, *where, maximize=True)
+            lo = self.checker.bound(kind, s, *where, *self.defs, maximize=False)
+            hi = self.checker.bound(kind, s, *where, *self.defs, maximize=True)
             if lo is None or hi is None:
                 continue
             scores[name] = {"min": lo[0], "min_included": lo[1], "max": hi[0], "max_included": hi[1]}
             if not (lo == (0.0, True) and hi == (1.0, True)):
-                when.append(f"{name}'s score in {'[' if lo[1] else '('}{_fmt(lo[0])}, {_fmt(hi[0])}{']' if hi[1] else ')'}")
+                when.append(
+                    f"{name}'s score in {'[' if lo[1] else '('}{_fmt(lo[0])}, {_fmt(hi[0])}{']' if hi[1] else ')'}"
+                )
         region = Region(old=old, new=new, when=when, scores=scores)
         self.reproduce(model, region, kind)
         return region
@@ -183,7 +193,7 @@ class _Diff:
         differs = observable_differs(self.a, self.b)
         excluded: list[z3.BoolRef] = []
         while True:
-            answer, model = self.checker.check("diff", differs, *excluded, tidy=True)
+            answer, model = self.checker.check("diff", differs, *excluded, *self.defs, tidy=True)
             if answer == "unknown":
                 self.report.equivalent = None
                 return
@@ -208,13 +218,14 @@ class _Diff:
         for name in sorted(names_a & names_b):
             ra, rb = self.a.rules[name], self.b.rules[name]
             differs = z3.Or(ra.status != rb.status, z3.And(z3.Not(ra.passed), ra.action != rb.action))
-            answer, model = self.checker.check("diff (rules)", differs, tidy=True)
+            answer, model = self.checker.check("diff (rules)", differs, *self.defs, tidy=True)
             if answer != "sat" or model is None:
                 continue
             pair = []
             for r in (ra, rb):
                 st = model.eval(r.status, model_completion=True).as_long()
-                pair.append({"status": STATUSES[st], "action": ACTIONS[model.eval(r.action, model_completion=True).as_long()].value
+                code = model.eval(r.action, model_completion=True).as_long()
+                pair.append({"status": STATUSES[st], "action": ACTIONS[code].value
                              if not z3.is_true(model.eval(r.passed, model_completion=True)) else None})  # fmt: skip
             fixed = [ra.status == model.eval(ra.status), rb.status == model.eval(rb.status)]
             region = self.region("diff (rules)", model, [differs, *fixed], pair[0], pair[1])

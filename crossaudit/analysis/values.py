@@ -116,7 +116,8 @@ class World:
         self.domain: list[z3.BoolRef] = [self.stage >= 0, self.stage <= 2]
         self.tidy: list[z3.BoolRef] = []  # what a witness should prefer (module docstring of solve)
         self.margins: list[tuple[z3.ArithRef, z3.ArithRef]] = []  # computed comparisons: keep off the edge
-        self.texted: set[str] = set()  # integral fields whose text a condition reads
+        self.texted: set[str] = set()  # fields whose number's text a condition reads
+        self.ip_read: set[str] = set()  # fields compared with addresses or ranges
 
     # -- evaluators -------------------------------------------------------------------------
 
@@ -141,9 +142,7 @@ class World:
         self.fields[path] = v
         self.domain += domain
         self.domain += _derived_domain(path, v)
-        self.tidy += [z3.Not(v.isother), z3.Not(v.strisnum), _printable(v.text)]
-        if path not in ALWAYS_PRESENT:
-            self.tidy.append(z3.Implies(z3.Not(v.isip), z3.Not(z3.InRe(v.text, _DOTTED))))
+        self.tidy += [z3.Not(v.isother), z3.Not(v.strisnum)]
         for parent in _parents(path):  # a value at user.role means user is an object
             if parent in self.fields:
                 self.domain.append(z3.Implies(v.present, self.fields[parent].isother))
@@ -159,7 +158,7 @@ class World:
         if hit is None:
             v, domain = _fresh_val(f"details[{'+'.join(evaluators)}].{key}")
             self.domain += domain
-            self.tidy += [z3.Not(v.isother), z3.Not(v.strisnum), z3.Not(v.isip), _printable(v.text)]
+            self.tidy += [z3.Not(v.isother), z3.Not(v.strisnum), z3.Not(v.isip)]
             hit = self.details[(evaluators, key)] = v
             self.note(f"details:{key}", f"the evaluator detail {key!r} is a free value (its code decides it)")
         gated = Val(**{**hit.__dict__, "present": z3.And(hit.present, gate)})
@@ -185,10 +184,6 @@ def _parents(path: str) -> list[str]:
 _DIGIT = z3.Range("0", "9")
 _DOTTED = z3.Plus(z3.Union(_DIGIT, z3.Re(".")))
 _HEX = z3.Union(_DIGIT, z3.Range("a", "f"))
-
-
-def _printable(t: z3.SeqRef) -> z3.BoolRef:
-    return z3.InRe(t, z3.Star(z3.Range(" ", "~")))
 
 
 def _derived_domain(path: str, v: Val) -> list[z3.BoolRef]:
@@ -249,11 +244,15 @@ class Encoder:
         self.w = world
 
     def _number_text(self, v: Val) -> z3.SeqRef:
-        """``str()`` of a number, exact for the integral derived fields (added only where a text
-        operator reads one: string constraints are the costly part of a query)."""
-        if v.name in INTEGER_FIELDS and v.name not in self.w.texted:
+        """``str()`` of a number: exact for a whole number from 0 (its digits), free otherwise (a
+        witness prefers a string there). Added only where a text operator reads the value: string
+        constraints are the costly part of a query."""
+        if v.name not in self.w.texted:
             self.w.texted.add(v.name)
-            self.w.domain.append(v.num_text == z3.IntToStr(z3.ToInt(v.num)))
+            whole = z3.And(z3.IsInt(v.num), v.num >= 0)
+            self.w.domain.append(z3.Implies(whole, v.num_text == z3.IntToStr(z3.ToInt(v.num))))
+            if v.name not in INTEGER_FIELDS:
+                self.w.tidy.append(z3.Not(v.isnum))
         return v.num_text
 
     def check(self, cond: Condition, v: Val) -> z3.BoolRef:
@@ -352,11 +351,18 @@ class Encoder:
                 except ValueError:
                     addr = None
                 if isinstance(addr, ipaddress.IPv4Address) and v.ip is not None:
+                    self._ip_text(v)
                     parts.append(z3.And(v.isip, v.ip == z3.BitVecVal(int(addr), 32)))
                 elif addr is not None:
                     parts.append(self.w.free(f"{v.name} is {opt}", "IPv6 addresses are not modelled"))
             parts.append(self.equal(v, opt, f"{v.name} equals {opt!r}"))
         return z3.Or(*parts) if parts else z3.BoolVal(False)
+
+    def _ip_text(self, v: Val) -> None:
+        """A witness's value that is not an address should not read as one (the engine would)."""
+        if v.name not in self.w.ip_read:
+            self.w.ip_read.add(v.name)
+            self.w.tidy.append(z3.Implies(z3.Not(v.isip), z3.Not(z3.InRe(v.text, _DOTTED))))
 
     def _in_network(self, v: Val, opt: str) -> z3.BoolRef:
         try:
@@ -365,6 +371,7 @@ class Encoder:
             return z3.BoolVal(False)  # the engine skips an invalid range (validation refuses one)
         if isinstance(net, ipaddress.IPv6Network) or v.ip is None:
             return self.w.free(f"{v.name} in {opt}", "IPv6 ranges are not modelled")
+        self._ip_text(v)
         mask = z3.BitVecVal(int(net.netmask), 32)
         return z3.And(v.isip, (v.ip & mask) == z3.BitVecVal(int(net.network_address), 32))
 
@@ -393,7 +400,7 @@ def regex(pattern: str) -> z3.ReRef | None:
             sre_parse.AT_END, sre_parse.AT_END_STRING)  # fmt: skip
         body = parsed[int(anchored_start) : len(parsed) - int(anchored_end)]
         core = _seq(body)
-    except (_Unsupported, Exception):  # noqa: BLE001 - anything the translation does not know is free
+    except (_Unsupported, Exception):
         return None
     parts = ([] if anchored_start else [z3.Star(_ALL)]) + [core] + ([] if anchored_end else [z3.Star(_ALL)])
     return z3.Concat(*parts) if len(parts) > 1 else parts[0]

@@ -22,9 +22,10 @@ import z3
 
 from crossaudit.analysis.encode import ACTIONS, STATUSES, PolicyEncoding
 from crossaudit.analysis.values import INTEGER_FIELDS, Val, World
-from crossaudit.kernel.dsl import Policy
+from crossaudit.kernel.dsl import ModifyConfig, Policy
 from crossaudit.kernel.errors import CrossAuditError
-from crossaudit.kernel.results import Decision, EvaluatorResult, Status, Verdict
+from crossaudit.kernel.results import Action, Decision, EvaluatorResult, Status, Verdict
+from orchestrator.engine import actions
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.replay import Replay
 from orchestrator.evaluators.base import EvaluationInput, Evaluator
@@ -190,12 +191,29 @@ def claimed(model: z3.ModelRef, enc: PolicyEncoding) -> dict[str, Any]:
     }
 
 
-def observed(decision: Decision, names: list[str]) -> dict[str, Any]:
+def modified_response(policy: Policy, decision: Decision, response: str) -> str | None:
+    """The modified response of ``decision``, as ``Engine._decide`` makes it (a replay leaves it
+    out: it compares verdicts and actions): none when a ``modify`` rule got no verdict, else the
+    engine's edits of the failed ``modify`` rules."""
+    by_name = {r.name: r for r in policy.rules}
+    if any(
+        by_name[r.rule].action is Action.MODIFY and r.status in (Status.ERROR, Status.TIMEOUT) for r in decision.rules
+    ):
+        return None
+    edits = []
+    for r in decision.rules:
+        if not r.passed and r.action is Action.MODIFY:
+            cfg = by_name[r.rule].typed_action_config
+            edits.append((cfg if isinstance(cfg, ModifyConfig) else ModifyConfig(), r))
+    return actions.apply_modifications(response, edits)
+
+
+def observed(policy: Policy, decision: Decision, response: str, names: list[str]) -> dict[str, Any]:
     by = {r.rule: r for r in decision.rules}
     return {
         "passed": decision.passed,
         "action": decision.action.value,
-        "modified": decision.modified_response is not None,
+        "modified": modified_response(policy, decision, response) is not None,
         "rules": {n: by[n].status.value for n in names if n in by},
     }
 
@@ -209,6 +227,11 @@ def differences(claim: Mapping[str, Any], seen: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def response_of(policy: Policy) -> str:
+    """The witness's response: a word per evaluator (its violation), so redactions show."""
+    return " ".join(f"finding{i}" for i in range(len(policy.evaluators))) + "."
+
+
 class Runner:
     """Evaluates witnesses with the real engine (one engine; stubs for evaluators)."""
 
@@ -220,7 +243,6 @@ class Runner:
 
     async def _decide(self, policy: Policy, w: Witness) -> Decision:
         results: dict[str, EvaluatorResult] = {}
-        words = []
         for i, spec in enumerate(policy.evaluators):
             identity = self.engine.identity_of(policy, spec.name)
             r = w.evaluators.get(spec.name, {"score": 1.0})
@@ -231,16 +253,15 @@ class Runner:
                     evaluator=spec.name, kind=spec.kind.value, status=status, error=NO_VERDICT,
                     error_type="EvaluatorError", identity=identity)  # fmt: skip
                 continue
-            words.append(word)
             results[identity] = EvaluatorResult(
                 evaluator=spec.name, kind=spec.kind.value, status=Status.PASS, score=r["score"],
                 passed=r.get("passed"), details=dict(r.get("details", {})), violations=[word], identity=identity,
             )  # fmt: skip
         replay = Replay(results=results, at=WITNESS_AT, may_run=lambda _kind: False)
-        response = " ".join(words) + "."
-        return await self.engine.evaluate(
-            policy, "analysis witness", response, w.context, stage=w.stage, replay=replay
+        decision = await self.engine.evaluate(
+            policy, "analysis witness", response_of(policy), w.context, stage=w.stage, replay=replay
         )
+        return decision
 
     def check(self, policy: Policy, w: Witness, claim: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
         """(differences between the claim and the engine, what the engine decided)."""
@@ -248,5 +269,5 @@ class Runner:
             decision = self.decide(policy, w)
         except CrossAuditError as e:
             return [f"the engine refused the witness: {type(e).__name__}: {e.message}"], None
-        seen = observed(decision, list(claim["rules"]))
+        seen = observed(policy, decision, response_of(policy), list(claim["rules"]))
         return differences(claim, seen), seen

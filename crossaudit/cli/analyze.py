@@ -35,7 +35,10 @@ def register(psub: argparse._SubParsersAction) -> None:
     a.add_argument("policy", nargs="?", metavar="POLICY", help="a policy file, or NAME[@VERSION] with --server")
     a.add_argument("--json", action="store_true", help="the report as JSON (docs/analysis.md: stable)")
     a.add_argument(
-        "--fail-on", choices=LEVELS, default="error", help="exit 1 on findings of this severity or above (default error)"
+        "--fail-on",
+        choices=LEVELS,
+        default="error",
+        help="exit 1 on findings of this severity or above (default error)",
     )
     add_solver_option(a)
     g = a.add_argument_group("a deployed policy")
@@ -57,7 +60,8 @@ def add_solver_option(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_QUERY_TIMEOUT_S,
         metavar="SECONDS",
-        help=f"per solver query; a query not settled in time is reported as unknown (default {DEFAULT_QUERY_TIMEOUT_S:g})",
+        help="per solver query; a query not settled in time is reported as unknown "
+        f"(default {DEFAULT_QUERY_TIMEOUT_S:g})",
     )
 
 
@@ -123,7 +127,9 @@ def print_report(label: str, report: Any) -> None:
         if f.witness is not None:
             print(f"      witness: {f.witness_text}")
             e = f.engine or {}
-            print(f"      engine (reproduced): passed={e.get('passed')} action={e.get('action')} rules={e.get('rules')}")
+            print(
+                f"      engine (reproduced): passed={e.get('passed')} action={e.get('action')} rules={e.get('rules')}"
+            )
     for note in report.not_modelled:
         print(f"  not modelled: {note}")
     for bug in report.bugs:
@@ -191,7 +197,7 @@ def validate_findings(policy: Policy) -> tuple[list[str], list[dict[str, Any]]]:
 
     try:
         report = analyze(policy)
-    except Exception as e:  # noqa: BLE001 - validation stands without the analysis
+    except Exception as e:
         return [f"analysis did not run: {type(e).__name__}: {e}"], []
     lines = [f"analysis {f.severity}: [{f.kind}] {f.message}" for f in report.at_least("warning")]
     lines += [f"analysis bug (not a finding): {b}" for b in report.bugs]
