@@ -55,9 +55,7 @@ def live_decision(p: Policy, witness: dict[str, Any]) -> Decision:
     async def run() -> Decision:
         engine = Engine(_Factory(witness))
         try:
-            return await engine.evaluate(
-                p, "prompt", "response.", witness["context"], stage=witness["stage"] or ""
-            )
+            return await engine.evaluate(p, "prompt", "response.", witness["context"], stage=witness["stage"] or "")
         finally:
             await engine.aclose()
 

@@ -88,7 +88,9 @@ def test_validate_shows_the_findings_and_can_skip_them(tmp_path: Path, capsys: p
     assert [f["kind"] for f in entry["analysis"]] == ["never-decides"]
 
 
-def test_deploy_refuses_a_policy_with_errors_before_any_upload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_deploy_refuses_a_policy_with_errors_before_any_upload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # no server listens on this port: the refusal comes before any connection
     code = main(["policy", "deploy", write(tmp_path, "errs.yaml", ERRS), "--analyze", "error",
                  "--server", "127.0.0.1:9"])  # fmt: skip

@@ -34,7 +34,11 @@ def test_a_threshold_change_gives_exactly_the_region_between_the_thresholds() ->
     # and outside the region nothing differs (the engine, on scores either side of it)
     for score in (0.0, 0.3, 0.4999, 0.72, 0.8, 1.0):
         for tier in ("free", "pro"):
-            w = {"stage": None, "context": {"user": {"tier": tier}}, "evaluators": {"a": {"score": score}, "b": {"score": 0.1}}}
+            w = {
+                "stage": None,
+                "context": {"user": {"tier": tier}},
+                "evaluators": {"a": {"score": score}, "b": {"score": 0.1}},
+            }
             a, b = live_decision(old, w), live_decision(new, w)
             assert (a.passed, a.action) == (b.passed, b.action)
 
