@@ -63,6 +63,7 @@ class RuleOut:
     stops: z3.BoolRef
     fallback_used: z3.BoolRef
     own_fail: z3.BoolRef  # its verdict fails (whatever stops it)
+    severity: z3.ArithRef  # of its applied action
     slot_fallback: list[z3.BoolRef] = field(default_factory=list)
     no_verdict_action: Action | None = None
 
@@ -243,6 +244,7 @@ class PolicyEncoding:
             self.define(f"split[{n}]", split),
         )
         passed, action = self.define(f"passed[{n}]", passed), self.define(f"action[{n}]", action)
+        sev = self.define(f"severity[{n}]", severity(action))
         stops_kind = self._stop_kind(rule)
         stops = z3.And(verdict, z3.Not(passed), z3.Not(split), z3.BoolVal(stops_kind))
         return RuleOut(
@@ -261,6 +263,7 @@ class PolicyEncoding:
             stops=stops,
             fallback_used=z3.And(ran, any_errored, fb_ok) if fb else z3.BoolVal(False),
             own_fail=own_fail,
+            severity=sev,
             slot_fallback=use_fb,
             no_verdict_action=nv_action,
         )
@@ -337,7 +340,7 @@ class PolicyEncoding:
             benign = z3.Or(out.action == CODE[Action.CONTINUE], out.action == CODE[Action.ALLOW])
             passed.append(z3.Or(z3.Not(failed), benign))
             tag = f"-without-{without}" if without else ""
-            sev = self.define(f"severity[{rule.name}]{tag}", severity(out.action))
+            sev = out.severity
             worst_sev = self.define(f"worst_severity_before[{rule.name}]{tag}", severity(worst))
             worst = self.define(
                 f"worst_after[{rule.name}]{tag}", z3.If(z3.And(failed, sev > worst_sev), out.action, worst)

@@ -21,7 +21,7 @@ from typing import Any
 
 import z3
 
-from crossaudit.analysis.encode import CODE, DecisionOut, PolicyEncoding, RuleOut, severity
+from crossaudit.analysis.encode import CODE, DecisionOut, PolicyEncoding, RuleOut
 from crossaudit.analysis.solve import Checker, SolverLimits, Timings
 from crossaudit.analysis.values import NEGATIVE, World
 from crossaudit.analysis.witness import Runner, claimed, witness_from
@@ -119,7 +119,7 @@ class _Analysis:
                knocked: str | None = None) -> None:  # fmt: skip
         """A witness of ``formulas`` for ``finding``, checked by the engine (on the policy, and
         with ``knocked`` disabled when ``pair`` is the knockout encoding)."""
-        defs = self.enc.defs + (pair.defs if pair is not None else [])
+        defs = [self.checker.conjunction(e.defs) for e in (self.enc, pair) if e is not None]
         answer, model = self.checker.check(f"{kind} (witness)", *formulas, *defs, tidy=True)
         if answer != "sat" or model is None:
             return
@@ -143,7 +143,7 @@ class _Analysis:
         out = self.enc.rules[rule.name]
         if self._reads(rule, out) or self._regexes(rule) or self._conditions(rule, out):
             return  # the rule never applies: what follows would only repeat it
-        answer, _ = self.checker.check("never-runs", out.ran, *self.enc.defs)
+        answer, _ = self.checker.check("never-runs", out.ran, self.checker.conjunction(self.enc.defs))
         if answer == "unknown":
             self.unknown("never-runs", [rule.name], f"whether {rule.name} ever runs")
             return
@@ -168,7 +168,9 @@ class _Analysis:
             if c.previous_rule is None:
                 continue
             v = self.enc.value(c.field)
-            answer, _ = self.checker.check("previous-rule-never-set", out.reached, v.present, *self.enc.defs)
+            answer, _ = self.checker.check(
+                "previous-rule-never-set", out.reached, v.present, self.checker.conjunction(self.enc.defs)
+            )
             if answer == "unknown":
                 self.unknown("previous-rule-never-set", [rule.name], f"whether {c.field} is ever set")
             elif answer == "unsat":
@@ -198,7 +200,7 @@ class _Analysis:
             return False
         checks = [self.enc.enc.check(c, self.enc.value(c.field)) for c in rule.conditions]
         if rule.depends_on:  # previous_rule reads the earlier rules' results
-            checks.append(z3.And(*self.enc.defs))
+            checks.append(z3.And(self.checker.conjunction(self.enc.defs)))
         answer, _ = self.checker.check("conditions-never-hold", out.stage_ok, *checks)
         if answer == "unknown":
             self.unknown("conditions-never-hold", [rule.name], f"whether the conditions of {rule.name} can hold")
@@ -238,7 +240,9 @@ class _Analysis:
             applies = rule.stage is Stage.BOTH or code == 0 or (code == 1) == (rule.stage is Stage.INPUT)
             if not applies:
                 continue
-            answer, _ = self.checker.check("never-runs-at-stage", out.ran, self.world.stage == code, *self.enc.defs)
+            answer, _ = self.checker.check(
+                "never-runs-at-stage", out.ran, self.world.stage == code, self.checker.conjunction(self.enc.defs)
+            )
             if answer == "unsat":
                 self.add("never-runs-at-stage", "warning", [rule.name],
                          f"{rule.name} never runs at {label}, although its stage "
@@ -247,7 +251,9 @@ class _Analysis:
     def _threshold(self, rule: Rule, out: RuleOut) -> None:
         if rule.threshold != "dynamic" and float(rule.threshold) > 0:
             return  # a static threshold above 0 fails a score of 0: nothing to ask the solver
-        answer, _ = self.checker.check("inert-threshold", out.ran, out.threshold > 0, *self.enc.defs)
+        answer, _ = self.checker.check(
+            "inert-threshold", out.ran, out.threshold > 0, self.checker.conjunction(self.enc.defs)
+        )
         if answer == "unknown":
             self.unknown("inert-threshold", [rule.name], f"whether the threshold of {rule.name} can fail a score")
             return
@@ -258,12 +264,19 @@ class _Analysis:
             evs = [self.world.evaluator(n) for n in rule.evaluator_names]
             answered = [ok for ok, _s, _pf, _to in evs] + [z3.Not(pf) for _ok, _s, pf, _to in evs]
             zero = [s == 0 for _ok, s, _pf, _to in evs]
-            if self.checker.check("inert-threshold (witness)", out.ran, *answered, *zero, *self.enc.defs)[0] == "sat":
+            if (
+                self.checker.check(
+                    "inert-threshold (witness)", out.ran, *answered, *zero, self.checker.conjunction(self.enc.defs)
+                )[0]
+                == "sat"
+            ):
                 answered += zero  # a score of 0 passes, where one can reach the rule
             self.attach(f, "inert-threshold", out.ran, *answered)
             return
         if rule.threshold == "dynamic":
-            answer, _ = self.checker.check("threshold-zero-sometimes", out.ran, out.threshold <= 0, *self.enc.defs)
+            answer, _ = self.checker.check(
+                "threshold-zero-sometimes", out.ran, out.threshold <= 0, self.checker.conjunction(self.enc.defs)
+            )
             if answer == "sat":
                 f = self.add("threshold-zero-sometimes", "info", [rule.name],
                              f"{rule.name}: its dynamic threshold reaches 0 for some requests, "
@@ -272,16 +285,22 @@ class _Analysis:
 
     def _consensus(self, rule: Rule, out: RuleOut) -> None:
         all_ok = [self.world.evaluator(n)[0] for n in rule.evaluator_names]
-        answer, _ = self.checker.check("consensus-cannot-pass", out.verdict, out.passed, *self.enc.defs)
+        answer, _ = self.checker.check(
+            "consensus-cannot-pass", out.verdict, out.passed, self.checker.conjunction(self.enc.defs)
+        )
         if answer == "unsat":
             self.add("consensus-cannot-pass", "error", [rule.name],
                      f"{rule.name}: no combination of its evaluators' verdicts passes the consensus")  # fmt: skip
-        answer, _ = self.checker.check("consensus-cannot-fail", out.ran, *all_ok, z3.Not(out.passed), *self.enc.defs)
+        answer, _ = self.checker.check(
+            "consensus-cannot-fail", out.ran, *all_ok, z3.Not(out.passed), self.checker.conjunction(self.enc.defs)
+        )
         if answer == "unsat":
             self.add("consensus-cannot-fail", "warning", [rule.name],
                      f"{rule.name}: when every evaluator answers, the consensus never fails")  # fmt: skip
         if rule.on_disagreement is not None and rule.on_disagreement.reviews:
-            answer, _ = self.checker.check("disagreement-impossible", out.split, *self.enc.defs)
+            answer, _ = self.checker.check(
+                "disagreement-impossible", out.split, self.checker.conjunction(self.enc.defs)
+            )
             if answer == "unsat":
                 self.add("disagreement-impossible", "warning", [rule.name],
                          f"{rule.name}: on_disagreement require_review can never happen (no split vote reaches "
@@ -291,7 +310,9 @@ class _Analysis:
         if rule.fallback is None:
             return
         if rule.fallback.evaluator:
-            answer, _ = self.checker.check("fallback-never-used", out.fallback_used, *self.enc.defs)
+            answer, _ = self.checker.check(
+                "fallback-never-used", out.fallback_used, self.checker.conjunction(self.enc.defs)
+            )
             if answer == "unsat":
                 self.add("fallback-never-used", "warning", [rule.name],
                          f"{rule.name}: fallback evaluator {rule.fallback.evaluator!r} can never give the verdict "
@@ -303,7 +324,9 @@ class _Analysis:
                          f"{rule.name}: fallback.on_error {rule.fallback.on_error.value} is what the rule does without "
                          "it (fail-closed), so it is never what decides")  # fmt: skip
                 return
-            answer, _ = self.checker.check("on-error-never-used", out.ran, z3.Not(out.verdict), *self.enc.defs)
+            answer, _ = self.checker.check(
+                "on-error-never-used", out.ran, z3.Not(out.verdict), self.checker.conjunction(self.enc.defs)
+            )
             if answer == "unsat":
                 self.add("on-error-never-used", "warning", [rule.name],
                          f"{rule.name}: fallback.on_error {rule.fallback.on_error.value} can never be used: "
@@ -322,12 +345,14 @@ class _Analysis:
             return False
         failed = z3.And(out.ran, z3.Not(out.passed))
         others = [
-            z3.Implies(z3.And(o.ran, z3.Not(o.passed)), _severity_of(o) < _severity_of(out))
+            z3.Implies(z3.And(o.ran, z3.Not(o.passed)), o.severity < out.severity)
             for name, o in self.enc.rules.items()
             if name != rule.name
         ]
         benign = z3.Or(out.action == CODE[Action.CONTINUE], out.action == CODE[Action.ALLOW])
-        answer, _ = self.checker.check("never-decides", failed, z3.Not(benign), *others, *self.enc.defs)
+        answer, _ = self.checker.check(
+            "never-decides", failed, z3.Not(benign), *others, self.checker.conjunction(self.enc.defs)
+        )
         return answer == "sat"
 
     def _decides(self, rule: Rule, out: RuleOut) -> None:
@@ -344,11 +369,21 @@ class _Analysis:
             alone, definitions = self.enc.without(rule.name)
             differs = _differs(self.enc.decision, alone)
             answer, _ = self.checker.check(
-                "never-decides", z3.And(out.ran, z3.Not(out.passed)), differs, *definitions, *self.enc.defs
+                "never-decides",
+                z3.And(out.ran, z3.Not(out.passed)),
+                differs,
+                *definitions,
+                self.checker.conjunction(self.enc.defs),
             )
         else:
             differs = observable_differs(self.enc, self.enc_ko)
-            answer, _ = self.checker.check("never-decides", *only, differs, *self.enc.defs, *self.enc_ko.defs)
+            answer, _ = self.checker.check(
+                "never-decides",
+                *only,
+                differs,
+                self.checker.conjunction(self.enc.defs),
+                self.checker.conjunction(self.enc_ko.defs),
+            )
         if answer == "unknown":
             self.unknown("never-decides", [rule.name], f"whether {rule.name} ever changes the decision")
             return
@@ -358,10 +393,6 @@ class _Analysis:
                      f"{rule.name} never changes the decision: wherever it would fail, a stricter rule already "
                      "decided as much (or stopped processing first)")  # fmt: skip
         self.attach(f, "never-decides", *only, out.own_fail, pair=self.enc_ko, knocked=rule.name)
-
-
-def _severity_of(out: RuleOut) -> z3.ArithRef:
-    return severity(out.action)
 
 
 def observable_differs(a: PolicyEncoding, b: PolicyEncoding) -> z3.BoolRef:

@@ -27,6 +27,7 @@ from crossaudit.analysis.values import World
 
 Answer = Literal["sat", "unsat", "unknown"]
 MARGIN = z3.RealVal("1/1000000")
+MODELS_KEPT = 8  # models a satisfiable query may be answered from without solving
 
 
 @dataclass(frozen=True)
@@ -55,21 +56,49 @@ class Checker:
         self.world = world
         self.limits = limits
         self.timings = timings or Timings()
+        self._conjunctions: dict[int, tuple[int, z3.BoolRef, list[z3.BoolRef]]] = {}
+        self._models: list[z3.ModelRef] = []  # the latest models, most recent first
 
     def _solver(self) -> z3.Solver:
         s = z3.Solver()
         s.set("timeout", max(1, int(self.limits.query_timeout_s * 1000)))
         if self.limits.rlimit:
             s.set("rlimit", self.limits.rlimit)
-        s.add(*self.world.domain)
+        s.add(self.conjunction(self.world.domain))
         return s
+
+    def _known(self, formulas: tuple[z3.BoolRef, ...]) -> z3.ModelRef | None:
+        """A model found before in which ``formulas`` (and the whole domain) hold: a satisfiable
+        query answered without the solver (a rule that runs in one witness runs)."""
+        goal = z3.And(self.conjunction(self.world.domain), *formulas)
+        for model in self._models:
+            if z3.is_true(model.eval(goal, model_completion=True)):
+                return model
+        return None
+
+    def conjunction(self, formulas: list[z3.BoolRef]) -> z3.BoolRef:
+        """``And(*formulas)`` of a list that only grows, built once per length: handing the solver
+        one term instead of a thousand saves most of the Python side of a query."""
+        key = id(formulas)
+        hit = self._conjunctions.get(key)
+        if hit is None or hit[0] != len(formulas) or hit[2] is not formulas:
+            hit = self._conjunctions[key] = (
+                len(formulas),
+                z3.And(*formulas) if formulas else z3.BoolVal(True),
+                formulas,
+            )
+        return hit[1]
 
     def check(self, kind: str, *formulas: z3.BoolRef, tidy: bool = False) -> tuple[Answer, z3.ModelRef | None]:
         """Whether ``formulas`` can all hold over the inputs, with a model; ``tidy``: a witness is wanted,
         tidy when one exists (module docstring). A proof (unsat) needs no tidy attempt."""
         t0 = time.perf_counter()
-        s = self._solver()
         try:
+            if not tidy:
+                known = self._known(formulas)
+                if known is not None:
+                    return "sat", known
+            s = self._solver()
             s.add(*formulas)
             if tidy:
                 s.push()
@@ -82,7 +111,10 @@ class Checker:
                 s.pop()
             answer = s.check()
             if answer == z3.sat:
-                return "sat", s.model()
+                model = s.model()
+                self._models.insert(0, model)
+                del self._models[MODELS_KEPT:]
+                return "sat", model
             return ("unsat", None) if answer == z3.unsat else ("unknown", None)
         finally:
             self.timings.seconds[kind] += time.perf_counter() - t0

@@ -158,7 +158,7 @@ class _Diff:
         for text, lit in self.literals(model):
             if text == "no stage is named":
                 continue
-            if self.checker.check(kind, *where, z3.Not(lit), *self.defs)[0] == "unsat":
+            if self.checker.check(kind, *where, z3.Not(lit), self.checker.conjunction(self.defs))[0] == "unsat":
                 forced.add(text)
                 if not text.endswith((" answers", "does not say passed: false")):
                     when.append(text)
@@ -166,8 +166,8 @@ class _Diff:
         for name, (_ok, s, _pf, _to) in sorted(self.world.evaluators.items()):
             if f"{name} answers" not in forced:
                 continue
-            lo = self.checker.bound(kind, s, *where, *self.defs, maximize=False)
-            hi = self.checker.bound(kind, s, *where, *self.defs, maximize=True)
+            lo = self.checker.bound(kind, s, *where, self.checker.conjunction(self.defs), maximize=False)
+            hi = self.checker.bound(kind, s, *where, self.checker.conjunction(self.defs), maximize=True)
             if lo is None or hi is None:
                 continue
             scores[name] = {"min": lo[0], "min_included": lo[1], "max": hi[0], "max_included": hi[1]}
@@ -193,7 +193,9 @@ class _Diff:
         differs = observable_differs(self.a, self.b)
         excluded: list[z3.BoolRef] = []
         while True:
-            answer, model = self.checker.check("diff", differs, *excluded, *self.defs, tidy=True)
+            answer, model = self.checker.check(
+                "diff", differs, *excluded, self.checker.conjunction(self.defs), tidy=True
+            )
             if answer == "unknown":
                 self.report.equivalent = None
                 return
@@ -218,7 +220,7 @@ class _Diff:
         for name in sorted(names_a & names_b):
             ra, rb = self.a.rules[name], self.b.rules[name]
             differs = z3.Or(ra.status != rb.status, z3.And(z3.Not(ra.passed), ra.action != rb.action))
-            answer, model = self.checker.check("diff (rules)", differs, *self.defs, tidy=True)
+            answer, model = self.checker.check("diff (rules)", differs, self.checker.conjunction(self.defs), tidy=True)
             if answer != "sat" or model is None:
                 continue
             pair = []

@@ -28,8 +28,9 @@ CODE = "def evaluate(prompt, response, context):\n    return {'score': 1.0}\n"
 
 def _conditions(i: int) -> list[str]:
     """Two or three conditions of rule ``i`` on several context fields (tiers, roles, length,
-    hour, an IP range, a user agent regex)."""
-    out = [f'{{field: user.tier, operator: equals, value: "{TIERS[i % 4]}"}}']
+    hour, an IP range, a user agent regex). The rules of one evaluator are for different tiers (a
+    rule copied for another tier, as policies grow), so few of them shadow each other."""
+    out = [f'{{field: user.tier, operator: equals, value: "{TIERS[(i // EVALUATORS) % 4]}"}}']
     if i % 3 == 0:
         out.append(f"{{field: content.length, operator: greater_than, value: {100 * (i % 7)}}}")
     if i % 3 == 1:
@@ -51,7 +52,7 @@ def sixty_rule_policy(threshold_shift: float = 0.0) -> str:
         lines += [f"        {line}" for line in CODE.splitlines()]
     lines.append("rules:")
     for i in range(RULES):
-        threshold = round(0.3 + (i % 6) * 0.1 + (threshold_shift if i == 0 else 0.0), 2)
+        threshold = round(0.3 + (i % 7) * 0.08 + (threshold_shift if i == 0 else 0.0), 2)
         lines += [f"  - name: r{i}", f"    priority: {100 - i}", f"    action: {ACTIONS[i % len(ACTIONS)]}"]
         if i % 10 == 9:  # a consensus rule
             lines += [f"    evaluators: [{{name: e{i % EVALUATORS}}}, {{name: e{(i + 1) % EVALUATORS}}}]",
