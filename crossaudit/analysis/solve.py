@@ -100,22 +100,20 @@ class Checker:
                     return "sat", known
             s = self._solver()
             s.add(*formulas)
-            if tidy:
+            answer = s.check()
+            if answer != z3.sat:
+                return ("unsat", None) if answer == z3.unsat else ("unknown", None)
+            model = s.model()
+            if tidy:  # the same question with the tidy preferences: that model if there is one
                 s.push()
                 s.add(*self.world.tidy)
                 for lhs, rhs in self.world.margins:
                     s.add(z3.Or(lhs - rhs >= MARGIN, rhs - lhs >= MARGIN))
-                first = s.check()
-                if first == z3.sat:
-                    return "sat", s.model()
-                s.pop()
-            answer = s.check()
-            if answer == z3.sat:
-                model = s.model()
-                self._models.insert(0, model)
-                del self._models[MODELS_KEPT:]
-                return "sat", model
-            return ("unsat", None) if answer == z3.unsat else ("unknown", None)
+                if s.check() == z3.sat:
+                    model = s.model()
+            self._models.insert(0, model)
+            del self._models[MODELS_KEPT:]
+            return "sat", model
         finally:
             self.timings.seconds[kind] += time.perf_counter() - t0
             self.timings.queries[kind] += 1
@@ -133,9 +131,10 @@ class Checker:
                 return None
             value = o.upper(h) if maximize else o.lower(h)
             exact = _rational(value)
-            if exact is None:  # an epsilon: the bound is approached, not reached
-                text = str(value)
-                base = _rational_text(text.split("+")[0].split("-")[0].strip() if "epsilon" in text else text)
+            if exact is None:  # "9/20 + -1*epsilon": the bound is approached, not reached
+                terms = [t.strip() for t in str(value).split("+")]
+                rest = [t for t in terms if "epsilon" not in t and "oo" not in t]
+                base = _rational_text(rest[0]) if len(rest) == 1 else 0.0 if not rest else None
                 return (base, False) if base is not None else None
             s = self._solver()
             s.add(*formulas, term == z3.RealVal(str(value)))

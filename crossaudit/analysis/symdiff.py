@@ -148,7 +148,13 @@ class _Diff:
         return summary, fixed
 
     def region(
-        self, kind: str, model: z3.ModelRef, where: list[z3.BoolRef], old: dict[str, Any], new: dict[str, Any]
+        self,
+        kind: str,
+        model: z3.ModelRef,
+        where: list[z3.BoolRef],
+        old: dict[str, Any],
+        new: dict[str, Any],
+        focus: set[str] | None = None,
     ) -> Region:
         """The region ``where`` (both outcomes fixed) in words: what holds throughout it (of the
         witness's discrete facts, those the region forces), and each evaluator's score range over
@@ -158,18 +164,20 @@ class _Diff:
         for text, lit in self.literals(model):
             if text == "no stage is named":
                 continue
+            if focus is not None and not any(text.startswith(f) for f in focus):
+                continue  # a rule's region: only its evaluators and conditions
             if self.checker.check(kind, *where, z3.Not(lit), self.checker.conjunction(self.defs))[0] == "unsat":
                 forced.add(text)
                 if not text.endswith((" answers", "does not say passed: false")):
                     when.append(text)
         scores: dict[str, dict[str, Any]] = {}
         for name, (_ok, s, _pf, _to) in sorted(self.world.evaluators.items()):
-            if f"{name} answers" not in forced:
+            if f"{name} answers" not in forced or (focus is not None and name not in focus):
                 continue
             lo = self.checker.bound(kind, s, *where, self.checker.conjunction(self.defs), maximize=False)
             hi = self.checker.bound(kind, s, *where, self.checker.conjunction(self.defs), maximize=True)
-            if lo is None or hi is None:
-                continue
+            if lo is None or hi is None or lo[0] > hi[0] or (lo[0] == hi[0] and not (lo[1] and hi[1])):
+                continue  # not settled in time (an optimizer that gave up answers no consistent range)
             scores[name] = {"min": lo[0], "min_included": lo[1], "max": hi[0], "max_included": hi[1]}
             if not (lo == (0.0, True) and hi == (1.0, True)):
                 when.append(
@@ -230,7 +238,10 @@ class _Diff:
                 pair.append({"status": STATUSES[st], "action": ACTIONS[code].value
                              if not z3.is_true(model.eval(r.passed, model_completion=True)) else None})  # fmt: skip
             fixed = [ra.status == model.eval(ra.status), rb.status == model.eval(rb.status)]
-            region = self.region("diff (rules)", model, [differs, *fixed], pair[0], pair[1])
+            conds = (*ra.rule.conditions, *rb.rule.conditions)
+            focus = {*ra.rule.evaluator_names, *rb.rule.evaluator_names, "the request names"}
+            focus |= {f"{c.field} " for c in conds} | {f"not ({c.field} " for c in conds}
+            region = self.region("diff (rules)", model, [differs, *fixed], pair[0], pair[1], focus)
             self.report.rules.append(RuleChange(rule=name, change="outcome", region=region))
 
 
