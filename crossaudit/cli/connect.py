@@ -16,10 +16,10 @@ import os
 import sys
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli.common import EXIT_USAGE
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV, channel_target
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 # Locally, custom code runs where the server would run it: Docker when a daemon answers, else the
 # process sandbox (crossaudit serve's default, orchestrator/runtime.py make_sandbox).

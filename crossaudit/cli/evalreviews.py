@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 DEFAULT_SINCE = "30d"
 

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli import connect, display, progress, rollout
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 # --- parser -------------------------------------------------------------------------------
 

@@ -27,13 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.api.replayreport import ReplayProgress, ReplayReport
 from crossaudit.cli import progress
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.cli.render import printable
-from crossaudit.governance.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
 from crossaudit.kernel.files import write_private
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 PLOT_RULES = 20  # the plot shows the rules with the most flips, at most this many
 TABLE_SAMPLES = 5  # sample ids a human summary prints per category (all of them in --json/--html)

@@ -7,11 +7,11 @@ import argparse
 import math
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli import connect, display
 from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.shell import command
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 DEFAULT_SAMPLE = 0.1  # a shadow's sampled fraction unless --sample says otherwise
 

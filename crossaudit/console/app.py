@@ -36,6 +36,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.api.records import AuditRecord, ReviewRecord
 from crossaudit.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
 from crossaudit.governance.labels import Labels
 from crossaudit.governance.records import Records
@@ -50,7 +52,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.listen import client_key
 from crossaudit.service.auth import Authenticator
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, ConsoleLimits
+from crossaudit.service.config import ConsoleLimits
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
     GET_DECISION,
@@ -61,8 +63,8 @@ from crossaudit.service.principals import (
     SHADOW_REPORT,
     Principal,
 )
-from crossaudit.store.base import AuditRecord, ReviewRecord, ReviewState
 from orchestrator import reviews
+from orchestrator.reviews import ReviewState
 
 log = logging.getLogger("crossaudit.console")
 

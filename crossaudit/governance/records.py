@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from crossaudit.api.records import AuditRecord, FeedbackRecord, PolicyVersionRecord, ReviewRecord
 from crossaudit.evidence.leaf import receipt_text
 from crossaudit.governance.labels import recorded_rules
 from crossaudit.kernel.canonical import sha256_json, sha256_text
@@ -25,19 +26,10 @@ from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import (
-    NUL_REPLACEMENT,
-    AuditRecord,
-    FeedbackRecord,
-    PolicyVersionRecord,
-    ReviewRecord,
-    ReviewState,
-    Store,
-    audit_rules_json,
-    audit_size,
-)
+from crossaudit.store.base import NUL_REPLACEMENT, Store, audit_rules_json, audit_size
 from orchestrator import reviews
 from orchestrator.engine.engine import NO_VERDICT_HEADS
+from orchestrator.reviews import ReviewState
 
 
 def review_records(tenant: str, d: Decision, revision: int, env: str, now: float) -> list[ReviewRecord]:

@@ -36,9 +36,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import ConfigurationError, RetainedInputsTamperedError, RetentionKeyError
 from crossaudit.kernel.shell import command
-from crossaudit.service.auth import check_private_file
 
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # AES-GCM's 96-bit nonce

@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT, DEFAULT_MAX_REQUEST_BYTES
 from crossaudit.kernel.canonical import sha256_text
+from crossaudit.kernel.configfile import check_private_file, read_yaml_file
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.listen import LOOPBACK_HOSTS
 from crossaudit.sdk.options import API_KEY_ENV, SERVER_ENV
-from crossaudit.service.auth import check_private_file
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServiceLimits
-from crossaudit.service.settings import read_yaml_file
 from orchestrator.secrets import MAX_SECRET_BYTES, SecretGrant
 
 DEFAULT_HOST = "127.0.0.1"
@@ -42,7 +42,7 @@ class ProxyLimits:
 
     # A chat-completions request body; more is HTTP 413 (read no further). The same name and
     # default as the server's limits.max_request_bytes: one size limit for a request everywhere.
-    max_request_bytes: int = ServiceLimits.max_request_bytes
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     # Messages in one request; more is HTTP 400.
     max_messages: int = 512
     # Choices asked for (``n``); each is evaluated at the output stage. More is HTTP 400.

@@ -25,6 +25,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
+from crossaudit.api.models import RemoteDecision
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, ErrorCode, ServerUnavailableError
 from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import Action
@@ -32,7 +33,6 @@ from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
 from crossaudit.sdk.client import AsyncClient
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER
-from crossaudit.service.models import RemoteDecision
 from orchestrator.secrets import SecretGrant
 
 log = logging.getLogger("crossaudit.proxy")

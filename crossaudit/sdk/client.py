@@ -7,7 +7,7 @@
         print(d.decision_id, d.passed, d.action)
 
 Both clients have the same methods. :class:`ClientBase` builds every request and says how its
-answer is read (the one codec, ``crossaudit.service.convert``), so each client is only its
+answer is read (the one codec, ``crossaudit.api.convert``), so each client is only its
 transport: blocking stubs, or ``grpc.aio`` awaited. Answers are the store's records (their
 ``tenant`` is empty: the API key decides it) or models derived from them, all re-exported by
 ``crossaudit.sdk``.
@@ -32,11 +32,35 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
+from crossaudit.api import convert
+from crossaudit.api.errors import from_rpc_error
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.api.models import (
+    DeployResult,
+    LabelPage,
+    PolicyInfo,
+    PromoteResult,
+    RemoteDecision,
+    ReviewInfo,
+    RollbackResult,
+    ServerInfo,
+    ShadowReport,
+    UploadedEvaluator,
+)
+from crossaudit.api.records import (
+    AuditRecord,
+    CandidateRecord,
+    ErasureRecord,
+    EvaluatorRecord,
+    OutboxRecord,
+    OutboxState,
+    PolicySummaryRecord,
+)
+from crossaudit.api.replayreport import ReplayProgress, ReplayReport
+from crossaudit.evidence.export import Exporter, export_chunks
 from crossaudit.evidence.notes import PublicKey, load_public_key
+from crossaudit.evidence.proofs import ConsistencyProof, InclusionProof, LogKeyInfo
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
-from crossaudit.governance.evidence import ConsistencyProof, Exporter, InclusionProof, LogKeyInfo, export_chunks
-from crossaudit.governance.labels import LabelPage
-from crossaudit.governance.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
@@ -63,30 +87,6 @@ from crossaudit.sdk.options import (
     unreachable,
 )
 from crossaudit.sdk.sources import policy_upload
-from crossaudit.service import convert
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
-from crossaudit.service.errors import from_rpc_error
-from crossaudit.service.models import (
-    DeployResult,
-    PolicyInfo,
-    PromoteResult,
-    RemoteDecision,
-    ReviewInfo,
-    RollbackResult,
-    ServerInfo,
-    ShadowReport,
-    UploadedEvaluator,
-)
-from crossaudit.store.base import (
-    AuditRecord,
-    CandidateRecord,
-    ErasureRecord,
-    EvaluatorRecord,
-    OutboxRecord,
-    OutboxState,
-    PolicySummaryRecord,
-    ReviewState,
-)
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from crossaudit.v1 import delivery_pb2 as dlv_pb
@@ -103,6 +103,7 @@ from crossaudit.v1 import replay_pb2 as rpl_pb
 from crossaudit.v1 import replay_pb2_grpc as rpl_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
+from orchestrator.reviews import ReviewState
 
 T = TypeVar("T")
 PathOrText = str | os.PathLike[str]

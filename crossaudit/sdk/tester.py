@@ -40,12 +40,12 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.limits import EngineLimits, PoolLimits, SandboxLimits
 from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Decision
+from crossaudit.kernel.yamlsafe import format_path
 from crossaudit.sdk.cases import CaseResult, judge_case
 from orchestrator.engine.engine import Engine
 from orchestrator.evaluators import cassette
 from orchestrator.policy import load_policy, load_policy_file
 from orchestrator.policy.models import model_check, model_problems
-from orchestrator.policy.yamlsafe import format_path
 from orchestrator.runtime import Runtime, make_sandbox
 from sandbox.base import Sandbox
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossaudit.api.records import CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord
 from crossaudit.governance.evidence import EvidenceLog
 from crossaudit.governance.records import audit_record, fit_audit, receipt_json, review_records
 from crossaudit.governance.retention import Retention
@@ -26,7 +27,7 @@ from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import AUDIT_DAY_S, CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
+from crossaudit.store.base import AUDIT_DAY_S, Store
 from orchestrator.policy import Policy
 
 AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"

@@ -17,13 +17,16 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT, TRANSPORT_MARGIN_BYTES
 from crossaudit.governance.evidence import EvidenceLog, build_evidence, unsigned_log
 from crossaudit.governance.retention import with_dev_operator_key
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.kernel.listen import LOOPBACK_HOSTS
 from crossaudit.outbox.deliveries import DeliveryConfig
-from crossaudit.service.auth import Authenticator, check_private_file
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
+from crossaudit.service.auth import Authenticator
+from crossaudit.service.config import ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth

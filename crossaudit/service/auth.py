@@ -50,11 +50,11 @@ from typing import Any
 import grpc
 import yaml
 
+from crossaudit.api.errors import abort
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, UnauthenticatedError
 from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
-from crossaudit.kernel.shell import command
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
-from crossaudit.service.errors import abort
 from crossaudit.service.grants import (
     LLM_HOSTS_KEY,
     TenantGrants,
@@ -325,21 +325,6 @@ def _key_entry(item: Any, tenant: str, where: str, limits: ServiceLimits) -> tup
             f"{where}: a key must be a string of at least {limits.min_api_key_length} non-blank characters"
         )
     return key, principal
-
-
-def check_private_file(path: Path, what: str) -> None:
-    """Refuse a secret file (API keys, TLS private key) that group or others may access."""
-    try:
-        mode = Path(path).stat().st_mode
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except OSError as e:
-        raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
-    if mode & 0o077:
-        raise ConfigurationError(
-            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: "
-            + command("chmod", "600", path)
-        )
 
 
 class UnknownMethodGate(grpc.GenericRpcHandler):

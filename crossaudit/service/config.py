@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 from pydantic.fields import FieldInfo
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT, DEFAULT_MAX_REQUEST_BYTES
 from crossaudit.kernel.dsl import retention_seconds
 from crossaudit.kernel.limits import (
     SETTINGS_SECTION,
@@ -26,32 +27,18 @@ from crossaudit.kernel.limits import (
     PositiveInt,
     SandboxLimits,
 )
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.modelserver.pool import ModelServerLimits
 from crossaudit.outbox.limits import DeliveryLimits
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.store.base import ERASE_BATCH
 from crossaudit.store.postgres import PostgresLimits
 from crossaudit.store.sqlite import SYNCHRONOUS_MODES
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
-# The one default environment: what the server assumes when a request names none, what the CLI
-# and the SDK send by default, and where policies/*.yaml are deployed on a data dir's first
-# start. One value, so `crossaudit serve --dev` then `crossaudit evaluate NAME --server` finds
-# the policy (docs/service.md, "Environments").
-DEFAULT_ENVIRONMENT = "production"
 DEV_TENANT = "default"
 # --dev serves the review console here unless console_port says otherwise (with --port 0, on an
 # ephemeral port too, so parallel dev servers never collide).
 DEV_CONSOLE_PORT = 8081
 CONSOLE_OFF = "off"  # console_port: never serve the console, not even with --dev
-
-
-REQUEST_LIMIT_KEY = "limits.max_request_bytes"  # ServiceLimits.max_request_bytes as a setting
-REQUEST_LIMIT_ENV = "CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES"  # ... and its variable (server, SDK, CLI)
-# gRPC's own cap on a received message is set this far above max_request_bytes, so a request a
-# little too large reaches the handler and gets the typed refusal naming the setting rather
-# than grpc's "Received message larger than max" (which names nothing).
-TRANSPORT_MARGIN_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,7 +49,7 @@ class ServiceLimits:
 
     max_request_bytes: Annotated[
         PositiveInt, Field(description="one request, everywhere: [below](#the-largest-request-limitsmax_request_bytes)")
-    ] = 4 * 1024 * 1024
+    ] = DEFAULT_MAX_REQUEST_BYTES
     max_send_message_bytes: Annotated[
         PositiveInt,
         Field(

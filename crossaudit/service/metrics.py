@@ -26,9 +26,9 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, price_for
 from crossaudit.kernel.results import Decision
 from crossaudit.service.config import MetricsLimits
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, price_for
 
 OTHER = "other"  # the label of every tenant (or model) beyond the bound
 

@@ -13,9 +13,12 @@ from typing import Any
 
 import grpc
 
+from crossaudit.api import convert
+from crossaudit.api.errors import abort, grpc_code, item_fields
+from crossaudit.api.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
+from crossaudit.api.replayreport import ReplayReport
 from crossaudit.governance.records import engine_version
 from crossaudit.governance.replay import ReplayRequest
-from crossaudit.governance.replaydiff import ReplayReport
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
@@ -23,15 +26,11 @@ from crossaudit.kernel.errors import (
     RateLimitedError,
     ResultInvalidError,
 )
-from crossaudit.service import convert
 from crossaudit.service.admission import EvaluationOutcome
 from crossaudit.service.auth import Authenticator, UnknownMethodGate
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
-from crossaudit.service.errors import abort, grpc_code, item_fields
-from crossaudit.service.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
 from crossaudit.service.principals import Role
-from crossaudit.store.base import ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from crossaudit.v1 import delivery_pb2 as dlv_pb
@@ -48,6 +47,7 @@ from crossaudit.v1 import replay_pb2 as rpl_pb
 from crossaudit.v1 import replay_pb2_grpc as rpl_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
+from orchestrator.reviews import ReviewState
 
 log = logging.getLogger("crossaudit.service")
 ANSWER_ENVELOPE_BYTES = 64  # an EvaluateStream item's framing around the decision (+ its request_id)

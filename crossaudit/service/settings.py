@@ -30,8 +30,9 @@ from pydantic import Field, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
-from crossaudit.kernel.limits import PolicyLimits
+from crossaudit.kernel.configfile import ConfigFile, read_config_text, read_yaml_file
+from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES
 from crossaudit.service.config import (
     CONSOLE_OFF,
     ENV_DELIMITER,
@@ -41,14 +42,9 @@ from crossaudit.service.config import (
     section_of,
     setting_fields,
 )
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES
 from crossaudit.store.postgres import mask_url
 
 CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
-MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file (the server's, the proxy's) is refused unread
-# The hardened YAML reader's caps for a configuration file: its size, and as many nodes as a file
-# of that size can hold (each takes two bytes at least), so only the size ever refuses one.
-CONFIG_YAML_LIMITS = PolicyLimits(max_file_bytes=MAX_CONFIG_FILE_BYTES, max_nodes=MAX_CONFIG_FILE_BYTES // 2)
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
 LEGACY_ENV: Mapping[str, tuple[str, ...]] = {"CROSSAUDIT_STORE": ("store_url",)}
 # Keys that were renamed: the old one stops the start with the new name, rather than a guess.
@@ -73,22 +69,6 @@ SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without 
 # --- the configuration file --------------------------------------------------------------------
 
 
-@dataclass
-class ConfigFile:
-    path: Path
-    data: dict[str, Any]
-    positions: dict[tuple[str | int, ...], tuple[int, int]] = dataclasses.field(default_factory=dict)
-
-    def where(self, path: tuple[Any, ...]) -> str:
-        p = tuple(path)
-        while p:
-            if p in self.positions:
-                line, col = self.positions[p]
-                return f"{self.path}:{line}:{col}"
-            p = p[:-1]
-        return str(self.path)
-
-
 def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
     """A YAML (``.yaml``/``.yml``) or TOML (``.toml``) file whose top level is a mapping."""
     p = Path(path)
@@ -96,46 +76,12 @@ def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
         raise ConfigurationError(f"config file {p}: use a .yaml, .yml or .toml file")
     if p.suffix.lower() != ".toml":
         return read_yaml_file(p, "config file")
-    text = _read_text(p, "config file")
+    text = read_config_text(p, "config file")
     try:
         data: Any = tomllib.loads(text) if text.strip() else {}
     except tomllib.TOMLDecodeError as e:
         raise ConfigurationError(f"config file {p}: {e}") from None
     return ConfigFile(p, data)
-
-
-def read_yaml_file(path: Path, what: str) -> ConfigFile:
-    """A YAML configuration file (the server's, the guard proxy's) whose top level is a mapping,
-    read by the policies' hardened reader: at most MAX_CONFIG_FILE_BYTES (a larger one is refused
-    unread), safe tags only, no aliases, no duplicate keys, every value's line:col kept. Each
-    error is a ConfigurationError naming ``what`` and the file (and line:col where there is one)."""
-    from orchestrator.policy.yamlsafe import load_yaml
-
-    text = _read_text(path, what)
-    try:
-        data, smap = load_yaml(text, str(path), CONFIG_YAML_LIMITS, allow_empty=True)
-    except PolicyValidationError as e:
-        first = e.issues[0] if e.issues else None
-        where = f":{first.line}:{first.column}" if first is not None and first.line else ""
-        message = (first.message if first else str(e)).replace(" in policies", "")  # the policies' reader
-        raise ConfigurationError(f"{what} {path}{where}: {message}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{what} {path}: the top level must be a mapping of keys to values")
-    return ConfigFile(path, data, {**smap.values, **smap.keys})
-
-
-def _read_text(path: Path, what: str) -> str:
-    """A configuration file's text, refused unread past MAX_CONFIG_FILE_BYTES."""
-    try:
-        if path.stat().st_size > MAX_CONFIG_FILE_BYTES:
-            raise ConfigurationError(f"{what} {path} is larger than {MAX_CONFIG_FILE_BYTES} bytes")
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigurationError(f"cannot read {what} {path}: {e}") from None
 
 
 # --- the settings model ------------------------------------------------------------------------

@@ -42,9 +42,9 @@ from crossaudit.kernel.dsl import (
 from crossaudit.kernel.errors import DependencyRejectedError, EvaluatorCodeError, PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
 from crossaudit.kernel.results import Action
+from crossaudit.kernel.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.policy import envvars
 from orchestrator.policy.regex import RegexError, compile_pattern
-from orchestrator.policy.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.secrets import SecretSource, as_secret_source
 
 IssueAt = Callable[[Path, str], PolicyIssue]  # (field path, message) -> a located issue
