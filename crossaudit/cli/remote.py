@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.cli import connect, display, progress, rollout
-from crossaudit.cli.common import EXIT_OK
+from crossaudit.cli.common import EXIT_OK, command_group
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
@@ -65,9 +65,7 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
 
 def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``evaluator upload|list|get``."""
-    ev = subparsers.add_parser("evaluator", help="upload and inspect custom evaluators")
-    esub = ev.add_subparsers(dest="evaluator_command", metavar="SUBCOMMAND")
-    esub.required = True
+    esub = command_group(subparsers, "evaluator", help="upload and inspect custom evaluators", dest="evaluator_command")
     eu = esub.add_parser("upload", parents=[common], help="upload evaluator code (validated, image built)")
     eu.add_argument("file", metavar="FILE", help="Python source defining evaluate(prompt, response, context)")
     eu.add_argument("--name", required=True)
@@ -94,9 +92,7 @@ def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.
 
 def register_audit(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``audit list|get|erase``, and ``key|verify|proof|export|receipt`` (:mod:`crossaudit.cli.evidence`)."""
-    au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
-    asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
-    asub.required = True
+    asub = command_group(subparsers, "audit", help="read the audit log of answered decisions", dest="audit_command")
     al = asub.add_parser("list", parents=[common], help="recent decisions, most recent first")
     al.add_argument("--policy", default="")
     al.add_argument("--limit", type=int, default=20)
@@ -130,9 +126,9 @@ def register_audit(subparsers: argparse._SubParsersAction, common: argparse.Argu
 
 def register_review(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``review list|resolve``."""
-    rv = subparsers.add_parser("review", help="review items created by require_review and flag")
-    rsub = rv.add_subparsers(dest="review_command", metavar="SUBCOMMAND")
-    rsub.required = True
+    rsub = command_group(
+        subparsers, "review", help="review items created by require_review and flag", dest="review_command"
+    )
     rl = rsub.add_parser("list", parents=[common], help="list reviews (default: open ones)")
     rl.add_argument("--state", default="open", choices=["open", "approved", "rejected", "dismissed", "any"])
     rl.add_argument("--policy", default="")
@@ -148,9 +144,7 @@ def register_review(subparsers: argparse._SubParsersAction, common: argparse.Arg
 
 def register_webhooks(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``webhooks list|redeliver``."""
-    wh = subparsers.add_parser("webhooks", help="deliveries of custom actions' webhooks")
-    wsub = wh.add_subparsers(dest="webhooks_command", metavar="SUBCOMMAND")
-    wsub.required = True
+    wsub = command_group(subparsers, "webhooks", help="deliveries of custom actions' webhooks", dest="webhooks_command")
     wl = wsub.add_parser("list", parents=[common], help="list deliveries, most recent first")
     wl.add_argument("--state", default="any", choices=["pending", "delivered", "dead", "any"])
     wl.add_argument("--limit", type=int, default=20)
