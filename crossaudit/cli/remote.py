@@ -223,23 +223,19 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_get(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        info = c.get_policy(args.name, environment=args.environment, version=args.version)
-    if args.json:
-        _print_json(info)
-    else:
-        sys.stdout.write(info.content if info.content.endswith("\n") else info.content + "\n")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.get_policy(args.name, environment=args.environment, version=args.version),
+        lambda info: info.content.removesuffix("\n"),  # the content, ending in one line break
+    )
 
 
 def cmd_policy_rollback(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        r = c.rollback(args.name, environment=args.environment, to_version=args.to_version)
-    if args.json:
-        _print_json(r)
-    else:
-        print(f"{args.name!r} in {r.deployment.environment}: v{r.previous_version} -> v{r.deployment.version}")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.rollback(args.name, environment=args.environment, to_version=args.to_version),
+        lambda r: f"{args.name!r} in {r.deployment.environment}: v{r.previous_version} -> v{r.deployment.version}",
+    )
 
 
 def cmd_evaluator_upload(args: argparse.Namespace) -> int:
@@ -383,20 +379,12 @@ DELIVERY_COLUMNS = [
 
 
 def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        m = c.redeliver(args.id)
-    if args.json:
-        _print_json(m)
-    else:
-        print(f"delivery {m.id} queued again")
-    return EXIT_OK
+    return connect.answer(args, lambda c: c.redeliver(args.id), lambda m: f"delivery {m.id} queued again")
 
 
 def cmd_review_resolve(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        r = c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note)
-    if args.json:
-        _print_json(r)
-    else:
-        print(f"review {r.id} {r.state.value}")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note),
+        lambda r: f"review {r.id} {r.state.value}",
+    )
