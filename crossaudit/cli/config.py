@@ -11,16 +11,17 @@ import json
 import sys
 from typing import Any
 
-from crossaudit.cli.common import EXIT_OK
+from crossaudit.cli.common import EXIT_OK, command_group
 from crossaudit.cli.server import add_config_options, settings_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    c = subparsers.add_parser(
-        "config", help="show the server settings in effect and their sources; write a deployment's secret files"
+    csub = command_group(
+        subparsers,
+        "config",
+        help="show the server settings in effect and their sources; write a deployment's secret files",
+        dest="config_command",
     )
-    csub = c.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
-    csub.required = True
     show = csub.add_parser(
         "show",
         help="every setting of `crossaudit serve`, its value and its source (default/file/env/flag)",

@@ -15,7 +15,7 @@ from crossaudit.cli import completion, evaluate, models, policy, remote, server
 from crossaudit.cli import config as config_cli
 from crossaudit.cli import eval as eval_cli
 from crossaudit.cli import proxy as proxy_cli
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command_group
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
 
 
@@ -29,9 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     completion.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    policy_parser = sub.add_parser("policy", help="validate, test, deploy policies")
-    psub = policy_parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
-    psub.required = True
+    psub = command_group(sub, "policy", help="validate, test, deploy policies", dest="policy_command")
     policy.register(psub)
     server.register(sub)
     remote.register(sub, psub)

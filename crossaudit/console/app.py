@@ -202,6 +202,13 @@ def parse_time(value: str, what: str) -> float | None:
     return (ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)).timestamp()
 
 
+def policy_filter(request: Request) -> tuple[str, str]:
+    """The policy and environment a page is asked about (``?policy=&environment=``; the default
+    environment when none is given)."""
+    q = request.query_params
+    return q.get("policy", "").strip(), q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+
+
 # --- the application ------------------------------------------------------------------------
 
 
@@ -582,9 +589,7 @@ class ConsoleApp:
         """A policy's shadow or canary candidate: the same report as ``policy shadow-report``,
         of the signed-in tenant's policies only (another tenant's name is simply not found)."""
         p = session.principal
-        q = request.query_params
-        policy = q.get("policy", "").strip()
-        environment = q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+        policy, environment = policy_filter(request)
         report = None
         if policy:
             if self.rollout is None:
@@ -599,9 +604,7 @@ class ConsoleApp:
         labelled failures, the share people confirmed, with its count and 95% Wilson interval;
         "undefined" for a rule without a labelled failure. Verdicts and counts only, no text."""
         p = session.principal
-        q = request.query_params
-        policy = q.get("policy", "").strip()
-        environment = q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+        policy, environment = policy_filter(request)
         table = None
         if policy:
             if self.labels is None:

@@ -181,6 +181,17 @@ class EvidenceLog:
     def origin(self, tenant: str) -> str:
         return f"{self.config.origin}/{tenant}"
 
+    def _log_refusal(self, tenant: str, why: str) -> None:
+        """Say once per tenant and reason that its log is no longer signed, and how to check it."""
+        if (tenant, why) not in self._refused:
+            self._refused.add((tenant, why))
+            log.error(
+                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
+                tenant,
+                why,
+                tenant,
+            )
+
     # --- checkpoints ---------------------------------------------------------------------------
 
     def written(self, tenant: str) -> None:
@@ -277,14 +288,7 @@ class EvidenceLog:
                 why = f"checkpoint {size} in the store is not the one this server signed"
         if not why:
             return
-        if (tenant, why) not in self._refused:
-            self._refused.add((tenant, why))
-            log.error(
-                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
-                tenant,
-                why,
-                tenant,
-            )
+        self._log_refusal(tenant, why)
         raise LogForkError(
             f"the server signs no more of this decision log: {why}; its operator runs crossaudit audit verify "
             "--store (docs/evidence.md)"
@@ -373,14 +377,7 @@ class EvidenceLog:
                     why = f"its latest checkpoint ({cp.size}) is older than one this server signed ({seen[0]})"
         if not why:
             return tree
-        if (tenant, why) not in self._refused:
-            self._refused.add((tenant, why))
-            log.error(
-                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
-                tenant,
-                why,
-                tenant,
-            )
+        self._log_refusal(tenant, why)
         return None
 
     async def checkpoint_all(self) -> int:

@@ -585,20 +585,10 @@ class Engine:
         # The answer quotes each message; the audit record rebuilds this reason from the rule's
         # parts with a digest in place of each message (crossaudit.governance.records).
         reason = no_verdict_reason(how, [f"{r.evaluator}: {r.error}" for r in errored if r.error])
-        if action is None:
-            return RuleResult(
-                rule=rule.name,
-                status=status,
-                passed=True,
-                threshold=threshold,
-                evaluators=evaluated,
-                reason=reason,
-                latency_ms=latency,
-            )
         return RuleResult(
             rule=rule.name,
             status=status,
-            passed=False,
+            passed=action is None,  # fail-open (fallback.on_error: allow): no action, the rule passes
             threshold=threshold,
             action=action,
             evaluators=evaluated,

@@ -464,38 +464,30 @@ class LLMEvaluator(Evaluator):
         cfg = self.config
         key, base_url, organization, version = settings
         capped = _capped_client_args(self.max_response_bytes, cfg.provider)
+
+        def transport(sdk: Any) -> dict[str, Any]:
+            """What the OpenAI and Anthropic SDKs' clients share: no retries of their own (the
+            engine retries), the timeout, and an HTTP client that follows no redirect and caps answers."""
+            return {
+                "max_retries": 0,
+                "timeout": timeout,
+                "http_client": sdk.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
+            }
+
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 
-            return openai.AsyncOpenAI(
-                api_key=key,
-                base_url=base_url,
-                organization=organization,
-                max_retries=0,
-                timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
-            )
+            return openai.AsyncOpenAI(api_key=key, base_url=base_url, organization=organization, **transport(openai))
         if cfg.provider == "azure":
             import openai
 
             return openai.AsyncAzureOpenAI(
-                api_key=key,
-                azure_endpoint=base_url or "",
-                api_version=version,
-                max_retries=0,
-                timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
+                api_key=key, azure_endpoint=base_url or "", api_version=version, **transport(openai)
             )
         if cfg.provider == "anthropic":
             import anthropic
 
-            return anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=base_url,
-                max_retries=0,
-                timeout=timeout,
-                http_client=anthropic.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
-            )
+            return anthropic.AsyncAnthropic(api_key=key, base_url=base_url, **transport(anthropic))
         if cfg.provider == "google":
             from google import genai
             from google.genai import types
