@@ -44,6 +44,7 @@ from crossaudit.kernel.errors import (
     NotFoundError,
     QuotaExceededError,
 )
+from crossaudit.kernel.files import read_capped
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.shared import Witness
 from crossaudit.store.base import LogRow, Store
@@ -57,14 +58,7 @@ MAX_CHECKPOINTS_READ = 100_000  # checkpoints one read of a log carries (one per
 
 
 def _read_key_text(path: Path, what: str) -> bytes:
-    try:
-        if path.stat().st_size > MAX_KEY_FILE_BYTES:
-            raise ConfigurationError(f"{what} {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}") from None
+    return read_capped(path, MAX_KEY_FILE_BYTES, what, ConfigurationError)
 
 
 def load_keys(

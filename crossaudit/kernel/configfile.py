@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
+from crossaudit.kernel.files import read_capped_text
 from crossaudit.kernel.limits import PolicyLimits
 from crossaudit.kernel.shell import command
 from crossaudit.kernel.yamlsafe import load_yaml
@@ -59,14 +60,7 @@ def read_yaml_file(path: Path, what: str) -> ConfigFile:
 
 def read_config_text(path: Path, what: str) -> str:
     """A configuration file's text, refused unread past MAX_CONFIG_FILE_BYTES."""
-    try:
-        if path.stat().st_size > MAX_CONFIG_FILE_BYTES:
-            raise ConfigurationError(f"{what} {path} is larger than {MAX_CONFIG_FILE_BYTES} bytes")
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigurationError(f"cannot read {what} {path}: {e}") from None
+    return read_capped_text(path, MAX_CONFIG_FILE_BYTES, what, ConfigurationError)
 
 
 def check_private_file(path: Path, what: str) -> None:
