@@ -7,7 +7,7 @@ import argparse
 import datetime as dt
 import re
 
-from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
+from crossaudit.kernel.durations import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.errors import InvalidInputError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2  # success; invalid input or failed checks; usage or internal error

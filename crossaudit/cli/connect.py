@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from crossaudit.api.limits import DEFAULT_ENVIRONMENT
-from crossaudit.cli import display
 from crossaudit.cli.common import EXIT_OK, EXIT_USAGE
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV, channel_target
@@ -128,6 +127,8 @@ def answer(args: argparse.Namespace, call: Callable[[Any], T], say: Callable[[T]
     with client(args) as c:
         result = call(c)
     if args.json:
+        from crossaudit.cli import display  # rich: loaded by the commands that print
+
         display.print_json(result)
     else:
         print(say(result))

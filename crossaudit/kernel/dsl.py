@@ -30,12 +30,12 @@ from crossaudit.kernel.builtins import LangdetectConfig as LangdetectConfig
 from crossaudit.kernel.builtins import PresidioConfig as PresidioConfig
 from crossaudit.kernel.dslbase import CommonEvaluatorConfig as CommonEvaluatorConfig
 from crossaudit.kernel.dslbase import Strict as Strict
+from crossaudit.kernel.durations import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.names import canonical_name
 from crossaudit.kernel.results import Action
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$"
 SEMVER_PATTERN = r"^\d+(\.\d+){0,2}([-+][0-9A-Za-z.\-+]+)?$"
-DURATION_PATTERN = r"^\s*(\d+(\.\d+)?)\s*(ms|s|m|h|d|w)\s*$"
 TIME_RANGE_PATTERN = r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$"
 
 DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used (with a validation warning) when an llm evaluator names no model
@@ -408,16 +408,7 @@ class Severity(StrEnum):
     CRITICAL = "critical"
 
 
-DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION_S = 3650 * 86400  # review/escalation times: ten years at most (larger ones overflow dates)
-
-
-def duration_seconds(text: str) -> float:
-    """Seconds of a duration such as ``30m`` or ``24h`` (``DURATION_PATTERN``)."""
-    m = re.match(DURATION_PATTERN, text)
-    if not m:
-        raise ValueError(f"bad duration {text!r}")
-    return float(m.group(1)) * DURATION_UNITS[m.group(3)]
 
 
 def _bounded_duration(text: str) -> str:

@@ -26,7 +26,6 @@ from crossaudit.kernel.dsl import (
     ModifyStrategy,
     Rule,
 )
-from crossaudit.kernel.dsl import duration_seconds as duration_seconds  # the actions' durations, re-exported
 from crossaudit.kernel.results import Action, ActionOutcome, RuleResult, Span
 from orchestrator import reviews
 from orchestrator.policy import envvars
