@@ -296,9 +296,7 @@ class Engine:
         when an applied rule needed a verdict it could not faithfully get."""
         start = self.clock()
         if stage and stage not in EVALUATION_STAGES:
-            raise InvalidInputError(
-                f"unknown stage {stage[:64]!r}: input, output, tool_call, tool_result, or none (every rule)"
-            )
+            raise InvalidInputError(f"unknown stage {stage[:64]!r}: {', '.join(EVALUATION_STAGES)} or none (all rules)")
         budget = policy.settings.timeout or self.limits.default_timeout_s
         if timeout is not None:
             budget = min(budget, timeout)
@@ -313,22 +311,15 @@ class Engine:
         now = replay.at if replay is not None else self.now()
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
         if stage in TOOL_STAGES:
-            ctx["tool"] = tools.tool_context(
-                stage,
-                ctx,
-                response,
-                max_depth=self.limits.max_tool_arguments_depth,
-                max_name_chars=self.limits.max_tool_name_chars,
-            )
+            ctx["tool"] = tools.tool_context(stage, ctx, response, self.limits)  # name, call id, parsed arguments
         req = _Request(
             policy=policy,
             inp=EvaluationInput(prompt=prompt, response=response, context=ctx),
             raw_context=dict(context or {}),
             deadline=start + budget,
             decision_id=decision_id or str(uuid.uuid4()),
-            replay=replay,
-            stage=stage,
-        )
+            replay=replay, stage=stage,
+        )  # fmt: skip
         order = [r for r in self._plan(policy) if applies_at(r, stage)] if stage else self._plan(policy)
         results: list[RuleResult] = []
         stopped_by: str | None = None

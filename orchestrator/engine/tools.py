@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Span
 
 # A string literal (JSON's: no raw control characters are checked here, json.loads did that).
@@ -181,11 +182,12 @@ def _unique(token: str, seen: set[str]) -> str:
     return token if candidate == key else _encode(candidate)
 
 
-def tool_context(stage: str, context: Any, text: str, *, max_depth: int, max_name_chars: int) -> dict[str, Any]:
+def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> dict[str, Any]:
     """The context's ``tool`` at a tool stage: the caller's ``tool.name`` (required at
     ``tool_call``) and ``tool.call_id`` (optional), checked, and at ``tool_call`` the arguments
     parsed from ``text`` (the engine's own: a caller's ``tool.arguments`` is replaced, so a
     condition reads exactly what the evaluators judged)."""
+    max_depth, max_name_chars = limits.max_tool_arguments_depth, limits.max_tool_name_chars
     given = context.get("tool") if isinstance(context, dict) else None
     if given is not None and not isinstance(given, dict):
         raise InvalidInputError(f"context tool must be an object (name, call_id) at the {stage} stage")
