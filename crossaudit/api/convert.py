@@ -315,8 +315,17 @@ def rule_to_pb(r: RuleResult) -> ev_pb.RuleResult:
 
 
 def decision_to_pb(
-    d: Decision, *, revision: int = 0, environment: str = "", review_ids: list[str] | None = None, request_id: str = ""
+    d: Decision,
+    *,
+    revision: int = 0,
+    environment: str = "",
+    review_ids: list[str] | None = None,
+    request_id: str = "",
+    stage: str = "",
+    tool_name: str = "",
+    tool_call_id: str = "",
 ) -> ev_pb.EvaluateResponse:
+    """``stage``, ``tool_name``, ``tool_call_id``: what the decision judged (a tool stage's call)."""
     msg = ev_pb.EvaluateResponse(
         decision_id=d.decision_id,
         policy=d.policy,
@@ -329,6 +338,9 @@ def decision_to_pb(
         latency_ms=d.latency_ms,
         review_ids=review_ids or [],
         request_id=request_id,
+        stage=stage,
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
     )
     shared: _Shared = {}
     for r in d.rules:
@@ -404,6 +416,9 @@ def decision_from_pb(msg: ev_pb.EvaluateResponse) -> RemoteDecision:
         environment=msg.environment,
         review_ids=list(msg.review_ids),
         request_id=msg.request_id,
+        stage=msg.stage,
+        tool_name=msg.tool_name,
+        tool_call_id=msg.tool_call_id,
     )
 
 

@@ -8,6 +8,7 @@ its message and back, for the servicers and for the SDK, which re-exports them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,18 @@ class RemoteDecision(Decision):
     environment: str = ""
     review_ids: list[str] = Field(default_factory=list)
     request_id: str = ""
+    # What it judged: the request's stage and, at a tool stage, the tool call (docs/agents.md).
+    stage: str = ""
+    tool_name: str = ""
+    tool_call_id: str = ""
+
+    @property
+    def modified_arguments(self) -> Any:
+        """At the tool_call stage, the redacted arguments (parsed JSON: the engine redacts inside
+        their values, so they stay valid); None when nothing was modified or at another stage."""
+        if self.stage != "tool_call" or self.modified_response is None:
+            return None
+        return json.loads(self.modified_response)
 
 
 @dataclass(frozen=True)

@@ -532,3 +532,63 @@ def completion_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> 
 
 def encode_event(obj: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+# -- tool calls (docs/agents.md) -----------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    """One tool call of an answer's choice: where it is (choice index, position in its
+    ``tool_calls``), its id, name and arguments as the model wrote them."""
+
+    choice: int
+    position: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+def _call_fields(call: Any) -> tuple[str, str, str]:
+    """A tool call's (id, name, arguments); a field of another type is read as empty (the name
+    is then empty, which the guard refuses: a call it cannot name is never passed on)."""
+    if not isinstance(call, dict):
+        return "", "", ""
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    text = [v if isinstance(v, str) else "" for v in (call.get("id"), fn.get("name"), fn.get("arguments"))]
+    return text[0], text[1], text[2]
+
+
+def completion_tool_calls(completion: Mapping[str, Any], *, asked: int | None = None) -> list[ToolCall]:
+    """Every tool call of a JSON answer, choice by choice (a message's ``tool_calls`` list)."""
+    out: list[ToolCall] = []
+    for idx, choice in completion_choices(completion, asked=asked):
+        message = choice.get("message")
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise ValueError(f"choice {idx}'s tool_calls is not a list")
+        for pos, call in enumerate(calls):
+            out.append(ToolCall(idx, pos, *_call_fields(call)))
+    return out
+
+
+def stream_tool_calls(choices: Iterable[tuple[int, Mapping[str, Any]]]) -> list[ToolCall]:
+    """Every tool call of a stream, each put back together from its deltas (by choice and the
+    call's own ``index``): the id and name as first given, the arguments' fragments joined."""
+    calls: dict[tuple[int, Any], list[str]] = {}
+    for idx, choice in choices:
+        delta = choice.get("delta")
+        pieces = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if not isinstance(pieces, list):
+            continue
+        for pos, piece in enumerate(pieces):
+            key_index = piece.get("index", pos) if isinstance(piece, dict) else pos
+            call_id, name, arguments = _call_fields(piece)
+            got = calls.setdefault((idx, key_index), ["", "", ""])
+            got[0] = got[0] or call_id
+            got[1] = got[1] or name
+            got[2] += arguments
+    return [ToolCall(idx, n, *fields) for n, ((idx, _), fields) in enumerate(calls.items())]

@@ -221,7 +221,7 @@ class Guard:
                 "policy_not_found",
             )
         if code is ErrorCode.INVALID_ARGUMENT:
-            if stage == "input":
+            if stage in ("input", "tool_result"):  # the caller's request; else the model's answer
                 raise ProxyError(
                     400, f"the request cannot be evaluated: {e.message}", "invalid_request_error", "guard_rejected"
                 )

@@ -187,6 +187,7 @@ def release(evaluated: str, modified: str | None, start: int, cut: int) -> tuple
 
 Judge = Callable[[str, int, bool], Awaitable[Verdict]]  # (text, window, final) -> the content's verdict
 OutsideJudge = Callable[[str], Awaitable[Verdict]]
+ToolJudge = Callable[[list[chat.ToolCall]], Awaitable[list[Verdict]]]  # each held tool call at tool_call
 
 
 class StreamGuard:
@@ -206,8 +207,10 @@ class StreamGuard:
         include_usage: bool,
         max_text_bytes: int | None = None,
         fields: chat.Fields | None = None,
+        tools: ToolJudge | None = None,
     ) -> None:
         self.resp = resp
+        self.tools = tools  # the held tool calls, judged at the end (docs/agents.md)
         self.fields = fields if fields is not None else chat.Fields(None)  # the answer's id, model, ... as sent
         self.windows = windows
         self.judge = judge
@@ -407,6 +410,10 @@ class StreamGuard:
             if outside is not None and (outside.blocked or outside.text is not None):
                 yield Blocked(outside, self.windows_done, unredactable=not outside.blocked)
                 return
+            stopped = await self._tool_calls() if final else None
+            if stopped is not None:
+                yield stopped
+                return
             cut = end - begin if final else end - begin - context
             args = (evaluated, verdict.text, self.released - begin, cut)
             if verdict.text is not None and len(evaluated) > RELEASE_INLINE_CHARS and verdict.text != evaluated:
@@ -432,6 +439,22 @@ class StreamGuard:
         verdict, outside = await asyncio.gather(self.judge(whole, self.windows_done, True), self.outside(text))
         self.final = [verdict, outside]
         return verdict, outside if outside.blocked or (outside.text is not None and outside.text != text) else None
+
+    async def _tool_calls(self) -> Blocked | None:
+        """The stream's tool calls, held until it ended (their fragments put together), each judged
+        at the tool_call stage: a block stops the stream, and so does a redaction, which the held
+        events cannot carry yet (docs/agents.md: what remains); None when every call passes."""
+        if self.tools is None:
+            return None
+        calls = chat.stream_tool_calls((0, c) for obj in self.chunks.parsed for c in obj.get("choices") or [])
+        if not calls:
+            return None
+        verdicts = await self.tools(calls)
+        for tc, verdict in zip(calls, verdicts, strict=True):
+            changed = verdict.text is not None and verdict.text != tc.arguments
+            if verdict.blocked or changed:
+                return Blocked(verdict, self.windows_done, unredactable=not verdict.blocked)
+        return None
 
     def _outside_parts(self) -> dict[str, list[str]]:
         parts: dict[str, list[str]] = {}

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from crossaudit.kernel.errors import CrossAuditError
-from crossaudit.proxy import chat
+from crossaudit.proxy import chat, tools
 from crossaudit.proxy.call import ProxyCall
 from crossaudit.proxy.chat import Chunks, ProxyError
 from crossaudit.proxy.config import ProxyConfig, read_secret
@@ -180,6 +180,9 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
     async def outside(text: str) -> Verdict:
         return await call.check("output", prompt, text, call.context("output", choice=0, field="outside"))
 
+    async def tool_calls(calls: list[chat.ToolCall]) -> list[Verdict]:
+        return await tools.judge_calls(call, calls)
+
     limits = call.config.limits
     largest_context = call.context("output", choice=0, field="content", stream={"window": 0, "final": True})
     guard = StreamGuard(
@@ -195,6 +198,7 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
         - len(json.dumps(largest_context).encode())
         - EVALUATE_REQUEST_OVERHEAD_BYTES,
         fields=chat.Fields(call.payload.get("model")),
+        tools=tool_calls,
     )
     events = guard.run()
     try:

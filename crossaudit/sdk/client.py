@@ -24,6 +24,7 @@ not answer is a ``ServerUnavailableError`` saying what to check, and a request o
 from __future__ import annotations
 
 import abc
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -174,6 +175,33 @@ def _evaluate_request(
     # server's to refuse, typed (INVALID_ARGUMENT naming max_struct_depth)
     req.context.CopyFrom(convert.to_struct(dict(context or {})))
     return req
+
+
+def _tool_request(
+    name: str, call_id: str, context: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The context of a tool stage's evaluation: the caller's, with ``tool.name`` and ``tool.call_id``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError("a tool's name is a non-empty string")
+    ctx = dict(context or {})
+    given = ctx.get("tool")
+    tool = {k: v for k, v in given.items() if k != "arguments"} if isinstance(given, Mapping) else {}
+    tool["name"] = name
+    if call_id:
+        tool["call_id"] = call_id
+    ctx["tool"] = tool
+    return ctx
+
+
+def _arguments_text(arguments: str | Mapping[str, Any] | Sequence[Any]) -> str:
+    """A tool call's arguments as the text evaluated: a string as the model sent it (the server
+    refuses one that is not JSON), else the value as JSON."""
+    if isinstance(arguments, str):
+        return arguments
+    try:
+        return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"a tool call's arguments must be JSON: {str(e)[:120]}") from None
 
 
 @dataclass(frozen=True)
@@ -678,12 +706,55 @@ class Client(ClientBase):
         provisional: bool = False,
     ) -> RemoteDecision:
         """``timeout`` (seconds) is the call's deadline: the server's evaluators get what is left.
-        ``stage`` ("input" | "output") runs only that stage's rules (docs/proxy.md); ``request_id``
+        ``stage`` ("input" | "output" | "tool_call" | "tool_result") runs only that stage's rules
+        (docs/proxy.md, docs/agents.md); ``request_id``
         is recorded with the decision in the audit log. ``provisional`` (output stage only): a
         window of a streamed answer, audited only when it blocks (docs/proxy.md#streaming)."""
         return self._unary(
             self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id, provisional)
         )
+
+    def evaluate_tool_call(
+        self,
+        policy: str,
+        name: str,
+        arguments: str | Mapping[str, Any] | Sequence[Any],
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        prompt: str = "",
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """Judge one tool call the model wants to make with the policy's ``stage: tool_call`` rules
+        (docs/agents.md). ``arguments``: the JSON text as the model sent it, or a value sent as
+        JSON; ``prompt``: the conversation so far, for evaluators that read it. The decision names
+        the call (``tool_name``, ``tool_call_id``); a redaction is ``modified_arguments`` (valid JSON)."""
+        return self.evaluate(
+            policy, prompt, _arguments_text(arguments), _tool_request(name, call_id, context), environment, timeout,
+            stage="tool_call", request_id=request_id,
+        )  # fmt: skip
+
+    def evaluate_tool_result(
+        self,
+        policy: str,
+        name: str,
+        output: str,
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """Judge a tool's output before the model reads it with the policy's ``stage: tool_result``
+        rules (an indirect prompt injection in a fetched page, say). ``output`` is evaluated as
+        prompt and response (like the input stage); a redaction is ``modified_response``."""
+        return self.evaluate(
+            policy, output, output, _tool_request(name, call_id, context), environment, timeout,
+            stage="tool_result", request_id=request_id,
+        )  # fmt: skip
 
     def evaluate_many(
         self,
@@ -950,6 +1021,43 @@ class AsyncClient(ClientBase):
         return await self._unary(
             self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id, provisional)
         )
+
+    async def evaluate_tool_call(
+        self,
+        policy: str,
+        name: str,
+        arguments: str | Mapping[str, Any] | Sequence[Any],
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        prompt: str = "",
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """:meth:`Client.evaluate_tool_call`, awaited."""
+        return await self.evaluate(
+            policy, prompt, _arguments_text(arguments), _tool_request(name, call_id, context), environment, timeout,
+            stage="tool_call", request_id=request_id,
+        )  # fmt: skip
+
+    async def evaluate_tool_result(
+        self,
+        policy: str,
+        name: str,
+        output: str,
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """:meth:`Client.evaluate_tool_result`, awaited."""
+        return await self.evaluate(
+            policy, output, output, _tool_request(name, call_id, context), environment, timeout,
+            stage="tool_result", request_id=request_id,
+        )  # fmt: skip
 
     async def evaluate_many(
         self,

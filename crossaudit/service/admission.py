@@ -255,6 +255,7 @@ class Admission:
             raw=self.audit_raw_text or pol.settings.audit_all_evaluations,
             request_id=request_id,
             now=time.time(),
+            stage=stage,
         )
         # the inputs, sealed when the tenant and policy retain them: written with the record
         retained = None

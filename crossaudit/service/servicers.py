@@ -17,7 +17,7 @@ from crossaudit.api import convert
 from crossaudit.api.errors import abort, grpc_code, item_fields
 from crossaudit.api.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
 from crossaudit.api.replayreport import ReplayReport
-from crossaudit.governance.records import engine_version
+from crossaudit.governance.records import engine_version, judged_tool
 from crossaudit.governance.replay import ReplayRequest
 from crossaudit.kernel.errors import (
     CrossAuditError,
@@ -197,6 +197,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
     async def _evaluate(self, tenant: str, request: ev_pb.EvaluateRequest, context: Any) -> ev_pb.EvaluateResponse:
         limits = self.svc.limits
         caller_context = convert.from_struct(request.context, max_depth=limits.max_struct_depth, what="context")
+        tool = judged_tool(request.stage, caller_context)
 
         def encode(out: EvaluationOutcome) -> ev_pb.EvaluateResponse:
             # Runs before the audit write, so a decision that cannot be sent is never audited.
@@ -206,6 +207,9 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
                 environment=out.environment,
                 review_ids=out.review_ids,
                 request_id=request.request_id,
+                stage=request.stage,
+                tool_name=tool.get("name", ""),
+                tool_call_id=tool.get("call_id", ""),
             )
             size = msg.ByteSize() + len(request.request_id.encode()) + ANSWER_ENVELOPE_BYTES
             if size > limits.max_send_message_bytes:

@@ -128,6 +128,12 @@ def _redact(response: str, spans: list[tuple[Span, str]]) -> str:
     return out
 
 
+def redactions(response: str, edits: list[tuple[ModifyConfig, RuleResult]]) -> list[tuple[Span, str]]:
+    """Every finding of the failed ``modify`` rules with its replacement text: what a tool call's
+    arguments are redacted with (only ``redact`` may modify them: the validator's rule)."""
+    return [(span, cfg.replacement_text) for cfg, result in edits for span in findings(result, response)]
+
+
 def apply_modifications(response: str, edits: list[tuple[ModifyConfig, RuleResult]]) -> str | None:
     """The modified response for all failed ``modify`` rules (None when nothing to modify)."""
     if not edits:

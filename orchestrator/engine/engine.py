@@ -9,8 +9,9 @@ How a request runs:
    (two rules using one evaluator cost one call), cached across requests when the policy
    asks, retried on retryable errors with backoff, and bounded by what is left of the
    deadline. So a policy costs about its slowest evaluator, not the sum.
-   A request that names a stage (``input`` or ``output``: the guard proxy's two steps) runs
-   only the rules of that stage (``stage: both``, the default, is of both); the others are
+   A request that names a stage (``input`` or ``output``: the guard proxy's two steps; an
+   agent's ``tool_call`` or ``tool_result``, docs/agents.md) runs only the rules of that stage
+   (``stage: both``, the default, is of input and output, never of a tool stage); the others are
    reported as skipped, like disabled rules.
 3. Results are *applied* in priority order: a failed ``block`` (or ``warn`` with
    ``continue_processing: false``) stops lower-priority rules, which are cancelled and
@@ -41,6 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from crossaudit.kernel.dsl import (
     EVALUATION_STAGES,
+    RULE_STAGES,
     ConsensusStrategy,
     FallbackOnError,
     ModifyConfig,
@@ -71,7 +73,7 @@ from crossaudit.kernel.results import (
     trusted,
     wire_text,
 )
-from orchestrator.engine import actions, consensus
+from orchestrator.engine import actions, consensus, tools
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
@@ -106,10 +108,12 @@ def plan(policy: Policy) -> list[Rule]:
 
 
 def applies_at(rule: Rule, stage: str) -> bool:
-    """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule)."""
-    return not stage or rule.stage is Stage.BOTH or rule.stage.value == stage
+    """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule);
+    ``both`` is input and output, never a tool stage."""
+    return not stage or stage in RULE_STAGES[rule.stage]
 
 
+TOOL_STAGES = (Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value)  # their context has ``tool``
 FAIL_CLOSED = "fail-closed"
 ALLOWED_ON_ERROR = "allowed by fallback.on_error"
 MODIFY_ESCALATED = "fail-closed: modify had no verdict to redact with, escalated to block"
@@ -170,6 +174,7 @@ class _Request:
     deadline: float
     decision_id: str
     replay: Replay | None = None
+    stage: str = ""  # the request's ("" = every rule)
     # replay only: evaluators this request could not run faithfully, by name -> (reason, why)
     unreplayable: dict[str, tuple[Unreplayable, str]] = field(default_factory=dict)
     # a cache hit is a done future (no task); a call that runs is a task
@@ -291,7 +296,7 @@ class Engine:
         when an applied rule needed a verdict it could not faithfully get."""
         start = self.clock()
         if stage and stage not in EVALUATION_STAGES:
-            raise InvalidInputError(f"unknown stage {stage[:64]!r}: input, output, or none (every rule)")
+            raise InvalidInputError(f"unknown stage {stage[:64]!r}: {', '.join(EVALUATION_STAGES)} or none (all rules)")
         budget = policy.settings.timeout or self.limits.default_timeout_s
         if timeout is not None:
             budget = min(budget, timeout)
@@ -305,14 +310,16 @@ class Engine:
             )
         now = replay.at if replay is not None else self.now()
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
+        if stage in TOOL_STAGES:
+            ctx["tool"] = tools.tool_context(stage, ctx, response, self.limits)  # name, call id, parsed arguments
         req = _Request(
             policy=policy,
             inp=EvaluationInput(prompt=prompt, response=response, context=ctx),
             raw_context=dict(context or {}),
             deadline=start + budget,
             decision_id=decision_id or str(uuid.uuid4()),
-            replay=replay,
-        )
+            replay=replay, stage=stage,
+        )  # fmt: skip
         order = [r for r in self._plan(policy) if applies_at(r, stage)] if stage else self._plan(policy)
         results: list[RuleResult] = []
         stopped_by: str | None = None
@@ -899,12 +906,20 @@ class Engine:
             "passed": passed,
             "action": worst,
             "rules": results,
-            "modified_response": None if unredacted else actions.apply_modifications(req.inp.response, edits),
+            "modified_response": None if unredacted else _modified(req, edits),
             "outcomes": outcomes,
             "errored_rules": errored,
             "latency_ms": (self.clock() - start) * 1000,
             "decision_id": req.decision_id,
         })  # fmt: skip
+
+
+def _modified(req: _Request, edits: list[tuple[ModifyConfig, RuleResult]]) -> str | None:
+    """The modified text: at the tool_call stage the arguments redacted inside their values (still
+    valid JSON: :mod:`orchestrator.engine.tools`), else the response as the actions modify it."""
+    if req.stage != Stage.TOOL_CALL.value or not edits:
+        return actions.apply_modifications(req.inp.response, edits)
+    return tools.redact_arguments(req.inp.response, actions.redactions(req.inp.response, edits))
 
 
 def _raise_unreplayable(req: _Request, results: list[RuleResult]) -> None:

@@ -1,0 +1,137 @@
+"""An agent's two channels through the guard proxy (docs/agents.md): each ``tool`` message of a
+request is evaluated at the ``tool_result`` stage before anything goes upstream (a block stops the
+call, a redaction replaces the message's text), and each tool call of the model's answer at the
+``tool_call`` stage, all of an answer's calls at once, each its own audited decision (a block drops
+that call: the caller gets the policy's error, or the refusal in its place; a redaction replaces
+the call's arguments with the redacted ones, still valid JSON). A streamed answer's tool calls are
+held until the stream ends (stream.py), then judged the same way; there a block or a redaction
+refuses the whole choice, as the guard cannot yet rewrite one call of a stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from starlette.responses import Response
+
+from crossaudit.proxy import chat
+from crossaudit.proxy.call import MAX_CONTEXT_STRING, ProxyCall, evaluate_all
+from crossaudit.proxy.chat import Change, ToolCall
+from crossaudit.proxy.errors import DEFAULT_BLOCK_STATUS, block_error, unredactable
+from crossaudit.proxy.guard import Verdict
+
+TOOL_RESULT = "tool_result"
+TOOL_CALL = "tool_call"
+
+
+def _tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Tool call id -> its tool's name, from the assistant turns that made the calls."""
+    names: dict[str, str] = {}
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        for call in calls if isinstance(calls, list) else ():
+            call_id, name, _ = chat._call_fields(call)
+            if call_id and name:
+                names[call_id] = name
+    return names
+
+
+def has_tool_results(payload: Mapping[str, Any]) -> bool:
+    return any(m.get("role") == "tool" for m in payload["messages"])
+
+
+def _tool(name: str, call_id: str) -> dict[str, str]:
+    tool = {"name": name[:MAX_CONTEXT_STRING]} if name else {}
+    if call_id:
+        tool["call_id"] = call_id[:MAX_CONTEXT_STRING]
+    return tool
+
+
+async def tool_result_stage(call: ProxyCall) -> Response | None:
+    """Each ``tool`` message's text judged at ``tool_result`` (``tool.name`` from the assistant
+    turn whose call it answers, when there is one). The refusal or error when one is blocked
+    (nothing has gone upstream); otherwise redactions are written into the messages."""
+    messages: list[dict[str, Any]] = call.payload["messages"]
+    names = _tool_names(messages)
+    jobs: list[tuple[int, str]] = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "tool":
+            continue
+        text = chat.message_text(message, f"messages[{i}]")
+        jobs.append((i, text or ""))
+
+    def context(i: int) -> dict[str, Any]:
+        call_id = messages[i].get("tool_call_id")
+        call_id = call_id if isinstance(call_id, str) else ""
+        ctx = call.context(TOOL_RESULT, message={"index": i, "role": "tool", "field": "content"})
+        ctx["tool"] = _tool(names.get(call_id, ""), call_id)
+        return ctx
+
+    verdicts = await evaluate_all(call, (call.check(TOOL_RESULT, text, text, context(i)) for i, text in jobs))
+    call.decisions(TOOL_RESULT, verdicts)
+    blocked = next((v for v in verdicts if v.blocked), None)
+    if blocked is not None:
+        if call.caller.on_block == "refusal":
+            return call.refusal(call.n)
+        return call.error(block_error(blocked, TOOL_RESULT, call.policy))
+    for (i, text), verdict in zip(jobs, verdicts, strict=True):
+        if verdict.text is not None and verdict.text != text:
+            messages[i]["content"] = verdict.text  # the redacted tool result is what the model reads
+    return None
+
+
+async def judge_calls(call: ProxyCall, calls: Sequence[ToolCall]) -> list[Verdict]:
+    """Each tool call judged at ``tool_call``, concurrently (``max_evaluations_per_call``), each
+    an audited decision; the prompt is the last user message as sent upstream."""
+    prompt = chat.last_user_text(call.payload["messages"])
+
+    def context(tc: ToolCall) -> dict[str, Any]:
+        ctx = call.context(TOOL_CALL, choice=tc.choice, field="tool_calls", position=tc.position)
+        ctx["tool"] = _tool(tc.name, tc.call_id)
+        return ctx
+
+    verdicts = await evaluate_all(call, (call.check(TOOL_CALL, prompt, tc.arguments, context(tc)) for tc in calls))
+    call.decisions(TOOL_CALL, verdicts)
+    return verdicts
+
+
+def apply_to_completion(
+    call: ProxyCall, completion: dict[str, Any], calls: Sequence[ToolCall], verdicts: Sequence[Verdict]
+) -> Response | dict[int, Change]:
+    """The judged tool calls written into ``completion``: a blocked one dropped (``on_block:
+    error``: the policy's error instead of the answer), a redacted one's arguments replaced. The
+    choices whose every call was dropped become the refusal (returned as changes)."""
+    dropped: dict[int, set[int]] = {}
+    for tc, verdict in zip(calls, verdicts, strict=True):
+        if verdict.blocked:
+            if call.caller.on_block != "refusal":
+                return call.error(block_error(verdict, TOOL_CALL, call.policy))
+            dropped.setdefault(tc.choice, set()).add(tc.position)
+    choices = dict(chat.completion_choices(completion))
+    for tc, verdict in zip(calls, verdicts, strict=True):
+        if not verdict.blocked and verdict.text is not None and verdict.text != tc.arguments:
+            choices[tc.choice]["message"]["tool_calls"][tc.position]["function"]["arguments"] = verdict.text
+    changes: dict[int, Change] = {}
+    for idx, positions in dropped.items():
+        message = choices[idx]["message"]
+        kept = [c for pos, c in enumerate(message["tool_calls"]) if pos not in positions]
+        if kept:
+            message["tool_calls"] = kept
+            message["content"] = call.config.refusal_message  # what the caller gets for the dropped calls
+        else:
+            changes[idx] = Change(call.config.refusal_message, refused=True)
+    return changes
+
+
+def stream_refusal(call: ProxyCall, calls: Sequence[ToolCall], verdicts: Sequence[Verdict]) -> Response | None:
+    """A buffered stream's tool calls judged: a block (or a redaction, which a replayed stream
+    cannot carry yet) refuses the answer; None when every call passes unchanged."""
+    for tc, verdict in zip(calls, verdicts, strict=True):
+        if verdict.blocked or (verdict.text is not None and verdict.text != tc.arguments):
+            if call.caller.on_block == "refusal":
+                return call.refusal(call.n)
+            if verdict.blocked:
+                return call.error(block_error(verdict, TOOL_CALL, call.policy))
+            return call.error(unredactable(f"choices[{tc.choice}]", call.policy, DEFAULT_BLOCK_STATUS))
+    return None
