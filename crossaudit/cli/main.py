@@ -16,8 +16,9 @@ from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command_group
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
 
 # Every top-level command, in the order --help lists them, with its help line and the groups of
-# modules that declare it (the remote commands add `policy deploy|list|...` to the policy group). A command's modules are imported only when that command runs, so
-# `crossaudit --version` and `crossaudit policy validate` never load the server, the SDK or grpc
+# modules that declare it (the remote commands add `policy deploy|list|...` to the policy group).
+# A command's modules are imported only when that command runs, so `crossaudit --version` and
+# `crossaudit policy validate` never load the server, the SDK's client or grpc
 # (tests/unit/test_cli_startup.py checks the table against the whole parser, and the imports).
 COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("validate, test, deploy policies", "policy remote"),
