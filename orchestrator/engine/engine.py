@@ -311,7 +311,8 @@ class Engine:
         now = replay.at if replay is not None else self.now()
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
         if stage in TOOL_STAGES:
-            ctx["tool"] = tools.tool_context(stage, ctx, response, self.limits)  # name, call id, parsed arguments
+            # name, call id, parsed arguments; at tool_call the arguments judged as the tool reads them
+            ctx["tool"], response = tools.tool_context(stage, ctx, response, self.limits)
         req = _Request(
             policy=policy,
             inp=EvaluationInput(prompt=prompt, response=response, context=ctx),

@@ -1,9 +1,12 @@
 """A tool call's arguments at the ``tool_call`` stage (docs/agents.md): read, bounded, as the JSON
 text the model sent, and redacted inside their values so that a redacted call is still valid JSON.
 
-The evaluated text of a tool call is its arguments exactly as sent (evaluators locate findings in
-that text); :func:`parse_arguments` reads it for the context (``tool.arguments``), refusing what a
-tool could read differently from the guard: text that is not JSON, ``NaN``/``Infinity``, a key
+The evaluated text of a tool call is its arguments as sent, each string written plainly
+(:func:`plain_arguments`: an escape a string does not need, such as ``\u0040`` for ``@``, is
+written as the character it spells, so an evaluator reads what the tool will read; evaluators
+locate findings in that text); :func:`parse_arguments` reads it for the context
+(``tool.arguments``), refusing what a tool could read differently from the guard: text that is not
+JSON, ``NaN``/``Infinity``, a number out of a double's range, a lone surrogate (``\ud800``), a key
 given twice in one object, nesting deeper than ``engine_limits.max_tool_arguments_depth``.
 :func:`redact_arguments` applies a ``modify`` rule's redactions to the JSON text, each within the
 string, number or literal it falls in: a string keeps being a string (its findings replaced), a
@@ -15,6 +18,7 @@ never holds a key twice). Whitespace and punctuation between tokens are never ch
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -49,6 +53,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999: Python reads inf, other parsers an error or a clamp
+        raise ValueError(f"the number {literal[:32]} is out of range")
+    return value
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -68,11 +79,42 @@ def parse_arguments(text: str, max_depth: int) -> Any:
             "(engine_limits.max_tool_arguments_depth)"
         )
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as e:
         raise InvalidInputError(
             f"the tool call's arguments are not valid JSON (the text as the model sent it): {str(e)[:_SHOWN]}"
         ) from None
+
+
+def plain_arguments(text: str) -> str:
+    """``text`` (valid JSON, as :func:`parse_arguments` accepted) with each string that has an
+    escape written plainly (only ``"``, ``\\`` and control characters stay escaped): the text the
+    evaluators judge, so that ``"jane\\u0040example.com"`` is read as the tool reads it.
+    InvalidInputError for a lone surrogate, which no UTF-8 text (and no two parsers alike) holds.
+    Everything outside such strings is kept byte for byte."""
+    out: list[str] = []
+    last = 0
+    for m in _STRING.finditer(text):
+        token = m.group()
+        if "\\" not in token:
+            continue
+        value = json.loads(token)
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                "the tool call's arguments are not valid JSON (the text as the model sent it): "
+                "a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)"
+            ) from None
+        plain = json.dumps(value, ensure_ascii=False)
+        if plain != token:
+            out.append(text[last : m.start()])
+            out.append(plain)
+            last = m.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _decoded(raw: str) -> tuple[str, list[int], list[int]]:
@@ -182,11 +224,12 @@ def _unique(token: str, seen: set[str]) -> str:
     return token if candidate == key else _encode(candidate)
 
 
-def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> dict[str, Any]:
+def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> tuple[dict[str, Any], str]:
     """The context's ``tool`` at a tool stage: the caller's ``tool.name`` (required at
     ``tool_call``) and ``tool.call_id`` (optional), checked, and at ``tool_call`` the arguments
     parsed from ``text`` (the engine's own: a caller's ``tool.arguments`` is replaced, so a
-    condition reads exactly what the evaluators judged)."""
+    condition reads exactly what the evaluators judged); and the text the evaluators judge: at
+    ``tool_call`` the arguments written plainly (:func:`plain_arguments`), else ``text``."""
     max_depth, max_name_chars = limits.max_tool_arguments_depth, limits.max_tool_name_chars
     given = context.get("tool") if isinstance(context, dict) else None
     if given is not None and not isinstance(given, dict):
@@ -207,4 +250,5 @@ def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> d
         if not tool.get("name"):
             raise InvalidInputError("a tool call is evaluated with its tool's name: context tool.name")
         tool["arguments"] = parse_arguments(text, max_depth)
-    return tool
+        text = plain_arguments(text)
+    return tool, text
