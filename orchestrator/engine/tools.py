@@ -157,11 +157,16 @@ def _redact_string(raw: str, s: int, cuts: list[tuple[int, int, str]]) -> str:
     """The literal at ``s`` (quotes included) with ``cuts`` (raw positions) applied inside it."""
     value, starts, ends = _decoded(raw[1:-1])
     inner = [(max(a, s + 1) - s - 1, min(b, s + len(raw) - 1) - s - 1, text) for a, b, text in cuts]
-    for a, b, text in sorted(inner, reverse=True):
+    pieces: list[str] = []  # joined once: linear in the string, however many cuts it has
+    kept = 0  # the decoded offset up to which value is written
+    for a, b, text in sorted(inner):
         if a >= b:
             continue
-        value = value[: starts[a]] + text + value[ends[b - 1] :]
-    return _encode(value)
+        pieces.append(value[kept : starts[a]])
+        pieces.append(text)
+        kept = max(kept, ends[b - 1])
+    pieces.append(value[kept:])
+    return _encode("".join(pieces))
 
 
 def redact_arguments(text: str, spans: Iterable[tuple[Span, str]]) -> str:
@@ -180,24 +185,24 @@ def redact_arguments(text: str, spans: Iterable[tuple[Span, str]]) -> str:
     first = 0  # the first cut that may still touch a token
     out: list[str] = []
     last = 0
-    keys: list[set[str]] = []  # the keys written so far in each open object
+    keys: list[_Keys] = []  # the keys written so far in each open object
     pos = 0
     for m in _TOKEN.finditer(text):
         s, e = m.span()
         # brackets between tokens: track the objects open, for unique redacted keys
         for ch in _STRING.sub("", text[pos:s]):
             if ch == "{":
-                keys.append(set())
+                keys.append(_Keys())
             elif ch == "}" and keys:
                 keys.pop()
         pos = e
         while first < len(cuts) and cuts[first][1] <= s:
             first += 1
         touching = []
-        for c in cuts[first:]:
-            if c[0] >= e:
-                break
-            touching.append(c)
+        i = first  # indexed, not sliced: a slice of the cuts left would copy them at every token
+        while i < len(cuts) and cuts[i][0] < e:
+            touching.append(cuts[i])
+            i += 1
         token = m.group()
         is_key = token.startswith('"') and _COLON.match(text, e) is not None
         if touching:
@@ -213,14 +218,28 @@ def redact_arguments(text: str, spans: Iterable[tuple[Span, str]]) -> str:
     return "".join(out)
 
 
-def _unique(token: str, seen: set[str]) -> str:
+class _Keys:
+    """The keys written so far in one open object, and for each key that collided the number its
+    next copy tries: the numbering resumes where it stopped, so many keys redacted alike are made
+    unique in linear time (not by trying 2, 3, ... again for each)."""
+
+    __slots__ = ("next", "seen")
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.next: dict[str, int] = {}
+
+
+def _unique(token: str, keys: _Keys) -> str:
     """A key (as JSON) not yet in its object: a redacted key that collides gets a number."""
     key = json.loads(token)
-    candidate, n = key, 1
-    while candidate in seen:
+    candidate, n = key, keys.next.get(key, 1)
+    while candidate in keys.seen:
         n += 1
         candidate = f"{key} ({n})"
-    seen.add(candidate)
+    if n > 1:
+        keys.next[key] = n
+    keys.seen.add(candidate)
     return token if candidate == key else _encode(candidate)
 
 

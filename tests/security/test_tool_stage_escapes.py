@@ -61,7 +61,11 @@ POLICY = load_policy(
           - {name: emails, type: custom, config: {code: "def evaluate(p, r, c): pass"}}
           - {name: reader, type: custom, config: {code: "def evaluate(p, r, c): pass"}}
         rules:
-          - {name: redact, evaluator: emails, stage: tool_call, action: modify, action_config: {replacement_text: "[{label}]"}}
+          - name: redact
+            evaluator: emails
+            stage: tool_call
+            action: modify
+            action_config: {replacement_text: "[{label}]"}
           - name: fail_open
             evaluator: reader
             stage: tool_call
