@@ -27,10 +27,13 @@ from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.limits import EngineLimits
 from crossaudit.kernel.results import Span
 
-# A string literal (JSON's: no raw control characters are checked here, json.loads did that).
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null', re.S)
+# A string literal (JSON's: no raw control characters are checked here, json.loads did that),
+# possessive: no backtracking, so a string that never ends costs one pass, not one per quote.
+_LITERAL = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_TOKEN = re.compile(_LITERAL + r"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null", re.S)
 _COLON = re.compile(r"\s*:")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_STRING = re.compile(_LITERAL, re.S)
+_UNTIL_CLOSED = re.compile(_LITERAL + "?", re.S)  # text not yet parsed: a string left open runs to the end
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _SHOWN = 80  # characters of a JSON error's message shown
 
@@ -38,7 +41,7 @@ _SHOWN = 80  # characters of a JSON error's message shown
 def nesting_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in ``text`` (strings' brackets not counted),
     without parsing: checked before the parser, whose recursion a deep text could exhaust."""
-    brackets = re.sub(r"[^\[\]{}]", "", _STRING.sub("", text))
+    brackets = re.sub(r"[^\[\]{}]", "", _UNTIL_CLOSED.sub("", text))
     depth = deepest = 0
     for ch in brackets:
         if ch in "[{":
