@@ -25,6 +25,7 @@ from typing import Any
 
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.kernel.names import name_problem
 from crossaudit.kernel.results import Span
 
 # A string literal (JSON's: no raw control characters are checked here, json.loads did that),
@@ -268,6 +269,9 @@ def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> t
                 f"context tool.{key} must be a string of at most {max_name_chars} characters "
                 "(engine_limits.max_tool_name_chars)"
             )
+        problem = name_problem(value)  # shown in decisions, receipts and the console: nothing that displays as another
+        if problem is not None:
+            raise InvalidInputError(f"context tool.{key} cannot be judged: {problem}")
     if stage == "tool_call":
         if not tool.get("name"):
             raise InvalidInputError("a tool call is evaluated with its tool's name: context tool.name")
