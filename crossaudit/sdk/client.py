@@ -177,12 +177,22 @@ def _evaluate_request(
     return req
 
 
-def _tool_request(
-    name: str, call_id: str, context: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def _utf8(text: str, what: str) -> str:
+    """``text`` when the wire (UTF-8) can carry it, else InvalidInputError before anything is sent
+    (a lone surrogate a model wrote: protobuf would raise a bare UnicodeEncodeError)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} is not UTF-8 text: it holds a lone surrogate") from None
+    return text
+
+
+def _tool_request(name: str, call_id: str, context: Mapping[str, Any] | None) -> dict[str, Any]:
     """The context of a tool stage's evaluation: the caller's, with ``tool.name`` and ``tool.call_id``."""
     if not isinstance(name, str) or not name:
         raise InvalidInputError("a tool's name is a non-empty string")
+    _utf8(name, "a tool's name")
+    _utf8(call_id, "a tool call's id")
     ctx = dict(context or {})
     given = ctx.get("tool")
     tool = {k: v for k, v in given.items() if k != "arguments"} if isinstance(given, Mapping) else {}
@@ -197,11 +207,12 @@ def _arguments_text(arguments: str | Mapping[str, Any] | Sequence[Any]) -> str:
     """A tool call's arguments as the text evaluated: a string as the model sent it (the server
     refuses one that is not JSON), else the value as JSON."""
     if isinstance(arguments, str):
-        return arguments
+        return _utf8(arguments, "a tool call's arguments")
     try:
-        return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidInputError(f"a tool call's arguments must be JSON: {str(e)[:120]}") from None
+    return _utf8(text, "a tool call's arguments")
 
 
 @dataclass(frozen=True)
@@ -752,7 +763,8 @@ class Client(ClientBase):
         rules (an indirect prompt injection in a fetched page, say). ``output`` is evaluated as
         prompt and response (like the input stage); a redaction is ``modified_response``."""
         return self.evaluate(
-            policy, output, output, _tool_request(name, call_id, context), environment, timeout,
+            policy, output, _utf8(output, "a tool's output"), _tool_request(name, call_id, context), environment,
+            timeout,
             stage="tool_result", request_id=request_id,
         )  # fmt: skip
 
@@ -1055,7 +1067,8 @@ class AsyncClient(ClientBase):
     ) -> RemoteDecision:
         """:meth:`Client.evaluate_tool_result`, awaited."""
         return await self.evaluate(
-            policy, output, output, _tool_request(name, call_id, context), environment, timeout,
+            policy, output, _utf8(output, "a tool's output"), _tool_request(name, call_id, context), environment,
+            timeout,
             stage="tool_result", request_id=request_id,
         )  # fmt: skip
 

@@ -311,7 +311,8 @@ class Engine:
         now = replay.at if replay is not None else self.now()
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
         if stage in TOOL_STAGES:
-            ctx["tool"] = tools.tool_context(stage, ctx, response, self.limits)  # name, call id, parsed arguments
+            # name, call id, parsed arguments; at tool_call the arguments judged as the tool reads them
+            ctx["tool"], response = tools.tool_context(stage, ctx, response, self.limits)
         req = _Request(
             policy=policy,
             inp=EvaluationInput(prompt=prompt, response=response, context=ctx),
@@ -666,9 +667,15 @@ class Engine:
 
     def _cache_key(self, req: _Request, identity: str) -> str:
         """The result cache's key of ``identity``'s verdict on this request's inputs; the inputs'
-        part (texts and context, the large part) is encoded and hashed once a decision."""
+        part (texts, context and stage, the large part) is encoded and hashed once a decision. The
+        stage counts: at a tool stage the evaluators' context has the engine's own ``tool`` (the
+        parsed arguments), so a verdict given at another stage on the same texts and caller context
+        was given on another context and is never served there."""
         if not req.inputs_digest:
-            material = json.dumps([req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str)
+            inputs = [req.inp.prompt, req.inp.response, req.raw_context]
+            if req.stage in TOOL_STAGES:  # the other stages' keys are unchanged (a warm cache stays warm)
+                inputs.append(req.stage)
+            material = json.dumps(inputs, sort_keys=True, default=str)
             req.inputs_digest = hashlib.sha256(material.encode()).hexdigest()
         return hashlib.sha256(f"{identity}\n{req.inputs_digest}".encode()).hexdigest()
 

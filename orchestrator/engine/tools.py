@@ -1,9 +1,12 @@
 """A tool call's arguments at the ``tool_call`` stage (docs/agents.md): read, bounded, as the JSON
 text the model sent, and redacted inside their values so that a redacted call is still valid JSON.
 
-The evaluated text of a tool call is its arguments exactly as sent (evaluators locate findings in
-that text); :func:`parse_arguments` reads it for the context (``tool.arguments``), refusing what a
-tool could read differently from the guard: text that is not JSON, ``NaN``/``Infinity``, a key
+The evaluated text of a tool call is its arguments as sent, each string written plainly
+(:func:`plain_arguments`: an escape a string does not need, such as ``\u0040`` for ``@``, is
+written as the character it spells, so an evaluator reads what the tool will read; evaluators
+locate findings in that text); :func:`parse_arguments` reads it for the context
+(``tool.arguments``), refusing what a tool could read differently from the guard: text that is not
+JSON, ``NaN``/``Infinity``, a number out of a double's range, a lone surrogate (``\ud800``), a key
 given twice in one object, nesting deeper than ``engine_limits.max_tool_arguments_depth``.
 :func:`redact_arguments` applies a ``modify`` rule's redactions to the JSON text, each within the
 string, number or literal it falls in: a string keeps being a string (its findings replaced), a
@@ -15,18 +18,23 @@ never holds a key twice). Whitespace and punctuation between tokens are never ch
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.kernel.names import name_problem
 from crossaudit.kernel.results import Span
 
-# A string literal (JSON's: no raw control characters are checked here, json.loads did that).
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null', re.S)
+# A string literal (JSON's: no raw control characters are checked here, json.loads did that),
+# possessive: no backtracking, so a string that never ends costs one pass, not one per quote.
+_LITERAL = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_TOKEN = re.compile(_LITERAL + r"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null", re.S)
 _COLON = re.compile(r"\s*:")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_STRING = re.compile(_LITERAL, re.S)
+_UNTIL_CLOSED = re.compile(_LITERAL + "?", re.S)  # text not yet parsed: a string left open runs to the end
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _SHOWN = 80  # characters of a JSON error's message shown
 
@@ -34,7 +42,7 @@ _SHOWN = 80  # characters of a JSON error's message shown
 def nesting_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in ``text`` (strings' brackets not counted),
     without parsing: checked before the parser, whose recursion a deep text could exhaust."""
-    brackets = re.sub(r"[^\[\]{}]", "", _STRING.sub("", text))
+    brackets = re.sub(r"[^\[\]{}]", "", _UNTIL_CLOSED.sub("", text))
     depth = deepest = 0
     for ch in brackets:
         if ch in "[{":
@@ -47,6 +55,13 @@ def nesting_depth(text: str) -> int:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999: Python reads inf, other parsers an error or a clamp
+        raise ValueError(f"the number {literal[:32]} is out of range")
+    return value
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -68,11 +83,42 @@ def parse_arguments(text: str, max_depth: int) -> Any:
             "(engine_limits.max_tool_arguments_depth)"
         )
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as e:
         raise InvalidInputError(
             f"the tool call's arguments are not valid JSON (the text as the model sent it): {str(e)[:_SHOWN]}"
         ) from None
+
+
+def plain_arguments(text: str) -> str:
+    """``text`` (valid JSON, as :func:`parse_arguments` accepted) with each string that has an
+    escape written plainly (only ``"``, ``\\`` and control characters stay escaped): the text the
+    evaluators judge, so that ``"jane\\u0040example.com"`` is read as the tool reads it.
+    InvalidInputError for a lone surrogate, which no UTF-8 text (and no two parsers alike) holds.
+    Everything outside such strings is kept byte for byte."""
+    out: list[str] = []
+    last = 0
+    for m in _STRING.finditer(text):
+        token = m.group()
+        if "\\" not in token:
+            continue
+        value = json.loads(token)
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                "the tool call's arguments are not valid JSON (the text as the model sent it): "
+                "a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)"
+            ) from None
+        plain = json.dumps(value, ensure_ascii=False)
+        if plain != token:
+            out.append(text[last : m.start()])
+            out.append(plain)
+            last = m.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _decoded(raw: str) -> tuple[str, list[int], list[int]]:
@@ -115,11 +161,16 @@ def _redact_string(raw: str, s: int, cuts: list[tuple[int, int, str]]) -> str:
     """The literal at ``s`` (quotes included) with ``cuts`` (raw positions) applied inside it."""
     value, starts, ends = _decoded(raw[1:-1])
     inner = [(max(a, s + 1) - s - 1, min(b, s + len(raw) - 1) - s - 1, text) for a, b, text in cuts]
-    for a, b, text in sorted(inner, reverse=True):
+    pieces: list[str] = []  # joined once: linear in the string, however many cuts it has
+    kept = 0  # the decoded offset up to which value is written
+    for a, b, text in sorted(inner):
         if a >= b:
             continue
-        value = value[: starts[a]] + text + value[ends[b - 1] :]
-    return _encode(value)
+        pieces.append(value[kept : starts[a]])
+        pieces.append(text)
+        kept = max(kept, ends[b - 1])
+    pieces.append(value[kept:])
+    return _encode("".join(pieces))
 
 
 def redact_arguments(text: str, spans: Iterable[tuple[Span, str]]) -> str:
@@ -138,24 +189,24 @@ def redact_arguments(text: str, spans: Iterable[tuple[Span, str]]) -> str:
     first = 0  # the first cut that may still touch a token
     out: list[str] = []
     last = 0
-    keys: list[set[str]] = []  # the keys written so far in each open object
+    keys: list[_Keys] = []  # the keys written so far in each open object
     pos = 0
     for m in _TOKEN.finditer(text):
         s, e = m.span()
         # brackets between tokens: track the objects open, for unique redacted keys
         for ch in _STRING.sub("", text[pos:s]):
             if ch == "{":
-                keys.append(set())
+                keys.append(_Keys())
             elif ch == "}" and keys:
                 keys.pop()
         pos = e
         while first < len(cuts) and cuts[first][1] <= s:
             first += 1
         touching = []
-        for c in cuts[first:]:
-            if c[0] >= e:
-                break
-            touching.append(c)
+        i = first  # indexed, not sliced: a slice of the cuts left would copy them at every token
+        while i < len(cuts) and cuts[i][0] < e:
+            touching.append(cuts[i])
+            i += 1
         token = m.group()
         is_key = token.startswith('"') and _COLON.match(text, e) is not None
         if touching:
@@ -171,22 +222,37 @@ def redact_arguments(text: str, spans: Iterable[tuple[Span, str]]) -> str:
     return "".join(out)
 
 
-def _unique(token: str, seen: set[str]) -> str:
+class _Keys:
+    """The keys written so far in one open object, and for each key that collided the number its
+    next copy tries: the numbering resumes where it stopped, so many keys redacted alike are made
+    unique in linear time (not by trying 2, 3, ... again for each)."""
+
+    __slots__ = ("next", "seen")
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.next: dict[str, int] = {}
+
+
+def _unique(token: str, keys: _Keys) -> str:
     """A key (as JSON) not yet in its object: a redacted key that collides gets a number."""
     key = json.loads(token)
-    candidate, n = key, 1
-    while candidate in seen:
+    candidate, n = key, keys.next.get(key, 1)
+    while candidate in keys.seen:
         n += 1
         candidate = f"{key} ({n})"
-    seen.add(candidate)
+    if n > 1:
+        keys.next[key] = n
+    keys.seen.add(candidate)
     return token if candidate == key else _encode(candidate)
 
 
-def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> dict[str, Any]:
+def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> tuple[dict[str, Any], str]:
     """The context's ``tool`` at a tool stage: the caller's ``tool.name`` (required at
     ``tool_call``) and ``tool.call_id`` (optional), checked, and at ``tool_call`` the arguments
     parsed from ``text`` (the engine's own: a caller's ``tool.arguments`` is replaced, so a
-    condition reads exactly what the evaluators judged)."""
+    condition reads exactly what the evaluators judged); and the text the evaluators judge: at
+    ``tool_call`` the arguments written plainly (:func:`plain_arguments`), else ``text``."""
     max_depth, max_name_chars = limits.max_tool_arguments_depth, limits.max_tool_name_chars
     given = context.get("tool") if isinstance(context, dict) else None
     if given is not None and not isinstance(given, dict):
@@ -203,8 +269,12 @@ def tool_context(stage: str, context: Any, text: str, limits: EngineLimits) -> d
                 f"context tool.{key} must be a string of at most {max_name_chars} characters "
                 "(engine_limits.max_tool_name_chars)"
             )
+        problem = name_problem(value)  # shown in decisions, receipts and the console: nothing that displays as another
+        if problem is not None:
+            raise InvalidInputError(f"context tool.{key} cannot be judged: {problem}")
     if stage == "tool_call":
         if not tool.get("name"):
             raise InvalidInputError("a tool call is evaluated with its tool's name: context tool.name")
         tool["arguments"] = parse_arguments(text, max_depth)
-    return tool
+        text = plain_arguments(text)
+    return tool, text
