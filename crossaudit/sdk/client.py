@@ -165,8 +165,8 @@ def _evaluate_request(
     req = ev_pb.EvaluateRequest(
         policy=policy,
         environment=environment,
-        prompt=prompt,
-        response=response,
+        prompt=_utf8(prompt, "the prompt"),
+        response=_utf8(response, "the response"),
         request_id=request_id,
         stage=stage,
         provisional=provisional,

@@ -49,3 +49,9 @@ def test_the_async_client_refuses_alike(call: dict[str, Any]) -> None:
 def test_a_tool_result_the_wire_cannot_carry_is_a_typed_refusal(name: str, output: str) -> None:
     with Client(ADDRESS, api_key=KEY) as c, pytest.raises(InvalidInputError, match="UTF-8"):
         c.evaluate_tool_result("agents", name, output, timeout=1)
+
+
+@pytest.mark.parametrize("prompt, response", [(LONE, "ok"), ("ok", "a" + LONE)])
+def test_a_plain_evaluate_the_wire_cannot_carry_is_a_typed_refusal(prompt: str, response: str) -> None:
+    with Client(ADDRESS, api_key=KEY) as c, pytest.raises(InvalidInputError, match="UTF-8"):
+        c.evaluate("agents", prompt, response, timeout=1)
