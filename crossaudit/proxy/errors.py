@@ -76,7 +76,7 @@ def stop_error(blocked: Blocked, policy: str) -> ProxyError:
     """A streamed answer's window that did not pass."""
     if blocked.unredactable:
         return unredactable("choices[0]", policy, DEFAULT_BLOCK_STATUS)
-    error = block_error(blocked.verdict, "output", policy)
+    error = block_error(blocked.verdict, blocked.stage, policy)
     error.extra["crossaudit"]["window"] = blocked.window
     return error
 

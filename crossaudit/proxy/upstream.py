@@ -32,6 +32,7 @@ from crossaudit.proxy.errors import (
 )
 from crossaudit.proxy.guard import Verdict
 from crossaudit.proxy.stream import Blocked, StreamGuard, Windows
+from crossaudit.proxy.toolstream import call_text
 
 log = logging.getLogger("crossaudit.proxy")
 
@@ -180,8 +181,12 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
     async def outside(text: str) -> Verdict:
         return await call.check("output", prompt, text, call.context("output", choice=0, field="outside"))
 
-    async def tool_calls(calls: list[chat.ToolCall]) -> list[Verdict]:
-        return await tools.judge_calls(call, calls)
+    async def one_call(tc: chat.ToolCall) -> tuple[Verdict, Verdict]:  # a held call, once whole
+        context = call.context("output", choice=0, field="tool_calls", position=tc.position)
+        judged, text = await asyncio.gather(
+            tools.judge_call(call, prompt, tc), call.check("output", prompt, call_text(tc), context)
+        )
+        return judged, text
 
     limits = call.config.limits
     largest_context = call.context("output", choice=0, field="content", stream={"window": 0, "final": True})
@@ -198,7 +203,8 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
         - len(json.dumps(largest_context).encode())
         - EVALUATE_REQUEST_OVERHEAD_BYTES,
         fields=chat.Fields(call.payload.get("model")),
-        tools=tool_calls,
+        tools=one_call,
+        refusal=call.config.refusal_message if call.caller.on_block == "refusal" else None,
     )
     events = guard.run()
     try:
@@ -208,12 +214,14 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
         return call.error(masked(call.config, e))
     if isinstance(first, Blocked):
         await events.aclose()
-        call.decisions("output", guard.final or [first.verdict])
+        call.decisions("output", guard.decided("output") or [first.verdict])
+        call.decisions("tool_call", guard.decided("tool_call"))
         if call.caller.on_block == "refusal":
             return call.refusal(1)
         return call.error(stop_error(first, call.policy))
     if guard.final:  # the whole answer was decided before the first byte: the ids go in headers
-        call.decisions("output", guard.final)
+        call.decisions("output", guard.decided("output"))
+        call.decisions("tool_call", guard.decided("tool_call"))
     return StreamingResponse(
         _rest(call, first, events, guard),
         media_type="text/event-stream",
