@@ -18,7 +18,7 @@ from anthropic._constants import ANTHROPIC_API_VERSION
 
 from crossaudit import Client
 from tests.e2e.anthropic_stub import AnthropicStub
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, key
 from tests.e2e.test_agents import client as audit  # noqa: F401 - a fixture, found by name
 from tests.e2e.test_agents import server  # noqa: F401 - a fixture, found by name
 from tests.e2e.test_proxy import APP_KEY, PROXY_ENV, REFUSAL, REFUSER_KEY, ProxyProcess, proxy_config
@@ -45,14 +45,39 @@ def stub(upstream: AnthropicStub) -> AnthropicStub:
     return upstream
 
 
+TEXT_POLICY = """
+name: agents-text
+description: e-mail addresses redacted from prompts and answers
+version: "1.0"
+evaluators:
+  - name: emails
+    type: custom
+    config:
+      code: |
+        import re
+
+        def evaluate(prompt, response, context):
+            spans = [{"start": m.start(), "end": m.end(), "label": "EMAIL_ADDRESS", "score": 1.0}
+                     for m in re.finditer(r"[\\w.+-]+@[\\w-]+\\.[\\w.]+", response)]
+            return {"score": 0.0 if spans else 1.0, "spans": spans}
+rules:
+  - name: redact_emails
+    evaluator: emails
+    action: modify
+    action_config: {replacement_text: "[{label}]"}
+"""
+
+
 @pytest.fixture(scope="module")
 def proxy(
     server: ServerProcess,  # noqa: F811
     upstream: AnthropicStub,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ProxyProcess]:
+    with Client(server.address, api_key=key("acme")) as c:
+        c.deploy_policy(TEXT_POLICY)
     callers = {
-        "app": {"keys": [APP_KEY], "policies": ["agents"], "default_policy": "agents"},
+        "app": {"keys": [APP_KEY], "policies": ["agents", "agents-text"], "default_policy": "agents"},
         "refuser": {"keys": [REFUSER_KEY], "policies": ["agents"], "default_policy": "agents", "on_block": "refusal"},
     }
     openai_upstream = UpstreamStub()  # the chat route's; these tests call /v1/messages only
@@ -313,3 +338,26 @@ def test_the_raw_stream_is_anthropics_events(proxy: ProxyProcess, stub: Anthropi
     kinds = [e.type for e in client.messages.create(model="claude-stub", max_tokens=10, messages=ASK, stream=True)]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_text_is_judged_at_input_and_output_as_the_chat_route_does(
+    proxy: ProxyProcess, stub: AnthropicStub, stream: bool
+) -> None:
+    """The last user message's text is redacted before it goes upstream (its tool_result blocks
+    stay as they were), and each text block of the answer before the caller reads it."""
+    stub.reset([{"type": "text", "text": "Write to bob@corp.example today."}, use("noop", {}, "toolu_01n")], "tool_use")
+    client = sdk(proxy, base=proxy.root() + "/policies/agents-text")
+    messages: Any = [
+        {"role": "user", "content": [{"type": "text", "text": "Who is jane.doe@example.com?"}]},
+    ]
+    kw: dict[str, Any] = {"model": "claude-stub", "max_tokens": 50, "messages": messages, "system": "Be brief."}
+    if stream:
+        with client.messages.stream(**kw) as s:
+            message = s.get_final_message()
+    else:
+        message = client.messages.create(**kw)
+    assert message.content[0].text == "Write to [EMAIL_ADDRESS] today."
+    [seen] = stub.requests
+    assert seen["body"]["messages"][0]["content"] == [{"type": "text", "text": "Who is [EMAIL_ADDRESS]?"}]
+    assert seen["body"]["system"] == "Be brief."
