@@ -56,7 +56,7 @@ LONG_RUNNING = {
 }  # fmt: skip
 # Needs an OpenAI-compatible model upstream (tests/e2e/test_proxy.py runs the proxy against a stub).
 NEEDS_A_MODEL = {
-    "crossaudit proxy --dev --upstream http://127.0.0.1:11434/v1 --policy"
+    'crossaudit proxy --dev --upstream http://127.0.0.1:11434/v1 --policy'
     ' "Offline Demo"': "the guard proxy serves until stopped, in front of a model on port 11434",
 }
 # Runs every test suite (this one included) and builds the Docker images and models.
@@ -91,7 +91,7 @@ SHOWS = {
     "crossaudit eval --compare": "McNemar",
     'crossaudit policy diff "Offline Demo" v2.yaml': "rule 'redact_emails': threshold 0.5 -> 0.0",
     'crossaudit policy replay v2.yaml --against "Offline Demo" --since 7d': "modify->allow",
-    "crossaudit policy deploy v2.yaml --shadow": "shadow",
+    'crossaudit policy deploy v2.yaml --shadow': "shadow",
     'crossaudit policy promote "Offline Demo"': "Offline Demo",
     "crossaudit audit erase --context-field user_id=u-123": "1 decision",
 }
@@ -140,16 +140,14 @@ def readme_items() -> list[Item]:
 
 # The sections whose commands need no server (local policy commands, evals, configuration): run
 # on their own, with no CROSSAUDIT_SERVER, so a command that quietly needed one fails there.
-LOCAL_SECTIONS = frozenset(
-    {
-        "",
-        "### Validate and test policies (no server, no Docker)",
-        "### Version and shell completion",
-        "### Measure a policy: labelled evals",
-        "### Configure it",
-        "### Custom evaluators",
-    }
-)
+LOCAL_SECTIONS = frozenset({
+    "",
+    "### Validate and test policies (no server, no Docker)",
+    "### Version and shell completion",
+    "### Measure a policy: labelled evals",
+    "### Configure it",
+    "### Custom evaluators",
+})
 
 
 # The evals section is most of the local commands' time: a file of its own, so another worker runs it.
@@ -233,13 +231,10 @@ def run_python(item: Item, work: Path, env: dict[str, str]) -> dict[str, object]
     return scope
 
 
-def run_items(
-    items: list[Item],
-    work: Path,
-    env: dict[str, str],
-    client: object,
-    check_python: Callable[[Item, dict[str, object]], None] | None = None,
-) -> list[str]:
+
+
+def run_items(items: list[Item], work: Path, env: dict[str, str], client: object,
+              check_python: Callable[[Item, dict[str, object]], None] | None = None) -> list[str]:
     """Run ``items`` in order (skipping the listed ones); returns what ran."""
     ran: list[str] = []
     for item in items:

@@ -20,20 +20,18 @@ from tests.e2e.policies import UPLOAD_CODE, custom_policy, returns, uses_upload
 pytestmark = pytest.mark.e2e
 CLI_TIMEOUT_S = 600
 
-ZERO = (
-    custom_policy(
-        "zero",
-        """
+ZERO = custom_policy(
+    "zero",
+    """
     def evaluate(prompt, response, context):
         if "divide" in response:
             return {"score": 1 / 0}
         return {"score": 0.0 if "bad" in response else 1.0}
     """,
-        evaluator="div",
-        rules=["divided"],
-        description="an evaluator that divides by zero on request",
-    )
-    + """test_cases:
+    evaluator="div",
+    rules=["divided"],
+    description="an evaluator that divides by zero on request",
+) + """test_cases:
   - name: fine
     input: {response: "hello"}
     expected_result: pass
@@ -45,18 +43,15 @@ ZERO = (
     expected_result: error
     expected_action: block
 """
-)
 
-WRONG = (
-    custom_policy(
-        "wrong",
-        returns('{"score": 0.25 if "bad" in response else 1.0}'),
-        evaluator="kw",
-        rules=["no_bad"],
-        action="flag",
-        description="a case whose expectation is wrong",
-    )
-    + """test_cases:
+WRONG = custom_policy(
+    "wrong",
+    returns('{"score": 0.25 if "bad" in response else 1.0}'),
+    evaluator="kw",
+    rules=["no_bad"],
+    action="flag",
+    description="a case whose expectation is wrong",
+) + """test_cases:
   - name: ok
     input: {response: "fine"}
     expected_result: pass
@@ -64,7 +59,6 @@ WRONG = (
     input: {response: "bad"}
     expected_result: pass
 """
-)
 
 NO_CASES = """
 name: untested
@@ -287,10 +281,8 @@ def test_another_tenants_deployment_is_not_reachable(server: ServerProcess, tmp_
     (suite,) = json.loads(res.stdout)["suites"]
     assert res.returncode == 1 and suite["cases"] == []
     # the same answer as a policy that exists nowhere: another tenant's deployments are never named
-    assert suite["error"] == (
-        f"policy 'acme-wrong' is not deployed to 'production' (nor to any other environment; "
-        f"crossaudit policy list shows what is) (server {server.address})"
-    )
+    assert suite["error"] == (f"policy 'acme-wrong' is not deployed to 'production' (nor to any other environment; "
+                              f"crossaudit policy list shows what is) (server {server.address})")
     mine = run(str(policy), "--server", server=server, api_key=key("acme"))
     assert mine.returncode == 1 and "FAIL  wrongly_expected" in mine.stdout  # acme reaches its own
     res = run(str(policy), "--server", "127.0.0.1:1", "--timeout", "3", server=server)

@@ -112,7 +112,9 @@ def test_policy_test_on_example_03_reports_the_errored_rules_and_the_others(no_k
     cases = tmp_path / "cases.json"
     cases.write_text(json.dumps([{"name": "hello", "input": {"prompt": "hi", "response": "hello"},
                                   "expected_result": "pass"}] * 2))  # fmt: skip
-    res = run_cli("policy", "test", f"{GUIDE}/03_evaluator_types.yaml", "--input", str(cases), env=no_keys_no_models)
+    res = run_cli(
+        "policy", "test", f"{GUIDE}/03_evaluator_types.yaml", "--input", str(cases), env=no_keys_no_models
+    )
     assert res.returncode == 1
     lines = res.stdout.splitlines()
     errors = [line for line in lines if line.startswith("  ERROR hello: expected pass, got error/block")]

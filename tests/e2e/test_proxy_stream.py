@@ -128,9 +128,7 @@ def sha(text: str) -> str:
 
 
 def test_an_answer_turning_harmful_is_cut_at_the_failing_window(
-    proxy: ProxyProcess,
-    stub: UpstreamStub,
-    deployed: ServerProcess,  # noqa: F811
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
 ) -> None:
     clean = CLEAN * 2  # 122 characters reach the proxy before the caller has any text
     gate = gated(stub, clean + "The launch code is TOP-SECRET-42. " + TAIL, held_from=120)
@@ -161,9 +159,7 @@ def test_a_cut_stream_ends_in_the_refusal_for_a_refusing_caller(proxy: ProxyProc
 
 
 def test_a_redacted_window_streams_redacted_even_split_across_windows(
-    proxy: ProxyProcess,
-    stub: UpstreamStub,
-    deployed: ServerProcess,  # noqa: F811
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
 ) -> None:
     """The address is 16 characters, within the context (20): the caller's first text is sent
     while the proxy holds only "Write to bob@c" of it, and no piece of it is ever sent."""
@@ -187,9 +183,7 @@ def test_a_redacted_window_streams_redacted_even_split_across_windows(
 
 
 def test_a_clean_stream_is_audited_once(
-    proxy: ProxyProcess,
-    stub: UpstreamStub,
-    deployed: ServerProcess,  # noqa: F811
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
 ) -> None:
     reply = CLEAN * 5
     gate = gated(stub, reply, held_from=100)
@@ -255,9 +249,7 @@ def test_an_endless_line_is_cut_at_the_byte_limit(proxy: ProxyProcess, stub: Ups
 
 
 def test_text_released_before_an_upstream_failure_is_audited(
-    proxy: ProxyProcess,
-    stub: UpstreamStub,
-    deployed: ServerProcess,  # noqa: F811
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
 ) -> None:
     """The upstream breaks off (an error event) after windows were released: what the caller got
     must still have its audit record (windows alone are provisional, unrecorded)."""
@@ -272,9 +264,7 @@ def test_text_released_before_an_upstream_failure_is_audited(
 
 
 def test_text_released_to_a_caller_that_hangs_up_is_audited(
-    proxy: ProxyProcess,
-    stub: UpstreamStub,
-    deployed: ServerProcess,  # noqa: F811
+    proxy: ProxyProcess, stub: UpstreamStub, deployed: ServerProcess  # noqa: F811
 ) -> None:
     """A caller that reads the first windows and hangs up mid-stream got text: it is audited."""
     gate = gated(stub, CLEAN * 3, held_from=120)

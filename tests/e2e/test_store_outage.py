@@ -107,10 +107,8 @@ def test_health_follows_the_database_and_recovers_within_the_bound(server: Serve
         # SERVING means usable: the first call after it finds a working pool, no broken connection
         assert [p.name for p in c.list_policies()] == ["keywords"]
         assert c.evaluate("keywords", "p", "fine", timeout=10).passed
-    print(
-        f"\nNOT_SERVING {detected:.2f} s after the database stopped; SERVING {recovered:.2f} s after it "
-        f"accepted connections again (documented bound {DOCUMENTED_BOUND_S:g} s)"
-    )
+    print(f"\nNOT_SERVING {detected:.2f} s after the database stopped; SERVING {recovered:.2f} s after it "
+          f"accepted connections again (documented bound {DOCUMENTED_BOUND_S:g} s)")
     log = server.log.read_text()
     assert "Traceback" not in log, log[-3000:]
     assert "the store is unreachable" in log and "the store answers again" in log

@@ -272,3 +272,4 @@ def test_one_worker_is_todays_server(tmp_path: Path) -> None:
         with Client(srv.address, api_key=key("acme")) as c:
             c.deploy_policy(LIMITED)
             assert not c.evaluate("limited", "p", "r").errored_rules
+
