@@ -547,6 +547,7 @@ class ToolCall:
     call_id: str
     name: str
     arguments: str
+    key: int | None = None  # a streamed call's own ``index`` (its deltas are grouped by it)
 
 
 def _call_fields(call: Any) -> tuple[str, str, str]:
@@ -577,18 +578,28 @@ def completion_tool_calls(completion: Mapping[str, Any], *, asked: int | None = 
 
 def stream_tool_calls(choices: Iterable[tuple[int, Mapping[str, Any]]]) -> list[ToolCall]:
     """Every tool call of a stream, each put back together from its deltas (by choice and the
-    call's own ``index``): the id and name as first given, the arguments' fragments joined."""
-    calls: dict[tuple[int, Any], list[str]] = {}
+    call's own ``index``, a JSON integer): the id and name as first given, the arguments'
+    fragments joined; ``position`` counts a choice's calls in the order they began."""
+    calls: dict[tuple[int, int], list[str]] = {}
     for idx, choice in choices:
         delta = choice.get("delta")
         pieces = delta.get("tool_calls") if isinstance(delta, dict) else None
-        if not isinstance(pieces, list):
+        if pieces is None:
             continue
-        for pos, piece in enumerate(pieces):
-            key_index = piece.get("index", pos) if isinstance(piece, dict) else pos
+        if not isinstance(pieces, list):
+            raise ValueError("a delta's tool_calls is not a list")
+        for piece in pieces:
+            key = piece.get("index") if isinstance(piece, dict) else None
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise ValueError("a streamed tool call's index is not an integer")
             call_id, name, arguments = _call_fields(piece)
-            got = calls.setdefault((idx, key_index), ["", "", ""])
+            got = calls.setdefault((idx, key), ["", "", ""])
             got[0] = got[0] or call_id
             got[1] = got[1] or name
             got[2] += arguments
-    return [ToolCall(idx, n, *fields) for n, ((idx, _), fields) in enumerate(calls.items())]
+    out: list[ToolCall] = []
+    positions: dict[int, int] = {}
+    for (idx, key), (call_id, name, arguments) in calls.items():
+        position = positions[idx] = positions.get(idx, -1) + 1
+        out.append(ToolCall(idx, position, call_id, name, arguments, key))
+    return out

@@ -54,15 +54,15 @@ async def guarded(call: ProxyCall) -> Response:
         return changes
     if calls:  # each tool call at the tool_call stage (docs/agents.md)
         if chunks is not None:
-            refused = tools.stream_refusal(call, calls, verdicts)
-            if refused is not None:
-                return refused
+            applied = tools.apply_to_stream(call, chunks, calls, verdicts)
         else:
             assert completion is not None
             applied = tools.apply_to_completion(call, completion, calls, verdicts)
-            if isinstance(applied, Response):
-                return applied
-            changes.update(applied)  # a choice whose every call was dropped is the refusal
+        if isinstance(applied, Response):
+            return applied
+        for idx, change in applied.items():  # a choice whose every call was dropped is the refusal
+            if not (idx in changes and changes[idx].refused):
+                changes[idx] = change
     return call.answer(completion, chunks, changes, chat.Fields(call.payload.get("model")))
 
 

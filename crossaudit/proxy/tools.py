@@ -3,13 +3,14 @@ request is evaluated at the ``tool_result`` stage before anything goes upstream 
 call, a redaction replaces the message's text), and each tool call of the model's answer at the
 ``tool_call`` stage, all of an answer's calls at once, each its own audited decision (a block drops
 that call: the caller gets the policy's error, or the refusal in its place; a redaction replaces
-the call's arguments with the redacted ones, still valid JSON). A streamed answer's tool calls are
-held until the stream ends (stream.py), then judged the same way; there a block or a redaction
-refuses the whole choice, as the guard cannot yet rewrite one call of a stream.
+the call's arguments with the redacted ones, still valid JSON). A streamed answer's calls are
+judged the same way, each once it is whole: released window by window by stream.py and
+toolstream.py, or, in a buffered stream, rewritten in its chunks (:func:`apply_to_stream`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from starlette.responses import Response
 from crossaudit.proxy import chat
 from crossaudit.proxy.call import MAX_CONTEXT_STRING, ProxyCall, evaluate_all
 from crossaudit.proxy.chat import Change, ToolCall
-from crossaudit.proxy.errors import DEFAULT_BLOCK_STATUS, block_error, unredactable
+from crossaudit.proxy.errors import block_error
 from crossaudit.proxy.guard import Verdict
 
 TOOL_RESULT = "tool_result"
@@ -85,15 +86,16 @@ async def judge_calls(call: ProxyCall, calls: Sequence[ToolCall]) -> list[Verdic
     """Each tool call judged at ``tool_call``, concurrently (``max_evaluations_per_call``), each
     an audited decision; the prompt is the last user message as sent upstream."""
     prompt = chat.last_user_text(call.payload["messages"])
-
-    def context(tc: ToolCall) -> dict[str, Any]:
-        ctx = call.context(TOOL_CALL, choice=tc.choice, field="tool_calls", position=tc.position)
-        ctx["tool"] = _tool(tc.name, tc.call_id)
-        return ctx
-
-    verdicts = await evaluate_all(call, (call.check(TOOL_CALL, prompt, tc.arguments, context(tc)) for tc in calls))
+    verdicts = await evaluate_all(call, (judge_call(call, prompt, tc) for tc in calls))
     call.decisions(TOOL_CALL, verdicts)
     return verdicts
+
+
+async def judge_call(call: ProxyCall, prompt: str, tc: ToolCall) -> Verdict:
+    """One tool call at ``tool_call``: its arguments as the model wrote them, its tool in the context."""
+    ctx = call.context(TOOL_CALL, choice=tc.choice, field="tool_calls", position=tc.position)
+    ctx["tool"] = _tool(tc.name, tc.call_id)
+    return await call.check(TOOL_CALL, prompt, tc.arguments, ctx)
 
 
 def apply_to_completion(
@@ -124,14 +126,59 @@ def apply_to_completion(
     return changes
 
 
-def stream_refusal(call: ProxyCall, calls: Sequence[ToolCall], verdicts: Sequence[Verdict]) -> Response | None:
-    """A buffered stream's tool calls judged: a block (or a redaction, which a replayed stream
-    cannot carry yet) refuses the answer; None when every call passes unchanged."""
+def apply_to_stream(
+    call: ProxyCall, chunks: chat.Chunks, calls: Sequence[ToolCall], verdicts: Sequence[Verdict]
+) -> Response | dict[int, Change]:
+    """A buffered stream's judged tool calls written into its chunks, as apply_to_completion does
+    for a JSON answer: a blocked call's deltas dropped (``on_block: error``: the policy's error), a
+    redacted one's first fragment carrying the whole redacted arguments and its later fragments
+    none; the calls a choice keeps numbered 0, 1, ... as the caller's client groups them."""
+    fate: dict[tuple[int, int | None], str | None] = {}  # (choice, call index) -> new arguments, None: dropped
+    dropped: dict[int, int] = {}
     for tc, verdict in zip(calls, verdicts, strict=True):
-        if verdict.blocked or (verdict.text is not None and verdict.text != tc.arguments):
-            if call.caller.on_block == "refusal":
-                return call.refusal(call.n)
-            if verdict.blocked:
+        if verdict.blocked:
+            if call.caller.on_block != "refusal":
                 return call.error(block_error(verdict, TOOL_CALL, call.policy))
-            return call.error(unredactable(f"choices[{tc.choice}]", call.policy, DEFAULT_BLOCK_STATUS))
-    return None
+            fate[(tc.choice, tc.key)] = None
+            dropped[tc.choice] = dropped.get(tc.choice, 0) + 1
+        elif verdict.text is not None and verdict.text != tc.arguments:
+            fate[(tc.choice, tc.key)] = verdict.text
+    if not fate:
+        return {}
+    renumber: dict[tuple[int, int | None], int] = {}
+    for tc in calls:
+        if fate.get((tc.choice, tc.key), "") is not None:
+            renumber[(tc.choice, tc.key)] = sum(1 for k in renumber if k[0] == tc.choice)
+    placed: set[tuple[int, int | None]] = set()
+    for pos, chunk in enumerate(chunks.parsed):
+        changed = False
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta")
+            pieces = delta.get("tool_calls") if isinstance(delta, dict) else None
+            if not isinstance(pieces, list):
+                continue
+            kept: list[Any] = []
+            for piece in pieces:
+                where = (choice["index"], piece["index"])
+                if where in fate or renumber.get(where) != piece["index"]:
+                    changed = True
+                if where in fate and fate[where] is None:
+                    continue
+                piece = {**piece, "index": renumber[where]}
+                if where in fate:
+                    fn = dict(piece.get("function") or {})
+                    fn["arguments"] = "" if where in placed else fate[where]
+                    placed.add(where)
+                    piece["function"] = fn
+                kept.append(piece)
+            if kept:
+                delta["tool_calls"] = kept
+            else:
+                del delta["tool_calls"]
+        if changed:
+            chunks.raw[pos] = json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
+    changes: dict[int, Change] = {}
+    for idx in dropped:
+        left = sum(1 for k in renumber if k[0] == idx)
+        changes[idx] = Change(call.config.refusal_message, refused=not left)
+    return changes

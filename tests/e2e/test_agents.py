@@ -113,7 +113,9 @@ def proxy(
         "app": {"keys": [APP_KEY], "policies": ["agents"], "default_policy": "agents"},
         "refuser": {"keys": [REFUSER_KEY], "policies": ["agents"], "default_policy": "agents", "on_block": "refusal"},
     }
-    config = proxy_config(server.address, upstream.url, callers)
+    # small windows: a short answer's text goes out window by window, beside the tool calls
+    limits = {"stream_window_chars": 32, "stream_context_chars": 8}
+    config = proxy_config(server.address, upstream.url, callers, limits=limits)
     p = ProxyProcess(tmp_path_factory.mktemp("agents-proxy"), config, PROXY_ENV).start()
     try:
         yield p
@@ -233,9 +235,13 @@ def test_a_denied_tool_never_reaches_the_caller(proxy: ProxyProcess, stub: Upstr
 
 @pytest.mark.parametrize("n", [1, 2])  # 1: released window by window; 2: buffered whole
 def test_a_streamed_tool_call_is_held_and_judged(proxy: ProxyProcess, stub: UpstreamStub, n: int) -> None:
-    def stream() -> list[Any]:
+    def stream(api_key: str = APP_KEY) -> list[Any]:
         messages = [{"role": "user", "content": "x"}]
-        return list(oa(proxy.url).chat.completions.create(model="stub-model", messages=messages, stream=True, n=n))
+        client = oa(proxy.url, api_key)
+        return list(client.chat.completions.create(model="stub-model", messages=messages, stream=True, n=n))
+
+    def calls_of(chunks: list[Any], choice: int = 0) -> list[Any]:
+        return [t for c in chunks for ch in c.choices if ch.index == choice for t in (ch.delta.tool_calls or [])]
 
     stub.reset(reply="On it.", extra={"tool_calls": [call("drop_database", '{"db": "prod"}', "call_s1")]})
     try:
@@ -245,12 +251,157 @@ def test_a_streamed_tool_call_is_held_and_judged(proxy: ProxyProcess, stub: Upst
     else:
         raise AssertionError(f"a denied streamed tool call passed: {chunks}")
     stub.reset(reply="On it.", extra={"tool_calls": [call("send_email", '{"to": "a@b.io"}', "call_s2")]})
-    with pytest.raises(openai.APIError):  # a redaction a stream cannot carry yet: refused, never passed unredacted
-        stream()
+    chunks = stream()  # redacted inside its arguments, one call per choice
+    for choice in range(n):
+        [tc] = calls_of(chunks, choice)
+        assert tc.index == 0 and tc.function.name == "send_email"
+        assert json.loads(tc.function.arguments) == {"to": "[EMAIL_ADDRESS]"}
+    assert "a@b.io" not in json.dumps([c.model_dump() for c in chunks])
     stub.reset(reply="On it.", extra={"tool_calls": [call("list_issues", '{"q": "open"}', "call_s3")]})
     chunks = stream()
     names = [t.function.name for c in chunks for ch in c.choices for t in (ch.delta.tool_calls or []) if t.function]
     assert names.count("list_issues") == n
+    both = [call("drop_database", '{"db": "prod"}', "call_s4"), call("list_issues", "{}", "call_s5")]
+    stub.reset(reply="On it.", extra={"tool_calls": both})
+    chunks = stream(REFUSER_KEY)  # on_block: refusal: that call dropped, the other released as call 0
+    for choice in range(n):
+        assert [(t.index, t.function.name) for t in calls_of(chunks, choice)] == [(0, "list_issues")]
+    assert "drop_database" not in json.dumps([c.model_dump() for c in chunks])
+    text = "".join(ch.delta.content or "" for c in chunks for ch in c.choices if ch.index == 0)
+    assert REFUSAL in text
+
+
+def piece(index: int, arguments: str, name: str | None = None, call_id: str | None = None) -> dict[str, Any]:
+    """One streamed fragment of tool call ``index`` (its first carries the id and the name)."""
+    fragment: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if name is not None:
+        fragment.update(id=call_id, type="function")
+        fragment["function"]["name"] = name
+    return {"choices": [{"index": 0, "delta": {"tool_calls": [fragment]}, "finish_reason": None}]}
+
+
+def said(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+BESIDE = "I am writing to Jane now, and listing the open issues for you while I do that. "  # 80 characters
+
+
+def test_a_streamed_call_split_across_fragments_is_released_redacted_while_text_streams(
+    proxy: ProxyProcess, stub: UpstreamStub, client: Client
+) -> None:
+    """The address is split over three fragments; the call is released (redacted) as soon as it is
+    whole (the next call began), while the stream is still held at the stub's gate, and the text
+    beside it went out before it, window by window."""
+    import threading
+
+    stub.reset()
+    stub.script = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        said(BESIDE[:40]),
+        said(BESIDE[40:]),
+        piece(0, '{"to": "jane.d', "send_email", "call_p1"),
+        piece(0, "oe@exam"),
+        piece(0, 'ple.com", "body": "hi"}'),
+        piece(1, '{"state": ', "list_issues", "call_p2"),
+        piece(1, '"open"}'),
+        said(BESIDE),
+        FINISH,
+    ]
+    gate = threading.Event()
+    stub.gate = (7, gate)  # the second call's end waits until the caller has the first call
+    raw = oa(proxy.url).chat.completions.with_raw_response.create(
+        model="stub-model", messages=[{"role": "user", "content": "mail jane"}], stream=True
+    )
+    seen: list[Any] = []
+    text_before_call = ""
+    for chunk in raw.parse():
+        seen.append(chunk)
+        delta = chunk.choices[0].delta if chunk.choices else None
+        if delta is not None and delta.tool_calls and not gate.is_set():
+            text_before_call = "".join(c.choices[0].delta.content or "" for c in seen if c.choices)
+            gate.set()  # released while the upstream was still held: the first call did not wait for the end
+    assert gate.is_set()
+    assert text_before_call and BESIDE.startswith(text_before_call)  # the text was not held back for the call
+    calls = [t for c in seen for ch in c.choices for t in (ch.delta.tool_calls or [])]
+    assert [(t.index, t.id, t.function.name) for t in calls] == [
+        (0, "call_p1", "send_email"),
+        (1, "call_p2", "list_issues"),
+    ]
+    assert json.loads(calls[0].function.arguments) == {"to": "[EMAIL_ADDRESS]", "body": "hi"}
+    assert json.loads(calls[1].function.arguments) == {"state": "open"}
+    text = "".join(ch.delta.content or "" for c in seen for ch in c.choices)
+    assert text == BESIDE + BESIDE and "jane.d" not in json.dumps([c.model_dump() for c in seen])
+    finish = seen[-1].model_extra.get("crossaudit") or {}
+    assert finish.get("tool_call_action") == "modify,allow"
+    ids = finish["tool_call_decision_id"].split(",")
+    names = [client.get_decision(i).receipt["subject"]["tool"]["name"] for i in ids]
+    assert names == ["send_email", "list_issues"]
+
+
+def test_a_blocked_streamed_call_is_dropped_and_the_other_released(proxy: ProxyProcess, stub: UpstreamStub) -> None:
+    script = [
+        said("Cleaning up."),
+        piece(0, '{"db": ', "drop_database", "call_b1"),
+        piece(0, '"prod"}'),
+        piece(1, "{}", "list_issues", "call_b2"),
+        FINISH,
+    ]
+    stub.reset()
+    stub.script = script
+    chunks = list(
+        oa(proxy.url, REFUSER_KEY).chat.completions.create(
+            model="stub-model", messages=[{"role": "user", "content": "clean"}], stream=True
+        )
+    )
+    calls = [t for c in chunks for ch in c.choices for t in (ch.delta.tool_calls or [])]
+    assert [(t.index, t.function.name) for t in calls] == [(0, "list_issues")]
+    assert "drop_database" not in json.dumps([c.model_dump() for c in chunks])
+    text = "".join(ch.delta.content or "" for c in chunks for ch in c.choices)
+    assert text == "Cleaning up." + REFUSAL
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # on_block: error: the policy's error, and the denied call never reaches the caller
+    stub.reset()
+    stub.script = script
+    with pytest.raises(openai.APIError) as info:
+        list(
+            oa(proxy.url).chat.completions.create(
+                model="stub-model", messages=[{"role": "user", "content": "clean"}], stream=True
+            )
+        )
+    assert "drop_database" not in json.dumps(info.value.body) and "DESTRUCTIVE_TOOL" in json.dumps(info.value.body)
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        ([piece(0, '{"to": "jane@', "send_email", "call_h1"), FINISH], "guard_rejected"),  # arguments not JSON
+        (
+            [piece(0, "{", "send_email", "call_h2"), piece(1, "{}", "t", "call_h3"), piece(0, "}")],
+            "upstream_invalid_response",
+        ),
+        (
+            [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "0", "function": {"name": "t"}}]}}]}],
+            "upstream_invalid_response",
+        ),
+        ([b"data: {not json\n\n"], "upstream_invalid_response"),
+    ],
+    ids=["not-json", "resumed", "string-index", "malformed-sse"],
+)
+def test_a_hostile_streamed_tool_call_never_passes(
+    proxy: ProxyProcess, stub: UpstreamStub, script: list[Any], code: str
+) -> None:
+    stub.reset()
+    stub.script = script
+    with pytest.raises(openai.APIError) as info:  # an HTTP 502, or an error event once a call went out
+        list(
+            oa(proxy.url).chat.completions.create(
+                model="stub-model", messages=[{"role": "user", "content": "go"}], stream=True
+            )
+        )
+    assert isinstance(info.value.body, dict) and info.value.body["code"] == code
+    assert "jane@" not in json.dumps(info.value.body)
 
 
 def test_an_injected_tool_result_is_blocked_before_anything_goes_upstream(
