@@ -200,7 +200,7 @@ def tool_results(messages: Sequence[Mapping[str, Any]]) -> list[ToolResult]:
     for i, m in enumerate(messages):
         content = m.get("content")
         for j, block in enumerate(content if isinstance(content, list) else []):
-            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+            if block.get("type") == "tool_use" and m.get("role") == "assistant" and isinstance(block.get("id"), str):
                 names[block["id"]] = block.get("name") if isinstance(block.get("name"), str) else ""
             elif block.get("type") == "tool_result" and m.get("role") == "user":
                 call_id = block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else ""

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.responses import Response
 
 from crossaudit.proxy import chat
-from crossaudit.proxy.call import MAX_CONTEXT_STRING, ProxyCall, evaluate_all
+from crossaudit.proxy.call import ProxyCall, evaluate_all
 from crossaudit.proxy.chat import Change, ToolCall
 from crossaudit.proxy.errors import block_error
 from crossaudit.proxy.guard import Verdict
@@ -26,15 +26,23 @@ TOOL_RESULT = "tool_result"
 TOOL_CALL = "tool_call"
 
 
-def _tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Tool call id -> its tool's name, from the assistant turns that made the calls."""
-    names: dict[str, str] = {}
-    for message in messages:
-        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
-        for call in calls if isinstance(calls, list) else ():
-            call_id, name, _ = chat._call_fields(call)
-            if call_id and name:
-                names[call_id] = name
+def _tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Each ``tool`` message's index -> the name of the tool whose call it answers: the call with
+    its ``tool_call_id`` in the nearest assistant turn before it (a model may reuse a call id in a
+    later turn; a result is never judged under a later call's name)."""
+    made: dict[str, str] = {}
+    names: dict[int, str] = {}
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            for call in calls if isinstance(calls, list) else ():
+                call_id, name, _ = chat._call_fields(call)
+                if call_id and name:
+                    made[call_id] = name
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            names[i] = made.get(call_id, "") if isinstance(call_id, str) else ""
     return names
 
 
@@ -43,9 +51,12 @@ def has_tool_results(payload: Mapping[str, Any]) -> bool:
 
 
 def _tool(name: str, call_id: str) -> dict[str, str]:
-    tool = {"name": name[:MAX_CONTEXT_STRING]} if name else {}
+    """The context's ``tool``: the name and id whole, as the caller or model wrote them (the server
+    refuses, typed, one longer than engine_limits.max_tool_name_chars; a cut one would be audited
+    under a name nobody called)."""
+    tool = {"name": name} if name else {}
     if call_id:
-        tool["call_id"] = call_id[:MAX_CONTEXT_STRING]
+        tool["call_id"] = call_id
     return tool
 
 
@@ -66,7 +77,7 @@ async def tool_result_stage(call: ProxyCall) -> Response | None:
         call_id = messages[i].get("tool_call_id")
         call_id = call_id if isinstance(call_id, str) else ""
         ctx = call.context(TOOL_RESULT, message={"index": i, "role": "tool", "field": "content"})
-        ctx["tool"] = _tool(names.get(call_id, ""), call_id)
+        ctx["tool"] = _tool(names.get(i, ""), call_id)
         return ctx
 
     verdicts = await evaluate_all(call, (call.check(TOOL_RESULT, text, text, context(i)) for i, text in jobs))

@@ -64,6 +64,18 @@ rules:
     stage: tool_call
     action: modify
     action_config: {replacement_text: "[{label}]"}
+  - name: payments_need_a_human
+    evaluator: never
+    stage: tool_call
+    priority: 5
+    action: require_review
+    conditions: [{field: tool.name, operator: equals, value: wire_money}]
+  - name: secrets_never_reach_the_model
+    evaluator: never
+    stage: tool_result
+    action: block
+    action_config: {message: "This tool's output may not reach the model", error_code: SECRET_TOOL, http_status: 400}
+    conditions: [{field: tool.name, operator: equals, value: read_secrets}]
   - name: no_injected_tool_results
     evaluator: injection
     stage: tool_result
@@ -430,3 +442,48 @@ def test_tool_call_arguments_that_are_not_json_never_pass(proxy: ProxyProcess, s
         ask(proxy.url)
     assert info.value.status_code == 502 and info.value.response.json()["error"]["code"] == "guard_rejected"
     assert "jane@" not in info.value.response.text
+
+
+def test_a_tool_call_held_for_review_never_reaches_the_caller(
+    proxy: ProxyProcess, stub: UpstreamStub, client: Client
+) -> None:
+    """require_review holds a tool call: the proxy cannot wait for a reviewer, so the call is not
+    the caller's (dropped, or the error), and the review names it."""
+    calls = [call("wire_money", '{"amount": 10000}', "call_w1"), call("list_issues", "{}", "call_w2")]
+    stub.reset(reply="", extra={"tool_calls": calls})
+    with pytest.raises(openai.APIStatusError) as info:
+        ask(proxy.url)
+    error = info.value.response.json()["error"]
+    assert error["code"] == "held_for_review" and "held for review" in error["message"]
+    ids = info.value.response.headers["x-crossaudit-tool-call-decision-id"].split(",")
+    held = client.get_decision(ids[0])
+    assert held.action == "require_review" and held.receipt["subject"]["tool"]["name"] == "wire_money"
+    _, completion = ask(proxy.url, api_key=REFUSER_KEY)
+    assert [t.function.name for t in completion.choices[0].message.tool_calls] == ["list_issues"]
+
+
+def test_a_tool_result_is_judged_under_the_call_it_answers_when_an_id_is_reused(
+    proxy: ProxyProcess, stub: UpstreamStub
+) -> None:
+    """A later turn reusing a call id does not rename an earlier result's tool (the deny rule on
+    tool.name still sees read_secrets)."""
+    messages = [
+        {"role": "user", "content": "Check the vault"},
+        {"role": "assistant", "content": None, "tool_calls": [call("read_secrets", "{}", "call_r1")]},
+        {"role": "tool", "tool_call_id": "call_r1", "content": "db password: hunter2"},
+        {"role": "assistant", "content": None, "tool_calls": [call("list_issues", "{}", "call_r1")]},
+        {"role": "tool", "tool_call_id": "call_r1", "content": "no open issues"},
+    ]
+    with pytest.raises(openai.BadRequestError) as info:
+        ask(proxy.url, messages)
+    assert info.value.response.json()["error"]["code"] == "SECRET_TOOL"
+    assert stub.requests == []
+
+
+def test_a_tool_name_longer_than_the_limit_is_refused_whole_not_cut(proxy: ProxyProcess, stub: UpstreamStub) -> None:
+    """The proxy sends the name as written; the server refuses one over max_tool_name_chars, typed,
+    rather than auditing a cut name nobody called."""
+    stub.reset(reply="", extra={"tool_calls": [call("x" * 300, "{}", "call_l1")]})
+    with pytest.raises(openai.APIStatusError) as info:
+        ask(proxy.url)
+    assert info.value.status_code == 502 and "guard_rejected" in info.value.response.text
