@@ -11,11 +11,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
 from crossaudit.api.records import CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord
 from crossaudit.governance.evidence import EvidenceLog
 from crossaudit.governance.records import audit_record, fit_audit, receipt_json, review_records
 from crossaudit.governance.retention import Retention
 from crossaudit.governance.rollout import Rollout
+from crossaudit.kernel import tracing
 from crossaudit.kernel.dsl import Stage
 from crossaudit.kernel.errors import DeadlineExceededError, InvalidInputError, QuotaExceededError, RateLimitedError
 from crossaudit.kernel.results import Action, Decision
@@ -99,7 +103,47 @@ class Admission:
         margin = min(self.limits.answer_margin_s, self.limits.answer_margin_fraction * time_remaining)
         return min(time_remaining - margin, self.limits.default_deadline_s)
 
-    async def evaluate(
+    async def evaluate(self, tenant: str, *, trace_parent: Any = None, **kwargs: Any) -> EvaluationOutcome:
+        """:meth:`_evaluate` (decide, audit, answer), in an ``Evaluate`` span when tracing is on:
+        a child of the caller's span when ``trace_parent`` (its propagated context) names one."""
+        if not tracing.enabled():
+            return await self._evaluate(tenant, **kwargs)
+        attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": "crossaudit.v1.EvaluationService",
+            "rpc.method": "Evaluate",
+            "crossaudit.tenant": tenant,
+            "crossaudit.policy": str(kwargs.get("policy", ""))[: self.limits.max_name_length],
+            "crossaudit.stage": str(kwargs.get("stage", "")),
+            **tracing.text_attributes("crossaudit.prompt", kwargs.get("prompt", "")),
+            **tracing.text_attributes("crossaudit.response", kwargs.get("response", "")),
+        }
+        with tracing.tracer().start_as_current_span(
+            tracing.EVALUATE,
+            context=trace_parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as sp:
+            try:
+                outcome = await self._evaluate(tenant, **kwargs)
+            except BaseException as exc:
+                tracing.failed(sp, exc)
+                raise
+            if sp.is_recording():
+                d = outcome.decision
+                sp.set_attributes({
+                    "crossaudit.decision_id": d.decision_id or "",
+                    "crossaudit.policy.version": outcome.revision,
+                    "crossaudit.environment": outcome.environment,
+                    "crossaudit.verdict": "passed" if d.passed else "failed",
+                    "crossaudit.action": d.action.value,
+                    "crossaudit.recorded": outcome.recorded,
+                })  # fmt: skip
+            return outcome
+
+    async def _evaluate(
         self,
         tenant: str,
         *,
@@ -138,12 +182,18 @@ class Admission:
         self.metrics.inflight.inc()
         decision_id = str(uuid.uuid4())
         scope = decision_scope(decision_id, tenant, policy, request_id)  # log lines name the decision
+        if tracing.enabled():  # known before the engine runs: a failed decision's span names it too
+            trace.get_current_span().set_attribute("crossaudit.decision_id", decision_id)
         stopping: asyncio.Future[Any] | None = None  # cancelled work still stopping holds the slot
         try:
             hard = self._hard_stop(budget, time_remaining)
             # A fair turn at one of the server's evaluation slots, within the same hard stop; the
             # slot is held until the work has really stopped (a cancelled sandbox's cleanup too).
-            await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
+            if tracing.enabled():
+                with tracing.span(tracing.ADMISSION_WAIT, {"crossaudit.tenant": tenant}):
+                    await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
+            else:
+                await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
             task = asyncio.ensure_future(
                 self._decide(tenant, policy, env, prompt, response, context, decision_id, stage, t0 + budget)
             )
@@ -272,17 +322,26 @@ class Admission:
         messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
         # a webhook over its tenant's pending quota is not written; the decision always is
         quotas = self.deliveries.quotas if self.deliveries else None
-        refused = await self.store.record_decision(
-            audit,
-            reviews,
-            messages,
-            max_pending=quotas,
-            audit_bytes=size,
-            rules_json=rules_json,
-            receipt_json=receipt,
-            max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
-            retained=retained,
-        )
+        sp = tracing.start_span(tracing.AUDIT_COMMIT, {"crossaudit.audit.bytes": size}) if tracing.enabled() else None
+        try:
+            refused = await self.store.record_decision(
+                audit,
+                reviews,
+                messages,
+                max_pending=quotas,
+                audit_bytes=size,
+                rules_json=rules_json,
+                receipt_json=receipt,
+                max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
+                retained=retained,
+            )
+        except BaseException as exc:
+            if sp is not None:
+                tracing.failed(sp, exc)
+            raise
+        finally:
+            if sp is not None:
+                sp.end()
         if self.evidence is not None:
             self.evidence.written(tenant)
         not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}

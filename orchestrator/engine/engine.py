@@ -40,6 +40,7 @@ from typing import Any
 from cachetools import LRUCache
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
+from crossaudit.kernel import tracing
 from crossaudit.kernel.dsl import (
     EVALUATION_STAGES,
     RULE_STAGES,
@@ -73,7 +74,7 @@ from crossaudit.kernel.results import (
     trusted,
     wire_text,
 )
-from orchestrator.engine import actions, consensus, tools
+from orchestrator.engine import actions, consensus, spans, tools
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
@@ -181,6 +182,7 @@ class _Request:
     calls: dict[tuple[str, float, int, float], asyncio.Future[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
     inputs_digest: str = ""  # the cache key's part from the inputs, computed once a decision (_cache_key)
+    rule_spans: dict[str, Any] = field(default_factory=dict)  # tracing: a rule's span, ended by its task
     # replay only: evaluator identities by name (None: does not build), looked up once a decision
     identities: dict[str, str | None] = field(default_factory=dict)
 
@@ -278,6 +280,7 @@ class Engine:
 
     # -- evaluation -----------------------------------------------------------------------------
 
+    @spans.traced_evaluate
     async def evaluate(
         self,
         policy: Policy,
@@ -367,8 +370,27 @@ class Engine:
         cached policy); the others run as tasks, concurrently, their calls started at once."""
         loop = asyncio.get_running_loop()
         read = _read_rules(order)
+        traced = tracing.enabled()
         for rule in order:
-            res = self._rule_now(req, rule)
+            if traced:  # the rule's span is current while its calls (and its task) start
+                sp = spans.start_rule(rule)
+                token = tracing.use(sp)
+                try:
+                    res = self._rule_now(req, rule)
+                    if res is None:
+                        task = asyncio.create_task(self._traced_rule(req, rule, sp), name=f"rule:{rule.name}")
+                        req.rule_tasks[rule.name] = task
+                except BaseException as exc:
+                    tracing.failed(sp, exc)
+                    sp.end()
+                    raise
+                finally:
+                    tracing.release(token)
+                if res is None:
+                    continue
+                spans.end_rule(sp, res)
+            else:
+                res = self._rule_now(req, rule)
             if res is None:
                 req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
                 continue
@@ -409,7 +431,10 @@ class Engine:
         loop = asyncio.get_running_loop()
         read = _read_rules(order)
         for i, rule in enumerate(order):
-            res = await self._run_rule(req, rule)
+            if tracing.enabled():
+                res = await self._traced_rule(req, rule, spans.start_rule(rule))
+            else:
+                res = await self._run_rule(req, rule)
             results.append(res)
             if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
                 done: asyncio.Future[RuleResult] = loop.create_future()
@@ -457,11 +482,32 @@ class Engine:
         errors stay on record after the verdicts); (results, still errored, fallback used)."""
         if not (errored and rule.fallback and rule.fallback.evaluator):
             return evaluated, errored, False
-        fb = await self._call(req, rule, rule.fallback.evaluator)
+        if tracing.enabled():
+            with spans.fallback_calls():
+                fb = await self._call(req, rule, rule.fallback.evaluator)
+        else:
+            fb = await self._call(req, rule, rule.fallback.evaluator)
         if fb.status in (Status.ERROR, Status.TIMEOUT):
             return [*evaluated, fb], errored, False
         replaced = [fb if r in errored else r for r in evaluated]
         return [*replaced, *errored], [], True
+
+    async def _traced_rule(self, req: _Request, rule: Rule, sp: Any) -> RuleResult:
+        """:meth:`_run_rule` in the rule's span (current here, so the calls it starts are its children)."""
+        token = tracing.use(sp)
+        try:
+            res = await self._run_rule(req, rule)
+        except asyncio.CancelledError:
+            spans.cancelled_rule(sp)
+            raise
+        except BaseException as exc:
+            tracing.failed(sp, exc)
+            sp.end()
+            raise
+        finally:
+            tracing.release(token)
+        spans.end_rule(sp, res)
+        return res
 
     async def _run_rule(self, req: _Request, rule: Rule) -> RuleResult:
         t0 = self.clock()
@@ -662,8 +708,13 @@ class Engine:
                         self._result(name, built.evaluator.kind, hit[0], t0, attempts=0, cached=True,
                                      identity=built.identity, provenance=hit[1])
                     )  # fmt: skip
+                    if tracing.enabled():
+                        spans.cached_call(done.result())
                     return done
-        return asyncio.create_task(self._invoke(req, name, per_call, retries, ttl, looked_up), name=f"eval:{name}")
+        call = self._invoke(req, name, per_call, retries, ttl, looked_up)
+        if tracing.enabled():
+            call = spans.traced_call(name, req.policy.evaluator(name).kind.value, call)
+        return asyncio.create_task(call, name=f"eval:{name}")
 
     def _cache_key(self, req: _Request, identity: str) -> str:
         """The result cache's key of ``identity``'s verdict on this request's inputs; the inputs'
