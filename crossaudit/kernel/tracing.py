@@ -41,15 +41,24 @@ LLM_CHAT = "chat"
 
 class _Switch:
     on = False
+    tracer: trace.Tracer = _TRACER
 
 
 _STATE = _Switch()
 
 
-def enable() -> None:
-    """Spans from here on: the caller has set a tracer provider (the server does, from its
-    ``tracing`` settings). There is no disable: a provider, once set, stays for the process."""
+def enable(provider: trace.TracerProvider | None = None) -> None:
+    """Spans from here on: the caller has set the global tracer provider (the server does, from its
+    ``tracing`` settings), or passes the ``provider`` these spans go to (an application that embeds
+    the engine without setting the global one; tests)."""
+    _STATE.tracer = provider.get_tracer(TRACER_NAME) if provider is not None else _TRACER
     _STATE.on = True
+
+
+def disable() -> None:
+    """No more spans (tests; a process that serves never turns tracing off)."""
+    _STATE.on = False
+    _STATE.tracer = _TRACER
 
 
 def enabled() -> bool:
@@ -57,12 +66,12 @@ def enabled() -> bool:
 
 
 def tracer() -> trace.Tracer:
-    return _TRACER
+    return _STATE.tracer
 
 
 def start_span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL) -> Span:
     """A span, a child of the current one, not made current (the caller ends it)."""
-    return _TRACER.start_span(name, kind=kind, attributes=attributes)
+    return _STATE.tracer.start_span(name, kind=kind, attributes=attributes)
 
 
 @contextmanager
@@ -71,7 +80,7 @@ def span(
 ) -> Iterator[Span]:
     """The current span for the block; an exception sets its status (:func:`failed`) and goes on.
     Call only when :func:`enabled` (the hot paths check that before building attributes)."""
-    with _TRACER.start_as_current_span(
+    with _STATE.tracer.start_as_current_span(
         name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
     ) as sp:
         try:

@@ -182,18 +182,12 @@ class Admission:
         self.metrics.inflight.inc()
         decision_id = str(uuid.uuid4())
         scope = decision_scope(decision_id, tenant, policy, request_id)  # log lines name the decision
-        if tracing.enabled():  # known before the engine runs: a failed decision's span names it too
-            trace.get_current_span().set_attribute("crossaudit.decision_id", decision_id)
         stopping: asyncio.Future[Any] | None = None  # cancelled work still stopping holds the slot
         try:
             hard = self._hard_stop(budget, time_remaining)
             # A fair turn at one of the server's evaluation slots, within the same hard stop; the
             # slot is held until the work has really stopped (a cancelled sandbox's cleanup too).
-            if tracing.enabled():
-                with tracing.span(tracing.ADMISSION_WAIT, {"crossaudit.tenant": tenant}):
-                    await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
-            else:
-                await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
+            await self._take_slot(tenant, hard - (time.monotonic() - t0))
             task = asyncio.ensure_future(
                 self._decide(tenant, policy, env, prompt, response, context, decision_id, stage, t0 + budget)
             )
@@ -244,6 +238,8 @@ class Admission:
     ) -> tuple[PolicyVersionRecord, Policy, Decision, CandidateRecord | None]:
         """The deployed policy evaluated within what is left until ``deadline`` (monotonic); a
         canary candidate's version instead when it answers this request (docs/rollout.md)."""
+        if tracing.enabled():  # the Evaluate span (current here): a decision that fails names its id too
+            trace.get_current_span().set_attribute("crossaudit.decision_id", decision_id)
         await self.tenants.load_feedback(tenant)
         rec, pol = await self.catalog.deployed_policy(tenant, policy, env)
         candidate = await self.rollout.candidate(tenant, policy, env) if self.rollout is not None else None
@@ -322,26 +318,17 @@ class Admission:
         messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
         # a webhook over its tenant's pending quota is not written; the decision always is
         quotas = self.deliveries.quotas if self.deliveries else None
-        sp = tracing.start_span(tracing.AUDIT_COMMIT, {"crossaudit.audit.bytes": size}) if tracing.enabled() else None
-        try:
-            refused = await self.store.record_decision(
-                audit,
-                reviews,
-                messages,
-                max_pending=quotas,
-                audit_bytes=size,
-                rules_json=rules_json,
-                receipt_json=receipt,
-                max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
-                retained=retained,
-            )
-        except BaseException as exc:
-            if sp is not None:
-                tracing.failed(sp, exc)
-            raise
-        finally:
-            if sp is not None:
-                sp.end()
+        refused = await self._write(
+            audit,
+            reviews,
+            messages,
+            max_pending=quotas,
+            audit_bytes=size,
+            rules_json=rules_json,
+            receipt_json=receipt,
+            max_open_reviews=self.limits.max_open_reviews_per_tenant,  # over it: answered, audited, not opened
+            retained=retained,
+        )
         if self.evidence is not None:
             self.evidence.written(tenant)
         not_opened = {r.id for r in refused if isinstance(r, ReviewRecord)}
@@ -355,6 +342,21 @@ class Admission:
         if self.deliveries is not None:
             self.deliveries.recorded(messages, [m for m in refused if isinstance(m, OutboxRecord)])
         return outcome
+
+    async def _take_slot(self, tenant: str, timeout: float) -> None:
+        """A fair turn at one of the server's evaluation slots (an admission-wait span when traced)."""
+        if not tracing.enabled():
+            await self.slots.acquire(tenant, timeout)
+            return
+        with tracing.span(tracing.ADMISSION_WAIT, {"crossaudit.tenant": tenant}):
+            await self.slots.acquire(tenant, timeout)
+
+    async def _write(self, audit: Any, *args: Any, **kwargs: Any) -> Any:
+        """The store's one write of a decision (an audit-commit span when traced)."""
+        if not tracing.enabled():
+            return await self.store.record_decision(audit, *args, **kwargs)
+        with tracing.span(tracing.AUDIT_COMMIT, {"crossaudit.audit.bytes": kwargs.get("audit_bytes", 0)}):
+            return await self.store.record_decision(audit, *args, **kwargs)
 
     def _release(self, tenant: str) -> None:
         self._inflight[tenant] -= 1
