@@ -296,3 +296,24 @@ def test_the_provider_follows_the_settings(tmp_path: Path) -> None:
         assert "0.5" in provider.sampler.get_description()
     finally:
         provider.shutdown()
+
+
+def test_library_code_uses_the_api_alone() -> None:
+    """The engine, evaluators, sandboxes, kernel, wire layer and SDK client never import the
+    OpenTelemetry SDK or an exporter: only the serving process configures them."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    api_only = ["orchestrator", "sandbox", "crossaudit/kernel", "crossaudit/api", "crossaudit/sdk", "crossaudit/store"]
+    found = []
+    for package in api_only:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                found += [f"{path.relative_to(root)}: {n}" for n in names if n.startswith("opentelemetry.sdk")]
+                found += [f"{path.relative_to(root)}: {n}" for n in names if n.startswith("opentelemetry.exporter")]
+    assert found == []
