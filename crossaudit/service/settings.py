@@ -83,7 +83,8 @@ OTHER_ENV: Mapping[str, str] = {
 }
 # Per-variant model settings (CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL, ...): environment only.
 VARIANT_ENV_PREFIXES = ("CROSSAUDIT_DETOXIFY_CHECKPOINT_", "CROSSAUDIT_DETOXIFY_CONFIG_", "CROSSAUDIT_DETOXIFY_URL_")
-SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without their password
+# shown without their password
+SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url", "tracing.endpoint", "tracing.traces_endpoint"})
 
 # --- the configuration file --------------------------------------------------------------------
 

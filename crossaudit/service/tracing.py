@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from crossaudit.kernel import tracing
 from crossaudit.service.config import TracingConfig
+from crossaudit.store.postgres import mask_url
 
 log = logging.getLogger("crossaudit.service.tracing")
 HTTP_TRACES_PATH = "/v1/traces"  # appended to an OTLP/HTTP base endpoint, as OTEL_EXPORTER_OTLP_ENDPOINT's
@@ -109,7 +110,8 @@ def describe(cfg: TracingConfig) -> str:
     if how == "none":
         return "off"
     if how == "otlp":
-        where = cfg.traces_endpoint or cfg.endpoint or "the exporter's default endpoint"
+        where = cfg.traces_endpoint or cfg.endpoint
+        where = mask_url(where) if where else "the exporter's default endpoint"
         how = f"otlp ({cfg.protocol}) to {where}"
     arg = f" {cfg.sampler_arg}" if "traceidratio" in cfg.sampler else ""
     return f"{how}, service {cfg.service_name!r}, sampler {cfg.sampler}{arg}"

@@ -317,3 +317,18 @@ def test_library_code_uses_the_api_alone() -> None:
                 found += [f"{path.relative_to(root)}: {n}" for n in names if n.startswith("opentelemetry.sdk")]
                 found += [f"{path.relative_to(root)}: {n}" for n in names if n.startswith("opentelemetry.exporter")]
     assert found == []
+
+
+def test_config_show_says_where_spans_go(monkeypatch, capsys) -> None:
+    from crossaudit.cli import main
+
+    for name in [n for n in __import__("os").environ if n.startswith(("OTEL_", "CROSSAUDIT_"))]:
+        monkeypatch.delenv(name)
+    assert main(["config", "show", "--changed"]) == 0
+    assert "# tracing: off" in capsys.readouterr().out
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:hunter2@127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    assert main(["config", "show", "--changed"]) == 0
+    out = capsys.readouterr().out
+    assert "# tracing: otlp (grpc) to http://user:***@127.0.0.1:4318" in out and "hunter2" not in out
+    assert "env OTEL_EXPORTER_OTLP_PROTOCOL" in out
