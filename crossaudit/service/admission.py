@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from crossaudit.api.records import CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord
+from crossaudit.api.records import AuditRecord, CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord
 from crossaudit.governance.evidence import EvidenceLog
 from crossaudit.governance.records import audit_record, fit_audit, receipt_json, review_records
 from crossaudit.governance.retention import Retention
@@ -303,6 +303,7 @@ class Admission:
             now=time.time(),
             stage=stage,
         )
+        audit = _traced(audit)  # the record names its trace (beside it: not in the leaf or receipt)
         # the inputs, sealed when the tenant and policy retain them: written with the record
         retained = None
         if self.retention is not None:
@@ -388,6 +389,16 @@ class Admission:
                 f"{AUDIT_DAY_KEY}); evaluations resume at 00:00 UTC",
                 setting=AUDIT_DAY_KEY,
             )
+
+
+def _traced(audit: AuditRecord) -> AuditRecord:
+    """``audit`` with the ids of the current (Evaluate) span, when tracing is on and it is sampled."""
+    if not tracing.enabled():
+        return audit
+    sc = trace.get_current_span().get_span_context()
+    if not (sc.is_valid and sc.trace_flags.sampled):
+        return audit
+    return dataclasses.replace(audit, trace_id=format(sc.trace_id, "032x"), span_id=format(sc.span_id, "016x"))
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

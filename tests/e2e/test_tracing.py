@@ -5,6 +5,7 @@ context travels from the SDK client (a span current in this process) to the serv
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +23,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from crossaudit.kernel import tracing
 from crossaudit.sdk import Client
-from tests.e2e.conftest import ServerProcess, key
+from tests.e2e.conftest import ServerProcess, key, run_cli
 from tests.e2e.policies import custom_policy, flags_word
 
 pytestmark = pytest.mark.e2e
@@ -120,6 +121,8 @@ def test_a_decision_is_traced_from_the_callers_span_to_the_sandbox(
             finally:
                 otel_context.detach(token)
             untraced = client.evaluate("traced", "p", "r", timeout=30)  # no span current: a trace of its own
+            record = client.get_decision(decision.decision_id)
+            shown = run_cli("audit", "get", decision.decision_id, server=server, api_key=key("acme"))
     # stopped: the server exported what it still held
     spans = receiver.spans()
     assert receiver.paths and set(receiver.paths) == {"/v1/traces"}
@@ -131,6 +134,8 @@ def test_a_decision_is_traced_from_the_callers_span_to_the_sandbox(
     a = _attributes(evaluate)
     assert a["crossaudit.tenant"] == "acme" and a["crossaudit.policy"] == "traced"
     assert a["crossaudit.verdict"] == "failed" and a["crossaudit.action"] == decision.action.value
+    assert record.trace_id == f"{caller_trace:032x}" and record.span_id == evaluate.span_id.hex()
+    assert json.loads(shown.stdout)["trace_id"] == record.trace_id  # crossaudit audit get shows it
     (other,) = [s for s in evaluates if _attributes(s)["crossaudit.decision_id"] == untraced.decision_id]
     assert int.from_bytes(other.trace_id, "big") != caller_trace and not other.parent_span_id
 

@@ -96,9 +96,7 @@ def _every_value(finished: tuple[ReadableSpan, ...]) -> str:
 async def test_the_span_tree_of_one_decision_and_its_attributes(store: SQLiteStore, spans: InMemorySpanExporter):
     svc = _service(store)
     await svc.deploy_policy("acme", POLICY)
-    out = await svc.evaluate(
-        "acme", policy="traced", prompt=PROMPT, response=RESPONSE, context={"note": CONTEXT_VALUE}
-    )
+    out = await svc.evaluate("acme", policy="traced", prompt=PROMPT, response=RESPONSE, context={"note": CONTEXT_VALUE})
     finished = spans.get_finished_spans()
     (evaluate,) = _by_name(finished, tracing.EVALUATE)
     (wait,) = _by_name(finished, tracing.ADMISSION_WAIT)
@@ -134,6 +132,11 @@ async def test_the_span_tree_of_one_decision_and_its_attributes(store: SQLiteSto
     assert calls["toxicity"].attributes["crossaudit.evaluator.fallback"] is False
     assert rules["guarded"].attributes["crossaudit.rule.fallback_used"] is True
     assert rules["clean"].attributes["crossaudit.rule.passed"] is True
+
+    audit = await store.get_decision("acme", out.decision.decision_id)  # the record names its trace
+    assert audit.trace_id == format(evaluate.context.trace_id, "032x")
+    assert audit.span_id == format(evaluate.context.span_id, "016x")
+    assert "trace_id" not in json.dumps(audit.receipt)
 
 
 async def test_no_raw_text_in_any_span(store: SQLiteStore, spans: InMemorySpanExporter) -> None:
@@ -189,8 +192,10 @@ async def test_off_makes_no_span_and_attaches_no_context(store: SQLiteStore, mon
     engine = Engine(Factory({"toxicity": looks, "flaky": looks, "backup": looks}))
     svc = CrossAuditService(store, lambda tenant, uploads, feedback: engine)
     await svc.deploy_policy("acme", POLICY)
-    await svc.evaluate("acme", policy="traced", prompt="p", response="r")
+    out = await svc.evaluate("acme", policy="traced", prompt="p", response="r")
     assert seen == [False, False]
+    audit = await store.get_decision("acme", out.decision.decision_id)
+    assert audit.trace_id is None and audit.span_id is None
 
 
 async def test_llm_judge_span_has_the_genai_attributes(spans: InMemorySpanExporter) -> None:
@@ -217,7 +222,9 @@ async def test_llm_judge_span_has_the_genai_attributes(spans: InMemorySpanExport
 
 
 async def test_a_failed_llm_call_sets_the_error_class(spans: InMemorySpanExporter) -> None:
-    ev = LLMEvaluator("judge", {"provider": "openai", "model": "m", "api_key": "k", "base_url": "http://127.0.0.1:9/v1"})
+    ev = LLMEvaluator(
+        "judge", {"provider": "openai", "model": "m", "api_key": "k", "base_url": "http://127.0.0.1:9/v1"}
+    )
     try:
         with pytest.raises(Exception) as info:
             await ev.call(EvaluationInput(prompt="p", response="r"), timeout=5)
@@ -332,3 +339,20 @@ def test_config_show_says_where_spans_go(monkeypatch, capsys) -> None:
     out = capsys.readouterr().out
     assert "# tracing: otlp (grpc) to http://user:***@127.0.0.1:4318" in out and "hunter2" not in out
     assert "env OTEL_EXPORTER_OTLP_PROTOCOL" in out
+
+
+async def test_the_records_trace_ids_are_kept_beside_its_leaf(any_store) -> None:
+    """Both backends keep the ids (a nullable column each); the signed leaf's fixed columns do not
+    include them (its format does not change)."""
+    from crossaudit.evidence.leaf import LEAF_COLUMNS
+    from tests.records import audit_record
+
+    assert "trace_id" not in LEAF_COLUMNS and "span_id" not in LEAF_COLUMNS
+
+    traced = audit_record("d-traced", trace_id="0af7651916cd43dd8448eb211c80319c", span_id="b7ad6b7169203331")
+    await any_store.record_decision(traced, [], [])
+    await any_store.record_decision(audit_record("d-plain"), [], [])
+    got = await any_store.get_decision("t1", "d-traced")
+    assert (got.trace_id, got.span_id) == (traced.trace_id, traced.span_id)
+    plain = await any_store.get_decision("t1", "d-plain")
+    assert plain.trace_id is None and plain.span_id is None
