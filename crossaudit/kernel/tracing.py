@@ -42,16 +42,19 @@ LLM_CHAT = "chat"
 class _Switch:
     on = False
     tracer: trace.Tracer = _TRACER
+    all_rule_spans = False
 
 
 _STATE = _Switch()
 
 
-def enable(provider: trace.TracerProvider | None = None) -> None:
+def enable(provider: trace.TracerProvider | None = None, *, all_rule_spans: bool = False) -> None:
     """Spans from here on: the caller has set the global tracer provider (the server does, from its
     ``tracing`` settings), or passes the ``provider`` these spans go to (an application that embeds
-    the engine without setting the global one; tests)."""
+    the engine without setting the global one; tests). ``all_rule_spans``: a span for every rule,
+    also those decided at once from cached verdicts (else only rules that wait for a call)."""
     _STATE.tracer = provider.get_tracer(TRACER_NAME) if provider is not None else _TRACER
+    _STATE.all_rule_spans = all_rule_spans
     _STATE.on = True
 
 
@@ -65,13 +68,25 @@ def enabled() -> bool:
     return _STATE.on
 
 
+def all_rule_spans() -> bool:
+    return _STATE.all_rule_spans
+
+
 def tracer() -> trace.Tracer:
     return _STATE.tracer
 
 
-def start_span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL) -> Span:
-    """A span, a child of the current one, not made current (the caller ends it)."""
-    return _STATE.tracer.start_span(name, kind=kind, attributes=attributes)
+def start_span(
+    name: str,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    parent: Span | None = None,
+    start_time: int | None = None,
+) -> Span:
+    """A span, a child of ``parent`` or else of the current one, not made current (the caller ends it)."""
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    return _STATE.tracer.start_span(name, context=context, kind=kind, attributes=attributes, start_time=start_time)
 
 
 @contextmanager

@@ -345,8 +345,9 @@ class Admission:
         return outcome
 
     async def _take_slot(self, tenant: str, timeout: float) -> None:
-        """A fair turn at one of the server's evaluation slots (an admission-wait span when traced)."""
-        if not tracing.enabled():
+        """A fair turn at one of the server's evaluation slots (an admission-wait span when traced
+        and the call waits: a slot taken at once makes none)."""
+        if not tracing.enabled() or self.slots.free_for(tenant):
             await self.slots.acquire(tenant, timeout)
             return
         with tracing.span(tracing.ADMISSION_WAIT, {"crossaudit.tenant": tenant}):

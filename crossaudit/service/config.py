@@ -677,6 +677,7 @@ class EvidenceConfig:
 
 
 TracesExporter = Literal["none", "otlp", "console"]
+RuleSpans = Literal["called", "all"]
 OtlpProtocol = Literal["grpc", "http/protobuf"]
 TracesSampler = Literal[
     "always_on",
@@ -730,6 +731,16 @@ class TracingConfig:
     ] = "parentbased_always_on"
     sampler_arg: Annotated[Fraction, Field(description="the share of traces the *traceidratio samplers keep")] = 1.0
     sdk_disabled: Annotated[bool, Field(description="true: tracing off whatever else says")] = False
+    rule_spans: Annotated[
+        RuleSpans,
+        Field(
+            description=(
+                "called: a span for each rule that waits for an evaluator call (a rule decided at once from cached "
+                "verdicts is counted on the engine's span, `crossaudit.rules.from_cache`); all: every rule, at some "
+                "30-60 µs of CPU per span"
+            )
+        ),
+    ] = "called"
     max_queue_size: Annotated[
         PositiveInt,
         Field(description="finished spans waiting for export, per process; past it new ones are dropped (counted)"),

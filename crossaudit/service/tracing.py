@@ -95,11 +95,11 @@ def configure_tracing(cfg: TracingConfig, version: str = "") -> Tracing:
         return Tracing()
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):  # set already (a second server in one process: tests)
-        tracing.enable()
+        tracing.enable(all_rule_spans=cfg.rule_spans == "all")
         return Tracing()
     provider = build_provider(cfg, version=version)
     trace.set_tracer_provider(provider)
-    tracing.enable()
+    tracing.enable(all_rule_spans=cfg.rule_spans == "all")
     log.info("tracing on: %s", describe(cfg))
     return Tracing(provider)
 

@@ -182,7 +182,7 @@ class _Request:
     calls: dict[tuple[str, float, int, float], asyncio.Future[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
     inputs_digest: str = ""  # the cache key's part from the inputs, computed once a decision (_cache_key)
-    rule_spans: dict[str, Any] = field(default_factory=dict)  # tracing: a rule's span, ended by its task
+    rule_spans: dict[str, Any] = field(default_factory=dict)  # tracing: the span of a rule that runs as a task
     # replay only: evaluator identities by name (None: does not build), looked up once a decision
     identities: dict[str, str | None] = field(default_factory=dict)
 
@@ -372,28 +372,22 @@ class Engine:
         read = _read_rules(order)
         traced = tracing.enabled()
         for rule in order:
-            if traced:  # the rule's span is current while its calls (and its task) start
-                sp = spans.start_rule(rule)
+            started = spans.now() if traced else 0
+            res = self._rule_now(req, rule)
+            if res is None and traced:  # its span, before any of its call tasks starts (they find it)
+                sp = req.rule_spans[rule.name] = spans.start_rule(rule, started)
                 token = tracing.use(sp)
                 try:
-                    res = self._rule_now(req, rule)
-                    if res is None:
-                        task = asyncio.create_task(self._traced_rule(req, rule, sp), name=f"rule:{rule.name}")
-                        req.rule_tasks[rule.name] = task
-                except BaseException as exc:
-                    tracing.failed(sp, exc)
-                    sp.end()
-                    raise
+                    task = asyncio.create_task(self._traced_rule(req, rule, sp), name=f"rule:{rule.name}")
                 finally:
                     tracing.release(token)
-                if res is None:
-                    continue
-                spans.end_rule(sp, res)
-            else:
-                res = self._rule_now(req, rule)
+                req.rule_tasks[rule.name] = task
+                continue
             if res is None:
                 req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
                 continue
+            if traced:  # decided at once (cached verdicts, or skipped): a span only when asked for
+                spans.decided_rule(rule, res, started)
             decided[rule.name] = res
             if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
                 done: asyncio.Future[RuleResult] = loop.create_future()
@@ -432,7 +426,7 @@ class Engine:
         read = _read_rules(order)
         for i, rule in enumerate(order):
             if tracing.enabled():
-                res = await self._traced_rule(req, rule, spans.start_rule(rule))
+                res = await self._traced_rule(req, rule, spans.start_rule(rule, spans.now()))
             else:
                 res = await self._run_rule(req, rule)
             results.append(res)
@@ -493,7 +487,8 @@ class Engine:
         return [*replaced, *errored], [], True
 
     async def _traced_rule(self, req: _Request, rule: Rule, sp: Any) -> RuleResult:
-        """:meth:`_run_rule` in the rule's span (current here, so the calls it starts are its children)."""
+        """:meth:`_run_rule` in the rule's span (current here, so the calls it starts are its
+        children; those started before, by :meth:`_start_rules`, find it in ``req.rule_spans``)."""
         token = tracing.use(sp)
         try:
             res = await self._run_rule(req, rule)
@@ -684,11 +679,11 @@ class Engine:
         key = (name, per_call, retries, ttl)
         call = req.calls.get(key)
         if call is None:
-            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl)
+            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl, rule.name)
         return call
 
     def _begin(
-        self, req: _Request, name: str, per_call: float, retries: int, ttl: float
+        self, req: _Request, name: str, per_call: float, retries: int, ttl: float, rule: str = ""
     ) -> asyncio.Future[EvaluatorResult]:
         """A done future holding ``name``'s cached result for this request, or the call's task.
         The cache is read here once; the task does not read it again after a miss."""
@@ -708,12 +703,11 @@ class Engine:
                         self._result(name, built.evaluator.kind, hit[0], t0, attempts=0, cached=True,
                                      identity=built.identity, provenance=hit[1])
                     )  # fmt: skip
-                    if tracing.enabled():
-                        spans.cached_call(done.result())
-                    return done
+                    return done  # no call, no span: the rule's span counts its cache hits
         call = self._invoke(req, name, per_call, retries, ttl, looked_up)
         if tracing.enabled():
-            call = spans.traced_call(name, req.policy.evaluator(name).kind.value, call)
+            kind = req.policy.evaluator(name).kind.value
+            call = spans.traced_call(name, kind, call, lambda: req.rule_spans.get(rule))
         return asyncio.create_task(call, name=f"eval:{name}")
 
     def _cache_key(self, req: _Request, identity: str) -> str:

@@ -8,6 +8,7 @@ verdict's details or an error message (which may quote an input)."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -45,16 +46,34 @@ def traced_evaluate(fn: F) -> F:
                 sp.set_attributes({
                     "crossaudit.verdict": "passed" if decision.passed else "failed",
                     "crossaudit.action": decision.action.value,
+                    "crossaudit.rules.from_cache": sum(
+                        1 for r in decision.rules if r.evaluators and all(e.cached for e in r.evaluators)
+                    ),
                 })  # fmt: skip
             return decision
 
     return wrapper  # type: ignore[return-value]
 
 
-def start_rule(rule: Rule) -> Span:
+def now() -> int:
+    """A span's start time (ns since the epoch), taken before the work it covers."""
+    return time.time_ns()
+
+
+def start_rule(rule: Rule, start_ns: int) -> Span:
     return tracing.start_span(
-        tracing.RULE, {"crossaudit.rule.name": rule.name, "crossaudit.rule.action": rule.action.value}
+        tracing.RULE,
+        {"crossaudit.rule.name": rule.name, "crossaudit.rule.action": rule.action.value},
+        start_time=start_ns,
     )
+
+
+def decided_rule(rule: Rule, res: RuleResult, start_ns: int) -> None:
+    """A rule decided at once, with no call to wait for (its evaluators' verdicts were cached, or
+    its conditions skipped it): microseconds of work, a span only when ``tracing.rule_spans`` is
+    ``all``; else the engine's span counts it."""
+    if tracing.all_rule_spans():
+        end_rule(start_rule(rule, start_ns), res)
 
 
 def end_rule(sp: Span, res: RuleResult) -> None:
@@ -65,6 +84,7 @@ def end_rule(sp: Span, res: RuleResult) -> None:
             "crossaudit.rule.taken_action": res.action.value if res.action is not None else "",
             "crossaudit.rule.score": float(res.score) if res.score is not None else -1.0,
             "crossaudit.rule.evaluators": len(res.evaluators),
+            "crossaudit.rule.cache_hits": sum(1 for e in res.evaluators if e.cached),
             "crossaudit.rule.fallback_used": res.fallback_used,
         })  # fmt: skip
         if res.status in _NO_VERDICT:
@@ -88,10 +108,11 @@ def fallback_calls() -> Iterator[None]:
         _FALLBACK.reset(token)
 
 
-def start_evaluator(name: str, kind: str) -> Span:
+def start_evaluator(name: str, kind: str, parent: Span | None = None) -> Span:
     return tracing.start_span(
         tracing.EVALUATOR,
-        {
+        parent=parent,
+        attributes={
             "crossaudit.evaluator.name": name,
             "crossaudit.evaluator.kind": kind,
             "crossaudit.evaluator.fallback": _FALLBACK.get(),
@@ -117,14 +138,14 @@ def end_evaluator(sp: Span, result: EvaluatorResult) -> None:
     sp.end()
 
 
-def cached_call(result: EvaluatorResult) -> None:
-    """A cache hit: a span of no duration, for the tree's sake (no task ran)."""
-    end_evaluator(start_evaluator(result.evaluator, result.kind), result)
-
-
-async def traced_call(name: str, kind: str, call: Awaitable[EvaluatorResult]) -> EvaluatorResult:
-    """An evaluator call's task in its span, current (the sandbox's or LLM's span is its child)."""
-    sp = start_evaluator(name, kind)
+async def traced_call(
+    name: str, kind: str, call: Awaitable[EvaluatorResult], rule_span: Callable[[], Span | None]
+) -> EvaluatorResult:
+    """An evaluator call's task in its span, current (the sandbox's or LLM's span is its child): a
+    child of the span of the rule that started it (``rule_span``: found once the task runs, as the
+    rule's span is made after its calls start), else of the current one."""
+    parent = rule_span()
+    sp = start_evaluator(name, kind, parent)
     token = tracing.use(sp)
     try:
         result = await call

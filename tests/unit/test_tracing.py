@@ -55,6 +55,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing.enable(provider)
+    exporter.provider = provider  # type: ignore[attr-defined]  # a test may enable it otherwise
     try:
         yield exporter
     finally:
@@ -99,16 +100,16 @@ async def test_the_span_tree_of_one_decision_and_its_attributes(store: SQLiteSto
     out = await svc.evaluate("acme", policy="traced", prompt=PROMPT, response=RESPONSE, context={"note": CONTEXT_VALUE})
     finished = spans.get_finished_spans()
     (evaluate,) = _by_name(finished, tracing.EVALUATE)
-    (wait,) = _by_name(finished, tracing.ADMISSION_WAIT)
+    assert not _by_name(finished, tracing.ADMISSION_WAIT)  # a slot was free: no wait, no span
     (engine,) = _by_name(finished, tracing.ENGINE)
     rules = {s.attributes["crossaudit.rule.name"]: s for s in _by_name(finished, tracing.RULE)}
     calls = {s.attributes["crossaudit.evaluator.name"]: s for s in _by_name(finished, tracing.EVALUATOR)}
     (commit,) = _by_name(finished, tracing.AUDIT_COMMIT)
 
-    # one trace; the tree: Evaluate > (admission wait, engine > rules > calls, audit commit)
+    # one trace; the tree: Evaluate > (engine > rules > calls, audit commit)
     assert {s.context.trace_id for s in finished} == {evaluate.context.trace_id}
     assert evaluate.parent is None and evaluate.kind is SpanKind.SERVER
-    for child in (wait, engine, commit):
+    for child in (engine, commit):
         assert child.parent.span_id == evaluate.context.span_id
     assert {r.parent.span_id for r in rules.values()} == {engine.context.span_id}
     assert calls["toxicity"].parent.span_id == rules["clean"].context.span_id
@@ -139,6 +140,30 @@ async def test_the_span_tree_of_one_decision_and_its_attributes(store: SQLiteSto
     assert "trace_id" not in json.dumps(audit.receipt)
 
 
+async def test_a_call_that_waits_for_a_slot_has_an_admission_wait_span(
+    store: SQLiteStore, spans: InMemorySpanExporter
+) -> None:
+    from crossaudit.service.config import ServiceLimits
+
+    async def slow(inp: EvaluationInput, timeout: float, n: int) -> Verdict:
+        await asyncio.sleep(0.2)
+        return Verdict(score=1.0)
+
+    engine = Engine(Factory({"toxicity": slow, "flaky": slow, "backup": slow}))
+    limits = ServiceLimits(max_concurrent_evaluations=1, max_concurrent_evaluations_tenant_fraction=1.0)
+    svc = CrossAuditService(store, lambda tenant, uploads, feedback: engine, limits=limits)
+    await svc.deploy_policy("acme", POLICY)
+    decided = await asyncio.gather(
+        svc.evaluate("acme", policy="traced", prompt="p", response="r"),
+        svc.evaluate("acme", policy="traced", prompt="p", response="r"),
+    )
+    finished = spans.get_finished_spans()
+    (wait,) = _by_name(finished, tracing.ADMISSION_WAIT)  # one waited for the other's slot
+    (waited,) = [s for s in _by_name(finished, tracing.EVALUATE) if s.context.span_id == wait.parent.span_id]
+    assert waited.attributes["crossaudit.decision_id"] in {d.decision.decision_id for d in decided}
+    assert (wait.end_time - wait.start_time) / 1e9 >= 0.15
+
+
 async def test_no_raw_text_in_any_span(store: SQLiteStore, spans: InMemorySpanExporter) -> None:
     svc = _service(store)
     await svc.deploy_policy("acme", POLICY)
@@ -162,18 +187,28 @@ async def test_a_callers_traceparent_is_continued(store: SQLiteStore, spans: InM
     assert {format(s.context.trace_id, "032x") for s in spans.get_finished_spans()} == {trace_id}
 
 
-async def test_cache_hits_are_spans_that_say_so(spans: InMemorySpanExporter) -> None:
+async def test_rules_decided_from_the_cache_are_counted_or_spanned_as_asked(spans: InMemorySpanExporter) -> None:
     from orchestrator.policy import load_policy
 
     policy = load_policy(POLICY.replace("rules:", "settings: {cache_results: true, cache_duration: 60}\nrules:"))
     engine = Engine(Factory({"toxicity": score(0.9), "flaky": score(0.9), "backup": score(0.9)}))
     await engine.evaluate(policy, "p", "r", {})
+    assert len(_by_name(spans.get_finished_spans(), tracing.EVALUATOR)) == 2  # the first time: calls
     spans.clear()
+    await engine.evaluate(policy, "p", "r", {})  # every verdict cached: no call, no rule waits
+    finished = spans.get_finished_spans()
+    assert [s.name for s in finished] == [tracing.ENGINE]
+    assert finished[0].attributes["crossaudit.rules.from_cache"] == 2
+
+    spans.clear()
+    tracing.enable(spans.provider, all_rule_spans=True)  # tracing.rule_spans: all
     await engine.evaluate(policy, "p", "r", {})
-    calls = _by_name(spans.get_finished_spans(), tracing.EVALUATOR)
-    assert len(calls) == 2 and all(c.attributes["crossaudit.evaluator.cache_hit"] for c in calls)
-    rules = {s.context.span_id for s in _by_name(spans.get_finished_spans(), tracing.RULE)}
-    assert {c.parent.span_id for c in calls} <= rules
+    finished = spans.get_finished_spans()
+    (top,) = _by_name(finished, tracing.ENGINE)
+    rules = _by_name(finished, tracing.RULE)
+    assert len(rules) == 2 and not _by_name(finished, tracing.EVALUATOR)  # a cache hit is no call
+    assert all(r.attributes["crossaudit.rule.cache_hits"] == 1 for r in rules)
+    assert {r.parent.span_id for r in rules} == {top.context.span_id}
 
 
 async def test_off_makes_no_span_and_attaches_no_context(store: SQLiteStore, monkeypatch) -> None:
