@@ -106,7 +106,7 @@ def configure_tracing(cfg: TracingConfig, version: str = "") -> Tracing:
 
 def describe(cfg: TracingConfig) -> str:
     """One line: what is exported where, sampled how (the start log, ``config show``)."""
-    how = cfg.exporter_in_force
+    how: str = cfg.exporter_in_force
     if how == "none":
         return "off"
     if how == "otlp":
