@@ -290,7 +290,7 @@ class Admission:
         outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
         if encode is not None:
             outcome.answer = encode(outcome)
-        audit = audit_record(
+        audit = _traced(audit_record(  # with its trace's ids, beside it (not in the leaf or receipt)
             tenant,
             decision,
             rec,
@@ -302,8 +302,7 @@ class Admission:
             request_id=request_id,
             now=time.time(),
             stage=stage,
-        )
-        audit = _traced(audit)  # the record names its trace (beside it: not in the leaf or receipt)
+        ))  # fmt: skip
         # the inputs, sealed when the tenant and policy retain them: written with the record
         retained = None
         if self.retention is not None:
