@@ -777,6 +777,8 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
     if a.log_seq is not None:
         msg.log_seq = a.log_seq
     msg.leaf_hash = a.leaf_hash or ""
+    msg.trace_id = a.trace_id or ""
+    msg.span_id = a.span_id or ""
     return msg
 
 
@@ -857,6 +859,8 @@ def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:
         receipt=from_struct(m.receipt, what="receipt") if m.HasField("receipt") else {},
         log_seq=m.log_seq if m.HasField("log_seq") else None,
         leaf_hash=m.leaf_hash or None,
+        trace_id=m.trace_id or None,
+        span_id=m.span_id or None,
     )
 
 

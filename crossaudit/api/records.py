@@ -94,6 +94,10 @@ class AuditRecord:
     # the log was off, or not by the server), and the leaf hash (hex) the server computed.
     log_seq: int | None = None
     leaf_hash: str | None = None
+    # The trace of its Evaluate span (docs/observability.md), hex, when that span was sampled
+    # (None: tracing off or not sampled). Beside the record, not in its leaf or receipt.
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ def _text(value: Any) -> str:
 
 def cmd_config_show(args: argparse.Namespace) -> int:
     from crossaudit.service.settings import load_settings, unknown_environment
+    from crossaudit.service.tracing import describe
 
     loaded = load_settings(args.config, settings_flags(args))
     rows = [r for r in loaded.rows() if not args.changed or r[2].kind != "default"]
@@ -52,6 +53,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
             "file": str(loaded.file) if loaded.file else None,
             "settings": {k: {"value": v, "source": o.kind, "origin": o.name} for k, v, o in rows},
             "warnings": warnings,
+            "tracing": describe(loaded.config.tracing),
         }
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
         return EXIT_OK
@@ -59,6 +61,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     layers = ["defaults", str(loaded.file) if loaded.file else None, "environment", "flags"]
     print("# " + " < ".join(x for x in layers if x))
+    print(f"# tracing: {describe(loaded.config.tracing)}")
     width = max((len(k) for k, _, _ in rows), default=3)
     values = [_text(v) for _, v, _ in rows]
     vwidth = min(max((len(v) for v in values), default=5), 40)

@@ -62,6 +62,7 @@ from crossaudit.evidence.export import Exporter, export_chunks
 from crossaudit.evidence.notes import PublicKey, load_public_key
 from crossaudit.evidence.proofs import ConsistencyProof, InclusionProof, LogKeyInfo
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
+from crossaudit.kernel import tracing
 from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
@@ -275,6 +276,13 @@ class ClientBase(abc.ABC):
     @abc.abstractmethod
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> Any:
         """The channel the stubs use."""
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call's metadata: the API key, and the current span's W3C trace context when the
+        application traces with OpenTelemetry (the server's spans continue its trace); nothing
+        more when no span is active."""
+        trace_context = tracing.inject()
+        return (*self._md, *trace_context) if trace_context else self._md
 
     def _sized(self, request: Any) -> Any:
         """``request``, when it is within ``max_request_bytes`` (else RequestTooLargeError): the
@@ -602,7 +610,7 @@ class Client(ClientBase):
             return call.decode(None)
         request = self._sized(call.request)
         try:
-            answer = call.method(request, timeout=call.timeout or self.timeout, metadata=self._md)
+            answer = call.method(request, timeout=call.timeout or self.timeout, metadata=self._metadata())
         except grpc.RpcError as e:
             raise call.failed(self._error(e)) from None
         return call.decode(answer)
@@ -622,7 +630,7 @@ class Client(ClientBase):
 
         request = checked(call.request) if isinstance(call.request, Iterator) else self._sized(call.request)
         try:
-            for message in call.method(request, timeout=call.timeout, metadata=self._md):
+            for message in call.method(request, timeout=call.timeout, metadata=self._metadata()):
                 yield call.decode(message)
         except grpc.RpcError as e:
             raise (failed[0] if failed else call.failed(self._error(e))) from None
@@ -934,7 +942,7 @@ class AsyncClient(ClientBase):
             return call.decode(None)
         request = self._sized(call.request)
         try:
-            answer = await call.method(request, timeout=call.timeout or self.timeout, metadata=self._md)
+            answer = await call.method(request, timeout=call.timeout or self.timeout, metadata=self._metadata())
         except grpc.RpcError as e:
             raise call.failed(self._error(e)) from None
         return call.decode(answer)
@@ -947,7 +955,7 @@ class AsyncClient(ClientBase):
         else:
             request = self._sized(call.request)
         try:
-            async for message in call.method(request, timeout=call.timeout, metadata=self._md):
+            async for message in call.method(request, timeout=call.timeout, metadata=self._metadata()):
                 yield call.decode(message)
         except grpc.RpcError as e:
             raise call.failed(self._error(e)) from None

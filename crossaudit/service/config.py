@@ -676,6 +676,101 @@ class EvidenceConfig:
     ] = 5_000_000
 
 
+TracesExporter = Literal["none", "otlp", "console"]
+RuleSpans = Literal["called", "all"]
+OtlpProtocol = Literal["grpc", "http/protobuf"]
+TracesSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """OpenTelemetry traces of decisions (docs/observability.md). Off unless an exporter is named
+    or an OTLP endpoint given; the OpenTelemetry SDK's standard variables set these keys too (each
+    key's `OTEL_*` variable below, above the file and below `CROSSAUDIT_TRACING__*`). Headers
+    (`OTEL_EXPORTER_OTLP_HEADERS`: they may hold a token) are no setting: the exporter reads them."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    exporter: Annotated[
+        TracesExporter | None,
+        Field(
+            description=(
+                "where spans go: otlp, console (stdout, for a look), or none; unset: otlp when an endpoint is "
+                "given, else none (tracing off: no span is made)"
+            )
+        ),
+    ] = None
+    endpoint: Annotated[
+        str | None,
+        Field(
+            description=(
+                "the OTLP collector's base URL (http/protobuf: `/v1/traces` is added; grpc: host:port or URL); "
+                "unset: the exporter's default, localhost 4318 (http) or 4317 (grpc)"
+            )
+        ),
+    ] = None
+    traces_endpoint: Annotated[
+        str | None, Field(description="the traces URL itself (used as given, before `endpoint`)")
+    ] = None
+    protocol: Annotated[OtlpProtocol, Field(description="OTLP over http/protobuf or grpc")] = "http/protobuf"
+    service_name: Annotated[str, Field(description="the `service.name` resource attribute")] = "crossaudit"
+    sampler: Annotated[
+        TracesSampler,
+        Field(
+            description=(
+                "which decisions are traced; parentbased_*: as the caller's traceparent says when it sends one"
+            )
+        ),
+    ] = "parentbased_always_on"
+    sampler_arg: Annotated[Fraction, Field(description="the share of traces the *traceidratio samplers keep")] = 1.0
+    sdk_disabled: Annotated[bool, Field(description="true: tracing off whatever else says")] = False
+    rule_spans: Annotated[
+        RuleSpans,
+        Field(
+            description=(
+                "called: a span for each rule that waits for an evaluator call (a rule decided at once from cached "
+                "verdicts is counted on the engine's span, `crossaudit.rules.from_cache`); all: every rule, at some "
+                "30-60 µs of CPU per span"
+            )
+        ),
+    ] = "called"
+    max_queue_size: Annotated[
+        PositiveInt,
+        Field(description="finished spans waiting for export, per process; past it new ones are dropped (counted)"),
+    ] = 2048
+    max_export_batch_size: Annotated[PositiveInt, Field(description="spans one export request carries at most")] = 512
+    schedule_delay_s: Annotated[PositiveFloat, Field(description="spans are exported at least this often")] = 5.0
+    export_timeout_s: Annotated[
+        PositiveFloat, Field(description="one export request; past it the batch is dropped, never the decision")
+    ] = 10.0
+    max_attributes_per_span: Annotated[
+        PositiveInt, Field(description="attributes one span keeps (the rest dropped)")
+    ] = 64
+    max_attribute_length: Annotated[
+        PositiveInt, Field(description="characters of one attribute value kept (names, digests, ids)")
+    ] = 256
+
+    @property
+    def exporter_in_force(self) -> TracesExporter:
+        """The exporter in effect: none when disabled; unset means otlp exactly when an endpoint is given."""
+        if self.sdk_disabled:
+            return "none"
+        if self.exporter is not None:
+            return self.exporter
+        return "otlp" if (self.endpoint or self.traces_endpoint) else "none"
+
+    @property
+    def on(self) -> bool:
+        return self.exporter_in_force != "none"
+
+
 @dataclass(frozen=True)
 class CLI:
     """Marks a server setting that ``crossaudit serve`` takes as a flag of its own (every setting
@@ -892,6 +987,9 @@ class ServerConfig:
     )
     metrics_limits: Annotated[MetricsLimits, Field(description="label cardinality of the metrics")] = field(
         default_factory=MetricsLimits
+    )
+    tracing: Annotated[TracingConfig, Field(description="OpenTelemetry traces (docs/observability.md)")] = field(
+        default_factory=TracingConfig
     )
     llm_prices: Annotated[
         dict[str, LLMPrice],

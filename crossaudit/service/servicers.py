@@ -19,6 +19,7 @@ from crossaudit.api.models import DeployResult, PolicyInfo, PromoteResult, Rollb
 from crossaudit.api.replayreport import ReplayReport
 from crossaudit.governance.records import engine_version, judged_tool
 from crossaudit.governance.replay import ReplayRequest
+from crossaudit.kernel import tracing
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
@@ -220,6 +221,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
 
         out = await self.svc.evaluate(
             tenant,
+            trace_parent=_trace_parent(context) if tracing.enabled() else None,
             policy=request.policy,
             prompt=request.prompt,
             response=request.response,
@@ -297,6 +299,15 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
             tenant, request.decision_id, rule=request.rule, label=request.label, comment=request.comment
         )
         return ev_pb.SubmitFeedbackResponse(feedback_id=rec.id)
+
+
+TRACE_METADATA = ("traceparent", "tracestate")  # W3C Trace Context, as the caller's gRPC metadata
+
+
+def _trace_parent(context: Any) -> Any:
+    """The caller's trace context from its metadata (None when it sent none: a new trace)."""
+    carrier = {k: v for k, v in context.invocation_metadata() or () if k in TRACE_METADATA and isinstance(v, str)}
+    return tracing.extract(carrier) if carrier else None
 
 
 @dataclass(frozen=True)

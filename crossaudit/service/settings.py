@@ -47,6 +47,25 @@ from crossaudit.store.postgres import mask_url
 CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
 LEGACY_ENV: Mapping[str, tuple[str, ...]] = {"CROSSAUDIT_STORE": ("store_url",)}
+# The OpenTelemetry SDK's standard variables (docs/observability.md) set the tracing keys: above the
+# file, below CROSSAUDIT_TRACING__*. A signal's own variable follows the general one (and wins).
+STANDARD_ENV: Mapping[str, tuple[str, ...]] = {
+    "OTEL_SDK_DISABLED": ("tracing", "sdk_disabled"),
+    "OTEL_TRACES_EXPORTER": ("tracing", "exporter"),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("tracing", "endpoint"),
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ("tracing", "traces_endpoint"),
+    "OTEL_EXPORTER_OTLP_PROTOCOL": ("tracing", "protocol"),
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": ("tracing", "protocol"),
+    "OTEL_SERVICE_NAME": ("tracing", "service_name"),
+    "OTEL_TRACES_SAMPLER": ("tracing", "sampler"),
+    "OTEL_TRACES_SAMPLER_ARG": ("tracing", "sampler_arg"),
+    "OTEL_BSP_MAX_QUEUE_SIZE": ("tracing", "max_queue_size"),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("tracing", "max_export_batch_size"),
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": ("tracing", "max_attributes_per_span"),
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": ("tracing", "max_attribute_length"),
+}
+# Every other name of a setting: older ones, then the standard ones.
+ALIAS_ENV: Mapping[str, tuple[str, ...]] = {**LEGACY_ENV, **STANDARD_ENV}
 # Keys that were renamed: the old one stops the start with the new name, rather than a guess.
 RENAMED: Mapping[str, str] = {"limits.max_receive_message_bytes": "limits.max_request_bytes"}
 # CROSSAUDIT_* variables that are not server settings: the client's, secrets passed by reference,
@@ -64,7 +83,8 @@ OTHER_ENV: Mapping[str, str] = {
 }
 # Per-variant model settings (CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL, ...): environment only.
 VARIANT_ENV_PREFIXES = ("CROSSAUDIT_DETOXIFY_CHECKPOINT_", "CROSSAUDIT_DETOXIFY_CONFIG_", "CROSSAUDIT_DETOXIFY_URL_")
-SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without their password
+# shown without their password
+SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url", "tracing.endpoint", "tracing.traces_endpoint"})
 
 # --- the configuration file --------------------------------------------------------------------
 
@@ -101,14 +121,14 @@ class FileSource(PydanticBaseSettingsSource):
 
 
 class LegacyEnvSource(PydanticBaseSettingsSource):
-    """:data:`LEGACY_ENV`: older names, below the current ones."""
+    """:data:`ALIAS_ENV`: older names and the standard ones, below the current ones."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, path in LEGACY_ENV.items():
+        for name, path in ALIAS_ENV.items():
             value = os.environ.get(name)
             if value:
                 _put(out, path, value)
@@ -287,7 +307,8 @@ class _Origins:
         if kind == "file":
             return self.file.where(path) if self.file else ""
         if table is self.legacy:
-            return next(n for n, p in LEGACY_ENV.items() if p == path[: len(p)])
+            names = [n for n, p in ALIAS_ENV.items() if p == path[: len(p)] and os.environ.get(n)]
+            return names[-1]  # the one that won (LegacyEnvSource: the later one)
         for i in range(len(path), 0, -1):  # a nested value may come whole, as JSON, in a parent's variable
             if env_name(path[:i]) in self.environ:
                 return self.environ[env_name(path[:i])]

@@ -40,6 +40,7 @@ from typing import Any
 from cachetools import LRUCache
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
+from crossaudit.kernel import tracing
 from crossaudit.kernel.dsl import (
     EVALUATION_STAGES,
     RULE_STAGES,
@@ -73,7 +74,7 @@ from crossaudit.kernel.results import (
     trusted,
     wire_text,
 )
-from orchestrator.engine import actions, consensus, tools
+from orchestrator.engine import actions, consensus, spans, tools
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
@@ -181,6 +182,7 @@ class _Request:
     calls: dict[tuple[str, float, int, float], asyncio.Future[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
     inputs_digest: str = ""  # the cache key's part from the inputs, computed once a decision (_cache_key)
+    rule_spans: dict[str, Any] = field(default_factory=dict)  # tracing: the span of a rule that runs as a task
     # replay only: evaluator identities by name (None: does not build), looked up once a decision
     identities: dict[str, str | None] = field(default_factory=dict)
 
@@ -278,6 +280,7 @@ class Engine:
 
     # -- evaluation -----------------------------------------------------------------------------
 
+    @spans.traced_evaluate
     async def evaluate(
         self,
         policy: Policy,
@@ -367,11 +370,24 @@ class Engine:
         cached policy); the others run as tasks, concurrently, their calls started at once."""
         loop = asyncio.get_running_loop()
         read = _read_rules(order)
+        traced = tracing.enabled()
         for rule in order:
+            started = spans.now() if traced else 0
             res = self._rule_now(req, rule)
+            if res is None and traced:  # its span, before any of its call tasks starts (they find it)
+                sp = req.rule_spans[rule.name] = spans.start_rule(rule, started)
+                token = tracing.use(sp)
+                try:
+                    task = asyncio.create_task(self._traced_rule(req, rule, sp), name=f"rule:{rule.name}")
+                finally:
+                    tracing.release(token)
+                req.rule_tasks[rule.name] = task
+                continue
             if res is None:
                 req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
                 continue
+            if traced:  # decided at once (cached verdicts, or skipped): a span only when asked for
+                spans.decided_rule(rule, res, started)
             decided[rule.name] = res
             if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
                 done: asyncio.Future[RuleResult] = loop.create_future()
@@ -409,7 +425,10 @@ class Engine:
         loop = asyncio.get_running_loop()
         read = _read_rules(order)
         for i, rule in enumerate(order):
-            res = await self._run_rule(req, rule)
+            if tracing.enabled():
+                res = await self._traced_rule(req, rule, spans.start_rule(rule, spans.now()))
+            else:
+                res = await self._run_rule(req, rule)
             results.append(res)
             if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
                 done: asyncio.Future[RuleResult] = loop.create_future()
@@ -457,11 +476,33 @@ class Engine:
         errors stay on record after the verdicts); (results, still errored, fallback used)."""
         if not (errored and rule.fallback and rule.fallback.evaluator):
             return evaluated, errored, False
-        fb = await self._call(req, rule, rule.fallback.evaluator)
+        if tracing.enabled():
+            with spans.fallback_calls():
+                fb = await self._call(req, rule, rule.fallback.evaluator)
+        else:
+            fb = await self._call(req, rule, rule.fallback.evaluator)
         if fb.status in (Status.ERROR, Status.TIMEOUT):
             return [*evaluated, fb], errored, False
         replaced = [fb if r in errored else r for r in evaluated]
         return [*replaced, *errored], [], True
+
+    async def _traced_rule(self, req: _Request, rule: Rule, sp: Any) -> RuleResult:
+        """:meth:`_run_rule` in the rule's span (current here, so the calls it starts are its
+        children; those started before, by :meth:`_start_rules`, find it in ``req.rule_spans``)."""
+        token = tracing.use(sp)
+        try:
+            res = await self._run_rule(req, rule)
+        except asyncio.CancelledError:
+            spans.cancelled_rule(sp)
+            raise
+        except BaseException as exc:
+            tracing.failed(sp, exc)
+            sp.end()
+            raise
+        finally:
+            tracing.release(token)
+        spans.end_rule(sp, res)
+        return res
 
     async def _run_rule(self, req: _Request, rule: Rule) -> RuleResult:
         t0 = self.clock()
@@ -638,11 +679,11 @@ class Engine:
         key = (name, per_call, retries, ttl)
         call = req.calls.get(key)
         if call is None:
-            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl)
+            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl, rule.name)
         return call
 
     def _begin(
-        self, req: _Request, name: str, per_call: float, retries: int, ttl: float
+        self, req: _Request, name: str, per_call: float, retries: int, ttl: float, rule: str = ""
     ) -> asyncio.Future[EvaluatorResult]:
         """A done future holding ``name``'s cached result for this request, or the call's task.
         The cache is read here once; the task does not read it again after a miss."""
@@ -662,8 +703,12 @@ class Engine:
                         self._result(name, built.evaluator.kind, hit[0], t0, attempts=0, cached=True,
                                      identity=built.identity, provenance=hit[1])
                     )  # fmt: skip
-                    return done
-        return asyncio.create_task(self._invoke(req, name, per_call, retries, ttl, looked_up), name=f"eval:{name}")
+                    return done  # no call, no span: the rule's span counts its cache hits
+        call = self._invoke(req, name, per_call, retries, ttl, looked_up)
+        if tracing.enabled():
+            kind = req.policy.evaluator(name).kind.value
+            call = spans.traced_call(name, kind, call, lambda: req.rule_spans.get(rule))
+        return asyncio.create_task(call, name=f"eval:{name}")
 
     def _cache_key(self, req: _Request, identity: str) -> str:
         """The result cache's key of ``identity``'s verdict on this request's inputs; the inputs'
