@@ -397,6 +397,22 @@ def _check_tls(bind: str, tls_cert: str | None, tls_key: str | None) -> None:
         check_private_file(Path(tls_key), "TLS private key")
 
 
+def _upstream(
+    f: ProxyFile, upstream: str | None, upstream_key_env: str | None, config_dir: Path | None
+) -> tuple[str, SecretGrant | None]:
+    """The OpenAI-compatible upstream's URL (a flag over the file) and the operator's key for it."""
+    url = upstream or f.upstream.url
+    if not url:
+        raise ConfigurationError("no upstream: give --upstream URL or upstream.url in the configuration")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"upstream {url!r}: an http:// or https:// URL")
+    upstream_key = SecretGrant("upstream", env=upstream_key_env) if upstream_key_env else None
+    upstream_key = upstream_key or _grant(f.upstream.api_key, "upstream", config_dir)
+    if upstream_key is not None and f.upstream.forward_caller_authorization:
+        raise ConfigurationError("upstream: api_key and forward_caller_authorization exclude each other")
+    return url, upstream_key
+
+
 def build(
     file: ProxyFile | None,
     *,
@@ -420,20 +436,12 @@ def build(
 ) -> ProxyConfig:
     """The file's settings with the flags given (not None) on top, checked as a whole."""
     f = file or ProxyFile()
-    url = upstream or f.upstream.url
-    if not url:
-        raise ConfigurationError("no upstream: give --upstream URL or upstream.url in the configuration")
-    if not url.startswith(("http://", "https://")):
-        raise ConfigurationError(f"upstream {url!r}: an http:// or https:// URL")
+    url, upstream_key = _upstream(f, upstream, upstream_key_env, config_dir)
     anthropic_url = anthropic_upstream or f.anthropic_upstream.url
     if anthropic_url is not None and not anthropic_url.startswith(("http://", "https://")):
         raise ConfigurationError(f"anthropic upstream {anthropic_url!r}: an http:// or https:// URL")
     anthropic_key = SecretGrant("anthropic_upstream", env=anthropic_key_env) if anthropic_key_env else None
     anthropic_key = anthropic_key or _grant(f.anthropic_upstream.api_key, "anthropic_upstream", config_dir)
-    upstream_key = SecretGrant("upstream", env=upstream_key_env) if upstream_key_env else None
-    upstream_key = upstream_key or _grant(f.upstream.api_key, "upstream", config_dir)
-    if upstream_key is not None and f.upstream.forward_caller_authorization:
-        raise ConfigurationError("upstream: api_key and forward_caller_authorization exclude each other")
     env = environment or f.crossaudit.environment
     block_as = on_block or f.on_block
     open_on_failure = f.fail_open if fail_open is None else fail_open

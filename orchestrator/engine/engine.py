@@ -300,17 +300,7 @@ class Engine:
         start = self.clock()
         if stage and stage not in EVALUATION_STAGES:
             raise InvalidInputError(f"unknown stage {stage[:64]!r}: {', '.join(EVALUATION_STAGES)} or none (all rules)")
-        budget = policy.settings.timeout or self.limits.default_timeout_s
-        if timeout is not None:
-            budget = min(budget, timeout)
-        if budget <= 0:
-            raise DeadlineExceededError("no time left to evaluate the policy")
-        size = len(prompt.encode()) + len(response.encode())
-        if size > self.limits.max_content_bytes:
-            raise InvalidInputError(
-                f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
-                "takes (engine_limits.max_content_bytes)"
-            )
+        budget = self._budget(policy, timeout, prompt, response)
         now = replay.at if replay is not None else self.now()
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
         if stage in TOOL_STAGES:
@@ -362,6 +352,22 @@ class Engine:
         if req.unreplayable and replay is not None and not replay.live:  # a shadow keeps the errors, as live
             _raise_unreplayable(req, results)
         return self._decide(req, results, start)
+
+    def _budget(self, policy: Policy, timeout: float | None, prompt: str, response: str) -> float:
+        """The seconds a decision may take (the policy's timeout, the caller's if shorter), once the
+        texts are known to fit engine_limits.max_content_bytes."""
+        budget = policy.settings.timeout or self.limits.default_timeout_s
+        if timeout is not None:
+            budget = min(budget, timeout)
+        if budget <= 0:
+            raise DeadlineExceededError("no time left to evaluate the policy")
+        size = len(prompt.encode()) + len(response.encode())
+        if size > self.limits.max_content_bytes:
+            raise InvalidInputError(
+                f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
+                "takes (engine_limits.max_content_bytes)"
+            )
+        return budget
 
     def _start_rules(self, req: _Request, order: list[Rule], decided: dict[str, RuleResult]) -> None:
         """Every rule started in plan order, as the live path always did: a rule whose evaluators'
