@@ -32,12 +32,12 @@ from typing import Any
 
 from crossaudit.kernel.dsl import Condition, EvaluatorType, Operator, Policy, Rule
 from crossaudit.kernel.errors import CrossAuditError
+from crossaudit.kernel.yamlsafe import format_path
 from crossaudit.modelserver.builtins import offline_problem
 from orchestrator.engine.conditions import NEGATIVE
 from orchestrator.engine.context import MISSING, build_context, lookup
 from orchestrator.engine.engine import no_verdict_action
 from orchestrator.evaluators.llm import LLMEvaluator
-from orchestrator.policy.yamlsafe import format_path
 
 # Operators whose compared value is a sensible example of what a request carries.
 _EXAMPLE_OPERATORS = {Operator.EQUALS, Operator.CONTAINS, Operator.STARTS_WITH, Operator.ENDS_WITH, Operator.IN}

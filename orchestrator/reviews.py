@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from crossaudit.kernel.dsl import duration_seconds
+from crossaudit.kernel.durations import duration_seconds
 from crossaudit.kernel.results import Action, Decision
 
 

@@ -6,7 +6,8 @@ import time
 import uuid
 from typing import Any
 
-from crossaudit.store.base import AuditRecord, ReviewKind, ReviewRecord, ReviewState
+from crossaudit.api.records import AuditRecord, ReviewRecord
+from orchestrator.reviews import ReviewKind, ReviewState
 
 
 def audit_record(decision_id: str | None = None, tenant: str = "t1", **fields: Any) -> AuditRecord:

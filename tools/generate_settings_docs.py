@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crossaudit.service.config import ServerConfig, SettingField, section_of, setting_fields
-from crossaudit.service.settings import ENVIRONMENT_KEYS, LEGACY_ENV, Settings, env_name
+from crossaudit.service.settings import ALIAS_ENV, ENVIRONMENT_KEYS, LEGACY_ENV, Settings, env_name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LIMITS_DOC = REPO_ROOT / "docs" / "limits.md"
@@ -73,8 +73,13 @@ def limits_tables() -> str:
     return "\n\n".join(parts)
 
 
+def _envs(f: SettingField) -> str:
+    """The setting's variable, and the other names that set it (``OTEL_*``), most specific last."""
+    return ", or ".join([f"`{f.env}`"] + [f"`{name}`" for name, path in ALIAS_ENV.items() if path == f.path])
+
+
 def section_table(fields: list[SettingField]) -> str:
-    rows = [f"| `{f.key}` | `{f.env}` | {shown(f.default, f.key)} | {_cell(f.description)} |" for f in fields]
+    rows = [f"| `{f.key}` | {_envs(f)} | {shown(f.default, f.key)} | {_cell(f.description)} |" for f in fields]
     return "| key | env | default | what it bounds |\n| --- | --- | --- | --- |\n" + "\n".join(rows)
 
 

@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from crossaudit.cli.connect import client, looks_like_address
 from crossaudit.kernel.dsl import Policy
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 LEVELS = ("warning", "error")
 DEFAULT_QUERY_TIMEOUT_S = 5.0

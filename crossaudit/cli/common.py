@@ -1,14 +1,27 @@
-"""What every ``crossaudit`` command shares: its exit codes, and how ``--since``/``--until`` are read."""
+"""What every ``crossaudit`` command shares: its exit codes, how a command group is declared, and how
+``--since``/``--until`` are read."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import re
 
-from crossaudit.kernel.dsl import DURATION_PATTERN, duration_seconds
+from crossaudit.kernel.durations import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.errors import InvalidInputError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2  # success; invalid input or failed checks; usage or internal error
+
+
+def command_group(
+    subparsers: argparse._SubParsersAction, name: str, *, help: str, dest: str
+) -> argparse._SubParsersAction:
+    """``crossaudit NAME SUBCOMMAND ...``: a command whose subcommand is required (its name in ``dest``);
+    returns the group's subparsers."""
+    group = subparsers.add_parser(name, help=help)
+    subcommands = group.add_subparsers(dest=dest, metavar="SUBCOMMAND")
+    subcommands.required = True
+    return subcommands
 
 
 def parse_when(text: str | None, now: float, what: str) -> float | None:

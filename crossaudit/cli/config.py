@@ -11,16 +11,17 @@ import json
 import sys
 from typing import Any
 
-from crossaudit.cli.common import EXIT_OK
+from crossaudit.cli.common import EXIT_OK, command_group
 from crossaudit.cli.server import add_config_options, settings_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    c = subparsers.add_parser(
-        "config", help="show the server settings in effect and their sources; write a deployment's secret files"
+    csub = command_group(
+        subparsers,
+        "config",
+        help="show the server settings in effect and their sources; write a deployment's secret files",
+        dest="config_command",
     )
-    csub = c.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
-    csub.required = True
     show = csub.add_parser(
         "show",
         help="every setting of `crossaudit serve`, its value and its source (default/file/env/flag)",
@@ -42,6 +43,7 @@ def _text(value: Any) -> str:
 
 def cmd_config_show(args: argparse.Namespace) -> int:
     from crossaudit.service.settings import load_settings, unknown_environment
+    from crossaudit.service.tracing import describe
 
     loaded = load_settings(args.config, settings_flags(args))
     rows = [r for r in loaded.rows() if not args.changed or r[2].kind != "default"]
@@ -51,6 +53,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
             "file": str(loaded.file) if loaded.file else None,
             "settings": {k: {"value": v, "source": o.kind, "origin": o.name} for k, v, o in rows},
             "warnings": warnings,
+            "tracing": describe(loaded.config.tracing),
         }
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
         return EXIT_OK
@@ -58,6 +61,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     layers = ["defaults", str(loaded.file) if loaded.file else None, "environment", "flags"]
     print("# " + " < ".join(x for x in layers if x))
+    print(f"# tracing: {describe(loaded.config.tracing)}")
     width = max((len(k) for k, _, _ in rows), default=3)
     values = [_text(v) for _, v, _ in rows]
     vwidth = min(max((len(v) for v in values), default=5), 40)

@@ -1,7 +1,8 @@
 """How the CLI reaches a server: :func:`client`, the one Client factory of every command that calls
-one, and the connection flags (:func:`client_options` for the client commands). What ``crossaudit
-evaluate`` and ``crossaudit policy test`` share besides: ``--server [ADDR]`` (local evaluation
-without it) and how a sandbox is chosen locally.
+one, :func:`answer` for a command that makes one call and prints its answer, and the connection
+flags (:func:`client_options` for the client commands). What ``crossaudit evaluate`` and
+``crossaudit policy test`` share besides: ``--server [ADDR]`` (local evaluation without it) and how
+a sandbox is chosen locally.
 
 ``--server`` takes an optional address, so ``--server NAME`` could swallow the positional that
 follows it. A value that is an existing path, or is not an address, is given back to the
@@ -14,16 +15,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from crossaudit.cli.common import EXIT_USAGE
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.cli.common import EXIT_OK, EXIT_USAGE
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER, SERVER_ENV, channel_target
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 # Locally, custom code runs where the server would run it: Docker when a daemon answers, else the
 # process sandbox (crossaudit serve's default, orchestrator/runtime.py make_sandbox).
 DEFAULT_LOCAL_SANDBOX = "auto"
+
+T = TypeVar("T")
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -115,6 +119,20 @@ def client(args: argparse.Namespace) -> Any:
     tls: Any = args.ca_cert or bool(args.tls)
     options = {"timeout": args.timeout} if args.timeout else {}  # also the deadline of management calls
     return Client(args.server or None, api_key=args.api_key or None, tls=tls, **options)
+
+
+def answer(args: argparse.Namespace, call: Callable[[Any], T], say: Callable[[T], str]) -> int:
+    """Make one ``call`` on the server and print its answer: the record as JSON with ``--json``
+    (timestamps as ISO-8601 UTC), else what ``say`` makes of it."""
+    with client(args) as c:
+        result = call(c)
+    if args.json:
+        from crossaudit.cli import display  # rich: loaded by the commands that print
+
+        display.print_json(result)
+    else:
+        print(say(result))
+    return EXIT_OK
 
 
 def server_address(args: argparse.Namespace) -> str:

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
-from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, NotFoundError
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.cli.common import EXIT_OK, EXIT_USAGE, parse_when
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError
 
 DEFAULT_SINCE = "30d"
 
@@ -57,14 +57,11 @@ def cmd_eval_labels(args: argparse.Namespace) -> int:
     except InvalidInputError as e:
         print(f"error: {e.message}", file=sys.stderr)
         return EXIT_USAGE
-    try:
+    try:  # any other CrossAuditError is reported by main, as every command's (error: ..., EXIT_FAIL)
         summary = _build(args, since, out)
     except (InvalidInputError, NotFoundError) as e:
         print(f"error: {e.message}", file=sys.stderr)
         return EXIT_USAGE
-    except CrossAuditError as e:
-        print(f"error: {e.message}", file=sys.stderr)
-        return EXIT_FAIL
     except OSError as e:
         print(f"error: --out {args.out}: {e.strerror}", file=sys.stderr)
         return EXIT_USAGE

@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import REQUEST_LIMIT_ENV, REQUEST_LIMIT_KEY
 from crossaudit.cli import connect, progress, render
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
 from crossaudit.cli.progress import SLOW_PREPARE_S
 from crossaudit.kernel.errors import InvalidInputError, RequestTooLargeError
 from crossaudit.kernel.results import Decision, loads_strict
 from crossaudit.sdk.options import request_limit
-from crossaudit.service.config import REQUEST_LIMIT_ENV, REQUEST_LIMIT_KEY
 
 # The inputs (--prompt/--response/--context, each and together) may hold what one request to a
 # server may carry: limits.max_request_bytes, the SDK's limit here (request_limit: the variable

@@ -33,6 +33,7 @@ from crossaudit.evidence.notes import (
 )
 from crossaudit.evidence.verify import ChunkVerifier, Report
 from crossaudit.kernel.errors import ConfigurationError, InvalidInputError
+from crossaudit.kernel.files import read_capped
 from crossaudit.kernel.shell import command
 
 MAX_KEY_BYTES = 16 << 10  # a public key file (PEM or verifier key) is far smaller
@@ -104,12 +105,7 @@ def register(asub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
 def read_keys(paths: list[str]) -> list[PublicKey]:
     keys = []
     for path in paths:
-        try:
-            data = Path(path).read_bytes()[: MAX_KEY_BYTES + 1]
-        except OSError as exc:
-            raise InvalidInputError(f"--key {path}: {exc.strerror}") from None
-        if len(data) > MAX_KEY_BYTES:
-            raise InvalidInputError(f"--key {path}: larger than {MAX_KEY_BYTES} bytes")
+        data = read_capped(path, MAX_KEY_BYTES, "--key")
         try:
             keys.append(load_public_key(data.decode("ascii", "replace"), path))
         except EvidenceKeyError as exc:
@@ -131,9 +127,7 @@ def cmd_audit_key(args: argparse.Namespace) -> int:
         return _print_key(args, load_signing_key(path.read_bytes(), args.name, str(path)).public, f"wrote {path}")
     if args.private:
         try:
-            key = load_signing_key(Path(args.private).read_bytes()[: MAX_KEY_BYTES + 1], args.name, args.private)
-        except OSError as exc:
-            raise InvalidInputError(f"--private {args.private}: {exc.strerror}") from None
+            key = load_signing_key(read_capped(args.private, MAX_KEY_BYTES, "--private"), args.name, args.private)
         except EvidenceKeyError as exc:
             raise InvalidInputError(str(exc)) from None
         return _print_key(args, key.public, "")

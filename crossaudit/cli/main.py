@@ -11,15 +11,80 @@ import os
 import sys
 from collections.abc import Sequence
 
-from crossaudit.cli import completion, evaluate, models, policy, remote, server
-from crossaudit.cli import config as config_cli
-from crossaudit.cli import eval as eval_cli
-from crossaudit.cli import proxy as proxy_cli
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from crossaudit.cli import completion
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command_group
 from crossaudit.kernel.errors import CrossAuditError, PolicyValidationError
 
+# Every top-level command, in the order --help lists them, with its help line and the groups of
+# modules that declare it (the remote commands add `policy deploy|list|...` to the policy group).
+# A command's modules are imported only when that command runs, so `crossaudit --version` and
+# `crossaudit policy validate` never load the server, the SDK's client or grpc
+# (tests/unit/test_cli_startup.py checks the table against the whole parser, and the imports).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "policy": ("validate, test, deploy policies", "policy remote"),
+    "serve": ("run the gRPC orchestrator service", "serve"),
+    "evaluator": ("upload and inspect custom evaluators", "remote"),
+    "audit": ("read the audit log of answered decisions", "remote"),
+    "review": ("review items created by require_review and flag", "remote"),
+    "webhooks": ("deliveries of custom actions' webhooks", "remote"),
+    "eval-labels": ("write a dataset from a deployed policy's resolved reviews and feedback labels", "remote"),
+    "models": ("list, pull, import and verify the builtins' models", "models"),
+    "config": ("show the server settings in effect and their sources; write a deployment's secret files", "config"),
+    "evaluate": ("evaluate one request through a policy file (or, with --server, a deployed policy)", "evaluate"),
+    "eval": ("measure a policy on a labelled dataset (precision, recall, F1, thresholds, CI gates)", "eval"),
+    "completion": ("print the shell completion script (bash, zsh or fish)", "completion"),
+    "proxy": (
+        "serve an OpenAI-compatible /v1/chat/completions that applies a policy before and after the model",
+        "proxy",
+    ),
+}
+GROUPS = ("policy", "serve", "remote", "models", "config", "evaluate", "eval", "completion", "proxy")
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _declare(group: str, sub: argparse._SubParsersAction, psub: argparse._SubParsersAction) -> None:
+    """Import the modules of one group of commands and declare its commands in ``sub`` (``psub``:
+    the ``policy`` command's own sub-commands, which the remote commands add to)."""
+    if group == "policy":
+        from crossaudit.cli import policy
+
+        policy.register(psub)
+    elif group == "remote":
+        from crossaudit.cli import remote
+
+        remote.register(sub, psub)
+    elif group == "serve":
+        from crossaudit.cli import server
+
+        server.register(sub)
+    elif group == "models":
+        from crossaudit.cli import models
+
+        models.register(sub)
+    elif group == "config":
+        from crossaudit.cli import config as config_cli
+
+        config_cli.register(sub)
+    elif group == "evaluate":
+        from crossaudit.cli import evaluate
+
+        evaluate.register(sub)
+    elif group == "eval":
+        from crossaudit.cli import eval as eval_cli
+
+        eval_cli.register(sub)
+    elif group == "completion":
+        completion.register(sub)
+    elif group == "proxy":
+        from crossaudit.cli import proxy as proxy_cli
+
+        proxy_cli.register(sub)
+    else:
+        raise ValueError(f"no command group {group!r}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only`` (a top-level command) just that command's group is
+    declared and the others are listed by name, which is all that parsing that command needs."""
     parser = argparse.ArgumentParser(
         prog="crossaudit",
         description="CrossAudit policy platform",
@@ -29,19 +94,30 @@ def build_parser() -> argparse.ArgumentParser:
     completion.add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    policy_parser = sub.add_parser("policy", help="validate, test, deploy policies")
-    psub = policy_parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
-    psub.required = True
-    policy.register(psub)
-    server.register(sub)
-    remote.register(sub, psub)
-    models.register(sub)
-    config_cli.register(sub)
-    evaluate.register(sub)
-    eval_cli.register(sub)
-    completion.register(sub)
-    proxy_cli.register(sub)
+    groups = GROUPS if only is None else COMMANDS[only][1].split() if only in COMMANDS else ()
+    psub = command_group(sub, "policy", help=COMMANDS["policy"][0], dest="policy_command")
+    for group in groups:
+        _declare(group, sub, psub)
+    for name, (help_line, _) in COMMANDS.items():
+        if name not in sub.choices:  # named in --help and in argparse's "invalid choice", never run
+            sub.add_parser(name, help=help_line, add_help=False)
+    order = list(COMMANDS)
+    sub._choices_actions.sort(key=lambda a: order.index(a.dest) if a.dest in order else len(order))
     return parser
+
+
+def parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser ``argv`` needs: one command's group when it starts with a command's name; the
+    whole command line for options written before the command (they are looked up among every
+    command's options) and for the shell's completion requests; none for ``--version``/``--help``."""
+    first = argv[0] if argv else ""
+    if "_ARGCOMPLETE" in os.environ:
+        return build_parser()
+    if first in COMMANDS:
+        return build_parser(first)
+    if first in ("", "-h", "--help", "--version"):
+        return build_parser(only="")
+    return build_parser()
 
 
 # How many values an option takes, by its argparse nargs: none, an optional one, exactly one. An
@@ -131,10 +207,12 @@ def hoist_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    completion.autocomplete(parser)  # answers the shell's completion request (crossaudit completion) and exits
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = parser_for(argv)
+    if "_ARGCOMPLETE" in os.environ:
+        completion.autocomplete(parser)  # answers the shell's completion request (crossaudit completion) and exits
     try:
-        args = parser.parse_args(hoist_options(parser, sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(hoist_options(parser, argv))
     except SystemExit as e:  # argparse already printed usage
         return int(e.code or 0) and EXIT_USAGE
     try:

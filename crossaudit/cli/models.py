@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from crossaudit.cli import display
-from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
+from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, command_group
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.modelserver import export, sources
 from crossaudit.modelserver.download import DownloadError
@@ -30,9 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         "--store", default=None, metavar="DIR", help=f"model store directory (default: ${ENV_MODEL_STORE} or "
         ".crossaudit/models)"
     )
-    m = subparsers.add_parser("models", help="list, pull, import and verify the builtins' models")
-    msub = m.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
-    msub.required = True
+    msub = command_group(
+        subparsers, "models", help="list, pull, import and verify the builtins' models", dest="models_command"
+    )
 
     ls = msub.add_parser("list", parents=[common], help="the models in the store")
     ls.add_argument("--json", action="store_true", help="print the manifests as JSON")

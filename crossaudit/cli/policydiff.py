@@ -13,11 +13,11 @@ import json
 import re
 from pathlib import Path
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK
 from crossaudit.cli.connect import client, client_options
 from crossaudit.kernel.dsl import Policy
 from crossaudit.kernel.errors import InvalidInputError
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 MARKS = {"added": "+", "removed": "-", "changed": "~"}
 STORED = re.compile(r"^(?P<name>[^@/\\]+?)(?:@(?P<version>[1-9][0-9]{0,9}))?$")

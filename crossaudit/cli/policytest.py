@@ -198,6 +198,7 @@ def run_remote(pf: PolicyFile, extra: list[Any], args: argparse.Namespace, clien
                 case.input.context,
                 environment=args.environment,
                 timeout=args.timeout,
+                stage=case.input.stage or "",
             )
         except CrossAuditError as e:  # refused or failed: this case could not be evaluated
             suite.cases.append(judge_case(case, None, e.message, duration_s=time.monotonic() - c0))

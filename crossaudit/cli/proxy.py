@@ -37,6 +37,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="environment variable holding the upstream key (the operator's; default: upstream.api_key, or none)",
     )
     p.add_argument(
+        "--anthropic-upstream",
+        default=None,
+        metavar="URL",
+        help="base URL of an Anthropic-compatible API (…/v1): serves /v1/messages (default: anthropic_upstream.url)",
+    )
+    p.add_argument(
+        "--anthropic-upstream-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="environment variable holding its key, sent as x-api-key (default: anthropic_upstream.api_key)",
+    )
+    p.add_argument(
         "--server", default=None, metavar="HOST:PORT", help=f"CrossAudit (default: ${SERVER_ENV} or {DEFAULT_SERVER})"
     )
     p.add_argument("--tls", action="store_true", help="connect to CrossAudit with TLS (system roots)")
@@ -79,6 +91,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         config_dir=Path(args.config).resolve().parent if args.config else None,
         upstream=args.upstream,
         upstream_key_env=args.upstream_api_key_env,
+        anthropic_upstream=args.anthropic_upstream,
+        anthropic_key_env=args.anthropic_upstream_api_key_env,
         server=args.server,
         environment=args.environment,
         policy=args.policy,

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli import analyze, connect, display, progress, rollout
-from crossaudit.cli.common import EXIT_OK
+from crossaudit.cli.common import EXIT_OK, command_group
 from crossaudit.kernel.errors import InvalidInputError
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 # --- parser -------------------------------------------------------------------------------
 
@@ -66,9 +66,7 @@ def register_policy(policy_subparsers: argparse._SubParsersAction, common: argpa
 
 def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``evaluator upload|list|get``."""
-    ev = subparsers.add_parser("evaluator", help="upload and inspect custom evaluators")
-    esub = ev.add_subparsers(dest="evaluator_command", metavar="SUBCOMMAND")
-    esub.required = True
+    esub = command_group(subparsers, "evaluator", help="upload and inspect custom evaluators", dest="evaluator_command")
     eu = esub.add_parser("upload", parents=[common], help="upload evaluator code (validated, image built)")
     eu.add_argument("file", metavar="FILE", help="Python source defining evaluate(prompt, response, context)")
     eu.add_argument("--name", required=True)
@@ -95,9 +93,7 @@ def register_evaluator(subparsers: argparse._SubParsersAction, common: argparse.
 
 def register_audit(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``audit list|get|erase``, and ``key|verify|proof|export|receipt`` (:mod:`crossaudit.cli.evidence`)."""
-    au = subparsers.add_parser("audit", help="read the audit log of answered decisions")
-    asub = au.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
-    asub.required = True
+    asub = command_group(subparsers, "audit", help="read the audit log of answered decisions", dest="audit_command")
     al = asub.add_parser("list", parents=[common], help="recent decisions, most recent first")
     al.add_argument("--policy", default="")
     al.add_argument("--limit", type=int, default=20)
@@ -131,9 +127,9 @@ def register_audit(subparsers: argparse._SubParsersAction, common: argparse.Argu
 
 def register_review(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``review list|resolve``."""
-    rv = subparsers.add_parser("review", help="review items created by require_review and flag")
-    rsub = rv.add_subparsers(dest="review_command", metavar="SUBCOMMAND")
-    rsub.required = True
+    rsub = command_group(
+        subparsers, "review", help="review items created by require_review and flag", dest="review_command"
+    )
     rl = rsub.add_parser("list", parents=[common], help="list reviews (default: open ones)")
     rl.add_argument("--state", default="open", choices=["open", "approved", "rejected", "dismissed", "any"])
     rl.add_argument("--policy", default="")
@@ -149,9 +145,7 @@ def register_review(subparsers: argparse._SubParsersAction, common: argparse.Arg
 
 def register_webhooks(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``webhooks list|redeliver``."""
-    wh = subparsers.add_parser("webhooks", help="deliveries of custom actions' webhooks")
-    wsub = wh.add_subparsers(dest="webhooks_command", metavar="SUBCOMMAND")
-    wsub.required = True
+    wsub = command_group(subparsers, "webhooks", help="deliveries of custom actions' webhooks", dest="webhooks_command")
     wl = wsub.add_parser("list", parents=[common], help="list deliveries, most recent first")
     wl.add_argument("--state", default="any", choices=["pending", "delivered", "dead", "any"])
     wl.add_argument("--limit", type=int, default=20)
@@ -233,23 +227,19 @@ def cmd_policy_list(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_get(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        info = c.get_policy(args.name, environment=args.environment, version=args.version)
-    if args.json:
-        _print_json(info)
-    else:
-        sys.stdout.write(info.content if info.content.endswith("\n") else info.content + "\n")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.get_policy(args.name, environment=args.environment, version=args.version),
+        lambda info: info.content.removesuffix("\n"),  # the content, ending in one line break
+    )
 
 
 def cmd_policy_rollback(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        r = c.rollback(args.name, environment=args.environment, to_version=args.to_version)
-    if args.json:
-        _print_json(r)
-    else:
-        print(f"{args.name!r} in {r.deployment.environment}: v{r.previous_version} -> v{r.deployment.version}")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.rollback(args.name, environment=args.environment, to_version=args.to_version),
+        lambda r: f"{args.name!r} in {r.deployment.environment}: v{r.previous_version} -> v{r.deployment.version}",
+    )
 
 
 def cmd_evaluator_upload(args: argparse.Namespace) -> int:
@@ -393,20 +383,12 @@ DELIVERY_COLUMNS = [
 
 
 def cmd_webhooks_redeliver(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        m = c.redeliver(args.id)
-    if args.json:
-        _print_json(m)
-    else:
-        print(f"delivery {m.id} queued again")
-    return EXIT_OK
+    return connect.answer(args, lambda c: c.redeliver(args.id), lambda m: f"delivery {m.id} queued again")
 
 
 def cmd_review_resolve(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        r = c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note)
-    if args.json:
-        _print_json(r)
-    else:
-        print(f"review {r.id} {r.state.value}")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.resolve_review(args.id, args.state, reviewer=args.reviewer, note=args.note),
+        lambda r: f"review {r.id} {r.state.value}",
+    )

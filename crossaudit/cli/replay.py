@@ -15,9 +15,7 @@ confirmation (``--yes`` answers it: needed when stdin is not a terminal).
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
-import html
 import io
 import json
 import sys
@@ -27,13 +25,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.api.replayreport import ReplayProgress, ReplayReport
 from crossaudit.cli import progress
 from crossaudit.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, parse_when
 from crossaudit.cli.render import printable
-from crossaudit.governance.replaydiff import ReplayProgress, ReplayReport
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, PolicyValidationError
 from crossaudit.kernel.files import write_private
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
+from crossaudit.kernel.htmlreport import escape, page, png_img
 
 PLOT_RULES = 20  # the plot shows the rules with the most flips, at most this many
 TABLE_SAMPLES = 5  # sample ids a human summary prints per category (all of them in --json/--html)
@@ -280,12 +279,8 @@ def _plot_png(r: ReplayReport) -> bytes | None:
         plt.close(fig)
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def _samples_cell(samples: list[str]) -> str:
-    return "<br>".join(f"<code>{_e(s)}</code>" for s in samples)
+    return "<br>".join(f"<code>{escape(s)}</code>" for s in samples)
 
 
 def html_report(r: ReplayReport) -> str:
@@ -301,35 +296,25 @@ def html_report(r: ReplayReport) -> str:
         *((f"action {pair}", b.count, b.samples) for pair, b in sorted(r.action_changes.items())),
         *((f"not replayable: {k}", b.count, b.samples) for k, b in sorted(r.not_replayable.items())),
     ]
-    summary = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td><td>{_samples_cell(s)}</td></tr>" for k, v, s in rows)
+    summary = "".join(
+        f"<tr><th>{escape(k)}</th><td>{escape(v)}</td><td>{_samples_cell(s)}</td></tr>" for k, v, s in rows
+    )
     rules = "".join(
-        f"<tr><td>{_e(d.rule)}</td><td>{_e(d.change)}</td><td>{d.compared}</td><td>{d.pass_to_fail.count}</td>"
+        f"<tr><td>{escape(d.rule)}</td><td>{escape(d.change)}</td><td>{d.compared}</td><td>{d.pass_to_fail.count}</td>"
         f"<td>{d.fail_to_pass.count}</td><td>{d.score_shifts.count}</td><td>{d.mean_shift:+.4f}</td>"
         f"<td>{d.max_shift:.4f}</td><td>{_samples_cell(d.pass_to_fail.samples + d.fail_to_pass.samples)}</td></tr>"
         for d in r.sorted_rules()
     )
     png = _plot_png(r)
-    plot = f'<img alt="per-rule flips" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png else ""
+    plot = png_img(png, "per-rule flips") if png else ""
     window = " to ".join(
-        _e(dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")) if t is not None else "…"
+        escape(dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")) if t is not None else "…"
         for t in (r.since, r.until)
     )
-    hint = f"<p class=hint>{_e(r.hint)}</p>" if r.hint else ""
-    more = "<p class=hint>The limit was reached: the range holds more records.</p>" if r.more else ""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>Replay of {_e(r.candidate)} against {_e(r.policy)}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }}
-th {{ background: #f4f4f4; }}
-code {{ font-size: 12px; }}
-.hint {{ background: #fff8e1; padding: 8px; }}
-</style></head><body>
-<h1>Replay of {_e(r.candidate)} against {_e(r.policy)}</h1>
-<p>Environment <b>{_e(r.environment)}</b>, decisions from {window}.
+    hint = f"<p class=note>{escape(r.hint)}</p>" if r.hint else ""
+    more = "<p class=note>The limit was reached: the range holds more records.</p>" if r.more else ""
+    body = f"""<h1>Replay of {escape(r.candidate)} against {escape(r.policy)}</h1>
+<p>Environment <b>{escape(r.environment)}</b>, decisions from {window}.
 {r.evaluator_runs} evaluator call(s) made; everything else reused the recorded verdicts.</p>
 {hint}{more}
 <h2>Summary</h2>
@@ -338,5 +323,5 @@ code {{ font-size: 12px; }}
 <table><tr><th>rule</th><th>in the candidate</th><th>compared</th><th>pass → fail</th><th>fail → pass</th>
 <th>score shifts</th><th>mean shift</th><th>max shift</th><th>samples</th></tr>{rules}</table>
 {plot}
-</body></html>
 """
+    return page(f"Replay of {r.candidate} against {r.policy}", body)

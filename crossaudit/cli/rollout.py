@@ -7,11 +7,10 @@ import argparse
 import math
 from typing import Any
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.cli import connect, display
-from crossaudit.cli.common import EXIT_OK
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.shell import command
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 DEFAULT_SAMPLE = 0.1  # a shadow's sampled fraction unless --sample says otherwise
 
@@ -107,37 +106,32 @@ def describe_candidate(r: Any) -> str:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        r = c.promote(args.name, environment=args.environment)
-    if args.json:
-        display.print_json(r)
-    else:
-        print(
+    return connect.answer(
+        args,
+        lambda c: c.promote(args.name, environment=args.environment),
+        lambda r: (
             f"promoted {args.name!r} v{r.deployment.version} ({r.candidate.mode.value} candidate) to "
             f"{r.deployment.environment}; v{r.candidate.active_version} was active"
-        )
-    return EXIT_OK
+        ),
+    )
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        cand = c.discard(args.name, environment=args.environment)
-    if args.json:
-        display.print_json(cand)
-    else:
-        print(f"discarded the {cand.mode.value} candidate v{cand.version} of {args.name!r} in {cand.environment}")
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.discard(args.name, environment=args.environment),
+        lambda cand: (
+            f"discarded the {cand.mode.value} candidate v{cand.version} of {args.name!r} in {cand.environment}"
+        ),
+    )
 
 
 def cmd_shadow_report(args: argparse.Namespace) -> int:
-    with connect.client(args) as c:
-        report = c.shadow_report(args.name, environment=args.environment)
-    if args.json:
-        display.print_json(report)
-        return EXIT_OK
-    for line in report_lines(report):
-        print(line)
-    return EXIT_OK
+    return connect.answer(
+        args,
+        lambda c: c.shadow_report(args.name, environment=args.environment),
+        lambda report: "\n".join(report_lines(report)),
+    )
 
 
 def report_lines(r: Any) -> list[str]:

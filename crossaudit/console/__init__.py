@@ -20,9 +20,9 @@ from typing import Any
 
 from crossaudit.governance.records import Records
 from crossaudit.kernel.errors import ConfigurationError
-from crossaudit.kernel.listen import bind_tcp, head_deadline_protocol
+from crossaudit.kernel.listen import LOOPBACK_HOSTS, bind_tcp, head_deadline_protocol
 from crossaudit.service.auth import Authenticator
-from crossaudit.service.config import CONSOLE_OFF, LOOPBACK_HOSTS, ServerConfig
+from crossaudit.service.config import CONSOLE_OFF, ServerConfig
 
 log = logging.getLogger("crossaudit.console")
 START_TIMEOUT_S = 10.0  # uvicorn's startup on a bound socket

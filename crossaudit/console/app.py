@@ -36,6 +36,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.api.records import AuditRecord, ReviewRecord
 from crossaudit.console.sessions import Session, Sessions, SessionsFull, key_id, new_token, tokens_match
 from crossaudit.governance.labels import Labels
 from crossaudit.governance.records import Records
@@ -50,7 +52,7 @@ from crossaudit.kernel.errors import (
 )
 from crossaudit.kernel.listen import client_key
 from crossaudit.service.auth import Authenticator
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, ConsoleLimits
+from crossaudit.service.config import ConsoleLimits
 from crossaudit.service.principals import (
     CONSOLE_ROLES,
     GET_DECISION,
@@ -61,8 +63,8 @@ from crossaudit.service.principals import (
     SHADOW_REPORT,
     Principal,
 )
-from crossaudit.store.base import AuditRecord, ReviewRecord, ReviewState
 from orchestrator import reviews
+from orchestrator.reviews import ReviewState
 
 log = logging.getLogger("crossaudit.console")
 
@@ -198,6 +200,13 @@ def parse_time(value: str, what: str) -> float | None:
     except ValueError:
         raise Refused(400, f"{what}: give a time as YYYY-MM-DDTHH:MM (UTC) or epoch seconds") from None
     return (ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def policy_filter(request: Request) -> tuple[str, str]:
+    """The policy and environment a page is asked about (``?policy=&environment=``; the default
+    environment when none is given)."""
+    q = request.query_params
+    return q.get("policy", "").strip(), q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
 
 
 # --- the application ------------------------------------------------------------------------
@@ -580,9 +589,7 @@ class ConsoleApp:
         """A policy's shadow or canary candidate: the same report as ``policy shadow-report``,
         of the signed-in tenant's policies only (another tenant's name is simply not found)."""
         p = session.principal
-        q = request.query_params
-        policy = q.get("policy", "").strip()
-        environment = q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+        policy, environment = policy_filter(request)
         report = None
         if policy:
             if self.rollout is None:
@@ -597,9 +604,7 @@ class ConsoleApp:
         labelled failures, the share people confirmed, with its count and 95% Wilson interval;
         "undefined" for a rule without a labelled failure. Verdicts and counts only, no text."""
         p = session.principal
-        q = request.query_params
-        policy = q.get("policy", "").strip()
-        environment = q.get("environment", "").strip() or DEFAULT_ENVIRONMENT
+        policy, environment = policy_filter(request)
         table = None
         if policy:
             if self.labels is None:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from crossaudit.api.models import LabelledDecision, LabelPage
 from crossaudit.evals.dataset import Row, row_to_json
-from crossaudit.governance.labels import LabelledDecision, LabelPage
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.files import private_file
 from orchestrator.engine.calibration import Calibration, calibrate

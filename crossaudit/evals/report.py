@@ -10,8 +10,6 @@ Renderings: ``to_json`` (``--json``), :func:`html_report` (``--html``: self-cont
 
 from __future__ import annotations
 
-import base64
-import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from crossaudit.evals.metrics import (
 from crossaudit.evals.runner import EvalRun, RowOutcome, numeric_threshold, rule_names
 from crossaudit.evals.sweep import Suggestion, Sweep, Target, plot_curves, suggest, sweep
 from crossaudit.kernel.errors import InvalidInputError
+from crossaudit.kernel.htmlreport import escape, page, png_img
 
 DECISION = "decision"  # the subject name of the decision-level measures (not a rule name: rules may not use it)
 MAX_WRONG_ROWS = 1000  # wrong rows kept per subject (the count of all is kept)
@@ -448,41 +447,12 @@ def compare(run_a: EvalRun, run_b: EvalRun, *, seed: int = 0) -> Comparison:
 # --- HTML ---------------------------------------------------------------------------------------
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def _num(v: float | None, digits: int = 3) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-
-
-_STYLE = """body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #f4f4f4; }
-pre { background: #f8f8f8; padding: 8px; overflow-x: auto; }
-.note { background: #fff8e1; padding: 8px; }"""
-
-
-def _page(title: str, body: str) -> str:
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>{_e(title)}</title>
-<style>
-{_STYLE}
-</style></head><body>
-{body}
-</body></html>
-"""
-
-
 def _metric_cells(metrics: dict[str, Metric]) -> str:
-    return "".join(f'<td title="{_e(m.reason)}">{_e(m.text())}</td>' for m in metrics.values())
+    return "".join(f'<td title="{escape(m.reason)}">{escape(m.text())}</td>' for m in metrics.values())
 
 
 def html_report(r: EvalReport) -> str:
@@ -496,7 +466,7 @@ def html_report(r: EvalReport) -> str:
     for name, s in r.subjects.items():
         c = s.confusion
         rows.append(
-            f"<tr><td>{_e(name)}</td><td>{s.labelled}</td><td>{s.unjudged}</td><td>{c.tp}</td><td>{c.fp}</td>"
+            f"<tr><td>{escape(name)}</td><td>{s.labelled}</td><td>{s.unjudged}</td><td>{c.tp}</td><td>{c.fp}</td>"
             f"<td>{c.fn}</td><td>{c.tn}</td>{_metric_cells(s.metrics)}<td>{_num(s.latency_p50_ms, 1)}</td>"
             f"<td>{_num(s.latency_p95_ms, 1)}</td><td>{_num(s.cost_usd, 4)}</td></tr>"
         )
@@ -509,39 +479,39 @@ def html_report(r: EvalReport) -> str:
         if s.suggestion is not None:
             g = s.suggestion
             sug = (
-                f"<p>Suggested threshold for {_e(g.target)}: <b>{_num(g.threshold, 4)}</b> "
+                f"<p>Suggested threshold for {escape(g.target)}: <b>{_num(g.threshold, 4)}</b> "
                 f"(precision {_num(g.precision)}, recall {_num(g.recall)})</p>"
                 if g.threshold is not None
-                else f"<p class=note>{_e(g.reason)}</p>"
+                else f"<p class=note>{escape(g.reason)}</p>"
             )
         sections.append(
-            f"<h3>{_e(name)}</h3><p>Current threshold {_num(s.sweep.current, 4)}; ROC AUC "
+            f"<h3>{escape(name)}</h3><p>Current threshold {_num(s.sweep.current, 4)}; ROC AUC "
             f"{_num(s.sweep.auc_roc)}; average precision {_num(s.sweep.average_precision)}.</p>{sug}"
-            f"{_img(pr, name + ' precision-recall')}{_img(roc, name + ' ROC')}"
+            f"{png_img(pr, name + ' precision-recall')}{png_img(roc, name + ' ROC')}"
         )
     wrong = []
     for name, s in r.subjects.items():
         for w in s.wrong:
             wrong.append(
-                f"<tr><td>{_e(name)}</td><td>{_e(w.row.id)}</td><td>{w.row.line}</td><td>{_e(w.expected)}</td>"
-                f"<td>{_e(w.got)}</td><td>{_num(w.score, 4)}</td><td>{_num(w.threshold, 4)}</td></tr>"
+                f"<tr><td>{escape(name)}</td><td>{escape(w.row.id)}</td><td>{w.row.line}</td><td>{escape(w.expected)}</td>"
+                f"<td>{escape(w.got)}</td><td>{_num(w.score, 4)}</td><td>{_num(w.threshold, 4)}</td></tr>"
             )
     cases = cases_yaml(r)
-    notes = "".join(f"<p class=note>{_e(n)}</p>" for n in r.notes)
-    errors = "".join(f"<tr><td>{_e(i)}</td><td>{_e(e)}</td></tr>" for i, e in r.errors)
+    notes = "".join(f"<p class=note>{escape(n)}</p>" for n in r.notes)
+    errors = "".join(f"<tr><td>{escape(i)}</td><td>{escape(e)}</td></tr>" for i, e in r.errors)
     failed = (
         f"<h2>Rows that could not be evaluated</h2><table><tr><th>id</th><th>error</th></tr>{errors}</table>"
         if errors
         else ""
     )
-    body = f"""<h1>Eval of {_e(r.policy)} {_e(r.version)}</h1>
-<p>{r.rows} row(s) evaluated ({_e(r.where)}) in {r.wall_s:.2f}s. Intervals: {int(CONFIDENCE * 100)}% bootstrap,
+    body = f"""<h1>Eval of {escape(r.policy)} {escape(r.version)}</h1>
+<p>{r.rows} row(s) evaluated ({escape(r.where)}) in {r.wall_s:.2f}s. Intervals: {int(CONFIDENCE * 100)}% bootstrap,
 {BOOTSTRAP_RESAMPLES} resamples, seed {r.seed}. A violation (a rule failing, a decision not passing) is the
 positive class; "undefined" means the metric's denominator is zero.</p>
 {notes}
 <h2>Measures</h2>
 <table>{head}{"".join(rows)}</table>
-<p>{_e(r.latency_text)}.</p>
+<p>{escape(r.latency_text)}.</p>
 {failed}
 <h2>Threshold sweeps</h2>
 {"".join(sections) or "<p>No scored rule with labels.</p>"}
@@ -549,27 +519,28 @@ positive class; "undefined" means the metric's denominator is zero.</p>
 <table><tr><th>subject</th><th>id</th><th>line</th><th>expected</th><th>got</th><th>score</th><th>threshold</th></tr>
 {"".join(wrong)}</table>
 <h2>As test_cases</h2>
-<pre>{_e(cases) or "(none)"}</pre>
+<pre>{escape(cases) or "(none)"}</pre>
 """
-    return _page(f"Eval of {r.policy}", body)
+    return page(f"Eval of {r.policy}", body)
 
 
 def compare_html(c: Comparison) -> str:
     rows = []
     for d in c.deltas:
         cells = "".join(
-            f"<td>{_e(d.a[m].text())}</td><td>{_e(d.b[m].text())}</td><td>{_num(d.delta(m))}</td>" for m in METRICS
+            f"<td>{escape(d.a[m].text())}</td><td>{escape(d.b[m].text())}</td><td>{_num(d.delta(m))}</td>"
+            for m in METRICS
         )
         rows.append(
-            f"<tr><td>{_e(d.subject)}</td><td>{d.paired}</td>{cells}<td>{d.test.b}/{d.test.c}</td>"
-            f"<td>{d.test.p_value:.4g} ({d.test.method})</td><td>{_e(d.verdict())}</td></tr>"
+            f"<tr><td>{escape(d.subject)}</td><td>{d.paired}</td>{cells}<td>{d.test.b}/{d.test.c}</td>"
+            f"<td>{d.test.p_value:.4g} ({d.test.method})</td><td>{escape(d.verdict())}</td></tr>"
         )
     head = (
         "<tr><th>subject</th><th>paired rows</th>"
         + "".join(f"<th>{m} A</th><th>{m} B</th><th>Δ</th>" for m in METRICS)
         + "<th>A-only/B-only right</th><th>McNemar p</th><th>verdict</th></tr>"
     )
-    body = f"""<h1>Compare A = {_e(c.a.label)} with B = {_e(c.b.label)}</h1>
+    body = f"""<h1>Compare A = {escape(c.a.label)} with B = {escape(c.b.label)}</h1>
 <p>{c.a.rows} row(s). McNemar: exact binomial below 25 discordant rows, else chi-square with continuity.</p>
 <table>{head}{"".join(rows)}</table>"""
-    return _page("Compare", body)
+    return page("Compare", body)

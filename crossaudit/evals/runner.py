@@ -30,8 +30,8 @@ from crossaudit.evals.dataset import MAX_NESTING, Row, nesting
 from crossaudit.kernel.dsl import EvaluatorType, Policy
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError
 from crossaudit.kernel.limits import PoolLimits
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, cost_usd, price_for
 from crossaudit.kernel.results import Decision, Status
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, cost_usd, price_for
 
 # Requests in flight (in-process or to a server): the warm sandboxes one evaluator may have
 # (PoolLimits.max_size); more would only wait in its pool's queue.

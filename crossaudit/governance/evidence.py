@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import re
@@ -20,9 +19,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.records import CheckpointRecord
 from crossaudit.evidence import merkle
-from crossaudit.evidence.bundle import BundleWriter, Covering, Detail
-from crossaudit.evidence.leaf import leaf_document, rules_text
+from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.notes import (
     EvidenceKeyError,
     NoteError,
@@ -35,7 +34,9 @@ from crossaudit.evidence.notes import (
     open_checkpoint,
     sign_checkpoint,
 )
-from crossaudit.evidence.verify import ChunkVerifier, Entry, LogChunk, Report, Verifier, require_signed
+from crossaudit.evidence.proofs import ConsistencyProof, InclusionProof
+from crossaudit.evidence.verify import Entry, LogChunk, Report, Verifier
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import (
     ConfigurationError,
     InvalidInputError,
@@ -43,10 +44,10 @@ from crossaudit.kernel.errors import (
     NotFoundError,
     QuotaExceededError,
 )
-from crossaudit.service.auth import check_private_file
+from crossaudit.kernel.files import read_capped
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.shared import Witness
-from crossaudit.store.base import CheckpointRecord, LogRow, Store
+from crossaudit.store.base import LogRow, Store
 from crossaudit.store.sql import SqlStore
 
 log = logging.getLogger("crossaudit.evidence")
@@ -57,14 +58,7 @@ MAX_CHECKPOINTS_READ = 100_000  # checkpoints one read of a log carries (one per
 
 
 def _read_key_text(path: Path, what: str) -> bytes:
-    try:
-        if path.stat().st_size > MAX_KEY_FILE_BYTES:
-            raise ConfigurationError(f"{what} {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}") from None
+    return read_capped(path, MAX_KEY_FILE_BYTES, what, ConfigurationError)
 
 
 def load_keys(
@@ -112,24 +106,6 @@ def load_keys(
     except EvidenceKeyError as exc:
         raise ConfigurationError(f"{what}: {exc}") from None
     return key, trusted
-
-
-@dataclasses.dataclass(frozen=True)
-class InclusionProof:
-    decision_id: str
-    seq: int
-    document: bytes
-    leaf_hash: str
-    tree_size: int
-    path: list[bytes]
-    checkpoint: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ConsistencyProof:
-    old_checkpoint: str
-    new_checkpoint: str
-    path: list[bytes]
 
 
 _LEAF_HEX = re.compile(r"[0-9a-f]{64}")  # a leaf hash as the store keeps it
@@ -198,6 +174,17 @@ class EvidenceLog:
 
     def origin(self, tenant: str) -> str:
         return f"{self.config.origin}/{tenant}"
+
+    def _log_refusal(self, tenant: str, why: str) -> None:
+        """Say once per tenant and reason that its log is no longer signed, and how to check it."""
+        if (tenant, why) not in self._refused:
+            self._refused.add((tenant, why))
+            log.error(
+                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
+                tenant,
+                why,
+                tenant,
+            )
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -295,14 +282,7 @@ class EvidenceLog:
                 why = f"checkpoint {size} in the store is not the one this server signed"
         if not why:
             return
-        if (tenant, why) not in self._refused:
-            self._refused.add((tenant, why))
-            log.error(
-                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
-                tenant,
-                why,
-                tenant,
-            )
+        self._log_refusal(tenant, why)
         raise LogForkError(
             f"the server signs no more of this decision log: {why}; its operator runs crossaudit audit verify "
             "--store (docs/evidence.md)"
@@ -391,14 +371,7 @@ class EvidenceLog:
                     why = f"its latest checkpoint ({cp.size}) is older than one this server signed ({seen[0]})"
         if not why:
             return tree
-        if (tenant, why) not in self._refused:
-            self._refused.add((tenant, why))
-            log.error(
-                "not signing the decision log of tenant %s: %s; run crossaudit audit verify --store ... --tenant %s",
-                tenant,
-                why,
-                tenant,
-            )
+        self._log_refusal(tenant, why)
         return None
 
     async def checkpoint_all(self) -> int:
@@ -654,60 +627,6 @@ class EvidenceLog:
             subtree = await self._subtrees(tenant, merkle.consistency_path(old, new))
             path = merkle.consistency_proof(subtree, old, new)
         return ConsistencyProof(cps[old].note, cps[new].note, path)
-
-
-@dataclasses.dataclass(frozen=True)
-class LogKeyInfo:
-    """What a server says of a tenant's log: its name, the signing key (None: nothing is
-    signed) and every key verification trusts (the current one first)."""
-
-    log: str
-    key: PublicKey | None
-    trusted: list[PublicKey]
-    signing: bool
-
-
-class Exporter:
-    """Writes a log read as a bundle (:mod:`crossaudit.evidence.bundle`) in ``out`` chunk by chunk,
-    verifying it on the way (:meth:`finish` returns that check's report; the bundle is written
-    whatever it finds)."""
-
-    def __init__(self, out: Path, key: PublicKey, trusted: Sequence[PublicKey], keep_leaves: bool) -> None:
-        self.out, self.key = out, key
-        self.checker = ChunkVerifier(trusted, keep_leaves=keep_leaves)
-        self.writer: BundleWriter | None = None
-        self.notes: list[str] = []
-        self.covering: Covering | None = None
-
-    def feed(self, chunk: LogChunk) -> None:
-        self.checker.feed(chunk)
-        if self.writer is None:
-            self.writer = BundleWriter(self.out, origin=chunk.log, start=chunk.start, frontier=chunk.frontier,
-                                       key=self.key)  # fmt: skip
-            self.notes = list(chunk.checkpoints)
-        for entry, rules, receipt in chunk.entries:
-            if entry.seq is None:
-                continue  # outside the log: nothing in a bundle could vouch for it
-            # the rules as a record without raw text holds them: no quoted violation leaves in an export
-            self.writer.add(entry, Detail(entry.seq, entry.decision_id, rules_text(rules), receipt))
-        if chunk.covering:
-            self.covering = Covering(chunk.covering, list(chunk.covering_proof))
-
-    def finish(self) -> Report:
-        if self.writer is None:
-            raise NotFoundError("the server sent no log")
-        self.writer.finish(self.notes, self.covering)
-        return require_signed(self.checker.finish())  # as the bundle will be checked offline
-
-
-def export_chunks(
-    chunks: Iterable[LogChunk], out: Path, key: PublicKey, trusted: Sequence[PublicKey], keep_leaves: bool
-) -> Report:
-    """Write a log read as a bundle in ``out``; the report of checking it on the way."""
-    exporter = Exporter(out, key, trusted, keep_leaves)
-    for chunk in chunks:
-        exporter.feed(chunk)
-    return exporter.finish()
 
 
 def receipt_of(record: Any) -> dict[str, Any]:

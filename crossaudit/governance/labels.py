@@ -25,14 +25,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from crossaudit.api.models import LabelledDecision, LabelPage
+from crossaudit.api.records import LabelRecord
 from crossaudit.governance.retention import RetainedInputs, Retention
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
-from crossaudit.store.base import LabelRecord, Store
+from crossaudit.store.base import Store
 from orchestrator.engine.calibration import Labelled, RulePrecision, rule_precision
 
 # label -> should the rule have passed?  (source, label) pairs not listed are no label.
@@ -48,32 +49,6 @@ PAGE_TOKEN_SEPARATOR = "|"
 def should_pass(source: str, label: str) -> bool | None:
     """Whether the labelled rule should have passed (None: the label says nothing about it)."""
     return SHOULD_PASS.get((source, label))
-
-
-@dataclass(frozen=True)
-class LabelledDecision:
-    """One label on one rule of one decision, with what the decision recorded."""
-
-    source: str  # "review" | "feedback"
-    id: str  # the review's or feedback's id
-    decision_id: str
-    rule: str
-    label: str  # approved | rejected | false_positive | false_negative
-    should_pass: bool
-    labelled_at: float
-    decided_at: float
-    scores: dict[str, float] = field(default_factory=dict)  # rule -> recorded score (rules with one)
-    thresholds: dict[str, float] = field(default_factory=dict)  # rule -> the threshold it was held to
-    recorded: dict[str, bool] = field(default_factory=dict)  # rule -> did it pass (rules with a verdict)
-    prompt: str | None = None  # retained inputs only (None: not retained, expired or erased)
-    response: str | None = None
-    context: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class LabelPage:
-    labels: list[LabelledDecision]
-    next_page_token: str = ""  # "" = the last page
 
 
 def _number(value: Any) -> float | None:

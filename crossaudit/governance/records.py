@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from crossaudit.api.records import AuditRecord, FeedbackRecord, PolicyVersionRecord, ReviewRecord
 from crossaudit.evidence.leaf import receipt_text
 from crossaudit.governance.labels import recorded_rules
 from crossaudit.kernel.canonical import sha256_json, sha256_text
@@ -25,19 +26,10 @@ from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.principals import LIST_REVIEWS, RESOLVE_REVIEW, REVIEWER_ROLE_PARAM, Principal, Role
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import (
-    NUL_REPLACEMENT,
-    AuditRecord,
-    FeedbackRecord,
-    PolicyVersionRecord,
-    ReviewRecord,
-    ReviewState,
-    Store,
-    audit_rules_json,
-    audit_size,
-)
+from crossaudit.store.base import NUL_REPLACEMENT, Store, audit_rules_json, audit_size
 from orchestrator import reviews
 from orchestrator.engine.engine import NO_VERDICT_HEADS
+from orchestrator.reviews import ReviewState
 
 
 def review_records(tenant: str, d: Decision, revision: int, env: str, now: float) -> list[ReviewRecord]:
@@ -81,9 +73,36 @@ def _installed_version() -> str:
 _ENGINE_VERSION = _installed_version()
 
 
-def decision_receipt(d: Decision, rec: PolicyVersionRecord, env: str) -> dict[str, Any]:
+TOOL_STAGES = ("tool_call", "tool_result")
+
+
+def judged_tool(stage: str, context: Mapping[str, Any] | None) -> dict[str, str]:
+    """At a tool stage, the tool call a decision judged: the context's ``tool.name`` and
+    ``tool.call_id`` (checked by the engine: strings within engine_limits.max_tool_name_chars)."""
+    tool = context.get("tool") if stage in TOOL_STAGES and isinstance(context, Mapping) else None
+    if not isinstance(tool, Mapping):
+        return {}
+    return {k: tool[k] for k in ("name", "call_id") if isinstance(tool.get(k), str) and tool[k]}
+
+
+def decision_subject(stage: str, context: Mapping[str, Any] | None, response: str) -> dict[str, Any] | None:
+    """What a tool stage's decision judged, for its receipt (docs/agents.md): the stage, the tool's
+    name and call id and, at tool_call, the digest of the arguments as sent (the response's: the
+    arguments' text itself is kept only where the policy keeps raw text). None at other stages."""
+    if stage not in TOOL_STAGES:
+        return None
+    tool: dict[str, Any] = judged_tool(stage, context)
+    if stage == "tool_call":
+        tool["arguments_sha256"] = sha256_text(response)
+    return {"stage": stage, "tool": tool}
+
+
+def decision_receipt(
+    d: Decision, rec: PolicyVersionRecord, env: str, subject: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What decided ``d``: the policy version (name, declared version, revision, digest), the
-    engine, and per rule each evaluator's result identity and provenance (docs/evidence.md)."""
+    engine, and per rule each evaluator's result identity and provenance (docs/evidence.md);
+    ``subject``: what a tool stage's decision judged (:func:`decision_subject`), else absent."""
     evaluators = []
     for r in d.rules:
         for e in r.evaluators:
@@ -98,7 +117,7 @@ def decision_receipt(d: Decision, rec: PolicyVersionRecord, env: str) -> dict[st
                     "provenance": dict(e.provenance),
                 }
             )
-    return {
+    receipt: dict[str, Any] = {
         "format": RECEIPT_FORMAT,
         "engine": {"name": "crossaudit", "version": _ENGINE_VERSION},
         "policy": {
@@ -110,6 +129,9 @@ def decision_receipt(d: Decision, rec: PolicyVersionRecord, env: str) -> dict[st
         },
         "evaluators": evaluators,
     }
+    if subject is not None:
+        receipt["subject"] = dict(subject)
+    return receipt
 
 
 def receipt_json(receipt: Mapping[str, Any]) -> str:
@@ -191,8 +213,10 @@ def audit_record(
     raw: bool,
     request_id: str,
     now: float,
+    stage: str = "",
 ) -> AuditRecord:
-    """The audit record of ``d``: hashes of the texts, and the texts themselves only when ``raw``."""
+    """The audit record of ``d``: hashes of the texts, and the texts themselves only when ``raw``;
+    at a tool stage its receipt names the tool call judged (:func:`decision_subject`)."""
     rules = []
     for r in d.rules:
         rules.append(
@@ -243,7 +267,7 @@ def audit_record(
         prompt=prompt.replace("\0", NUL_REPLACEMENT) if raw else None,  # measured as stored (PostgreSQL)
         response=response.replace("\0", NUL_REPLACEMENT) if raw else None,
         modified_response_sha256=sha256_text(d.modified_response) if d.modified_response is not None else None,
-        receipt=decision_receipt(d, rec, env),
+        receipt=decision_receipt(d, rec, env, decision_subject(stage, context, response)),
     )
 
 

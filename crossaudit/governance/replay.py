@@ -16,7 +16,7 @@ One replay, in order:
    candidate, with the verdicts recorded with it (``orchestrator.engine.replay``): an evaluator
    whose identity is unchanged is not called, one that changed runs again, except LLM judges
    without ``rerun_llm``. At most ``limits.replay_concurrency`` at once.
-5. Each is compared with its record (:mod:`crossaudit.governance.replaydiff`); progress is yielded
+5. Each is compared with its record (:mod:`crossaudit.api.replayreport`); progress is yielded
    after every page, the report last.
 
 Nothing is written: a replay changes no deployment, no record, no counter of the live path.
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossaudit.governance.replaydiff import LLMEstimate, RecordedDecision, ReplayProgress, ReplayReport
+from crossaudit.api.records import AuditRecord
+from crossaudit.api.replayreport import LLMEstimate, RecordedDecision, ReplayProgress, ReplayReport
 from crossaudit.governance.retention import DEV_RETENTION_HINT, RetainedInputs, Retention
 from crossaudit.kernel.dsl import LLMConfig
 from crossaudit.kernel.errors import (
@@ -45,13 +46,13 @@ from crossaudit.kernel.errors import (
     NotReplayableError,
     QuotaExceededError,
 )
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, estimated_prompt_tokens, price_for
 from crossaudit.service import inputs
 from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import ServiceLimits
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, estimated_prompt_tokens, price_for
 from crossaudit.service.shared import Slots
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import AuditRecord, Store
+from crossaudit.store.base import Store
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.ratelimit import local_limiter
 from orchestrator.engine.replay import LLM_KIND, RecordedResults, Replay, Unreplayable, llm_only_with_permission

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossaudit.api.records import ErasureRecord, RetainedRecord, TenantKeyRecord
 from crossaudit.governance.vault import KEY_BYTES, OperatorKey, OperatorKeys, TenantKey, is_indexable, new_data_key
 from crossaudit.kernel.errors import (
     ConfigurationError,
@@ -46,7 +47,7 @@ from crossaudit.kernel.results import Decision
 from crossaudit.service import inputs
 from crossaudit.service.config import RetentionConfig, ServerConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.store.base import ErasureRecord, RetainedRecord, Store, TenantKeyRecord
+from crossaudit.store.base import Store
 from orchestrator.policy import Policy
 
 log = logging.getLogger("crossaudit.service.retention")

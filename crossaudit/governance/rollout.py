@@ -33,6 +33,16 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from crossaudit.api.models import RevisionCounts, ShadowReport
+from crossaudit.api.records import (
+    CandidateMode,
+    CandidateRecord,
+    CandidateState,
+    DeploymentRecord,
+    OutboxRecord,
+    PolicyVersionRecord,
+    ShadowDiffRecord,
+)
 from crossaudit.kernel.errors import CandidateStateError, CrossAuditError, InvalidInputError
 from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Decision, EvaluatorResult, RuleResult
@@ -44,18 +54,8 @@ from crossaudit.service.catalog import PolicyCatalog
 from crossaudit.service.config import RolloutLimits, ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.metrics import ServiceMetrics
-from crossaudit.service.models import RevisionCounts, ShadowReport
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import (
-    CandidateMode,
-    CandidateRecord,
-    CandidateState,
-    DeploymentRecord,
-    OutboxRecord,
-    PolicyVersionRecord,
-    ShadowDiffRecord,
-    Store,
-)
+from crossaudit.store.base import Store
 from orchestrator.engine.replay import Replay, run_everything
 from orchestrator.policy import Policy
 

@@ -36,9 +36,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import ConfigurationError, RetainedInputsTamperedError, RetentionKeyError
+from crossaudit.kernel.files import read_capped_text
 from crossaudit.kernel.shell import command
-from crossaudit.service.auth import check_private_file
 
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # AES-GCM's 96-bit nonce
@@ -87,14 +88,7 @@ class OperatorKey:
             raise ConfigurationError(f"{what}: set its file or its environment variable, not both")
         if file is not None:
             check_private_file(file, what)
-            try:
-                if file.stat().st_size > MAX_KEY_FILE_BYTES:
-                    raise ConfigurationError(f"{what} {file} is larger than {MAX_KEY_FILE_BYTES} bytes")
-                text = file.read_text(encoding="ascii")
-            except FileNotFoundError:
-                raise ConfigurationError(f"{what} {file} not found") from None
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigurationError(f"cannot read {what} {file}: {type(exc).__name__}") from None
+            text = read_capped_text(file, MAX_KEY_FILE_BYTES, what, ConfigurationError, encoding="ascii")
             return cls.parse(text, f"{what} {file}")
         if env:
             value = (os.environ if environ is None else environ).get(env)

@@ -30,12 +30,12 @@ from crossaudit.kernel.builtins import LangdetectConfig as LangdetectConfig
 from crossaudit.kernel.builtins import PresidioConfig as PresidioConfig
 from crossaudit.kernel.dslbase import CommonEvaluatorConfig as CommonEvaluatorConfig
 from crossaudit.kernel.dslbase import Strict as Strict
+from crossaudit.kernel.durations import DURATION_PATTERN, duration_seconds
 from crossaudit.kernel.names import canonical_name
 from crossaudit.kernel.results import Action
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$"
 SEMVER_PATTERN = r"^\d+(\.\d+){0,2}([-+][0-9A-Za-z.\-+]+)?$"
-DURATION_PATTERN = r"^\s*(\d+(\.\d+)?)\s*(ms|s|m|h|d|w)\s*$"
 TIME_RANGE_PATTERN = r"^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$"
 
 DEFAULT_LLM_MODEL = "gpt-4o-mini"  # used (with a validation warning) when an llm evaluator names no model
@@ -291,15 +291,30 @@ def _disagreement_short_form_schema(schema: dict[str, Any]) -> None:
 class Stage(StrEnum):
     """Where a rule applies when a gateway evaluates a model call in two steps (like OpenAI
     Guardrails' input and output checks): ``input`` checks the request before the model sees it,
-    ``output`` the model's answer before the caller does, ``both`` (default) each of them."""
+    ``output`` the model's answer before the caller does, ``both`` (default) each of them.
+
+    An agent's two channels are stages of their own (docs/agents.md): ``tool_call`` judges one
+    tool call the model wants to make (the text is its arguments' JSON, the context ``tool.name``,
+    ``tool.arguments``, ``tool.call_id``), ``tool_result`` a tool's output before the model reads
+    it. ``both`` is input and output only: it never runs at a tool stage."""
 
     INPUT = "input"
     OUTPUT = "output"
     BOTH = "both"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
 
 
 # What an evaluation request may name as its stage; an empty stage runs every rule.
-EVALUATION_STAGES = (Stage.INPUT.value, Stage.OUTPUT.value)
+EVALUATION_STAGES = (Stage.INPUT.value, Stage.OUTPUT.value, Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value)
+# The stages a rule of each stage runs at (a request naming a stage).
+RULE_STAGES: dict[Stage, frozenset[str]] = {
+    Stage.INPUT: frozenset({"input"}),
+    Stage.OUTPUT: frozenset({"output"}),
+    Stage.BOTH: frozenset({"input", "output"}),
+    Stage.TOOL_CALL: frozenset({"tool_call"}),
+    Stage.TOOL_RESULT: frozenset({"tool_result"}),
+}
 
 
 class Rule(Strict):
@@ -323,10 +338,12 @@ class Rule(Strict):
     enabled: bool = Field(default=True, description="Whether the rule is active")
     stage: Stage = Field(
         default=Stage.BOTH,
-        description="Where the rule applies when a request names a stage (the guard proxy's two steps): "
-        "'input' (the prompt, before the model is called), 'output' (the model's answer) or 'both' "
-        "(default). A request naming the other stage skips the rule (reported as skipped); a request "
-        "naming no stage runs every rule",
+        description="Where the rule applies when a request names a stage (the guard proxy's steps): "
+        "'input' (the prompt, before the model is called), 'output' (the model's answer), 'both' "
+        "(default: input and output), 'tool_call' (one tool call the model wants to make: the text is "
+        "its arguments' JSON, the context has tool.name, tool.arguments, tool.call_id) or 'tool_result' "
+        "(a tool's output before the model reads it). A request naming another stage skips the rule "
+        "(reported as skipped); a request naming no stage runs every rule",
     )
     priority: int = Field(default=0, description="Execution order: higher first")
     conditions: list[Condition] = Field(default_factory=list, description="All must hold for the rule to apply")
@@ -408,16 +425,7 @@ class Severity(StrEnum):
     CRITICAL = "critical"
 
 
-DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION_S = 3650 * 86400  # review/escalation times: ten years at most (larger ones overflow dates)
-
-
-def duration_seconds(text: str) -> float:
-    """Seconds of a duration such as ``30m`` or ``24h`` (``DURATION_PATTERN``)."""
-    m = re.match(DURATION_PATTERN, text)
-    if not m:
-        raise ValueError(f"bad duration {text!r}")
-    return float(m.group(1)) * DURATION_UNITS[m.group(3)]
 
 
 def _bounded_duration(text: str) -> str:
@@ -613,6 +621,11 @@ class TestInput(Strict):
     prompt: str = Field(default="", description="User prompt")
     response: str = Field(default="", description="AI response under evaluation")
     context: dict[str, Any] = Field(default_factory=dict, description="Request context")
+    stage: Literal["input", "output", "tool_call", "tool_result"] | None = Field(
+        default=None,
+        description="The stage the request is evaluated at (only that stage's rules run; none: every rule). "
+        "tool_call: response is the call's arguments (JSON) and context.tool.name names the tool",
+    )
 
 
 class TestCase(Strict):

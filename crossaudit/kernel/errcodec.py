@@ -1,5 +1,5 @@
 """The ONE codec of CrossAudit errors at every gRPC edge: the service and its clients
-(``crossaudit/service/errors.py``, ``crossaudit/sdk/client.py``), the model servers and their
+(``crossaudit/api/errors.py``, ``crossaudit/sdk/client.py``), the model servers and their
 pool (``crossaudit/modelserver/``). It imports grpc and ``crossaudit.kernel.errors`` but nothing
 of the service, so a model server (whose image carries only ``kernel``, ``v1`` and
 ``modelserver``) and a bare client can use it.

@@ -189,6 +189,19 @@ class EngineLimits:
         PositiveFloat, Field(description="when caching is on without `cache_duration`")
     ] = 300.0
     max_content_bytes: Annotated[PositiveInt, Field(description="prompt + response of one request")] = 1024 * 1024
+    max_tool_arguments_depth: Annotated[
+        PositiveInt,
+        Field(
+            description=(
+                "nesting of a tool call's arguments (JSON arrays and objects) at the `tool_call` stage; deeper is "
+                "INVALID_ARGUMENT, checked before the arguments are parsed"
+            )
+        ),
+    ] = 32
+    max_tool_name_chars: Annotated[
+        PositiveInt,
+        Field(description="a tool's name and a tool call's id in an evaluation's context (tool.name, tool.call_id)"),
+    ] = 256
     max_llm_response_bytes: Annotated[
         PositiveInt,
         Field(

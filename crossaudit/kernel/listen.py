@@ -22,6 +22,7 @@ from typing import Any
 
 from crossaudit.kernel.errors import ConfigurationError
 
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})  # where a plain-text listener may bind
 LISTEN_BACKLOG = 128  # connections the kernel queues before the server accepts them
 # An IPv6 client is counted by its /64: one host or one customer is routinely given a whole
 # /64, so a per-address cap would not bind it at all.

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.files import read_capped
 
 FORMAT = 1
 MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
@@ -71,13 +72,7 @@ def is_onnx_export(path: str | os.PathLike[str] | None) -> bool:
 def read_sidecar(directory: str | os.PathLike[str]) -> Sidecar:
     """Parse and check the sidecar of an export; ConfigurationError names the file and the problem."""
     path = os.path.join(directory, SIDECAR_FILE)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_SIDECAR_BYTES + 1)
-    except OSError as exc:
-        raise ConfigurationError(f"detoxify: cannot read {path!r}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_SIDECAR_BYTES:
-        raise ConfigurationError(f"detoxify: {path!r} is larger than {MAX_SIDECAR_BYTES} bytes")
+    raw = read_capped(path, MAX_SIDECAR_BYTES, "detoxify: the export's sidecar", ConfigurationError)
     try:
         doc = json.loads(raw)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:

@@ -17,6 +17,7 @@ same protocol, same restarts; kinds without an image (langdetect) stay subproces
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import atexit
 import contextlib
@@ -114,6 +115,25 @@ class ModelBackend(Protocol):
     ) -> Verdict: ...
 
 
+class _ScoresWithProvenance(abc.ABC):
+    """``analyze`` as both backends answer it: ``analyze_call`` without the provenance."""
+
+    async def analyze(
+        self, model: str, config: Mapping[str, Any], prompt: str, response: str,
+        context: Mapping[str, Any] | None = None, *, timeout: float,
+    ) -> Verdict:
+        """Score one input with ``model`` within ``timeout``."""
+        verdict, _ = await self.analyze_call(model, config, prompt, response, context, timeout=timeout)
+        return verdict
+
+    @abc.abstractmethod
+    async def analyze_call(
+        self, model: str, config: Mapping[str, Any], prompt: str, response: str,
+        context: Mapping[str, Any] | None = None, *, timeout: float,
+    ) -> tuple[Verdict, dict[str, str]]:
+        """The verdict and the provenance of the model that scored it (docs/provenance.md)."""
+
+
 # Statuses a model server did not encode (its transport, a crash) are evaluator failures.
 MODEL_EDGE = errcodec.Fallback(
     peer="model server",
@@ -172,7 +192,7 @@ class ServerHandle:
         return self.process.returncode is None
 
 
-class ModelServerPool:
+class ModelServerPool(_ScoresWithProvenance):
     """Lazily started model servers, one per kind. Safe for concurrent use in one event loop."""
 
     def __init__(
@@ -207,14 +227,6 @@ class ModelServerPool:
         self._closed = False
 
     # --- public API -------------------------------------------------------------------
-
-    async def analyze(
-        self, model: str, config: Mapping[str, Any], prompt: str, response: str,
-        context: Mapping[str, Any] | None = None, *, timeout: float,
-    ) -> Verdict:
-        """Score one input with ``model``'s server, starting it if needed, within ``timeout``."""
-        verdict, _ = await self.analyze_call(model, config, prompt, response, context, timeout=timeout)
-        return verdict
 
     async def analyze_call(
         self, model: str, config: Mapping[str, Any], prompt: str, response: str,
@@ -534,7 +546,7 @@ class ModelServerPool:
             drain.cancel()
 
 
-class InProcessModels:
+class InProcessModels(_ScoresWithProvenance):
     """The same ``analyze`` as the pool, but models load in this process (threads, no isolation)."""
 
     def __init__(self, workers: int = 2) -> None:
@@ -545,13 +557,6 @@ class InProcessModels:
         if model not in self._runtimes:
             self._runtimes[model] = runtime_for(model)
         return self._runtimes[model]
-
-    async def analyze(
-        self, model: str, config: Mapping[str, Any], prompt: str, response: str,
-        context: Mapping[str, Any] | None = None, *, timeout: float,
-    ) -> Verdict:
-        verdict, _ = await self.analyze_call(model, config, prompt, response, context, timeout=timeout)
-        return verdict
 
     async def analyze_call(
         self, model: str, config: Mapping[str, Any], prompt: str, response: str,

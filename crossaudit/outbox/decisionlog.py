@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
+from crossaudit.api.records import AuditRecord, OutboxRecord
 from crossaudit.outbox.attempts import Attempt
 from crossaudit.outbox.limits import DeliveryLimits
-from crossaudit.store.base import AuditRecord, OutboxRecord
 
 HTTP_KIND = "decision_log:http"
 FILE_KIND = "decision_log:file"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from crossaudit.api.records import AuditRecord, OutboxRecord, OutboxState
 from crossaudit.kernel.errors import InvalidInputError, QuotaExceededError
 from crossaudit.kernel.results import Decision
 from crossaudit.outbox.decisionlog import FileSink, HttpSink
@@ -21,7 +22,7 @@ from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
 from crossaudit.outbox.webhooks import WebhookSender
 from crossaudit.outbox.worker import BatchSender, OutboxWorker
 from crossaudit.service.grants import TenantGrants
-from crossaudit.store.base import AuditRecord, OutboxRecord, OutboxState, Store
+from crossaudit.store.base import Store
 
 log = logging.getLogger("crossaudit.delivery")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from crossaudit.api.records import AuditRecord, OutboxRecord, OutboxState
 from crossaudit.kernel.results import Action, Decision
 from crossaudit.outbox import decisionlog
 from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
 from crossaudit.outbox.webhooks import webhook_payload
-from crossaudit.store.base import AuditRecord, OutboxRecord, OutboxState
 
 
 def outbox_rows(

@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 
+from crossaudit.api.records import OutboxRecord
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.outbox import signing
 from crossaudit.outbox.attempts import Attempt
 from crossaudit.outbox.destinations import DestinationRefused, Resolver, WebhookGrant, system_resolve
 from crossaudit.outbox.limits import DeliveryLimits
-from crossaudit.store.base import OutboxRecord
 from orchestrator.policy import envvars
 from orchestrator.secrets import SecretSource, SecretUse
 

@@ -28,10 +28,11 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from crossaudit.api.records import OutboxRecord, OutboxState
 from crossaudit.outbox.attempts import Attempt, next_delay
 from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.outbox.webhooks import KIND as WEBHOOK_KIND
-from crossaudit.store.base import OutboxRecord, OutboxState, Store, StoreUnavailableError
+from crossaudit.store.base import Store, StoreUnavailableError
 
 log = logging.getLogger("crossaudit.delivery")
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

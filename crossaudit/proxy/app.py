@@ -26,11 +26,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crossaudit.proxy import chat
+from crossaudit.proxy import chat, messages_call
+from crossaudit.proxy import messages as msgs
 from crossaudit.proxy.call import POLICY_HEADER, REQUEST_ID_HEADER, ProxyCall, base_context
 from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import Caller, ProxyConfig
-from crossaudit.proxy.errors import bad_upstream, error_response, http_error, internal_error, upstream_failure
+from crossaudit.proxy.errors import bad_upstream, error_response, http_error, internal_error, masked, upstream_failure
 from crossaudit.proxy.guard import Guard
 from crossaudit.proxy.stages import guarded
 from crossaudit.proxy.upstream import Upstream
@@ -47,9 +48,12 @@ class ProxyApp:
         self.limits = config.limits
         self.guard = Guard(config)
         self.upstream = Upstream(config, transport)
+        self.anthropic = Upstream(config, transport, anthropic=True)  # used when anthropic_url is set
         routes = [
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/policies/{policy}/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/policies/{policy}/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/policies/{policy}/v1/models", self.models, methods=["GET"]),
             Route("/healthz", self.health, methods=["GET"]),
@@ -63,17 +67,23 @@ class ProxyApp:
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         self.upstream.open()
+        self.anthropic.open()
         try:
             yield
         finally:
             await self.upstream.aclose()
+            await self.anthropic.aclose()
             await self.guard.aclose()
 
     # -- who calls, with which policy ------------------------------------------------------------
 
-    def _caller(self, request: Request) -> Caller:
+    def _caller(self, request: Request, *, x_api_key: bool = False) -> Caller:
+        """``x_api_key``: the key may come as Anthropic's SDKs send it (``x-api-key: KEY``)."""
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        caller = self.config.caller(token.strip() if scheme.lower() == "bearer" else None)
+        key = token.strip() if scheme.lower() == "bearer" else None
+        if key is None and x_api_key:
+            key = request.headers.get("x-api-key", "").strip() or None
+        caller = self.config.caller(key)
         if caller is None:
             raise ProxyError(
                 401,
@@ -160,6 +170,40 @@ class ProxyApp:
             return JSONResponse(answer, headers=headers)
         except ProxyError as e:
             return error_response(e, headers)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API (messages_call.py), its errors in Anthropic's shape."""
+        request_id = uuid.uuid4().hex
+        headers = {REQUEST_ID_HEADER: request_id}
+        try:
+            if not self.config.anthropic_url:
+                raise ProxyError(
+                    404,
+                    "this proxy serves no Anthropic upstream (anthropic_upstream.url in its configuration)",
+                    "invalid_request_error",
+                    "no_anthropic_upstream",
+                )
+            caller = self._caller(request, x_api_key=True)
+            policy = self._policy(request, caller)
+            headers[POLICY_HEADER] = quote(policy, safe=" ")
+            msgs.check_version(request.headers.get("anthropic-version"))
+            payload = msgs.parse_request(await self._body(request), max_messages=self.limits.max_messages)
+            call = ProxyCall(
+                request=request,
+                config=self.config,
+                guard=self.guard,
+                upstream=self.anthropic,
+                caller=caller,
+                policy=policy,
+                run=self.config.policy_run(policy),
+                payload=payload,
+                headers=headers,
+                request_id=request_id,
+                base=base_context(caller, payload),
+            )
+            return await messages_call.guarded(call)
+        except ProxyError as e:
+            return msgs.error_response(masked(self.config, e), headers)
 
     async def chat(self, request: Request) -> Response:
         request_id = uuid.uuid4().hex

@@ -6,7 +6,8 @@ the output stage, or the proxy's own refusal.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +31,9 @@ MAX_CONTEXT_STRING = 256  # model and user fields copied into the evaluation con
 DECISION_HEADERS = {
     "input": (INPUT_DECISION_HEADER, INPUT_ACTION_HEADER),
     "output": (OUTPUT_DECISION_HEADER, OUTPUT_ACTION_HEADER),
+    # an agent's stages (docs/agents.md): one decision per tool message / tool call, in order
+    "tool_result": ("x-crossaudit-tool-result-decision-id", "x-crossaudit-tool-result-action"),
+    "tool_call": ("x-crossaudit-tool-call-decision-id", "x-crossaudit-tool-call-action"),
 }
 
 
@@ -133,6 +137,25 @@ class ProxyCall:
         return StreamingResponse(
             _replay(events), media_type="text/event-stream", headers={**self.headers, "cache-control": "no-cache"}
         )
+
+
+async def evaluate_all(call: ProxyCall, calls: Iterable[Awaitable[Verdict]]) -> list[Verdict]:
+    """A stage's evaluations, ``max_evaluations_per_call`` at a time (a long history checked
+    message by message must not exhaust the tenant's in-flight evaluations on its own); the
+    first failure (in order) is raised once all have ended."""
+    gate = asyncio.Semaphore(call.config.limits.max_evaluations_per_call)
+
+    async def gated(c: Awaitable[Verdict]) -> Verdict:
+        async with gate:
+            return await c
+
+    results = await asyncio.gather(*(gated(c) for c in calls), return_exceptions=True)
+    verdicts: list[Verdict] = []
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+        verdicts.append(r)
+    return verdicts
 
 
 def base_context(caller: Caller, payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -532,3 +532,74 @@ def completion_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> 
 
 def encode_event(obj: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+# -- tool calls (docs/agents.md) -----------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    """One tool call of an answer's choice: where it is (choice index, position in its
+    ``tool_calls``), its id, name and arguments as the model wrote them."""
+
+    choice: int
+    position: int
+    call_id: str
+    name: str
+    arguments: str
+    key: int | None = None  # a streamed call's own ``index`` (its deltas are grouped by it)
+
+
+def _call_fields(call: Any) -> tuple[str, str, str]:
+    """A tool call's (id, name, arguments); a field of another type is read as empty (the name
+    is then empty, which the guard refuses: a call it cannot name is never passed on)."""
+    if not isinstance(call, dict):
+        return "", "", ""
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else {}
+    text = [v if isinstance(v, str) else "" for v in (call.get("id"), fn.get("name"), fn.get("arguments"))]
+    return text[0], text[1], text[2]
+
+
+def completion_tool_calls(completion: Mapping[str, Any], *, asked: int | None = None) -> list[ToolCall]:
+    """Every tool call of a JSON answer, choice by choice (a message's ``tool_calls`` list)."""
+    out: list[ToolCall] = []
+    for idx, choice in completion_choices(completion, asked=asked):
+        message = choice.get("message")
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise ValueError(f"choice {idx}'s tool_calls is not a list")
+        for pos, call in enumerate(calls):
+            out.append(ToolCall(idx, pos, *_call_fields(call)))
+    return out
+
+
+def stream_tool_calls(choices: Iterable[tuple[int, Mapping[str, Any]]]) -> list[ToolCall]:
+    """Every tool call of a stream, each put back together from its deltas (by choice and the
+    call's own ``index``, a JSON integer): the id and name as first given, the arguments'
+    fragments joined; ``position`` counts a choice's calls in the order they began."""
+    calls: dict[tuple[int, int], list[str]] = {}
+    for idx, choice in choices:
+        delta = choice.get("delta")
+        pieces = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if pieces is None:
+            continue
+        if not isinstance(pieces, list):
+            raise ValueError("a delta's tool_calls is not a list")
+        for piece in pieces:
+            key = piece.get("index") if isinstance(piece, dict) else None
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise ValueError("a streamed tool call's index is not an integer")
+            call_id, name, arguments = _call_fields(piece)
+            got = calls.setdefault((idx, key), ["", "", ""])
+            got[0] = got[0] or call_id
+            got[1] = got[1] or name
+            got[2] += arguments
+    out: list[ToolCall] = []
+    positions: dict[int, int] = {}
+    for (idx, key), (call_id, name, arguments) in calls.items():
+        position = positions[idx] = positions.get(idx, -1) + 1
+        out.append(ToolCall(idx, position, call_id, name, arguments, key))
+    return out

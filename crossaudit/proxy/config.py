@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT, DEFAULT_MAX_REQUEST_BYTES
 from crossaudit.kernel.canonical import sha256_text
+from crossaudit.kernel.configfile import check_private_file, read_yaml_file
 from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.listen import LOOPBACK_HOSTS
 from crossaudit.sdk.options import API_KEY_ENV, SERVER_ENV
-from crossaudit.service.auth import check_private_file
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, ServiceLimits
-from crossaudit.service.settings import read_yaml_file
 from orchestrator.secrets import MAX_SECRET_BYTES, SecretGrant
 
 DEFAULT_HOST = "127.0.0.1"
@@ -42,7 +42,7 @@ class ProxyLimits:
 
     # A chat-completions request body; more is HTTP 413 (read no further). The same name and
     # default as the server's limits.max_request_bytes: one size limit for a request everywhere.
-    max_request_bytes: int = ServiceLimits.max_request_bytes
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     # Messages in one request; more is HTTP 400.
     max_messages: int = 512
     # Choices asked for (``n``); each is evaluated at the output stage. More is HTTP 400.
@@ -122,6 +122,22 @@ class UpstreamSection(_Strict):
         return v
 
 
+class AnthropicUpstreamSection(_Strict):
+    """Anthropic's Messages API (``/v1/messages``), served when this is set."""
+
+    url: str | None = Field(default=None, description="Base URL of the Anthropic-compatible API, e.g. .../v1")
+    api_key: SecretRef | None = Field(default=None, description="The operator's key, sent as x-api-key")
+    headers: dict[str, str] = Field(default_factory=dict, description="Static headers sent upstream")
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if name.lower() in ("x-api-key", "authorization", "host", "content-length", "content-type"):
+                raise ValueError(f"header {name!r} is set by the proxy (use api_key for credentials)")
+        return v
+
+
 class CrossAuditSection(_Strict):
     server: str | None = Field(default=None, description=f"gRPC address (default: ${SERVER_ENV})")
     api_key: SecretRef | None = Field(default=None, description=f"Default CrossAudit key (default: ${API_KEY_ENV})")
@@ -171,6 +187,7 @@ class ProxyFile(_Strict):
     """The configuration file, as written."""
 
     upstream: UpstreamSection = Field(default_factory=UpstreamSection)
+    anthropic_upstream: AnthropicUpstreamSection = Field(default_factory=AnthropicUpstreamSection)
     crossaudit: CrossAuditSection = Field(default_factory=CrossAuditSection)
     callers: dict[str, CallerSection] = Field(default_factory=dict)
     on_block: Literal["error", "refusal"] = "error"
@@ -219,6 +236,9 @@ class ProxyConfig:
     upstream_key: SecretGrant | None = None
     upstream_headers: Mapping[str, str] = field(default_factory=dict)
     forward_caller_authorization: bool = False
+    anthropic_url: str | None = None  # Anthropic's Messages API upstream; None: /v1/messages not served
+    anthropic_key: SecretGrant | None = None
+    anthropic_headers: Mapping[str, str] = field(default_factory=dict)
     server: str | None = None  # None: $CROSSAUDIT_SERVER, else the SDK's default
     crossaudit_key: SecretGrant | None = None  # the default CrossAudit key
     crossaudit_tls: bool | str = False
@@ -377,12 +397,30 @@ def _check_tls(bind: str, tls_cert: str | None, tls_key: str | None) -> None:
         check_private_file(Path(tls_key), "TLS private key")
 
 
+def _upstream(
+    f: ProxyFile, upstream: str | None, upstream_key_env: str | None, config_dir: Path | None
+) -> tuple[str, SecretGrant | None]:
+    """The OpenAI-compatible upstream's URL (a flag over the file) and the operator's key for it."""
+    url = upstream or f.upstream.url
+    if not url:
+        raise ConfigurationError("no upstream: give --upstream URL or upstream.url in the configuration")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"upstream {url!r}: an http:// or https:// URL")
+    upstream_key = SecretGrant("upstream", env=upstream_key_env) if upstream_key_env else None
+    upstream_key = upstream_key or _grant(f.upstream.api_key, "upstream", config_dir)
+    if upstream_key is not None and f.upstream.forward_caller_authorization:
+        raise ConfigurationError("upstream: api_key and forward_caller_authorization exclude each other")
+    return url, upstream_key
+
+
 def build(
     file: ProxyFile | None,
     *,
     config_dir: Path | None = None,
     upstream: str | None = None,
     upstream_key_env: str | None = None,
+    anthropic_upstream: str | None = None,
+    anthropic_key_env: str | None = None,
     server: str | None = None,
     environment: str | None = None,
     policy: str | None = None,
@@ -398,15 +436,12 @@ def build(
 ) -> ProxyConfig:
     """The file's settings with the flags given (not None) on top, checked as a whole."""
     f = file or ProxyFile()
-    url = upstream or f.upstream.url
-    if not url:
-        raise ConfigurationError("no upstream: give --upstream URL or upstream.url in the configuration")
-    if not url.startswith(("http://", "https://")):
-        raise ConfigurationError(f"upstream {url!r}: an http:// or https:// URL")
-    upstream_key = SecretGrant("upstream", env=upstream_key_env) if upstream_key_env else None
-    upstream_key = upstream_key or _grant(f.upstream.api_key, "upstream", config_dir)
-    if upstream_key is not None and f.upstream.forward_caller_authorization:
-        raise ConfigurationError("upstream: api_key and forward_caller_authorization exclude each other")
+    url, upstream_key = _upstream(f, upstream, upstream_key_env, config_dir)
+    anthropic_url = anthropic_upstream or f.anthropic_upstream.url
+    if anthropic_url is not None and not anthropic_url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"anthropic upstream {anthropic_url!r}: an http:// or https:// URL")
+    anthropic_key = SecretGrant("anthropic_upstream", env=anthropic_key_env) if anthropic_key_env else None
+    anthropic_key = anthropic_key or _grant(f.anthropic_upstream.api_key, "anthropic_upstream", config_dir)
     env = environment or f.crossaudit.environment
     block_as = on_block or f.on_block
     open_on_failure = f.fail_open if fail_open is None else fail_open
@@ -435,6 +470,9 @@ def build(
         upstream_key=upstream_key,
         upstream_headers=dict(f.upstream.headers),
         forward_caller_authorization=f.upstream.forward_caller_authorization,
+        anthropic_url=anthropic_url.rstrip("/") if anthropic_url else None,
+        anthropic_key=anthropic_key,
+        anthropic_headers=dict(f.anthropic_upstream.headers),
         server=server or f.crossaudit.server or os.environ.get(SERVER_ENV) or None,
         crossaudit_key=default_key,
         crossaudit_tls=ca_tls,

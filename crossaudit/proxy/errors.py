@@ -20,6 +20,7 @@ from crossaudit.kernel.errors import CrossAuditError
 from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import ProxyConfig, read_secret
 from crossaudit.proxy.guard import Verdict
+from crossaudit.proxy.messages import error_body
 from crossaudit.proxy.stream import Blocked
 
 log = logging.getLogger("crossaudit.proxy")
@@ -33,17 +34,28 @@ def error_response(e: ProxyError, headers: Mapping[str, str] | None = None) -> J
     return JSONResponse(e.body(), status_code=e.status, headers={**(headers or {}), **e.headers})
 
 
+def _answer_for(request: Request, e: ProxyError) -> JSONResponse:
+    """An error of a route the app answers itself: in Anthropic's shape on its Messages route."""
+    if request.url.path.endswith("/v1/messages") or "/v1/messages/" in request.url.path:
+        return JSONResponse(error_body(e), status_code=e.status, headers=e.headers)
+    return error_response(e)
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """Starlette's 404 and 405, in OpenAI's error format."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        return error_response(ProxyError(405, "method not allowed", "invalid_request_error", "method_not_allowed"))
-    return error_response(ProxyError(404, f"no route {request.url.path!r}", "invalid_request_error", "unknown_url"))
+        return _answer_for(
+            request, ProxyError(405, "method not allowed", "invalid_request_error", "method_not_allowed")
+        )
+    return _answer_for(
+        request, ProxyError(404, f"no route {request.url.path!r}", "invalid_request_error", "unknown_url")
+    )
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
     log.error("internal error serving %s", request.url.path, exc_info=exc)
-    return error_response(ProxyError(500, "internal error in the guard proxy", "server_error", "internal_error"))
+    return _answer_for(request, ProxyError(500, "internal error in the guard proxy", "server_error", "internal_error"))
 
 
 # -- a policy's block ---------------------------------------------------------------------------
@@ -76,7 +88,7 @@ def stop_error(blocked: Blocked, policy: str) -> ProxyError:
     """A streamed answer's window that did not pass."""
     if blocked.unredactable:
         return unredactable("choices[0]", policy, DEFAULT_BLOCK_STATUS)
-    error = block_error(blocked.verdict, "output", policy)
+    error = block_error(blocked.verdict, blocked.stage, policy)
     error.extra["crossaudit"]["window"] = blocked.window
     return error
 
@@ -139,13 +151,13 @@ def no_upstream_credentials() -> ProxyError:
 
 def mask(config: ProxyConfig, text: str) -> str:
     """``text`` without the operator's upstream key (an upstream may quote what it was sent)."""
-    if config.forward_caller_authorization:
-        return text
-    try:
-        key = read_secret(config.upstream_key, "the upstream key")
-    except CrossAuditError:
-        return text
-    return text.replace(key, "***") if key else text
+    for grant in (None if config.forward_caller_authorization else config.upstream_key, config.anthropic_key):
+        try:
+            key = read_secret(grant, "the upstream key")
+        except CrossAuditError:
+            continue
+        text = text.replace(key, "***") if key else text
+    return text
 
 
 def masked(config: ProxyConfig, e: ProxyError) -> ProxyError:

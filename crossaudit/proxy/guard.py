@@ -5,7 +5,8 @@ Decisions are made by a running CrossAudit server (the SDK's AsyncClient), so th
 there as every decision is, with the proxy's request id; the decision ids go back to the caller
 in headers. What a decision does: ``block`` stops the call (an error or a refusal, as
 configured); a ``modified_response`` (a ``modify`` rule's redaction) replaces the text; every
-other action (flag, require_review, warn, custom, continue, allow) lets the text through
+other action (flag, require_review, warn, custom, continue, allow) lets the text through (a
+tool call held by require_review excepted: it is dropped like a blocked one, naming its review)
 unchanged. CrossAudit not answering fails closed (503) unless ``fail_open`` is set.
 
 A guard failure is answered 503 ``guard_unavailable`` with ``x-should-retry: false`` and a
@@ -25,6 +26,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
+from crossaudit.api.models import RemoteDecision
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, ErrorCode, ServerUnavailableError
 from crossaudit.kernel.lru import EvictingLRU
 from crossaudit.kernel.results import Action
@@ -32,7 +34,6 @@ from crossaudit.proxy.chat import ProxyError
 from crossaudit.proxy.config import Caller, ProxyConfig, read_secret
 from crossaudit.sdk.client import AsyncClient
 from crossaudit.sdk.options import API_KEY_ENV, DEFAULT_SERVER
-from crossaudit.service.models import RemoteDecision
 from orchestrator.secrets import SecretGrant
 
 log = logging.getLogger("crossaudit.proxy")
@@ -221,7 +222,7 @@ class Guard:
                 "policy_not_found",
             )
         if code is ErrorCode.INVALID_ARGUMENT:
-            if stage == "input":
+            if stage in ("input", "tool_result"):  # the caller's request; else the model's answer
                 raise ProxyError(
                     400, f"the request cannot be evaluated: {e.message}", "invalid_request_error", "guard_rejected"
                 )
@@ -252,7 +253,20 @@ class Guard:
         return f"CrossAudit could not decide ({code.value}; its server log says why)"
 
 
+# A tool call a rule holds for review is not the caller's to make until a reviewer approves it; the
+# proxy cannot hold an HTTP answer that long, so it answers as a block would, naming the review.
+HELD_CALL_CODE = "held_for_review"
+
+
 def verdict_of(decision: RemoteDecision) -> Verdict:
+    if decision.action is Action.REQUIRE_REVIEW and decision.stage == "tool_call":
+        reviews = ", ".join(decision.review_ids) or "pending"
+        params = {
+            "message": f"the tool call {decision.tool_name or ''} is held for review ({reviews})".replace("  ", " "),
+            "error_code": HELD_CALL_CODE,
+        }
+        outcome = next((o for o in decision.outcomes if o.action is Action.REQUIRE_REVIEW), None)
+        return Verdict(decision.decision_id, decision.action.value, True, None, params, outcome.rule if outcome else "")
     if decision.action is Action.BLOCK:
         outcome = next((o for o in decision.outcomes if o.action is Action.BLOCK), None)
         params = dict(outcome.params) if outcome is not None else {}

@@ -77,10 +77,11 @@ async def serve(config: ProxyConfig) -> None:
     if uv.started:
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
+        anthropic = f", anthropic {_shown(config.anthropic_url)}" if config.anthropic_url else ""
         mode = "dev (no caller keys)" if config.dev else f"{len(config.callers_list())} caller(s)"
         print(
             f"crossaudit proxy on {'https' if tls else 'http'}://{shown}:{port}/v1, upstream "
-            f"{_shown(config.upstream_url)}, CrossAudit {config.server or DEFAULT_SERVER} "
+            f"{_shown(config.upstream_url)}{anthropic}, CrossAudit {config.server or DEFAULT_SERVER} "
             f"({config.environment}), {mode}, on_block={config.on_block}, "
             f"{'fail-open' if config.fail_open else 'fail-closed'}",
             flush=True,

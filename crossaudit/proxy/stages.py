@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from starlette.responses import Response
 
-from crossaudit.proxy import chat
-from crossaudit.proxy.call import MAX_CONTEXT_STRING, ProxyCall
+from crossaudit.proxy import chat, tools
+from crossaudit.proxy.call import MAX_CONTEXT_STRING, ProxyCall, evaluate_all
 from crossaudit.proxy.chat import Change
 from crossaudit.proxy.errors import DEFAULT_BLOCK_STATUS, bad_upstream, block_error, unredactable, upstream_failure
 from crossaudit.proxy.guard import Verdict
@@ -42,15 +42,32 @@ async def guarded(call: ProxyCall) -> Response:
     try:  # choice indices checked first: exactly 0..k-1, k <= n, so each choice is evaluated once
         if chunks is not None:
             answers, outside = chunks.texts(asked=call.n), chunks.outside(asked=call.n)
+            calls = chat.stream_tool_calls(chunks.choices(asked=call.n))
         else:
             answers = chat.completion_texts(completion or {}, asked=call.n)
             outside = chat.completion_outside(completion or {}, asked=call.n)
+            calls = chat.completion_tool_calls(completion or {}, asked=call.n)
     except ValueError as e:
         raise bad_upstream(f"the upstream's answer is not a chat completion: {e}") from None
-    changes = await output_stage(call, answers, outside)
+    changes, verdicts = await asyncio.gather(output_stage(call, answers, outside), _judged(call, calls))
     if isinstance(changes, Response):
         return changes
+    if calls:  # each tool call at the tool_call stage (docs/agents.md)
+        if chunks is not None:
+            applied = tools.apply_to_stream(call, chunks, calls, verdicts)
+        else:
+            assert completion is not None
+            applied = tools.apply_to_completion(call, completion, calls, verdicts)
+        if isinstance(applied, Response):
+            return applied
+        for idx, change in applied.items():  # a choice whose every call was dropped is the refusal
+            if not (idx in changes and changes[idx].refused):
+                changes[idx] = change
     return call.answer(completion, chunks, changes, chat.Fields(call.payload.get("model")))
+
+
+async def _judged(call: ProxyCall, calls: list[chat.ToolCall]) -> list[Verdict]:
+    return await tools.judge_calls(call, calls) if calls else []
 
 
 async def _input_then_upstream(call: ProxyCall) -> Response | httpx.Response:
@@ -60,7 +77,12 @@ async def _input_then_upstream(call: ProxyCall) -> Response | httpx.Response:
     unread, and a redacted one is sent again, redacted (the upstream saw the original)."""
     early: asyncio.Task[httpx.Response] | None = None
     call.deadline = call.upstream.deadline()
-    if call.run.input_mode == "parallel":
+    results = tools.has_tool_results(call.payload)
+    if results:  # tool messages are judged before any byte goes upstream, whatever the input mode
+        refused = await tools.tool_result_stage(call)
+        if refused is not None:
+            return refused
+    if call.run.input_mode == "parallel" and not results:
         original = copy.deepcopy(call.payload)
         early = asyncio.create_task(call.upstream.send(call.request, "POST", CHAT_PATH, original, call.deadline))
     try:
@@ -150,25 +172,6 @@ async def output_stage(
             assert verdict.text is not None
             changes[idx] = Change(verdict.text)
     return changes
-
-
-async def evaluate_all(call: ProxyCall, calls: Iterable[Awaitable[Verdict]]) -> list[Verdict]:
-    """A stage's evaluations, ``max_evaluations_per_call`` at a time (a long history checked
-    message by message must not exhaust the tenant's in-flight evaluations on its own); the
-    first failure (in order) is raised once all have ended."""
-    gate = asyncio.Semaphore(call.config.limits.max_evaluations_per_call)
-
-    async def gated(c: Awaitable[Verdict]) -> Verdict:
-        async with gate:
-            return await c
-
-    results = await asyncio.gather(*(gated(c) for c in calls), return_exceptions=True)
-    verdicts: list[Verdict] = []
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-        verdicts.append(r)
-    return verdicts
 
 
 def _changes(verdict: Verdict, text: str) -> bool:

@@ -28,6 +28,7 @@ import httpx
 from crossaudit.proxy import chat
 from crossaudit.proxy.chat import DONE, SSE_DONE, Chunks, ProxyError
 from crossaudit.proxy.guard import Verdict
+from crossaudit.proxy.toolstream import CallJudge, HeldCall, HeldCalls, call_text
 
 log = logging.getLogger("crossaudit.proxy")
 
@@ -61,6 +62,7 @@ class Blocked:
     verdict: Verdict
     window: int
     unredactable: bool = False
+    stage: str = "output"  # or "tool_call": a tool call blocked (on_block: error)
 
 
 @dataclass(frozen=True)
@@ -206,8 +208,14 @@ class StreamGuard:
         include_usage: bool,
         max_text_bytes: int | None = None,
         fields: chat.Fields | None = None,
+        tools: CallJudge | None = None,
+        refusal: str | None = None,
     ) -> None:
         self.resp = resp
+        # Each tool call held until complete, judged, then released or dropped (toolstream.py);
+        # without a judge the calls stay with the other text outside the content, to the end.
+        self.calls = HeldCalls(tools, max_bytes=max_text_bytes, on_judged=self._wake) if tools is not None else None
+        self.refusal = refusal  # on_block: refusal: a blocked call is dropped, this said in its place
         self.fields = fields if fields is not None else chat.Fields(None)  # the answer's id, model, ... as sent
         self.windows = windows
         self.judge = judge
@@ -288,6 +296,8 @@ class StreamGuard:
                 async for obj in self._events():
                     self._take(obj)
                     self._grew.set()
+                if self.calls is not None:
+                    self.calls.complete()  # a stream that ends without a finish reason ends its last call
         except ProxyError as e:
             self.failure = e
         except TimeoutError:
@@ -320,7 +330,7 @@ class StreamGuard:
                 raise _invalid(str(e)) from None
             if any(i != 0 for i in indices) or len(indices) > 1:
                 raise _invalid("a stream of one choice carries another choice index, or choice 0 twice in an event")
-            for choice in choices:
+            for k, choice in enumerate(choices):
                 delta = choice.get("delta")
                 content = delta.get("content") if isinstance(delta, dict) else None
                 if content is not None and not isinstance(content, str):
@@ -329,6 +339,13 @@ class StreamGuard:
                     self._count(content)
                     self._text.seek(self.length)
                     self.length += self._text.write(content)
+                if self.calls is not None and isinstance(delta, dict) and "tool_calls" in delta:
+                    self._take_calls(delta["tool_calls"])
+                    choices = [*choices[:k], {**choice, "delta": {x: v for x, v in delta.items() if x != "tool_calls"}},
+                               *choices[k + 1 :]]  # fmt: skip
+                    obj = {**obj, "choices": choices}
+                if self.calls is not None and choice.get("finish_reason"):
+                    self.calls.complete()
         if not self._base:
             base = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
             self._base = self.fields.top(base)
@@ -336,6 +353,24 @@ class StreamGuard:
         if obj.get("usage") is not None or any(_more_than_content(c) for c in choices or []):
             self.chunks.raw.append("")
             self.chunks.parsed.append(obj)
+
+    def _take_calls(self, pieces: Any) -> None:
+        assert self.calls is not None
+        try:
+            self.calls.take(pieces)
+        except ValueError as e:
+            raise _invalid(str(e)) from None
+        except OverflowError:
+            raise ProxyError(
+                502,
+                f"a tool call's arguments are over {self.max_text_bytes} bytes, the most its decision can carry "
+                "(limits.max_request_bytes, less the prompt and context)",
+                "server_error",
+                "upstream_response_too_large",
+            ) from None
+
+    def _wake(self) -> None:
+        self._grew.set()
 
     def _count(self, content: str) -> None:
         if self.max_text_bytes is None:
@@ -363,6 +398,8 @@ class StreamGuard:
                 yield item
         finally:
             reader.cancel()
+            if self.calls is not None:
+                self.calls.cancel()
             # Its own task: a caller that hung up cancels this generator, not the closing and the audit.
             settle = asyncio.ensure_future(self._settle(reader))
             _SETTLING.add(settle)
@@ -380,17 +417,25 @@ class StreamGuard:
             except Exception as e:
                 log.error("auditing the text released before the stream broke off failed", exc_info=e)
 
-    async def _windows(self) -> AsyncIterator[bytes | Blocked]:
+    def _window_ready(self, last_end: int) -> bool:
         size, context = self.windows.window_chars, self.windows.context_chars
+        return self.length - self.released >= size and self.length >= last_end + size - context
+
+    async def _windows(self) -> AsyncIterator[bytes | Blocked]:
+        context = self.windows.context_chars
         last_end = 0  # where the last evaluation ended
         while True:
-            while not self.ended and not (
-                self.length - self.released >= size and self.length >= last_end + size - context
-            ):
+            while not (self.ended or self._window_ready(last_end) or self._call_judged()):
                 self._grew.clear()
                 await self._grew.wait()
             if self.failure is not None:
                 raise self.failure
+            async for item in self._release_calls(wait=False):  # judged calls go out beside the text
+                yield item
+                if isinstance(item, Blocked):
+                    return
+            if not (self.ended or self._window_ready(last_end)):
+                continue
             final = self.ended
             end = self.length
             begin = 0 if final else max(0, self.released - context)  # the final decision covers the whole answer
@@ -407,6 +452,11 @@ class StreamGuard:
             if outside is not None and (outside.blocked or outside.text is not None):
                 yield Blocked(outside, self.windows_done, unredactable=not outside.blocked)
                 return
+            if final:  # every call, judged, before the last text: a block now is still an HTTP error
+                async for item in self._release_calls(wait=True):
+                    yield item
+                    if isinstance(item, Blocked):
+                        return
             cut = end - begin if final else end - begin - context
             args = (evaluated, verdict.text, self.released - begin, cut)
             if verdict.text is not None and len(evaluated) > RELEASE_INLINE_CHARS and verdict.text != evaluated:
@@ -433,6 +483,61 @@ class StreamGuard:
         self.final = [verdict, outside]
         return verdict, outside if outside.blocked or (outside.text is not None and outside.text != text) else None
 
+    def _call_judged(self) -> bool:
+        return self.calls is not None and self.calls.head() is not None
+
+    async def _release_calls(self, *, wait: bool) -> AsyncIterator[bytes | Blocked]:
+        """The judged calls, in the order they began (``wait``: every one, once judged): a call
+        that passes goes out whole in one delta, its arguments redacted when a rule redacts them;
+        a blocked one is dropped (on_block: refusal) or stops the stream (its policy's error), and
+        so does a call whose text the output stage blocks or would redact (it cannot be rewritten
+        there: docs/proxy.md)."""
+        if self.calls is None:
+            return
+        while not self.calls.all_handled:
+            held = self.calls.head()
+            if held is None:
+                if not wait:
+                    return
+                await asyncio.wait(self.calls.pending(), return_when=asyncio.FIRST_COMPLETED)
+                continue
+            assert held.task is not None
+            tool, output = held.task.result()  # a failed evaluation raises: the stream ends on its error
+            whole = held.whole()
+            changed = not tool.blocked and tool.text is not None and tool.text != whole.arguments
+            if output.blocked or (output.text is not None and output.text != call_text(whole)):
+                self.calls.done(held, tool, output, sent=False)
+                yield Blocked(output, self.windows_done, unredactable=not output.blocked)
+                return
+            if tool.blocked:
+                self.calls.done(held, tool, output, sent=False)
+                if self.refusal is None:
+                    yield Blocked(tool, self.windows_done, stage="tool_call")
+                    return
+                continue  # dropped: the refusal is said at the end, in the content
+            index = self.calls.sent
+            self.calls.done(held, tool, output, sent=True)
+            self.early = self.early or not self.final
+            yield self._call_event(held, index, tool.text if changed and tool.text is not None else whole.arguments)
+
+    def _call_event(self, held: HeldCall, index: int, arguments: str) -> bytes:
+        call: dict[str, Any] = {"index": index}
+        if held.call_id is not None:
+            call["id"] = held.call_id
+        if held.type is not None:
+            call["type"] = held.type
+        call["function"] = {"name": held.name, "arguments": arguments}
+        return self._delta({"tool_calls": [call]})
+
+    def decided(self, stage: str) -> list[Verdict]:
+        """The decisions made so far at ``stage`` ("output": the content's and outside text's, then
+        each released or dropped call's text; "tool_call": each call's), in order."""
+        if self.calls is None:
+            return list(self.final) if stage == "output" else []
+        if stage == "output":
+            return [*self.final, *self.calls.output_verdicts]
+        return list(self.calls.tool_verdicts)
+
     def _outside_parts(self) -> dict[str, list[str]]:
         parts: dict[str, list[str]] = {}
         for obj in self.chunks.parsed:
@@ -441,11 +546,14 @@ class StreamGuard:
         return parts
 
     def _content(self, text: str) -> bytes:
-        delta: dict[str, Any] = {"content": text}
+        return self._delta({"content": text})
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
         if not self._role_sent:
             delta = {"role": "assistant", **delta}
             self._role_sent = True
-        return chat.encode_event({**self._base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        choice = {"index": 0, "delta": self.fields.message(delta), "finish_reason": None}
+        return chat.encode_event({**self._base, "choices": [choice]})
 
     def _ending(self) -> list[bytes]:
         """The held events: the choice's fields outside its content (evaluated), its finish, the
@@ -463,12 +571,21 @@ class StreamGuard:
                 if isinstance(delta, dict) and chat.outside_parts(delta):
                     kept = self.fields.message({k: v for k, v in delta.items() if k not in ("role", "content")})
                     out.append(chat.encode_event({**self._base, "choices": [{"index": 0, "delta": kept}]}))
+        if self.calls is not None and self.calls.dropped:  # blocked calls, dropped: the refusal says so
+            out.append(self._content(self.refusal or ""))
+            if not self.calls.sent:
+                finish = chat.REFUSAL_FINISH_REASON
         last: dict[str, Any] = {**self._base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
         if self.early:  # the response's headers went out before these decisions were made
+            output = self.decided("output")
             last["crossaudit"] = {
-                "output_decision_id": ",".join(v.decision_id for v in self.final if v.decision_id),
-                "output_action": ",".join(v.action for v in self.final),
+                "output_decision_id": ",".join(v.decision_id for v in output if v.decision_id),
+                "output_action": ",".join(v.action for v in output),
             }
+            calls = self.decided("tool_call")
+            if calls:
+                last["crossaudit"]["tool_call_decision_id"] = ",".join(v.decision_id for v in calls if v.decision_id)
+                last["crossaudit"]["tool_call_action"] = ",".join(v.action for v in calls)
         out.append(chat.encode_event(last))
         if self.include_usage and usage is not None:
             out.append(chat.encode_event({**self._base, "choices": [], "usage": usage}))

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from crossaudit.kernel.errors import CrossAuditError
-from crossaudit.proxy import chat
+from crossaudit.proxy import chat, messages, tools
 from crossaudit.proxy.call import ProxyCall
 from crossaudit.proxy.chat import Chunks, ProxyError
 from crossaudit.proxy.config import ProxyConfig, read_secret
@@ -32,6 +32,7 @@ from crossaudit.proxy.errors import (
 )
 from crossaudit.proxy.guard import Verdict
 from crossaudit.proxy.stream import Blocked, StreamGuard, Windows
+from crossaudit.proxy.toolstream import call_text
 
 log = logging.getLogger("crossaudit.proxy")
 
@@ -41,11 +42,19 @@ EVALUATE_REQUEST_OVERHEAD_BYTES = 16 * 1024  # of an Evaluate request beyond its
 class Upstream:
     """The model server's API at ``upstream_url``; its connections live between open() and aclose()."""
 
-    def __init__(self, config: ProxyConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, config: ProxyConfig, transport: httpx.AsyncBaseTransport | None = None, *, anthropic: bool = False
+    ) -> None:
         self.config = config
         self.limits = config.limits
         self._transport = transport
         self.http: httpx.AsyncClient | None = None
+        # Anthropic's Messages API (anthropic_upstream): its key in x-api-key, the caller's
+        # anthropic-version passed on (messages.check_version); else OpenAI's, a bearer key
+        self.anthropic = anthropic
+        self.url = (config.anthropic_url or "") if anthropic else config.upstream_url
+        self.key = config.anthropic_key if anthropic else config.upstream_key
+        self.static_headers = config.anthropic_headers if anthropic else config.upstream_headers
 
     def open(self) -> None:
         self.http = httpx.AsyncClient(
@@ -65,20 +74,24 @@ class Upstream:
         return asyncio.get_running_loop().time() + self.limits.upstream_timeout_s
 
     def _headers(self, request: Request, has_body: bool) -> dict[str, str]:
-        out = dict(self.config.upstream_headers)
+        out = dict(self.static_headers)
         if has_body:
             out["content-type"] = "application/json"
         out["accept"] = "application/json, text/event-stream"
-        if self.config.forward_caller_authorization:
+        if self.anthropic:
+            out["anthropic-version"] = messages.check_version(request.headers.get("anthropic-version"))
+        if self.config.forward_caller_authorization and not self.anthropic:
             out["authorization"] = request.headers.get("authorization", "")
-        else:
-            try:
-                key = read_secret(self.config.upstream_key, "the upstream key")
-            except CrossAuditError as e:
-                log.error("%s", e.message)
-                raise no_upstream_credentials() from None
-            if key:
-                out["authorization"] = f"Bearer {key}"
+            return out
+        try:
+            key = read_secret(self.key, "the upstream key")
+        except CrossAuditError as e:
+            log.error("%s", e.message)
+            raise no_upstream_credentials() from None
+        if key and self.anthropic:
+            out["x-api-key"] = key
+        elif key:
+            out["authorization"] = f"Bearer {key}"
         return out
 
     async def fetch(
@@ -97,7 +110,7 @@ class Upstream:
         assert self.http is not None
         headers = self._headers(request, payload is not None)
         content = json.dumps(payload).encode() if payload is not None else None
-        req = self.http.build_request(method, self.config.upstream_url + path, content=content, headers=headers)
+        req = self.http.build_request(method, self.url + path, content=content, headers=headers)
         with upstream_errors(self.limits.upstream_timeout_s):
             async with asyncio.timeout_at(deadline):
                 return await self.http.send(req, stream=True)
@@ -180,6 +193,13 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
     async def outside(text: str) -> Verdict:
         return await call.check("output", prompt, text, call.context("output", choice=0, field="outside"))
 
+    async def one_call(tc: chat.ToolCall) -> tuple[Verdict, Verdict]:  # a held call, once whole
+        context = call.context("output", choice=0, field="tool_calls", position=tc.position)
+        judged, text = await asyncio.gather(
+            tools.judge_call(call, prompt, tc), call.check("output", prompt, call_text(tc), context)
+        )
+        return judged, text
+
     limits = call.config.limits
     largest_context = call.context("output", choice=0, field="content", stream={"window": 0, "final": True})
     guard = StreamGuard(
@@ -195,6 +215,8 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
         - len(json.dumps(largest_context).encode())
         - EVALUATE_REQUEST_OVERHEAD_BYTES,
         fields=chat.Fields(call.payload.get("model")),
+        tools=one_call,
+        refusal=call.config.refusal_message if call.caller.on_block == "refusal" else None,
     )
     events = guard.run()
     try:
@@ -204,12 +226,14 @@ async def streamed(call: ProxyCall, resp: httpx.Response) -> Response:
         return call.error(masked(call.config, e))
     if isinstance(first, Blocked):
         await events.aclose()
-        call.decisions("output", guard.final or [first.verdict])
+        call.decisions("output", guard.decided("output") or [first.verdict])
+        call.decisions("tool_call", guard.decided("tool_call"))
         if call.caller.on_block == "refusal":
             return call.refusal(1)
         return call.error(stop_error(first, call.policy))
     if guard.final:  # the whole answer was decided before the first byte: the ids go in headers
-        call.decisions("output", guard.final)
+        call.decisions("output", guard.decided("output"))
+        call.decisions("tool_call", guard.decided("tool_call"))
     return StreamingResponse(
         _rest(call, first, events, guard),
         media_type="text/event-stream",

@@ -7,7 +7,7 @@
         print(d.decision_id, d.passed, d.action)
 
 Both clients have the same methods. :class:`ClientBase` builds every request and says how its
-answer is read (the one codec, ``crossaudit.service.convert``), so each client is only its
+answer is read (the one codec, ``crossaudit.api.convert``), so each client is only its
 transport: blocking stubs, or ``grpc.aio`` awaited. Answers are the store's records (their
 ``tenant`` is empty: the API key decides it) or models derived from them, all re-exported by
 ``crossaudit.sdk``.
@@ -24,6 +24,7 @@ not answer is a ``ServerUnavailableError`` saying what to check, and a request o
 from __future__ import annotations
 
 import abc
+import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,11 +33,36 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
+from crossaudit.api import convert
+from crossaudit.api.errors import from_rpc_error
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
+from crossaudit.api.models import (
+    DeployResult,
+    LabelPage,
+    PolicyInfo,
+    PromoteResult,
+    RemoteDecision,
+    ReviewInfo,
+    RollbackResult,
+    ServerInfo,
+    ShadowReport,
+    UploadedEvaluator,
+)
+from crossaudit.api.records import (
+    AuditRecord,
+    CandidateRecord,
+    ErasureRecord,
+    EvaluatorRecord,
+    OutboxRecord,
+    OutboxState,
+    PolicySummaryRecord,
+)
+from crossaudit.api.replayreport import ReplayProgress, ReplayReport
+from crossaudit.evidence.export import Exporter, export_chunks
 from crossaudit.evidence.notes import PublicKey, load_public_key
+from crossaudit.evidence.proofs import ConsistencyProof, InclusionProof, LogKeyInfo
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
-from crossaudit.governance.evidence import ConsistencyProof, Exporter, InclusionProof, LogKeyInfo, export_chunks
-from crossaudit.governance.labels import LabelPage
-from crossaudit.governance.replaydiff import ReplayProgress, ReplayReport
+from crossaudit.kernel import tracing
 from crossaudit.kernel.errors import (
     ConfigurationError,
     CrossAuditError,
@@ -63,30 +89,6 @@ from crossaudit.sdk.options import (
     unreachable,
 )
 from crossaudit.sdk.sources import policy_upload
-from crossaudit.service import convert
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
-from crossaudit.service.errors import from_rpc_error
-from crossaudit.service.models import (
-    DeployResult,
-    PolicyInfo,
-    PromoteResult,
-    RemoteDecision,
-    ReviewInfo,
-    RollbackResult,
-    ServerInfo,
-    ShadowReport,
-    UploadedEvaluator,
-)
-from crossaudit.store.base import (
-    AuditRecord,
-    CandidateRecord,
-    ErasureRecord,
-    EvaluatorRecord,
-    OutboxRecord,
-    OutboxState,
-    PolicySummaryRecord,
-    ReviewState,
-)
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from crossaudit.v1 import delivery_pb2 as dlv_pb
@@ -103,6 +105,7 @@ from crossaudit.v1 import replay_pb2 as rpl_pb
 from crossaudit.v1 import replay_pb2_grpc as rpl_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
+from orchestrator.reviews import ReviewState
 
 T = TypeVar("T")
 PathOrText = str | os.PathLike[str]
@@ -163,8 +166,8 @@ def _evaluate_request(
     req = ev_pb.EvaluateRequest(
         policy=policy,
         environment=environment,
-        prompt=prompt,
-        response=response,
+        prompt=_utf8(prompt, "the prompt"),
+        response=_utf8(response, "the response"),
         request_id=request_id,
         stage=stage,
         provisional=provisional,
@@ -173,6 +176,44 @@ def _evaluate_request(
     # server's to refuse, typed (INVALID_ARGUMENT naming max_struct_depth)
     req.context.CopyFrom(convert.to_struct(dict(context or {})))
     return req
+
+
+def _utf8(text: str, what: str) -> str:
+    """``text`` when the wire (UTF-8) can carry it, else InvalidInputError before anything is sent
+    (a lone surrogate a model wrote: protobuf would raise a bare UnicodeEncodeError)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} is not UTF-8 text: it holds a lone surrogate") from None
+    return text
+
+
+def _tool_request(name: str, call_id: str, context: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The context of a tool stage's evaluation: the caller's, with ``tool.name`` and ``tool.call_id``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError("a tool's name is a non-empty string")
+    _utf8(name, "a tool's name")
+    _utf8(call_id, "a tool call's id")
+    ctx = dict(context or {})
+    given = ctx.get("tool")
+    tool = {k: v for k, v in given.items() if k != "arguments"} if isinstance(given, Mapping) else {}
+    tool["name"] = name
+    if call_id:
+        tool["call_id"] = call_id
+    ctx["tool"] = tool
+    return ctx
+
+
+def _arguments_text(arguments: str | Mapping[str, Any] | Sequence[Any]) -> str:
+    """A tool call's arguments as the text evaluated: a string as the model sent it (the server
+    refuses one that is not JSON), else the value as JSON."""
+    if isinstance(arguments, str):
+        return _utf8(arguments, "a tool call's arguments")
+    try:
+        text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"a tool call's arguments must be JSON: {str(e)[:120]}") from None
+    return _utf8(text, "a tool call's arguments")
 
 
 @dataclass(frozen=True)
@@ -235,6 +276,13 @@ class ClientBase(abc.ABC):
     @abc.abstractmethod
     def _open(self, target: str, creds: grpc.ChannelCredentials | None) -> Any:
         """The channel the stubs use."""
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call's metadata: the API key, and the current span's W3C trace context when the
+        application traces with OpenTelemetry (the server's spans continue its trace); nothing
+        more when no span is active."""
+        trace_context = tracing.inject()
+        return (*self._md, *trace_context) if trace_context else self._md
 
     def _sized(self, request: Any) -> Any:
         """``request``, when it is within ``max_request_bytes`` (else RequestTooLargeError): the
@@ -562,7 +610,7 @@ class Client(ClientBase):
             return call.decode(None)
         request = self._sized(call.request)
         try:
-            answer = call.method(request, timeout=call.timeout or self.timeout, metadata=self._md)
+            answer = call.method(request, timeout=call.timeout or self.timeout, metadata=self._metadata())
         except grpc.RpcError as e:
             raise call.failed(self._error(e)) from None
         return call.decode(answer)
@@ -582,7 +630,7 @@ class Client(ClientBase):
 
         request = checked(call.request) if isinstance(call.request, Iterator) else self._sized(call.request)
         try:
-            for message in call.method(request, timeout=call.timeout, metadata=self._md):
+            for message in call.method(request, timeout=call.timeout, metadata=self._metadata()):
                 yield call.decode(message)
         except grpc.RpcError as e:
             raise (failed[0] if failed else call.failed(self._error(e))) from None
@@ -677,12 +725,56 @@ class Client(ClientBase):
         provisional: bool = False,
     ) -> RemoteDecision:
         """``timeout`` (seconds) is the call's deadline: the server's evaluators get what is left.
-        ``stage`` ("input" | "output") runs only that stage's rules (docs/proxy.md); ``request_id``
+        ``stage`` ("input" | "output" | "tool_call" | "tool_result") runs only that stage's rules
+        (docs/proxy.md, docs/agents.md); ``request_id``
         is recorded with the decision in the audit log. ``provisional`` (output stage only): a
         window of a streamed answer, audited only when it blocks (docs/proxy.md#streaming)."""
         return self._unary(
             self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id, provisional)
         )
+
+    def evaluate_tool_call(
+        self,
+        policy: str,
+        name: str,
+        arguments: str | Mapping[str, Any] | Sequence[Any],
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        prompt: str = "",
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """Judge one tool call the model wants to make with the policy's ``stage: tool_call`` rules
+        (docs/agents.md). ``arguments``: the JSON text as the model sent it, or a value sent as
+        JSON; ``prompt``: the conversation so far, for evaluators that read it. The decision names
+        the call (``tool_name``, ``tool_call_id``); a redaction is ``modified_arguments`` (valid JSON)."""
+        return self.evaluate(
+            policy, prompt, _arguments_text(arguments), _tool_request(name, call_id, context), environment, timeout,
+            stage="tool_call", request_id=request_id,
+        )  # fmt: skip
+
+    def evaluate_tool_result(
+        self,
+        policy: str,
+        name: str,
+        output: str,
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """Judge a tool's output before the model reads it with the policy's ``stage: tool_result``
+        rules (an indirect prompt injection in a fetched page, say). ``output`` is evaluated as
+        prompt and response (like the input stage); a redaction is ``modified_response``."""
+        return self.evaluate(
+            policy, output, _utf8(output, "a tool's output"), _tool_request(name, call_id, context), environment,
+            timeout,
+            stage="tool_result", request_id=request_id,
+        )  # fmt: skip
 
     def evaluate_many(
         self,
@@ -850,7 +942,7 @@ class AsyncClient(ClientBase):
             return call.decode(None)
         request = self._sized(call.request)
         try:
-            answer = await call.method(request, timeout=call.timeout or self.timeout, metadata=self._md)
+            answer = await call.method(request, timeout=call.timeout or self.timeout, metadata=self._metadata())
         except grpc.RpcError as e:
             raise call.failed(self._error(e)) from None
         return call.decode(answer)
@@ -863,7 +955,7 @@ class AsyncClient(ClientBase):
         else:
             request = self._sized(call.request)
         try:
-            async for message in call.method(request, timeout=call.timeout, metadata=self._md):
+            async for message in call.method(request, timeout=call.timeout, metadata=self._metadata()):
                 yield call.decode(message)
         except grpc.RpcError as e:
             raise call.failed(self._error(e)) from None
@@ -949,6 +1041,44 @@ class AsyncClient(ClientBase):
         return await self._unary(
             self._evaluate(policy, prompt, response, context, environment, timeout, stage, request_id, provisional)
         )
+
+    async def evaluate_tool_call(
+        self,
+        policy: str,
+        name: str,
+        arguments: str | Mapping[str, Any] | Sequence[Any],
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        prompt: str = "",
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """:meth:`Client.evaluate_tool_call`, awaited."""
+        return await self.evaluate(
+            policy, prompt, _arguments_text(arguments), _tool_request(name, call_id, context), environment, timeout,
+            stage="tool_call", request_id=request_id,
+        )  # fmt: skip
+
+    async def evaluate_tool_result(
+        self,
+        policy: str,
+        name: str,
+        output: str,
+        *,
+        call_id: str = "",
+        context: Mapping[str, Any] | None = None,
+        environment: str = DEFAULT_ENVIRONMENT,
+        timeout: float | None = None,
+        request_id: str = "",
+    ) -> RemoteDecision:
+        """:meth:`Client.evaluate_tool_result`, awaited."""
+        return await self.evaluate(
+            policy, output, _utf8(output, "a tool's output"), _tool_request(name, call_id, context), environment,
+            timeout,
+            stage="tool_result", request_id=request_id,
+        )  # fmt: skip
 
     async def evaluate_many(
         self,

@@ -13,8 +13,8 @@ from typing import TypeAlias
 
 import grpc
 
+from crossaudit.api.limits import DEFAULT_MAX_REQUEST_BYTES, REQUEST_LIMIT_ENV, TRANSPORT_MARGIN_BYTES
 from crossaudit.kernel.errors import InvalidInputError, RequestTooLargeError, ServerUnavailableError
-from crossaudit.service.config import REQUEST_LIMIT_ENV, TRANSPORT_MARGIN_BYTES, ServiceLimits
 
 SERVER_ENV = "CROSSAUDIT_SERVER"  # where a Client with no target connects
 API_KEY_ENV = "CROSSAUDIT_API_KEY"  # the key a Client sends when it is given none
@@ -23,9 +23,6 @@ DEFAULT_CALL_TIMEOUT_S = 30.0  # deadline of calls other than evaluate/upload wh
 DEFAULT_UPLOAD_TIMEOUT_S = 1_800.0  # an upload may build an image
 # The largest answer a client accepts: the server's own cap on answers (limits.max_send_message_bytes).
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
-# The largest request, unless Client(max_request_bytes=...) or $CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES
-# says otherwise: the server's default, so that what a client sends, the server accepts.
-DEFAULT_MAX_REQUEST_BYTES = ServiceLimits.max_request_bytes
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
 Target: TypeAlias = str | Sequence[str]  # "host:port", "h1:p1,h2:p2", ["h1:p1", "h2:p2"], "dns:///name:port"
 MAX_ADDRESSES = 64

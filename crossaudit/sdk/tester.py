@@ -40,12 +40,12 @@ from crossaudit.kernel.errors import (
 from crossaudit.kernel.limits import EngineLimits, PoolLimits, SandboxLimits
 from crossaudit.kernel.progress import ProgressCallback
 from crossaudit.kernel.results import Decision
+from crossaudit.kernel.yamlsafe import format_path
 from crossaudit.sdk.cases import CaseResult, judge_case
 from orchestrator.engine.engine import Engine
 from orchestrator.evaluators import cassette
 from orchestrator.policy import load_policy, load_policy_file
 from orchestrator.policy.models import model_check, model_problems
-from orchestrator.policy.yamlsafe import format_path
 from orchestrator.runtime import Runtime, make_sandbox
 from sandbox.base import Sandbox
 
@@ -173,14 +173,17 @@ class PolicyTester:
             raise RuntimeError("PolicyTester is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def evaluate(self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None) -> Decision:
-        """Evaluate one request; returns the Decision (.passed, .action, .rules, .modified_response)."""
-        return self._run(self.aevaluate(prompt, response, context))
+    def evaluate(
+        self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None, *, stage: str = ""
+    ) -> Decision:
+        """Evaluate one request; returns the Decision (.passed, .action, .rules, .modified_response).
+        ``stage`` (input, output, tool_call, tool_result) runs only that stage's rules; "" every rule."""
+        return self._run(self.aevaluate(prompt, response, context, stage=stage))
 
     async def aevaluate(
-        self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None
+        self, prompt: str = "", response: str = "", context: Mapping[str, Any] | None = None, *, stage: str = ""
     ) -> Decision:
-        coro = self.engine.evaluate(self.policy, prompt, response, context, timeout=self.timeout)
+        coro = self.engine.evaluate(self.policy, prompt, response, context, timeout=self.timeout, stage=stage)
         if asyncio.get_running_loop() is self._loop:
             return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
@@ -235,7 +238,9 @@ class PolicyTester:
         for case in self.policy.test_cases if cases is None else cases:
             t0 = time.monotonic()
             try:
-                d = self.evaluate(case.input.prompt, case.input.response, case.input.context)
+                d = self.evaluate(
+                    case.input.prompt, case.input.response, case.input.context, stage=case.input.stage or ""
+                )
             except Exception as e:  # a case that cannot run is an errored case, reported as such
                 out.append(judge_case(case, None, str(e), duration_s=time.monotonic() - t0))
                 continue

@@ -11,10 +11,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from crossaudit.api.records import AuditRecord, CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord
 from crossaudit.governance.evidence import EvidenceLog
 from crossaudit.governance.records import audit_record, fit_audit, receipt_json, review_records
 from crossaudit.governance.retention import Retention
 from crossaudit.governance.rollout import Rollout
+from crossaudit.kernel import tracing
 from crossaudit.kernel.dsl import Stage
 from crossaudit.kernel.errors import DeadlineExceededError, InvalidInputError, QuotaExceededError, RateLimitedError
 from crossaudit.kernel.results import Action, Decision
@@ -26,7 +31,7 @@ from crossaudit.service.fairness import FairSlots
 from crossaudit.service.logs import decision_scope, end_scope
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import AUDIT_DAY_S, CandidateRecord, OutboxRecord, PolicyVersionRecord, ReviewRecord, Store
+from crossaudit.store.base import AUDIT_DAY_S, Store
 from orchestrator.policy import Policy
 
 AUDIT_DAY_KEY = "limits.max_audit_bytes_per_tenant_per_day"
@@ -98,7 +103,47 @@ class Admission:
         margin = min(self.limits.answer_margin_s, self.limits.answer_margin_fraction * time_remaining)
         return min(time_remaining - margin, self.limits.default_deadline_s)
 
-    async def evaluate(
+    async def evaluate(self, tenant: str, *, trace_parent: Any = None, **kwargs: Any) -> EvaluationOutcome:
+        """:meth:`_evaluate` (decide, audit, answer), in an ``Evaluate`` span when tracing is on:
+        a child of the caller's span when ``trace_parent`` (its propagated context) names one."""
+        if not tracing.enabled():
+            return await self._evaluate(tenant, **kwargs)
+        attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": "crossaudit.v1.EvaluationService",
+            "rpc.method": "Evaluate",
+            "crossaudit.tenant": tenant,
+            "crossaudit.policy": str(kwargs.get("policy", ""))[: self.limits.max_name_length],
+            "crossaudit.stage": str(kwargs.get("stage", "")),
+            **tracing.text_attributes("crossaudit.prompt", kwargs.get("prompt", "")),
+            **tracing.text_attributes("crossaudit.response", kwargs.get("response", "")),
+        }
+        with tracing.tracer().start_as_current_span(
+            tracing.EVALUATE,
+            context=trace_parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as sp:
+            try:
+                outcome = await self._evaluate(tenant, **kwargs)
+            except BaseException as exc:
+                tracing.failed(sp, exc)
+                raise
+            if sp.is_recording():
+                d = outcome.decision
+                sp.set_attributes({
+                    "crossaudit.decision_id": d.decision_id or "",
+                    "crossaudit.policy.version": outcome.revision,
+                    "crossaudit.environment": outcome.environment,
+                    "crossaudit.verdict": "passed" if d.passed else "failed",
+                    "crossaudit.action": d.action.value,
+                    "crossaudit.recorded": outcome.recorded,
+                })  # fmt: skip
+            return outcome
+
+    async def _evaluate(
         self,
         tenant: str,
         *,
@@ -142,7 +187,7 @@ class Admission:
             hard = self._hard_stop(budget, time_remaining)
             # A fair turn at one of the server's evaluation slots, within the same hard stop; the
             # slot is held until the work has really stopped (a cancelled sandbox's cleanup too).
-            await self.slots.acquire(tenant, hard - (time.monotonic() - t0))
+            await self._take_slot(tenant, hard - (time.monotonic() - t0))
             task = asyncio.ensure_future(
                 self._decide(tenant, policy, env, prompt, response, context, decision_id, stage, t0 + budget)
             )
@@ -193,6 +238,8 @@ class Admission:
     ) -> tuple[PolicyVersionRecord, Policy, Decision, CandidateRecord | None]:
         """The deployed policy evaluated within what is left until ``deadline`` (monotonic); a
         canary candidate's version instead when it answers this request (docs/rollout.md)."""
+        if tracing.enabled():  # the Evaluate span (current here): a decision that fails names its id too
+            trace.get_current_span().set_attribute("crossaudit.decision_id", decision_id)
         await self.tenants.load_feedback(tenant)
         rec, pol = await self.catalog.deployed_policy(tenant, policy, env)
         candidate = await self.rollout.candidate(tenant, policy, env) if self.rollout is not None else None
@@ -243,7 +290,7 @@ class Admission:
         outcome = EvaluationOutcome(decision, rec.version, env, [r.id for r in reviews])
         if encode is not None:
             outcome.answer = encode(outcome)
-        audit = audit_record(
+        audit = _traced(audit_record(  # with its trace's ids, beside it (not in the leaf or receipt)
             tenant,
             decision,
             rec,
@@ -254,7 +301,8 @@ class Admission:
             raw=self.audit_raw_text or pol.settings.audit_all_evaluations,
             request_id=request_id,
             now=time.time(),
-        )
+            stage=stage,
+        ))  # fmt: skip
         # the inputs, sealed when the tenant and policy retain them: written with the record
         retained = None
         if self.retention is not None:
@@ -270,7 +318,7 @@ class Admission:
         messages = self.deliveries.rows(decision, audit, time.time()) if self.deliveries else []
         # a webhook over its tenant's pending quota is not written; the decision always is
         quotas = self.deliveries.quotas if self.deliveries else None
-        refused = await self.store.record_decision(
+        refused = await self._write(
             audit,
             reviews,
             messages,
@@ -294,6 +342,22 @@ class Admission:
         if self.deliveries is not None:
             self.deliveries.recorded(messages, [m for m in refused if isinstance(m, OutboxRecord)])
         return outcome
+
+    async def _take_slot(self, tenant: str, timeout: float) -> None:
+        """A fair turn at one of the server's evaluation slots (an admission-wait span when traced
+        and the call waits: a slot taken at once makes none)."""
+        if not tracing.enabled() or self.slots.free_for(tenant):
+            await self.slots.acquire(tenant, timeout)
+            return
+        with tracing.span(tracing.ADMISSION_WAIT, {"crossaudit.tenant": tenant}):
+            await self.slots.acquire(tenant, timeout)
+
+    async def _write(self, audit: Any, *args: Any, **kwargs: Any) -> Any:
+        """The store's one write of a decision (an audit-commit span when traced)."""
+        if not tracing.enabled():
+            return await self.store.record_decision(audit, *args, **kwargs)
+        with tracing.span(tracing.AUDIT_COMMIT, {"crossaudit.audit.bytes": kwargs.get("audit_bytes", 0)}):
+            return await self.store.record_decision(audit, *args, **kwargs)
 
     def _release(self, tenant: str) -> None:
         self._inflight[tenant] -= 1
@@ -325,6 +389,16 @@ class Admission:
                 f"{AUDIT_DAY_KEY}); evaluations resume at 00:00 UTC",
                 setting=AUDIT_DAY_KEY,
             )
+
+
+def _traced(audit: AuditRecord) -> AuditRecord:
+    """``audit`` with the ids of the current (Evaluate) span, when tracing is on and it is sampled."""
+    if not tracing.enabled():
+        return audit
+    sc = trace.get_current_span().get_span_context()
+    if not (sc.is_valid and sc.trace_flags.sampled):
+        return audit
+    return dataclasses.replace(audit, trace_id=format(sc.trace_id, "032x"), span_id=format(sc.span_id, "016x"))
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

@@ -17,13 +17,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT, TRANSPORT_MARGIN_BYTES
 from crossaudit.governance.evidence import EvidenceLog, build_evidence, unsigned_log
+from crossaudit.governance.records import engine_version
 from crossaudit.governance.retention import with_dev_operator_key
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError
 from crossaudit.kernel.limits import EngineLimits
+from crossaudit.kernel.listen import LOOPBACK_HOSTS
 from crossaudit.outbox.deliveries import DeliveryConfig
-from crossaudit.service.auth import Authenticator, check_private_file
-from crossaudit.service.config import DEFAULT_ENVIRONMENT, LOOPBACK_HOSTS, TRANSPORT_MARGIN_BYTES, ServerConfig
+from crossaudit.service.auth import Authenticator
+from crossaudit.service.config import ServerConfig
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.health import LIVENESS_SERVICE, HealthServicer, StoreHealth
@@ -31,6 +35,7 @@ from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.ratelimits import store_limiters
 from crossaudit.service.servicers import add_servicers
 from crossaudit.service.tenants import DecisionEngine, EngineProvider, TenantFeedback, UploadedEvaluators
+from crossaudit.service.tracing import Tracing, configure_tracing
 from crossaudit.store import open_store
 from crossaudit.store.base import Store
 from crossaudit.store.postgres import mask_url
@@ -268,6 +273,7 @@ class RunningServer:
     lock: Any = None
     console: Any = None  # the review console (crossaudit.console.ConsoleServer), if served
     store_health: StoreHealth | None = None  # health follows the store (NOT_SERVING while unreachable)
+    tracing: Tracing = field(default_factory=Tracing)  # the tracer provider this process set, if any
     _stopped: bool = False
 
     @property
@@ -301,6 +307,7 @@ class RunningServer:
         self.metrics.close()
         if self.lock is not None:
             self.lock.close()
+        await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued are exported
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
@@ -324,6 +331,7 @@ async def start_server(
     the gRPC server, bind its port, then start what runs beside it (metrics, console, first
     deploys, delivery, health)."""
     check_config(config)
+    tracer = configure_tracing(config.tracing, engine_version())  # before anything makes a span
     if auth is None:
         auth = build_authenticator(config)
     grants = auth.grants.with_hosts(config.llm_base_url_hosts)
@@ -376,6 +384,7 @@ async def start_server(
         auth=auth,
         owned=built.owned,
         lock=lock,
+        tracing=tracer,
     )
     try:
         await start_beside(running, names, worker.console_socket if worker is not None else None)

@@ -50,11 +50,12 @@ from typing import Any
 import grpc
 import yaml
 
+from crossaudit.api.errors import abort
+from crossaudit.kernel.configfile import check_private_file
 from crossaudit.kernel.errors import ConfigurationError, CrossAuditError, UnauthenticatedError
 from crossaudit.kernel.errors import PermissionDeniedError as PermissionDeniedError
-from crossaudit.kernel.shell import command
+from crossaudit.kernel.files import read_capped_text
 from crossaudit.service.config import DEV_TENANT, ServiceLimits
-from crossaudit.service.errors import abort
 from crossaudit.service.grants import (
     LLM_HOSTS_KEY,
     TenantGrants,
@@ -228,15 +229,9 @@ def load_tenants_file(path: str | Path, limits: ServiceLimits | None = None) -> 
     p = Path(path)
     try:
         check_private_file(p, "API keys file")
-        st = p.stat()
-        if st.st_size > limits.max_api_keys_file_bytes:
-            raise ConfigurationError(f"API keys file {p} is larger than {limits.max_api_keys_file_bytes} bytes")
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigurationError(f"API keys file {p} not found") from None
-    except OSError as e:
-        raise ConfigurationError(f"cannot read API keys file {p}: {e.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        text = read_capped_text(p, limits.max_api_keys_file_bytes, "API keys file", ConfigurationError)
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
         raise ConfigurationError(f"API keys file {p} is not valid YAML: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("tenants"), dict) or not doc["tenants"]:
         raise ConfigurationError(f"API keys file {p} must be a mapping 'tenants: {{name: [key, ...]}}'")
@@ -325,21 +320,6 @@ def _key_entry(item: Any, tenant: str, where: str, limits: ServiceLimits) -> tup
             f"{where}: a key must be a string of at least {limits.min_api_key_length} non-blank characters"
         )
     return key, principal
-
-
-def check_private_file(path: Path, what: str) -> None:
-    """Refuse a secret file (API keys, TLS private key) that group or others may access."""
-    try:
-        mode = Path(path).stat().st_mode
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except OSError as e:
-        raise ConfigurationError(f"cannot read {what} {path}: {e.strerror}") from None
-    if mode & 0o077:
-        raise ConfigurationError(
-            f"{what} {path} is accessible by group or others (mode {mode & 0o777:04o}); run: "
-            + command("chmod", "600", path)
-        )
 
 
 class UnknownMethodGate(grpc.GenericRpcHandler):

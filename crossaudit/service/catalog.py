@@ -15,6 +15,7 @@ from typing import Any
 
 from cachetools import LRUCache
 
+from crossaudit.api.records import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord
 from crossaudit.kernel.dsl import EvaluatorType
 from crossaudit.kernel.errors import (
     CrossAuditError,
@@ -34,7 +35,7 @@ from crossaudit.service.config import ServiceLimits
 from crossaudit.service.grants import TenantGrants
 from crossaudit.service.hosted import hosted_checks
 from crossaudit.service.tenants import Tenants
-from crossaudit.store.base import DeploymentRecord, PolicySummaryRecord, PolicyVersionRecord, Store
+from crossaudit.store.base import Store
 from orchestrator.policy import Policy, envvars, load_policy
 from orchestrator.policy.models import model_check
 from orchestrator.runtime import Runtime

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 from pydantic.fields import FieldInfo
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT, DEFAULT_MAX_REQUEST_BYTES
 from crossaudit.kernel.dsl import retention_seconds
 from crossaudit.kernel.limits import (
     SETTINGS_SECTION,
@@ -26,32 +27,18 @@ from crossaudit.kernel.limits import (
     PositiveInt,
     SandboxLimits,
 )
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.modelserver.pool import ModelServerLimits
 from crossaudit.outbox.limits import DeliveryLimits
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice
 from crossaudit.store.base import ERASE_BATCH
 from crossaudit.store.postgres import PostgresLimits
 from crossaudit.store.sqlite import SYNCHRONOUS_MODES
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost", "[::1]"})
-# The one default environment: what the server assumes when a request names none, what the CLI
-# and the SDK send by default, and where policies/*.yaml are deployed on a data dir's first
-# start. One value, so `crossaudit serve --dev` then `crossaudit evaluate NAME --server` finds
-# the policy (docs/service.md, "Environments").
-DEFAULT_ENVIRONMENT = "production"
 DEV_TENANT = "default"
 # --dev serves the review console here unless console_port says otherwise (with --port 0, on an
 # ephemeral port too, so parallel dev servers never collide).
 DEV_CONSOLE_PORT = 8081
 CONSOLE_OFF = "off"  # console_port: never serve the console, not even with --dev
-
-
-REQUEST_LIMIT_KEY = "limits.max_request_bytes"  # ServiceLimits.max_request_bytes as a setting
-REQUEST_LIMIT_ENV = "CROSSAUDIT_LIMITS__MAX_REQUEST_BYTES"  # ... and its variable (server, SDK, CLI)
-# gRPC's own cap on a received message is set this far above max_request_bytes, so a request a
-# little too large reaches the handler and gets the typed refusal naming the setting rather
-# than grpc's "Received message larger than max" (which names nothing).
-TRANSPORT_MARGIN_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,7 +49,7 @@ class ServiceLimits:
 
     max_request_bytes: Annotated[
         PositiveInt, Field(description="one request, everywhere: [below](#the-largest-request-limitsmax_request_bytes)")
-    ] = 4 * 1024 * 1024
+    ] = DEFAULT_MAX_REQUEST_BYTES
     max_send_message_bytes: Annotated[
         PositiveInt,
         Field(
@@ -689,6 +676,101 @@ class EvidenceConfig:
     ] = 5_000_000
 
 
+TracesExporter = Literal["none", "otlp", "console"]
+RuleSpans = Literal["called", "all"]
+OtlpProtocol = Literal["grpc", "http/protobuf"]
+TracesSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """OpenTelemetry traces of decisions (docs/observability.md). Off unless an exporter is named
+    or an OTLP endpoint given; the OpenTelemetry SDK's standard variables set these keys too (each
+    key's `OTEL_*` variable below, above the file and below `CROSSAUDIT_TRACING__*`). Headers
+    (`OTEL_EXPORTER_OTLP_HEADERS`: they may hold a token) are no setting: the exporter reads them."""
+
+    __pydantic_config__ = SETTINGS_SECTION
+
+    exporter: Annotated[
+        TracesExporter | None,
+        Field(
+            description=(
+                "where spans go: otlp, console (stdout, for a look), or none; unset: otlp when an endpoint is "
+                "given, else none (tracing off: no span is made)"
+            )
+        ),
+    ] = None
+    endpoint: Annotated[
+        str | None,
+        Field(
+            description=(
+                "the OTLP collector's base URL (http/protobuf: `/v1/traces` is added; grpc: host:port or URL); "
+                "unset: the exporter's default, localhost 4318 (http) or 4317 (grpc)"
+            )
+        ),
+    ] = None
+    traces_endpoint: Annotated[
+        str | None, Field(description="the traces URL itself (used as given, before `endpoint`)")
+    ] = None
+    protocol: Annotated[OtlpProtocol, Field(description="OTLP over http/protobuf or grpc")] = "http/protobuf"
+    service_name: Annotated[str, Field(description="the `service.name` resource attribute")] = "crossaudit"
+    sampler: Annotated[
+        TracesSampler,
+        Field(
+            description=(
+                "which decisions are traced; parentbased_*: as the caller's traceparent says when it sends one"
+            )
+        ),
+    ] = "parentbased_always_on"
+    sampler_arg: Annotated[Fraction, Field(description="the share of traces the *traceidratio samplers keep")] = 1.0
+    sdk_disabled: Annotated[bool, Field(description="true: tracing off whatever else says")] = False
+    rule_spans: Annotated[
+        RuleSpans,
+        Field(
+            description=(
+                "called: a span for each rule that waits for an evaluator call (a rule decided at once from cached "
+                "verdicts is counted on the engine's span, `crossaudit.rules.from_cache`); all: every rule, at some "
+                "30-60 µs of CPU per span"
+            )
+        ),
+    ] = "called"
+    max_queue_size: Annotated[
+        PositiveInt,
+        Field(description="finished spans waiting for export, per process; past it new ones are dropped (counted)"),
+    ] = 2048
+    max_export_batch_size: Annotated[PositiveInt, Field(description="spans one export request carries at most")] = 512
+    schedule_delay_s: Annotated[PositiveFloat, Field(description="spans are exported at least this often")] = 5.0
+    export_timeout_s: Annotated[
+        PositiveFloat, Field(description="one export request; past it the batch is dropped, never the decision")
+    ] = 10.0
+    max_attributes_per_span: Annotated[
+        PositiveInt, Field(description="attributes one span keeps (the rest dropped)")
+    ] = 64
+    max_attribute_length: Annotated[
+        PositiveInt, Field(description="characters of one attribute value kept (names, digests, ids)")
+    ] = 256
+
+    @property
+    def exporter_in_force(self) -> TracesExporter:
+        """The exporter in effect: none when disabled; unset means otlp exactly when an endpoint is given."""
+        if self.sdk_disabled:
+            return "none"
+        if self.exporter is not None:
+            return self.exporter
+        return "otlp" if (self.endpoint or self.traces_endpoint) else "none"
+
+    @property
+    def on(self) -> bool:
+        return self.exporter_in_force != "none"
+
+
 @dataclass(frozen=True)
 class CLI:
     """Marks a server setting that ``crossaudit serve`` takes as a flag of its own (every setting
@@ -905,6 +987,9 @@ class ServerConfig:
     )
     metrics_limits: Annotated[MetricsLimits, Field(description="label cardinality of the metrics")] = field(
         default_factory=MetricsLimits
+    )
+    tracing: Annotated[TracingConfig, Field(description="OpenTelemetry traces (docs/observability.md)")] = field(
+        default_factory=TracingConfig
     )
     llm_prices: Annotated[
         dict[str, LLMPrice],

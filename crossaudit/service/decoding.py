@@ -26,9 +26,10 @@ from typing import Any
 import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from crossaudit.api.convert import depth_message
+from crossaudit.api.limits import REQUEST_LIMIT_ENV, REQUEST_LIMIT_KEY
 from crossaudit.kernel.errcodec import abort
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, RequestTooLargeError
-from crossaudit.service.config import REQUEST_LIMIT_ENV, REQUEST_LIMIT_KEY
 
 STRUCT_TYPES = frozenset({"google.protobuf.Struct", "google.protobuf.ListValue"})  # one JSON level each
 SCAN_MAX_FIELDS = 100_000  # the depth scan of a bad request gives up (generic message) beyond this
@@ -41,10 +42,6 @@ class Undecodable:
 
     def __init__(self, error: InvalidInputError) -> None:
         self.error = error
-
-
-def depth_message(max_depth: int) -> str:
-    return f"nested too deeply: Struct/list values may nest at most {max_depth} levels (max_struct_depth)"
 
 
 def decode_error(data: bytes, descriptor: Descriptor | None, max_depth: int) -> InvalidInputError:

@@ -50,11 +50,15 @@ class FairSlots:
     def weight(self, tenant: str) -> float:
         return self.weights.get(tenant, 1.0)
 
+    def free_for(self, tenant: str) -> bool:
+        """Whether :meth:`acquire` would give ``tenant`` a slot at once (no wait)."""
+        return self.used < self.slots and self.held.get(tenant, 0) < self.per_tenant
+
     async def acquire(self, tenant: str, timeout: float) -> None:
         """A slot for ``tenant``: at once when one is free and nobody waits, else in its fair
         turn within ``timeout`` seconds (DeadlineExceededError beyond)."""
         # Free slots with tenants waiting means every waiter is at its cap (release admits the rest).
-        if self.used < self.slots and self.held.get(tenant, 0) < self.per_tenant:
+        if self.free_for(tenant):
             self.used += 1
             self.held[tenant] = self.held.get(tenant, 0) + 1
             return

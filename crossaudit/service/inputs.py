@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.kernel.dsl import NAME_PATTERN
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.names import canonical_name
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 
 NAME = re.compile(NAME_PATTERN)  # evaluator names: the DSL's rule
 ENVIRONMENT = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")

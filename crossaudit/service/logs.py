@@ -2,7 +2,8 @@
 
 A JSON line has ``time`` (ISO-8601, UTC), ``level``, ``logger`` and ``message``; a line logged
 while a decision is being made also has its ``decision_id``, ``tenant``, ``policy`` and
-``request_id``. The Evaluate path sets them once per decision in a context variable
+``request_id``, and, while tracing is on and a span is current, its ``trace_id`` and ``span_id``.
+The Evaluate path sets them once per decision in a context variable
 (:func:`decision_scope`), which asyncio copies into every task the decision starts, so the
 engine's, evaluators' and sandboxes' lines carry them without passing anything down.
 """
@@ -16,6 +17,8 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
+
+from crossaudit.kernel import tracing
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -49,6 +52,10 @@ class DecisionFilter(logging.Filter):
             for name, value in zip(DECISION_FIELDS, ctx, strict=True):
                 if value and not hasattr(record, name):
                     setattr(record, name, value)
+        if tracing.enabled():  # the span the line was logged in: a log line joins its trace
+            ids = tracing.current_ids()
+            if ids is not None and not hasattr(record, "trace_id"):
+                record.trace_id, record.span_id = ids
         return True
 
 

@@ -26,9 +26,9 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, price_for
 from crossaudit.kernel.results import Decision
 from crossaudit.service.config import MetricsLimits
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, cost_usd, price_for
 
 OTHER = "other"  # the label of every tenant (or model) beyond the bound
 
@@ -133,7 +133,26 @@ class _SandboxCollector(Collector):
         yield pools
 
 
-class ServiceMetrics:
+class _Endpoint:
+    """A registry served on a /metrics HTTP endpoint: what the server's and the supervisor's
+    metrics share."""
+
+    registry: CollectorRegistry
+    _http: Any = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the /metrics HTTP endpoint; returns the bound port (``port=0``: ephemeral)."""
+        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self._http = None
+
+
+class ServiceMetrics(_Endpoint):
     def __init__(self, limits: MetricsLimits | None = None, prices: Mapping[str, LLMPrice] | None = None) -> None:
         self.limits = limits or MetricsLimits()
         self.prices = dict(DEFAULT_LLM_PRICES if prices is None else prices)
@@ -200,7 +219,6 @@ class ServiceMetrics:
         # Labelled children, looked up once (labels() hashes and locks on every call).
         self._children: dict[tuple[Any, ...], Any] = {}
         self._read_at_scrape: list[Collector] = []  # the collectors below that read state when scraped
-        self._http: Any = None
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -289,15 +307,6 @@ class ServiceMetrics:
         when this worker dies: those calls are lost). Only the event loop moves the count."""
         self.inflight = _SlotGauge(self.inflight, slot, index)
 
-    def serve(self, host: str, port: int) -> int:
-        """Start the /metrics HTTP endpoint; returns the bound port (``port=0``: ephemeral)."""
-        self._http = _serve(self.registry, host, port)
-        return int(self._http.server_port)
-
-    def close(self) -> None:
-        _close(self._http)
-        self._http = None
-
 
 class _SlotGauge:
     """A gauge whose moves are mirrored in one slot of a shared array."""
@@ -314,17 +323,6 @@ class _SlotGauge:
     def dec(self, amount: float = 1) -> None:
         self._gauge.dec(amount)
         self._slot[self._index] -= int(amount)
-
-
-def _serve(registry: CollectorRegistry, host: str, port: int) -> Any:
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return server
-
-
-def _close(server: Any) -> None:
-    if server is not None:
-        server.shutdown()
-        server.server_close()
 
 
 # Kinds of multiprocess files whose values are summed over processes: a dead worker's are folded
@@ -358,7 +356,7 @@ class _SharedFiles(Collector):
         return ready
 
 
-class WorkerMetrics:
+class WorkerMetrics(_Endpoint):
     """The one /metrics endpoint of ``serve --workers N``, served by the supervisor: every worker's
     metrics from the multiprocess directory (prometheus_client's multiprocess mode, summed across
     workers), plus the supervisor's own counters and process figures.
@@ -384,7 +382,6 @@ class WorkerMetrics:
             registry=r,
         )
         self.live = Gauge("crossaudit_workers", "Worker processes serving now", registry=r)
-        self._http: Any = None
 
     def worker_died(self, pid: int) -> None:
         """Forget a dead worker's live gauges; fold its counters and histograms into one file per
@@ -406,11 +403,3 @@ class WorkerMetrics:
                 finally:
                     folded.close()
                 os.remove(dead)
-
-    def serve(self, host: str, port: int) -> int:
-        self._http = _serve(self.registry, host, port)
-        return int(self._http.server_port)
-
-    def close(self) -> None:
-        _close(self._http)
-        self._http = None

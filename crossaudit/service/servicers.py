@@ -13,9 +13,13 @@ from typing import Any
 
 import grpc
 
-from crossaudit.governance.records import engine_version
+from crossaudit.api import convert
+from crossaudit.api.errors import abort, grpc_code, item_fields
+from crossaudit.api.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
+from crossaudit.api.replayreport import ReplayReport
+from crossaudit.governance.records import engine_version, judged_tool
 from crossaudit.governance.replay import ReplayRequest
-from crossaudit.governance.replaydiff import ReplayReport
+from crossaudit.kernel import tracing
 from crossaudit.kernel.errors import (
     CrossAuditError,
     InvalidInputError,
@@ -23,15 +27,11 @@ from crossaudit.kernel.errors import (
     RateLimitedError,
     ResultInvalidError,
 )
-from crossaudit.service import convert
 from crossaudit.service.admission import EvaluationOutcome
 from crossaudit.service.auth import Authenticator, UnknownMethodGate
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.decoding import DecodingGuard
-from crossaudit.service.errors import abort, grpc_code, item_fields
-from crossaudit.service.models import DeployResult, PolicyInfo, PromoteResult, RollbackResult, ServerInfo
 from crossaudit.service.principals import Role
-from crossaudit.store.base import ReviewState
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import audit_pb2_grpc as audit_grpc
 from crossaudit.v1 import delivery_pb2 as dlv_pb
@@ -48,6 +48,7 @@ from crossaudit.v1 import replay_pb2 as rpl_pb
 from crossaudit.v1 import replay_pb2_grpc as rpl_grpc
 from crossaudit.v1 import review_pb2 as rev_pb
 from crossaudit.v1 import review_pb2_grpc as rev_grpc
+from orchestrator.reviews import ReviewState
 
 log = logging.getLogger("crossaudit.service")
 ANSWER_ENVELOPE_BYTES = 64  # an EvaluateStream item's framing around the decision (+ its request_id)
@@ -197,6 +198,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
     async def _evaluate(self, tenant: str, request: ev_pb.EvaluateRequest, context: Any) -> ev_pb.EvaluateResponse:
         limits = self.svc.limits
         caller_context = convert.from_struct(request.context, max_depth=limits.max_struct_depth, what="context")
+        tool = judged_tool(request.stage, caller_context)
 
         def encode(out: EvaluationOutcome) -> ev_pb.EvaluateResponse:
             # Runs before the audit write, so a decision that cannot be sent is never audited.
@@ -206,6 +208,9 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
                 environment=out.environment,
                 review_ids=out.review_ids,
                 request_id=request.request_id,
+                stage=request.stage,
+                tool_name=tool.get("name", ""),
+                tool_call_id=tool.get("call_id", ""),
             )
             size = msg.ByteSize() + len(request.request_id.encode()) + ANSWER_ENVELOPE_BYTES
             if size > limits.max_send_message_bytes:
@@ -216,6 +221,7 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
 
         out = await self.svc.evaluate(
             tenant,
+            trace_parent=_trace_parent(context) if tracing.enabled() else None,
             policy=request.policy,
             prompt=request.prompt,
             response=request.response,
@@ -293,6 +299,15 @@ class EvaluationServicer(_Base, ev_grpc.EvaluationServiceServicer):
             tenant, request.decision_id, rule=request.rule, label=request.label, comment=request.comment
         )
         return ev_pb.SubmitFeedbackResponse(feedback_id=rec.id)
+
+
+TRACE_METADATA = ("traceparent", "tracestate")  # W3C Trace Context, as the caller's gRPC metadata
+
+
+def _trace_parent(context: Any) -> Any:
+    """The caller's trace context from its metadata (None when it sent none: a new trace)."""
+    carrier = {k: v for k, v in context.invocation_metadata() or () if k in TRACE_METADATA and isinstance(v, str)}
+    return tracing.extract(carrier) if carrier else None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ from pydantic import Field, ValidationError, create_model, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from crossaudit.kernel.errors import ConfigurationError, PolicyValidationError
-from crossaudit.kernel.limits import PolicyLimits
+from crossaudit.kernel.configfile import ConfigFile, read_config_text, read_yaml_file
+from crossaudit.kernel.errors import ConfigurationError
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES
 from crossaudit.service.config import (
     CONSOLE_OFF,
     ENV_DELIMITER,
@@ -41,16 +42,30 @@ from crossaudit.service.config import (
     section_of,
     setting_fields,
 )
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES
 from crossaudit.store.postgres import mask_url
 
 CONFIG_ENV = "CROSSAUDIT_CONFIG"  # the configuration file, when --config is not given
-MAX_CONFIG_FILE_BYTES = 1024 * 1024  # a larger configuration file (the server's, the proxy's) is refused unread
-# The hardened YAML reader's caps for a configuration file: its size, and as many nodes as a file
-# of that size can hold (each takes two bytes at least), so only the size ever refuses one.
-CONFIG_YAML_LIMITS = PolicyLimits(max_file_bytes=MAX_CONFIG_FILE_BYTES, max_nodes=MAX_CONFIG_FILE_BYTES // 2)
 # Older variable names that keep working (deploy/k8s passes the store URL as CROSSAUDIT_STORE).
 LEGACY_ENV: Mapping[str, tuple[str, ...]] = {"CROSSAUDIT_STORE": ("store_url",)}
+# The OpenTelemetry SDK's standard variables (docs/observability.md) set the tracing keys: above the
+# file, below CROSSAUDIT_TRACING__*. A signal's own variable follows the general one (and wins).
+STANDARD_ENV: Mapping[str, tuple[str, ...]] = {
+    "OTEL_SDK_DISABLED": ("tracing", "sdk_disabled"),
+    "OTEL_TRACES_EXPORTER": ("tracing", "exporter"),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("tracing", "endpoint"),
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ("tracing", "traces_endpoint"),
+    "OTEL_EXPORTER_OTLP_PROTOCOL": ("tracing", "protocol"),
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": ("tracing", "protocol"),
+    "OTEL_SERVICE_NAME": ("tracing", "service_name"),
+    "OTEL_TRACES_SAMPLER": ("tracing", "sampler"),
+    "OTEL_TRACES_SAMPLER_ARG": ("tracing", "sampler_arg"),
+    "OTEL_BSP_MAX_QUEUE_SIZE": ("tracing", "max_queue_size"),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("tracing", "max_export_batch_size"),
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": ("tracing", "max_attributes_per_span"),
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": ("tracing", "max_attribute_length"),
+}
+# Every other name of a setting: older ones, then the standard ones.
+ALIAS_ENV: Mapping[str, tuple[str, ...]] = {**LEGACY_ENV, **STANDARD_ENV}
 # Keys that were renamed: the old one stops the start with the new name, rather than a guess.
 RENAMED: Mapping[str, str] = {"limits.max_receive_message_bytes": "limits.max_request_bytes"}
 # CROSSAUDIT_* variables that are not server settings: the client's, secrets passed by reference,
@@ -68,25 +83,10 @@ OTHER_ENV: Mapping[str, str] = {
 }
 # Per-variant model settings (CROSSAUDIT_DETOXIFY_CHECKPOINT_MULTILINGUAL, ...): environment only.
 VARIANT_ENV_PREFIXES = ("CROSSAUDIT_DETOXIFY_CHECKPOINT_", "CROSSAUDIT_DETOXIFY_CONFIG_", "CROSSAUDIT_DETOXIFY_URL_")
-SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url"})  # shown without their password
+# shown without their password
+SECRET_URL_KEYS = frozenset({"store_url", "decision_log_url", "tracing.endpoint", "tracing.traces_endpoint"})
 
 # --- the configuration file --------------------------------------------------------------------
-
-
-@dataclass
-class ConfigFile:
-    path: Path
-    data: dict[str, Any]
-    positions: dict[tuple[str | int, ...], tuple[int, int]] = dataclasses.field(default_factory=dict)
-
-    def where(self, path: tuple[Any, ...]) -> str:
-        p = tuple(path)
-        while p:
-            if p in self.positions:
-                line, col = self.positions[p]
-                return f"{self.path}:{line}:{col}"
-            p = p[:-1]
-        return str(self.path)
 
 
 def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
@@ -96,46 +96,12 @@ def read_config_file(path: str | os.PathLike[str]) -> ConfigFile:
         raise ConfigurationError(f"config file {p}: use a .yaml, .yml or .toml file")
     if p.suffix.lower() != ".toml":
         return read_yaml_file(p, "config file")
-    text = _read_text(p, "config file")
+    text = read_config_text(p, "config file")
     try:
         data: Any = tomllib.loads(text) if text.strip() else {}
     except tomllib.TOMLDecodeError as e:
         raise ConfigurationError(f"config file {p}: {e}") from None
     return ConfigFile(p, data)
-
-
-def read_yaml_file(path: Path, what: str) -> ConfigFile:
-    """A YAML configuration file (the server's, the guard proxy's) whose top level is a mapping,
-    read by the policies' hardened reader: at most MAX_CONFIG_FILE_BYTES (a larger one is refused
-    unread), safe tags only, no aliases, no duplicate keys, every value's line:col kept. Each
-    error is a ConfigurationError naming ``what`` and the file (and line:col where there is one)."""
-    from orchestrator.policy.yamlsafe import load_yaml
-
-    text = _read_text(path, what)
-    try:
-        data, smap = load_yaml(text, str(path), CONFIG_YAML_LIMITS, allow_empty=True)
-    except PolicyValidationError as e:
-        first = e.issues[0] if e.issues else None
-        where = f":{first.line}:{first.column}" if first is not None and first.line else ""
-        message = (first.message if first else str(e)).replace(" in policies", "")  # the policies' reader
-        raise ConfigurationError(f"{what} {path}{where}: {message}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{what} {path}: the top level must be a mapping of keys to values")
-    return ConfigFile(path, data, {**smap.values, **smap.keys})
-
-
-def _read_text(path: Path, what: str) -> str:
-    """A configuration file's text, refused unread past MAX_CONFIG_FILE_BYTES."""
-    try:
-        if path.stat().st_size > MAX_CONFIG_FILE_BYTES:
-            raise ConfigurationError(f"{what} {path} is larger than {MAX_CONFIG_FILE_BYTES} bytes")
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} {path} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigurationError(f"cannot read {what} {path}: {e}") from None
 
 
 # --- the settings model ------------------------------------------------------------------------
@@ -155,14 +121,14 @@ class FileSource(PydanticBaseSettingsSource):
 
 
 class LegacyEnvSource(PydanticBaseSettingsSource):
-    """:data:`LEGACY_ENV`: older names, below the current ones."""
+    """:data:`ALIAS_ENV`: older names and the standard ones, below the current ones."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, path in LEGACY_ENV.items():
+        for name, path in ALIAS_ENV.items():
             value = os.environ.get(name)
             if value:
                 _put(out, path, value)
@@ -341,7 +307,8 @@ class _Origins:
         if kind == "file":
             return self.file.where(path) if self.file else ""
         if table is self.legacy:
-            return next(n for n, p in LEGACY_ENV.items() if p == path[: len(p)])
+            names = [n for n, p in ALIAS_ENV.items() if p == path[: len(p)] and os.environ.get(n)]
+            return names[-1]  # the one that won (LegacyEnvSource: the later one)
         for i in range(len(path), 0, -1):  # a nested value may come whole, as JSON, in a parent's variable
             if env_name(path[:i]) in self.environ:
                 return self.environ[env_name(path[:i])]

@@ -11,8 +11,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from crossaudit.api.records import EvaluatorRecord
 from crossaudit.kernel.results import Decision
-from crossaudit.store.base import EvaluatorRecord, Store
+from crossaudit.store.base import Store
 from orchestrator.engine.calibration import FEEDBACK_SHOULD_PASS
 from orchestrator.engine.replay import Replay
 from orchestrator.engine.thresholds import FEEDBACK_SCORES_PER_RULE, FeedbackStats

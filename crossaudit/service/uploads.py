@@ -7,6 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from crossaudit.api.records import EvaluatorRecord
 from crossaudit.kernel.codecheck import check_code
 from crossaudit.kernel.depspec import validate_dependencies
 from crossaudit.kernel.errors import DeadlineExceededError, EvaluatorCodeError, InvalidInputError, RateLimitedError
@@ -16,7 +17,7 @@ from crossaudit.service import inputs
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.metrics import ServiceMetrics
 from crossaudit.service.shared import Slots
-from crossaudit.store.base import EvaluatorRecord, Store
+from crossaudit.store.base import Store
 from sandbox.base import CodeBundle, Sandbox
 
 log = logging.getLogger("crossaudit.service")

@@ -1,24 +1,11 @@
-"""Persistence: the :class:`Store` interface, its embedded SQLite implementation and PostgreSQL
+"""Persistence: the :class:`Store` interface (its records are the wire layer's,
+:mod:`crossaudit.api.records`), its embedded SQLite implementation and PostgreSQL
 (``open_store`` chooses by URL)."""
 
 import os
 from typing import Any
 
-from crossaudit.store.base import (
-    AuditRecord,
-    DeploymentRecord,
-    EvaluatorRecord,
-    FeedbackRecord,
-    LabelRecord,
-    OutboxRecord,
-    OutboxState,
-    PolicySummaryRecord,
-    PolicyVersionRecord,
-    ReviewKind,
-    ReviewRecord,
-    ReviewState,
-    Store,
-)
+from crossaudit.store.base import Store
 from crossaudit.store.sqlite import SQLiteStore
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -34,20 +21,5 @@ def open_store(target: str | os.PathLike[str], *, postgres_limits: Any = None, *
         return PostgresStore(text, limits=postgres_limits)
     return SQLiteStore(text, **options)
 
-__all__ = [
-    "AuditRecord",
-    "DeploymentRecord",
-    "EvaluatorRecord",
-    "FeedbackRecord",
-    "LabelRecord",
-    "OutboxRecord",
-    "OutboxState",
-    "PolicySummaryRecord",
-    "PolicyVersionRecord",
-    "ReviewKind",
-    "ReviewRecord",
-    "ReviewState",
-    "SQLiteStore",
-    "Store",
-    "open_store",
-]
+
+__all__ = ["SQLiteStore", "Store", "open_store"]

@@ -174,6 +174,11 @@ CREATE TABLE log_checkpoints (
 CREATE INDEX IF NOT EXISTS reviews_labels ON reviews (tenant, policy, environment, state, resolved_at);
 CREATE INDEX IF NOT EXISTS feedback_created ON feedback (tenant, created_at);
 """,
+    # 11: the trace of each decision (docs/observability.md)
+    """
+ALTER TABLE decisions ADD COLUMN trace_id TEXT;
+ALTER TABLE decisions ADD COLUMN span_id TEXT;
+""",
 )
 
 POSTGRES: tuple[str, ...] = (
@@ -327,5 +332,10 @@ CREATE TABLE log_checkpoints (
     """
 CREATE INDEX reviews_labels ON reviews (tenant, policy, environment, state, resolved_at);
 CREATE INDEX feedback_created ON feedback (tenant, created_at);
+""",
+    # 10: the trace of each decision (docs/observability.md; SQLite's step 11)
+    """
+ALTER TABLE decisions ADD COLUMN trace_id TEXT;
+ALTER TABLE decisions ADD COLUMN span_id TEXT;
 """,
 )

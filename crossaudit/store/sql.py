@@ -26,6 +26,27 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
+from crossaudit.api.records import (
+    AuditRecord,
+    CandidateMode,
+    CandidateRecord,
+    CandidateState,
+    CheckpointRecord,
+    DeploymentRecord,
+    ErasureRecord,
+    EvaluatorRecord,
+    FeedbackRecord,
+    HistoryRecord,
+    LabelRecord,
+    OutboxRecord,
+    OutboxState,
+    PolicySummaryRecord,
+    PolicyVersionRecord,
+    RetainedRecord,
+    ReviewRecord,
+    ShadowDiffRecord,
+    TenantKeyRecord,
+)
 from crossaudit.evidence.leaf import LEAF_COLUMNS, leaf_document, receipt_text
 from crossaudit.evidence.merkle import leaf_hash
 from crossaudit.kernel.canonical import sha256_text
@@ -45,36 +66,16 @@ from crossaudit.store.base import (
     LABEL_FEEDBACK,
     LABEL_REVIEW_STATES,
     OPEN_REVIEWS_QUOTA,
-    AuditRecord,
-    CandidateMode,
-    CandidateRecord,
-    CandidateState,
-    CheckpointRecord,
-    DeploymentRecord,
-    ErasureRecord,
-    EvaluatorRecord,
-    FeedbackRecord,
-    HistoryRecord,
-    LabelRecord,
     LogRow,
-    OutboxRecord,
-    OutboxState,
-    PolicySummaryRecord,
-    PolicyVersionRecord,
-    RetainedRecord,
     ReviewAlreadyResolvedError,
-    ReviewRecord,
-    ReviewState,
-    ShadowDiffRecord,
     Store,
     StoreUnavailableError,
-    TenantKeyRecord,
     audit_rules_json,
     audit_size,
 )
 from crossaudit.store.groupcommit import GroupCommit
 from orchestrator.engine.ratelimit import take
-from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, AUTO_REVIEWER, Resolution, timing
+from orchestrator.reviews import AUTO_APPROVAL, AUTO_APPROVE_AT, AUTO_REVIEWER, Resolution, ReviewState, timing
 
 T = TypeVar("T")
 

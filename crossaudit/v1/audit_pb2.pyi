@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DecisionRecord(_message.Message):
-    __slots__ = ("decision_id", "policy", "policy_revision", "policy_version", "policy_digest", "environment", "passed", "action", "rules", "errored_rules", "latency_ms", "prompt_sha256", "response_sha256", "context_sha256", "modified_response_sha256", "created_at", "request_id", "prompt", "response", "truncated", "inputs_retained_until", "inputs_erased_at", "receipt", "log_seq", "leaf_hash")
+    __slots__ = ("decision_id", "policy", "policy_revision", "policy_version", "policy_digest", "environment", "passed", "action", "rules", "errored_rules", "latency_ms", "prompt_sha256", "response_sha256", "context_sha256", "modified_response_sha256", "created_at", "request_id", "prompt", "response", "truncated", "inputs_retained_until", "inputs_erased_at", "receipt", "log_seq", "leaf_hash", "trace_id", "span_id")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,8 @@ class DecisionRecord(_message.Message):
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     LOG_SEQ_FIELD_NUMBER: _ClassVar[int]
     LEAF_HASH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     policy: str
     policy_revision: int
@@ -62,7 +64,9 @@ class DecisionRecord(_message.Message):
     receipt: _struct_pb2.Struct
     log_seq: int
     leaf_hash: str
-    def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_revision: _Optional[int] = ..., policy_version: _Optional[str] = ..., policy_digest: _Optional[str] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., prompt_sha256: _Optional[str] = ..., response_sha256: _Optional[str] = ..., context_sha256: _Optional[str] = ..., modified_response_sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., truncated: _Optional[str] = ..., inputs_retained_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_erased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., receipt: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., log_seq: _Optional[int] = ..., leaf_hash: _Optional[str] = ...) -> None: ...
+    trace_id: str
+    span_id: str
+    def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_revision: _Optional[int] = ..., policy_version: _Optional[str] = ..., policy_digest: _Optional[str] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., prompt_sha256: _Optional[str] = ..., response_sha256: _Optional[str] = ..., context_sha256: _Optional[str] = ..., modified_response_sha256: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., prompt: _Optional[str] = ..., response: _Optional[str] = ..., truncated: _Optional[str] = ..., inputs_retained_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., inputs_erased_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., receipt: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., log_seq: _Optional[int] = ..., leaf_hash: _Optional[str] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ...) -> None: ...
 
 class GetDecisionRequest(_message.Message):
     __slots__ = ("decision_id",)

@@ -152,7 +152,7 @@ class RuleResult(_message.Message):
     def __init__(self, rule: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., passed: _Optional[bool] = ..., score: _Optional[float] = ..., threshold: _Optional[float] = ..., action: _Optional[_Union[Action, str]] = ..., evaluators: _Optional[_Iterable[_Union[EvaluatorResult, _Mapping]]] = ..., fallback_used: _Optional[bool] = ..., reason: _Optional[str] = ..., latency_ms: _Optional[float] = ..., outcome: _Optional[_Union[ActionOutcome, _Mapping]] = ...) -> None: ...
 
 class EvaluateResponse(_message.Message):
-    __slots__ = ("decision_id", "policy", "policy_version", "policy_revision", "environment", "passed", "action", "rules", "modified_response", "outcomes", "errored_rules", "latency_ms", "review_ids", "request_id")
+    __slots__ = ("decision_id", "policy", "policy_version", "policy_revision", "environment", "passed", "action", "rules", "modified_response", "outcomes", "errored_rules", "latency_ms", "review_ids", "request_id", "stage", "tool_name", "tool_call_id")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,9 @@ class EvaluateResponse(_message.Message):
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     REVIEW_IDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     policy: str
     policy_version: str
@@ -181,7 +184,10 @@ class EvaluateResponse(_message.Message):
     latency_ms: float
     review_ids: _containers.RepeatedScalarFieldContainer[str]
     request_id: str
-    def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_version: _Optional[str] = ..., policy_revision: _Optional[int] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[_Union[Action, str]] = ..., rules: _Optional[_Iterable[_Union[RuleResult, _Mapping]]] = ..., modified_response: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ActionOutcome, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., review_ids: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    stage: str
+    tool_name: str
+    tool_call_id: str
+    def __init__(self, decision_id: _Optional[str] = ..., policy: _Optional[str] = ..., policy_version: _Optional[str] = ..., policy_revision: _Optional[int] = ..., environment: _Optional[str] = ..., passed: _Optional[bool] = ..., action: _Optional[_Union[Action, str]] = ..., rules: _Optional[_Iterable[_Union[RuleResult, _Mapping]]] = ..., modified_response: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[ActionOutcome, _Mapping]]] = ..., errored_rules: _Optional[_Iterable[str]] = ..., latency_ms: _Optional[float] = ..., review_ids: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ..., stage: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
 
 class ItemError(_message.Message):
     __slots__ = ("code", "message", "retryable", "error_type", "detail")

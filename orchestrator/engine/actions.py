@@ -26,7 +26,6 @@ from crossaudit.kernel.dsl import (
     ModifyStrategy,
     Rule,
 )
-from crossaudit.kernel.dsl import duration_seconds as duration_seconds  # the actions' durations, re-exported
 from crossaudit.kernel.results import Action, ActionOutcome, RuleResult, Span
 from orchestrator import reviews
 from orchestrator.policy import envvars
@@ -127,6 +126,12 @@ def _redact(response: str, spans: list[tuple[Span, str]]) -> str:
     for span, replacement in reversed(_merge(spans)):
         out = out[: span.start] + replacement.replace("{label}", span.label) + out[span.end :]
     return out
+
+
+def redactions(response: str, edits: list[tuple[ModifyConfig, RuleResult]]) -> list[tuple[Span, str]]:
+    """Every finding of the failed ``modify`` rules with its replacement text: what a tool call's
+    arguments are redacted with (only ``redact`` may modify them: the validator's rule)."""
+    return [(span, cfg.replacement_text) for cfg, result in edits for span in findings(result, response)]
 
 
 def apply_modifications(response: str, edits: list[tuple[ModifyConfig, RuleResult]]) -> str | None:

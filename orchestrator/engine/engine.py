@@ -9,8 +9,9 @@ How a request runs:
    (two rules using one evaluator cost one call), cached across requests when the policy
    asks, retried on retryable errors with backoff, and bounded by what is left of the
    deadline. So a policy costs about its slowest evaluator, not the sum.
-   A request that names a stage (``input`` or ``output``: the guard proxy's two steps) runs
-   only the rules of that stage (``stage: both``, the default, is of both); the others are
+   A request that names a stage (``input`` or ``output``: the guard proxy's two steps; an
+   agent's ``tool_call`` or ``tool_result``, docs/agents.md) runs only the rules of that stage
+   (``stage: both``, the default, is of input and output, never of a tool stage); the others are
    reported as skipped, like disabled rules.
 3. Results are *applied* in priority order: a failed ``block`` (or ``warn`` with
    ``continue_processing: false``) stops lower-priority rules, which are cancelled and
@@ -39,8 +40,10 @@ from typing import Any
 from cachetools import LRUCache
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
+from crossaudit.kernel import tracing
 from crossaudit.kernel.dsl import (
     EVALUATION_STAGES,
+    RULE_STAGES,
     ConsensusStrategy,
     FallbackOnError,
     ModifyConfig,
@@ -71,7 +74,7 @@ from crossaudit.kernel.results import (
     trusted,
     wire_text,
 )
-from orchestrator.engine import actions, consensus
+from orchestrator.engine import actions, consensus, spans, tools
 from orchestrator.engine.cache import ResultCache
 from orchestrator.engine.conditions import check_all
 from orchestrator.engine.context import build_context
@@ -106,10 +109,12 @@ def plan(policy: Policy) -> list[Rule]:
 
 
 def applies_at(rule: Rule, stage: str) -> bool:
-    """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule)."""
-    return not stage or rule.stage is Stage.BOTH or rule.stage.value == stage
+    """Whether ``rule`` runs for a request of ``stage`` ("" = no stage named: every rule);
+    ``both`` is input and output, never a tool stage."""
+    return not stage or stage in RULE_STAGES[rule.stage]
 
 
+TOOL_STAGES = (Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value)  # their context has ``tool``
 FAIL_CLOSED = "fail-closed"
 ALLOWED_ON_ERROR = "allowed by fallback.on_error"
 MODIFY_ESCALATED = "fail-closed: modify had no verdict to redact with, escalated to block"
@@ -170,12 +175,14 @@ class _Request:
     deadline: float
     decision_id: str
     replay: Replay | None = None
+    stage: str = ""  # the request's ("" = every rule)
     # replay only: evaluators this request could not run faithfully, by name -> (reason, why)
     unreplayable: dict[str, tuple[Unreplayable, str]] = field(default_factory=dict)
     # a cache hit is a done future (no task); a call that runs is a task
     calls: dict[tuple[str, float, int, float], asyncio.Future[EvaluatorResult]] = field(default_factory=dict)
     rule_tasks: dict[str, asyncio.Future[RuleResult]] = field(default_factory=dict)
     inputs_digest: str = ""  # the cache key's part from the inputs, computed once a decision (_cache_key)
+    rule_spans: dict[str, Any] = field(default_factory=dict)  # tracing: the span of a rule that runs as a task
     # replay only: evaluator identities by name (None: does not build), looked up once a decision
     identities: dict[str, str | None] = field(default_factory=dict)
 
@@ -273,6 +280,7 @@ class Engine:
 
     # -- evaluation -----------------------------------------------------------------------------
 
+    @spans.traced_evaluate
     async def evaluate(
         self,
         policy: Policy,
@@ -291,28 +299,21 @@ class Engine:
         when an applied rule needed a verdict it could not faithfully get."""
         start = self.clock()
         if stage and stage not in EVALUATION_STAGES:
-            raise InvalidInputError(f"unknown stage {stage[:64]!r}: input, output, or none (every rule)")
-        budget = policy.settings.timeout or self.limits.default_timeout_s
-        if timeout is not None:
-            budget = min(budget, timeout)
-        if budget <= 0:
-            raise DeadlineExceededError("no time left to evaluate the policy")
-        size = len(prompt.encode()) + len(response.encode())
-        if size > self.limits.max_content_bytes:
-            raise InvalidInputError(
-                f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
-                "takes (engine_limits.max_content_bytes)"
-            )
+            raise InvalidInputError(f"unknown stage {stage[:64]!r}: {', '.join(EVALUATION_STAGES)} or none (all rules)")
+        budget = self._budget(policy, timeout, prompt, response)
         now = replay.at if replay is not None else self.now()
         ctx = build_context(context, response, timezone=policy.settings.timezone, now=now)
+        if stage in TOOL_STAGES:
+            # name, call id, parsed arguments; at tool_call the arguments judged as the tool reads them
+            ctx["tool"], response = tools.tool_context(stage, ctx, response, self.limits)
         req = _Request(
             policy=policy,
             inp=EvaluationInput(prompt=prompt, response=response, context=ctx),
             raw_context=dict(context or {}),
             deadline=start + budget,
             decision_id=decision_id or str(uuid.uuid4()),
-            replay=replay,
-        )
+            replay=replay, stage=stage,
+        )  # fmt: skip
         order = [r for r in self._plan(policy) if applies_at(r, stage)] if stage else self._plan(policy)
         results: list[RuleResult] = []
         stopped_by: str | None = None
@@ -352,6 +353,22 @@ class Engine:
             _raise_unreplayable(req, results)
         return self._decide(req, results, start)
 
+    def _budget(self, policy: Policy, timeout: float | None, prompt: str, response: str) -> float:
+        """The seconds a decision may take (the policy's timeout, the caller's if shorter), once the
+        texts are known to fit engine_limits.max_content_bytes."""
+        budget = policy.settings.timeout or self.limits.default_timeout_s
+        if timeout is not None:
+            budget = min(budget, timeout)
+        if budget <= 0:
+            raise DeadlineExceededError("no time left to evaluate the policy")
+        size = len(prompt.encode()) + len(response.encode())
+        if size > self.limits.max_content_bytes:
+            raise InvalidInputError(
+                f"prompt + response are {size} bytes, over the {self.limits.max_content_bytes} bytes a decision "
+                "takes (engine_limits.max_content_bytes)"
+            )
+        return budget
+
     def _start_rules(self, req: _Request, order: list[Rule], decided: dict[str, RuleResult]) -> None:
         """Every rule started in plan order, as the live path always did: a rule whose evaluators'
         results are at hand (cache hits, calls another rule finished) and that reads no other rule
@@ -359,11 +376,24 @@ class Engine:
         cached policy); the others run as tasks, concurrently, their calls started at once."""
         loop = asyncio.get_running_loop()
         read = _read_rules(order)
+        traced = tracing.enabled()
         for rule in order:
+            started = spans.now() if traced else 0
             res = self._rule_now(req, rule)
+            if res is None and traced:  # its span, before any of its call tasks starts (they find it)
+                sp = req.rule_spans[rule.name] = spans.start_rule(rule, started)
+                token = tracing.use(sp)
+                try:
+                    task = asyncio.create_task(self._traced_rule(req, rule, sp), name=f"rule:{rule.name}")
+                finally:
+                    tracing.release(token)
+                req.rule_tasks[rule.name] = task
+                continue
             if res is None:
                 req.rule_tasks[rule.name] = asyncio.create_task(self._run_rule(req, rule), name=f"rule:{rule.name}")
                 continue
+            if traced:  # decided at once (cached verdicts, or skipped): a span only when asked for
+                spans.decided_rule(rule, res, started)
             decided[rule.name] = res
             if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
                 done: asyncio.Future[RuleResult] = loop.create_future()
@@ -401,7 +431,10 @@ class Engine:
         loop = asyncio.get_running_loop()
         read = _read_rules(order)
         for i, rule in enumerate(order):
-            res = await self._run_rule(req, rule)
+            if tracing.enabled():
+                res = await self._traced_rule(req, rule, spans.start_rule(rule, spans.now()))
+            else:
+                res = await self._run_rule(req, rule)
             results.append(res)
             if rule.name in read:  # what a reader of previous_rule.<name> awaits: already done
                 done: asyncio.Future[RuleResult] = loop.create_future()
@@ -449,11 +482,33 @@ class Engine:
         errors stay on record after the verdicts); (results, still errored, fallback used)."""
         if not (errored and rule.fallback and rule.fallback.evaluator):
             return evaluated, errored, False
-        fb = await self._call(req, rule, rule.fallback.evaluator)
+        if tracing.enabled():
+            with spans.fallback_calls():
+                fb = await self._call(req, rule, rule.fallback.evaluator)
+        else:
+            fb = await self._call(req, rule, rule.fallback.evaluator)
         if fb.status in (Status.ERROR, Status.TIMEOUT):
             return [*evaluated, fb], errored, False
         replaced = [fb if r in errored else r for r in evaluated]
         return [*replaced, *errored], [], True
+
+    async def _traced_rule(self, req: _Request, rule: Rule, sp: Any) -> RuleResult:
+        """:meth:`_run_rule` in the rule's span (current here, so the calls it starts are its
+        children; those started before, by :meth:`_start_rules`, find it in ``req.rule_spans``)."""
+        token = tracing.use(sp)
+        try:
+            res = await self._run_rule(req, rule)
+        except asyncio.CancelledError:
+            spans.cancelled_rule(sp)
+            raise
+        except BaseException as exc:
+            tracing.failed(sp, exc)
+            sp.end()
+            raise
+        finally:
+            tracing.release(token)
+        spans.end_rule(sp, res)
+        return res
 
     async def _run_rule(self, req: _Request, rule: Rule) -> RuleResult:
         t0 = self.clock()
@@ -585,20 +640,10 @@ class Engine:
         # The answer quotes each message; the audit record rebuilds this reason from the rule's
         # parts with a digest in place of each message (crossaudit.governance.records).
         reason = no_verdict_reason(how, [f"{r.evaluator}: {r.error}" for r in errored if r.error])
-        if action is None:
-            return RuleResult(
-                rule=rule.name,
-                status=status,
-                passed=True,
-                threshold=threshold,
-                evaluators=evaluated,
-                reason=reason,
-                latency_ms=latency,
-            )
         return RuleResult(
             rule=rule.name,
             status=status,
-            passed=False,
+            passed=action is None,  # fail-open (fallback.on_error: allow): no action, the rule passes
             threshold=threshold,
             action=action,
             evaluators=evaluated,
@@ -640,11 +685,11 @@ class Engine:
         key = (name, per_call, retries, ttl)
         call = req.calls.get(key)
         if call is None:
-            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl)
+            call = req.calls[key] = self._begin(req, name, per_call, retries, ttl, rule.name)
         return call
 
     def _begin(
-        self, req: _Request, name: str, per_call: float, retries: int, ttl: float
+        self, req: _Request, name: str, per_call: float, retries: int, ttl: float, rule: str = ""
     ) -> asyncio.Future[EvaluatorResult]:
         """A done future holding ``name``'s cached result for this request, or the call's task.
         The cache is read here once; the task does not read it again after a miss."""
@@ -664,14 +709,24 @@ class Engine:
                         self._result(name, built.evaluator.kind, hit[0], t0, attempts=0, cached=True,
                                      identity=built.identity, provenance=hit[1])
                     )  # fmt: skip
-                    return done
-        return asyncio.create_task(self._invoke(req, name, per_call, retries, ttl, looked_up), name=f"eval:{name}")
+                    return done  # no call, no span: the rule's span counts its cache hits
+        call = self._invoke(req, name, per_call, retries, ttl, looked_up)
+        if tracing.enabled():
+            kind = req.policy.evaluator(name).kind.value
+            call = spans.traced_call(name, kind, call, lambda: req.rule_spans.get(rule))
+        return asyncio.create_task(call, name=f"eval:{name}")
 
     def _cache_key(self, req: _Request, identity: str) -> str:
         """The result cache's key of ``identity``'s verdict on this request's inputs; the inputs'
-        part (texts and context, the large part) is encoded and hashed once a decision."""
+        part (texts, context and stage, the large part) is encoded and hashed once a decision. The
+        stage counts: at a tool stage the evaluators' context has the engine's own ``tool`` (the
+        parsed arguments), so a verdict given at another stage on the same texts and caller context
+        was given on another context and is never served there."""
         if not req.inputs_digest:
-            material = json.dumps([req.inp.prompt, req.inp.response, req.raw_context], sort_keys=True, default=str)
+            inputs = [req.inp.prompt, req.inp.response, req.raw_context]
+            if req.stage in TOOL_STAGES:  # the other stages' keys are unchanged (a warm cache stays warm)
+                inputs.append(req.stage)
+            material = json.dumps(inputs, sort_keys=True, default=str)
             req.inputs_digest = hashlib.sha256(material.encode()).hexdigest()
         return hashlib.sha256(f"{identity}\n{req.inputs_digest}".encode()).hexdigest()
 
@@ -909,12 +964,20 @@ class Engine:
             "passed": passed,
             "action": worst,
             "rules": results,
-            "modified_response": None if unredacted else actions.apply_modifications(req.inp.response, edits),
+            "modified_response": None if unredacted else _modified(req, edits),
             "outcomes": outcomes,
             "errored_rules": errored,
             "latency_ms": (self.clock() - start) * 1000,
             "decision_id": req.decision_id,
         })  # fmt: skip
+
+
+def _modified(req: _Request, edits: list[tuple[ModifyConfig, RuleResult]]) -> str | None:
+    """The modified text: at the tool_call stage the arguments redacted inside their values (still
+    valid JSON: :mod:`orchestrator.engine.tools`), else the response as the actions modify it."""
+    if req.stage != Stage.TOOL_CALL.value or not edits:
+        return actions.apply_modifications(req.inp.response, edits)
+    return tools.redact_arguments(req.inp.response, actions.redactions(req.inp.response, edits))
 
 
 def _raise_unreplayable(req: _Request, results: list[RuleResult]) -> None:

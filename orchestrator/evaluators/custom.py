@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from crossaudit.kernel import tracing
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.results import Verdict
 from orchestrator.evaluators.base import Called, EvaluationInput, Evaluator, mask_verdict
@@ -67,10 +68,28 @@ class CustomEvaluator(Evaluator):
             context[PARAMETERS_KEY] = envvars.expand(
                 self.parameters, self.secrets, use, where=f"evaluator {self.name!r} config"
             )
+        sp = None
+        if tracing.enabled():
+            sp = tracing.start_span(
+                tracing.SANDBOX,
+                {
+                    "crossaudit.sandbox.backend": self.sandbox.name,
+                    "crossaudit.evaluator.bundle_sha256": self.bundle.digest,
+                },
+            )
+            token = tracing.use(sp)
         try:
             verdict, diagnostics = await self.sandbox.run(
                 self.bundle, inp.prompt, inp.response, context, timeout=timeout
             )
+            if sp is not None:
+                sp.set_attribute("crossaudit.sandbox.wall_ms", float(diagnostics.wall_ms))
         except Exception as exc:  # its message and attached diagnostics (captured output) are masked
+            if sp is not None:
+                tracing.failed(sp, exc)
             raise use.mask_error(exc) from None
+        finally:
+            if sp is not None:
+                tracing.release(token)
+                sp.end()
         return Called(mask_verdict(verdict, use), dict(diagnostics.provenance))

@@ -32,8 +32,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
 import httpx
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ValidationError
 
+from crossaudit.kernel import tracing
 from crossaudit.kernel.dsl import LLMConfig
 from crossaudit.kernel.errors import (
     CassetteMissError,
@@ -91,6 +93,15 @@ OWNED_HTTP = "_crossaudit_http"  # the httpx client we made for an SDK client th
 # The provenance key of the provider's id of one call's response (OpenAI/Azure/compatible ``id``,
 # Anthropic ``id``, Google GenAI ``response_id``): a per-call fact, not part of the verdict's details.
 RESPONSE_ID = "response_id"
+# The GenAI semantic conventions' ``gen_ai.system`` of each provider (an OpenAI-compatible server
+# speaks OpenAI's API).
+GEN_AI_SYSTEMS = {
+    "openai": "openai",
+    "openai_compatible": "openai",
+    "azure": "az.ai.openai",
+    "anthropic": "anthropic",
+    "google": "gcp.gen_ai",
+}
 
 # (provider, model, prompt tokens, completion tokens) of each answered call. The service passes
 # one per tenant (its metrics); the orchestrator knows nothing of what is done with it.
@@ -464,38 +475,30 @@ class LLMEvaluator(Evaluator):
         cfg = self.config
         key, base_url, organization, version = settings
         capped = _capped_client_args(self.max_response_bytes, cfg.provider)
+
+        def transport(sdk: Any) -> dict[str, Any]:
+            """What the OpenAI and Anthropic SDKs' clients share: no retries of their own (the
+            engine retries), the timeout, and an HTTP client that follows no redirect and caps answers."""
+            return {
+                "max_retries": 0,
+                "timeout": timeout,
+                "http_client": sdk.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
+            }
+
         if cfg.provider in ("openai", "openai_compatible"):
             import openai
 
-            return openai.AsyncOpenAI(
-                api_key=key,
-                base_url=base_url,
-                organization=organization,
-                max_retries=0,
-                timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
-            )
+            return openai.AsyncOpenAI(api_key=key, base_url=base_url, organization=organization, **transport(openai))
         if cfg.provider == "azure":
             import openai
 
             return openai.AsyncAzureOpenAI(
-                api_key=key,
-                azure_endpoint=base_url or "",
-                api_version=version,
-                max_retries=0,
-                timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
+                api_key=key, azure_endpoint=base_url or "", api_version=version, **transport(openai)
             )
         if cfg.provider == "anthropic":
             import anthropic
 
-            return anthropic.AsyncAnthropic(
-                api_key=key,
-                base_url=base_url,
-                max_retries=0,
-                timeout=timeout,
-                http_client=anthropic.DefaultAsyncHttpxClient(follow_redirects=False, timeout=timeout, **capped),
-            )
+            return anthropic.AsyncAnthropic(api_key=key, base_url=base_url, **transport(anthropic))
         if cfg.provider == "google":
             from google import genai
             from google.genai import types
@@ -638,11 +641,55 @@ class LLMEvaluator(Evaluator):
         when the provider sent none), read from the SDK's response object, not from the answer text."""
         use = SecretUse()
         try:
-            verdict, response_id = await self._evaluate(inp, timeout, use)
+            if tracing.enabled():
+                verdict, response_id = await self._traced_evaluate(inp, timeout, use)
+            else:
+                verdict, response_id = await self._evaluate(inp, timeout, use)
             facts = {RESPONSE_ID: use.mask(response_id)} if response_id else {}
             return Called(mask_verdict(verdict, use), facts)
         except Exception as exc:  # the key or endpoint may be echoed in an SDK's or provider's message
             raise use.mask_error(exc) from None
+
+    async def _traced_evaluate(self, inp: EvaluationInput, timeout: float, use: SecretUse) -> tuple[Verdict, str]:
+        """:meth:`_evaluate` in a client span with the GenAI semantic conventions' attributes: the
+        provider, the model, the request's parameters, the tokens and the provider's response id;
+        no message, no answer text."""
+        cfg = self.config
+        system = GEN_AI_SYSTEMS.get(cfg.provider.value, cfg.provider.value)
+        sp = tracing.start_span(
+            tracing.LLM_CHAT,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.system": system,
+                "gen_ai.provider.name": system,
+                "gen_ai.request.model": cfg.model,
+                "gen_ai.request.temperature": float(cfg.temperature),
+                "gen_ai.request.max_tokens": int(cfg.max_tokens),
+                "crossaudit.evaluator.name": self.name,
+                "crossaudit.llm.cassette": cassettes.active() is not None,
+            },
+            kind=SpanKind.CLIENT,
+        )
+        token = tracing.use(sp)
+        try:
+            verdict, response_id = await self._evaluate(inp, timeout, use)
+            if sp.is_recording():
+                prompt_tokens, completion_tokens = token_counts(verdict.details.get("usage"))
+                sp.set_attributes(
+                    {"gen_ai.usage.input_tokens": prompt_tokens, "gen_ai.usage.output_tokens": completion_tokens}
+                )
+                if response_id:
+                    sp.set_attribute("gen_ai.response.id", use.mask(response_id))
+                reason = verdict.details.get("finish_reason")
+                if reason is not None:
+                    sp.set_attribute("gen_ai.response.finish_reasons", [str(reason)])
+            return verdict, response_id
+        except BaseException as exc:
+            tracing.failed(sp, exc)
+            raise
+        finally:
+            tracing.release(token)
+            sp.end()
 
     async def _evaluate(self, inp: EvaluationInput, timeout: float, use: SecretUse) -> tuple[Verdict, str]:
         cfg = self.config

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.dsl import Policy
-from orchestrator.policy.yamlsafe import shown_key
+from crossaudit.kernel.yamlsafe import shown_key
 
 Kind = Literal["added", "removed", "changed"]
 MAX_SHOWN_CHARS = 80  # a longer value is shown as its size and digest

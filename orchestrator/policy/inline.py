@@ -30,7 +30,7 @@ import yaml
 from crossaudit.kernel.dsl import BUILTIN_MODELS, NAME_PATTERN
 from crossaudit.kernel.errors import PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
-from orchestrator.policy.yamlsafe import SourceMap, load_yaml
+from crossaudit.kernel.yamlsafe import SourceMap, load_yaml
 
 LOCAL_EVALUATOR_DIR = "evaluators"  # <policy dir>/evaluators/<name>.py serves custom evaluators by name
 _NAME = re.compile(NAME_PATTERN)

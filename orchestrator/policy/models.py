@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from crossaudit.kernel.dsl import EvaluatorType, Policy
 from crossaudit.kernel.errors import PolicyIssue
+from crossaudit.kernel.yamlsafe import Path
 from crossaudit.modelserver.builtins import model_problem
 from orchestrator.policy.validate import IssueAt, PolicyCheck
-from orchestrator.policy.yamlsafe import Path
 
 
 def model_problems(policy: Policy, environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:

@@ -29,11 +29,13 @@ from crossaudit.kernel.dsl import (
     ACTION_CONFIGS,
     BUILTIN_MODELS,
     DEFAULT_LLM_MODEL,
+    RULE_STAGES,
     TEMPLATE_FIELDS,
     TEMPLATE_RE,
     CustomConfig,
     EvaluatorType,
     LLMConfig,
+    ModifyStrategy,
     Operator,
     Policy,
     Rule,
@@ -42,9 +44,9 @@ from crossaudit.kernel.dsl import (
 from crossaudit.kernel.errors import DependencyRejectedError, EvaluatorCodeError, PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
 from crossaudit.kernel.results import Action
+from crossaudit.kernel.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.policy import envvars
 from orchestrator.policy.regex import RegexError, compile_pattern
-from orchestrator.policy.yamlsafe import Path, SourceMap, format_path, load_yaml
 from orchestrator.secrets import SecretSource, as_secret_source
 
 IssueAt = Callable[[Path, str], PolicyIssue]  # (field path, message) -> a located issue
@@ -369,6 +371,17 @@ def _check_action_configs(data: dict[str, Any], smap: SourceMap, policy: Policy 
             continue
         if action is Action.CUSTOM:
             issues.extend(_check_templates(getattr(typed, "payload", {}), (*path, "payload"), smap))
+        strategy = getattr(typed, "strategy", None)
+        at_tool_call = raw.get("stage") == Stage.TOOL_CALL.value
+        if action is Action.MODIFY and at_tool_call and strategy is not ModifyStrategy.REDACT:
+            # a tool call's arguments stay valid JSON only when findings are redacted inside their values
+            issues.append(
+                smap.issue(
+                    (*path, "strategy") if "strategy" in cfg else ("rules", i, "action"),
+                    f"a tool_call rule's modify can only redact (strategy redact): {strategy} would not leave the "
+                    "tool call's arguments valid JSON",
+                )
+            )
         if policy is not None and i < len(policy.rules) and policy.rules[i] is not None:
             policy.rules[i]._typed_action = typed
     return issues
@@ -615,15 +628,25 @@ def _check_chaining(policy: Policy, rule_index: dict[str, int], smap: SourceMap)
             other = policy.rules[rule_index[ref]]
             if not other.enabled and rule.enabled:
                 issues.append(smap.issue(path, f"rule can never run: it reads disabled rule {ref!r}"))
-            elif rule.stage is not other.stage and other.stage is not Stage.BOTH:
-                # At the other stage the rule read is skipped: this rule's condition would see nothing.
-                missing = Stage.OUTPUT if other.stage is Stage.INPUT else Stage.INPUT
+            elif not RULE_STAGES[rule.stage] <= RULE_STAGES[other.stage]:
+                # At a stage where the rule read is skipped, this rule's condition would see nothing.
+                missing = min(RULE_STAGES[rule.stage] - RULE_STAGES[other.stage])
+                tools = (Stage.TOOL_CALL, Stage.TOOL_RESULT)
+                if other.stage is Stage.BOTH:
+                    where = "applies only at the input and output stages (stage both)"
+                else:
+                    where = f"applies only at the {other.stage.value} stage"
+                if rule.stage in tools:
+                    fix = f"give {ref!r} stage {rule.stage.value}"
+                elif other.stage in tools:
+                    fix = f"give this rule stage {other.stage.value}"
+                else:
+                    fix = f"give {ref!r} stage both, or this rule stage {other.stage.value}"
                 issues.append(
                     smap.issue(
                         path,
-                        f"rule {ref!r} applies only at the {other.stage.value} stage, so this rule (stage "
-                        f"{rule.stage.value}) would read nothing at the {missing.value} stage: give {ref!r} "
-                        f"stage both, or this rule stage {other.stage.value}",
+                        f"rule {ref!r} {where}, so this rule (stage {rule.stage.value}) would read nothing at the "
+                        f"{missing} stage: {fix}",
                     )
                 )
             elif other.priority < rule.priority:

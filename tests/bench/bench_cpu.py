@@ -74,7 +74,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("store hand-off and transaction", ("crossaudit/store/", "concurrent/futures/", "sqlite3/")),
-    ("response/request conversion", ("crossaudit/service/convert.py", "crossaudit/service/servicers.py")),
+    ("response/request conversion", ("crossaudit/api/convert.py", "crossaudit/service/servicers.py")),
     ("decode, auth, admission", ("crossaudit/service/", "crossaudit/kernel/")),
 )
 TRANSPORT = "transport (grpc core, asyncio loop)"

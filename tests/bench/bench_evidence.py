@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 from crossaudit.evidence.bundle import verify_bundle
+from crossaudit.evidence.export import export_chunks
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.evidence.verify import ChunkVerifier
-from crossaudit.governance.evidence import EvidenceLog, export_chunks, verify_store
+from crossaudit.governance.evidence import EvidenceLog, verify_store
 from crossaudit.sdk.client import AsyncClient
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.store import SQLiteStore

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from crossaudit.api.records import AuditRecord
 from crossaudit.governance.retention import Retention
 from crossaudit.governance.vault import OperatorKey, OperatorKeys
 from crossaudit.kernel.canonical import sha256_text
@@ -25,7 +26,7 @@ from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleRes
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import AuditRecord, Store, audit_size
+from crossaudit.store.base import Store, audit_size
 from orchestrator.policy import load_policy
 from tests.bench import report
 from tests.pgserver import PgServer, binaries

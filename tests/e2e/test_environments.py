@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from crossaudit import Client
+from crossaudit.api.limits import DEFAULT_ENVIRONMENT
 from crossaudit.kernel.errors import NotFoundError
-from crossaudit.service.config import DEFAULT_ENVIRONMENT
 from tests.e2e.conftest import ServerProcess, key, run_cli
 from tests.e2e.policies import KEYWORDS
 

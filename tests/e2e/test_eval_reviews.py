@@ -20,8 +20,8 @@ import pytest
 
 from crossaudit import AsyncClient, Client
 from crossaudit.kernel.errors import PermissionDeniedError
-from crossaudit.store.base import ReviewState
 from orchestrator.engine.calibration import wilson
+from orchestrator.reviews import ReviewState
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.e2e.console_http import console_url, sign_in
 from tests.e2e.policies import custom_policy, returns

@@ -57,7 +57,7 @@ def test_every_readme_command_is_run_or_listed_as_not_run() -> None:
 
 
 def _check_walkthrough(client: object):  # type: ignore[no-untyped-def]
-    from crossaudit.service.models import ServerInfo
+    from crossaudit.api.models import ServerInfo
 
     def check(item: Item, scope: dict[str, object]) -> None:
         if "client.server_info()" not in item.text:

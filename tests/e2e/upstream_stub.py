@@ -34,6 +34,9 @@ class UpstreamStub:
         self.flood = 0
         self.flooded = 0
         self.ending: bytes | None = None  # a stream's end after its content (finish and [DONE] otherwise)
+        # a stream written exactly so: these chunks (JSON objects, or raw bytes sent as they are), then
+        # [DONE]; the gate, when set, holds it before the chunk of that position
+        self.script: list[Any] | None = None
         self.lock = threading.Lock()
         owner = self
 
@@ -142,6 +145,20 @@ class UpstreamStub:
                     self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
                     self.wfile.flush()
 
+                if owner.script is not None:
+                    for k, item in enumerate(owner.script):
+                        if owner.gate is not None and k == owner.gate[0]:
+                            owner.gate[1].wait(GATE_TIMEOUT_S)
+                        if isinstance(item, bytes):
+                            self.wfile.write(item)
+                            self.wfile.flush()
+                        else:
+                            send({**chunk, **item})
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+
                 for i in range(n):
                     send({**chunk, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}}]})
                 started = time.monotonic()
@@ -191,6 +208,7 @@ class UpstreamStub:
         self.piece_delay_s = 0.0
         self.flood = self.flooded = 0
         self.ending = None
+        self.script = None
 
     def close(self) -> None:
         self.httpd.shutdown()

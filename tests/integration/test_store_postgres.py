@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from crossaudit.api.records import AuditRecord, OutboxRecord
 from crossaudit.kernel.errors import StoreUnavailableError
-from crossaudit.store import AuditRecord, OutboxRecord, ReviewState, SQLiteStore, migrations
+from crossaudit.store import SQLiteStore, migrations
 from crossaudit.store.postgres import PostgresLimits, PostgresStore, mask_url
+from orchestrator.reviews import ReviewState
 from tests.records import audit_record, review_record
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
+from crossaudit.api.records import AuditRecord
 from crossaudit.kernel.errors import QuotaExceededError
-from crossaudit.store import AuditRecord
 from crossaudit.store.base import AUDIT_DAY_S, Store, audit_size
 from tests.e2e.conftest import TENANT_KEYS, ServerProcess
 from tests.e2e.policies import BULKY_VIOLATIONS, bulky, trivial

@@ -18,6 +18,8 @@ from typing import Any
 import grpc
 import pytest
 
+from crossaudit.api.convert import item_error_from_pb as _item_error
+from crossaudit.api.errors import from_rpc_error
 from crossaudit.kernel import errcodec
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.errors import CrossAuditError, PolicyIssue, PolicyValidationError, SandboxLimitError
@@ -25,8 +27,6 @@ from crossaudit.kernel.results import Verdict
 from crossaudit.modelserver.builtins import ModelRuntime
 from crossaudit.modelserver.pool import error_from_rpc
 from crossaudit.modelserver.server import ModelServicer
-from crossaudit.service.convert import item_error_from_pb as _item_error
-from crossaudit.service.errors import from_rpc_error
 from crossaudit.v1 import evaluation_pb2 as ev_pb
 from crossaudit.v1 import modelserver_pb2 as pb
 from crossaudit.v1 import modelserver_pb2_grpc as pb_grpc

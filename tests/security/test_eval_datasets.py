@@ -24,6 +24,9 @@ pytestmark = pytest.mark.security
 RULES = ["r"]
 DEEP = 1_000  # past the interpreter's recursion limit
 MIDDLE = 500  # parses, but a recursive copy of it does not
+# copy.deepcopy takes two Python frames a level: this depth is past the interpreter's 1,000 from any
+# stack (MIDDLE alone sits within a few frames of it, so a shallower thread could copy it)
+UNCOPYABLE = 800
 
 POLICY = """\
 name: "deep"
@@ -140,7 +143,7 @@ def test_a_row_the_engine_cannot_take_is_listed_and_the_run_goes_on(tmp_path: Pa
     usage = LLMUsage()
     with PolicyTester(str(policy), llm_usage=usage) as tester:
         run = run_local(tester, _rows(nested(MIDDLE)), usage=usage, concurrency=2)
-        answers = tester.evaluate_many([("", "fine", {}), ("", "fine", nested(MIDDLE)), ("", "fine", None)])
+        answers = tester.evaluate_many([("", "fine", {}), ("", "fine", nested(UNCOPYABLE)), ("", "fine", None)])
     by_id = {o.row.id: o for o in run.outcomes}
     assert set(by_id) == {"ok", "deep", "ok2"}
     assert by_id["ok"].passed is True and by_id["ok2"].passed is True and not by_id["ok"].error

@@ -22,11 +22,12 @@ import pytest
 from crossaudit.evidence import bundle as bundle_mod
 from crossaudit.evidence import verify as verify_mod
 from crossaudit.evidence.bundle import BundleError, verify_bundle
+from crossaudit.evidence.export import export_chunks
 from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import Frontier, leaf_hash
 from crossaudit.evidence.notes import NoteError, open_checkpoint
 from crossaudit.evidence.verify import Entry, Verifier
-from crossaudit.governance.evidence import EvidenceLog, export_chunks
+from crossaudit.governance.evidence import EvidenceLog
 from crossaudit.kernel.errors import NotFoundError
 from crossaudit.service.config import EvidenceConfig
 from tests.unit import test_evidence_log

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
+from crossaudit.api.records import AuditRecord
 from crossaudit.evidence.notes import generate_private_pem
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.config import ServiceLimits
-from crossaudit.store.base import AuditRecord, audit_size
+from crossaudit.store.base import audit_size
 from tests.e2e.conftest import ServerProcess, run_cli
 from tests.e2e.policies import custom_policy, returns
 

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from crossaudit.api.records import ErasureRecord, OutboxRecord
 from crossaudit.governance.retention import Retention
 from crossaudit.governance.vault import OperatorKey, OperatorKeys
 from crossaudit.kernel.canonical import sha256_text
@@ -21,7 +22,7 @@ from crossaudit.outbox import decisionlog
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import ErasureRecord, OutboxRecord, Store
+from crossaudit.store.base import Store
 from crossaudit.store.sql import ERASE_OUTBOX_COPIES
 from orchestrator.policy import load_policy
 from tests.records import audit_record

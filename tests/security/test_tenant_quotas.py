@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
+from crossaudit.api.records import AuditRecord, ReviewRecord
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import QuotaExceededError
-from crossaudit.store import AuditRecord, ReviewRecord
 from crossaudit.store.base import (
     EVALUATOR_CODE_QUOTA,
     EVALUATORS_QUOTA,

@@ -15,6 +15,7 @@ import ipaddress
 
 import pytest
 
+from crossaudit.api.records import OutboxRecord
 from crossaudit.outbox.destinations import (
     SPECIAL_PURPOSE,
     WebhookGrant,
@@ -25,7 +26,6 @@ from crossaudit.outbox.destinations import (
 )
 from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.outbox.webhooks import WebhookSender
-from crossaudit.store import OutboxRecord
 from orchestrator.secrets import EnvironmentSecrets, SecretGrant
 from tests.webhook_receiver import Receiver
 

@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 
 from crossaudit import Client
+from crossaudit.api.records import AuditRecord, OutboxRecord, OutboxState
 from crossaudit.kernel.errors import QuotaExceededError
 from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.outbox.webhooks import webhook_payload
-from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
+from crossaudit.store import SQLiteStore
 from crossaudit.store.base import Store
 from tests.e2e.conftest import ServerProcess
 from tests.e2e.policies import webhook_policy

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.api.records import OutboxRecord
 from crossaudit.kernel.errors import ConfigurationError
 from crossaudit.outbox import signing
 from crossaudit.outbox.attempts import Attempt
@@ -24,7 +25,6 @@ from crossaudit.outbox.destinations import WebhookGrant, origin_of
 from crossaudit.outbox.limits import DeliveryLimits
 from crossaudit.outbox.webhooks import WebhookSender, header_problem
 from crossaudit.service.auth import load_tenants_file
-from crossaudit.store import OutboxRecord
 from orchestrator.secrets import SecretGrant, TenantSecrets
 from tests.e2e.conftest import ROOT
 from tests.webhook_receiver import Receiver

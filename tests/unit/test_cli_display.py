@@ -7,9 +7,9 @@ import io
 import json
 from datetime import UTC, datetime
 
+from crossaudit.api.models import ReviewInfo
+from crossaudit.api.records import DeploymentRecord, OutboxRecord, OutboxState, PolicySummaryRecord
 from crossaudit.cli import display
-from crossaudit.service.models import ReviewInfo
-from crossaudit.store.base import DeploymentRecord, OutboxRecord, OutboxState, PolicySummaryRecord
 from orchestrator.reviews import ReviewKind, ReviewState
 
 EPOCH = datetime(2026, 11, 23, 8, 0, 0, tzinfo=UTC).timestamp()

@@ -13,6 +13,7 @@ from crossaudit.kernel.dsl import (
     FeedbackConfig,
     ModifyConfig,
 )
+from crossaudit.kernel.durations import duration_seconds
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.kernel.results import EvaluatorResult, RuleResult, Span, Status
 from orchestrator.engine import actions
@@ -258,7 +259,7 @@ def test_modify_redact_replace_summarize() -> None:
 
 
 def test_durations() -> None:
-    assert actions.duration_seconds("24h") == 86400
-    assert actions.duration_seconds("2h") == 7200
-    assert actions.duration_seconds("30m") == 1800
-    assert actions.duration_seconds("1.5d") == 129600
+    assert duration_seconds("24h") == 86400
+    assert duration_seconds("2h") == 7200
+    assert duration_seconds("30m") == 1800
+    assert duration_seconds("1.5d") == 129600

@@ -3,8 +3,8 @@ the one each result converted alone gives."""
 
 from __future__ import annotations
 
+from crossaudit.api import convert
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Span, Status
-from crossaudit.service import convert
 
 
 def _decision(results: list[EvaluatorResult]) -> Decision:

@@ -16,11 +16,12 @@ from crossaudit.kernel.errors import PolicyValidationError
 from crossaudit.kernel.results import Verdict
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
-from crossaudit.store import ReviewState, SQLiteStore
+from crossaudit.store import SQLiteStore
 from orchestrator.engine.consensus import Ballot, disagreement
 from orchestrator.engine.engine import Engine
 from orchestrator.evaluators.base import EvaluationInput, Evaluator
 from orchestrator.policy import load_policy
+from orchestrator.reviews import ReviewState
 from tests.conftest import ROOT
 
 HEAD = """\

@@ -17,17 +17,19 @@ from typing import Any
 
 import pytest
 
+from crossaudit.api.records import ErasureRecord
 from crossaudit.evidence.bundle import BundleError, verify_bundle
+from crossaudit.evidence.export import export_chunks
 from crossaudit.evidence.leaf import leaf_document
 from crossaudit.evidence.merkle import leaf_hash
 from crossaudit.evidence.notes import generate_private_pem, load_signing_key
 from crossaudit.evidence.verify import ChunkVerifier, LogChunk, Report
-from crossaudit.governance.evidence import EvidenceLog, export_chunks
+from crossaudit.governance.evidence import EvidenceLog
 from crossaudit.kernel.errors import ConfigurationError, LogForkError
 from crossaudit.service.config import EvidenceConfig
 from crossaudit.service.shared import WITNESS_DIR, Witness
 from crossaudit.store import SQLiteStore
-from crossaudit.store.base import ErasureRecord, Store
+from crossaudit.store.base import Store
 from tests.records import audit_record
 
 KEY = load_signing_key(generate_private_pem(), "crossaudit", "test key")

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.api.models import LabelledDecision
+from crossaudit.api.records import LabelRecord
 from crossaudit.evals.production import read_labels, rows_from_labels, suggested_threshold, write_jsonl
-from crossaudit.governance.labels import LabelledDecision, Labels, labelled, should_pass
+from crossaudit.governance.labels import Labels, labelled, should_pass
 from crossaudit.governance.retention import Retention
 from crossaudit.kernel.errors import InvalidInputError
 from crossaudit.service.config import ServiceLimits
-from crossaudit.store.base import LabelRecord, ReviewState
+from orchestrator.reviews import ReviewState
 from tests.records import audit_record, review_record
 
 
@@ -201,7 +203,7 @@ class _Pages:
         self.calls: list[str] = []
 
     def list_labels(self, policy, environment="", since=None, *, page_token="", page_size=0):
-        from crossaudit.governance.labels import LabelPage
+        from crossaudit.api.models import LabelPage
 
         self.calls.append(page_token)
         i = int(page_token or 0)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.api.records import AuditRecord, OutboxRecord, OutboxState
 from crossaudit.kernel.errors import ConfigurationError, DeliveryPendingError, InvalidInputError, NotFoundError
 from crossaudit.outbox import signing
 from crossaudit.outbox.attempts import Attempt, next_delay
@@ -19,7 +20,7 @@ from crossaudit.outbox.destinations import (
     refused_address,
 )
 from crossaudit.outbox.limits import DeliveryLimits
-from crossaudit.store import AuditRecord, OutboxRecord, OutboxState, SQLiteStore
+from crossaudit.store import SQLiteStore
 from orchestrator.secrets import SecretGrant
 from tests.records import audit_record
 

@@ -53,7 +53,7 @@ def test_the_deploy_hint_pastes_as_the_commands_it_names(name: str, environment:
 
 
 def test_a_private_file_hint_pastes(tmp_path: Path) -> None:
-    from crossaudit.service.auth import check_private_file
+    from crossaudit.kernel.configfile import check_private_file
 
     path = tmp_path / "my keys.yaml"
     path.write_text("tenants: {}\n")

@@ -126,7 +126,7 @@ def test_the_configuration_is_read_like_the_servers(tmp_path: Path, text: str, p
 
 
 def test_a_configuration_over_the_servers_limit_is_refused_unread(tmp_path: Path) -> None:
-    from crossaudit.service.settings import MAX_CONFIG_FILE_BYTES
+    from crossaudit.kernel.configfile import MAX_CONFIG_FILE_BYTES
 
     path = tmp_path / "proxy.yaml"
     path.write_text("#" * (MAX_CONFIG_FILE_BYTES + 1))

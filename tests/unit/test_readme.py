@@ -131,7 +131,7 @@ def test_the_rpcs_the_readme_names_exist() -> None:
 
     from grpc_health.v1 import health_pb2
 
-    from crossaudit.service.models import ServerInfo
+    from crossaudit.api.models import ServerInfo
 
     services = {}
     for module in ("audit", "delivery", "evaluation", "evaluator", "info", "policy", "replay", "review"):

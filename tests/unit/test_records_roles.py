@@ -12,7 +12,8 @@ from crossaudit.kernel.errors import NotFoundError, PermissionDeniedError
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.principals import Principal, Role
 from crossaudit.service.tenants import Tenants
-from crossaudit.store import ReviewState, SQLiteStore
+from crossaudit.store import SQLiteStore
+from orchestrator.reviews import ReviewState
 from tests.unit.test_store import audit, review
 
 ALICE = Principal("t1", Role.REVIEWER, "alice", frozenset({"content_moderator"}))

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
+from crossaudit.api import convert
+from crossaudit.api.replayreport import RecordedDecision, ReplayReport
 from crossaudit.cli.common import parse_when
 from crossaudit.cli.replay import html_report, summary_lines
 from crossaudit.governance.replay import ReplayRequest
-from crossaudit.governance.replaydiff import RecordedDecision, ReplayReport
 from crossaudit.kernel.errors import InvalidInputError, NotFoundError, QuotaExceededError
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, cost_usd, estimated_prompt_tokens
 from crossaudit.kernel.results import Action, Decision, RuleResult, Status, Verdict
-from crossaudit.service import convert
 from crossaudit.service.config import RetentionConfig, ServiceLimits
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.grants import TenantGrants
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, cost_usd, estimated_prompt_tokens
 from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
 from orchestrator.engine.engine import Engine
 from orchestrator.evaluators.base import EvaluationInput, Evaluator

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from crossaudit.api.records import AuditRecord, OutboxRecord
 from crossaudit.governance.retention import RetainedInputs, Retention
 from crossaudit.governance.vault import OperatorKey, OperatorKeys
 from crossaudit.kernel.canonical import sha256_text
@@ -21,7 +22,7 @@ from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleRes
 from crossaudit.outbox import decisionlog
 from crossaudit.service.config import RetentionConfig
 from crossaudit.service.grants import TenantGrants
-from crossaudit.store.base import AUDIT_DAY_S, AuditRecord, OutboxRecord, Store, audit_size
+from crossaudit.store.base import AUDIT_DAY_S, Store, audit_size
 from orchestrator.policy import load_policy
 from tests.records import audit_record
 

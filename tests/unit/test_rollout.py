@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from crossaudit.api.models import RevisionCounts
+from crossaudit.api.records import CandidateMode, CandidateRecord, CandidateState, ShadowDiffRecord
 from crossaudit.governance.rollout import canary_routes, sampled
 from crossaudit.kernel.errors import CandidateStateError, InvalidInputError, NotFoundError
 from crossaudit.kernel.results import Decision
 from crossaudit.service.config import RolloutLimits
-from crossaudit.service.models import RevisionCounts
-from crossaudit.store.base import CandidateMode, CandidateRecord, CandidateState, ShadowDiffRecord
 from tests.records import audit_record
 from tests.unit.test_service_core import POLICY, ScriptedEngine, service
 

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.api.limits import REQUEST_LIMIT_ENV
 from crossaudit.kernel.errors import ErrorCode, InvalidInputError, RequestTooLargeError, ServerUnavailableError
 from crossaudit.proxy.config import ProxyLimits
 from crossaudit.sdk.client import AsyncClient, Client, _state
 from crossaudit.sdk.options import credentials as _credentials
 from crossaudit.sdk.options import request_limit, unreachable
 from crossaudit.sdk.sources import policy_source as _policy_source
-from crossaudit.service.config import REQUEST_LIMIT_ENV, ServiceLimits
+from crossaudit.service.config import ServiceLimits
 from crossaudit.service.settings import env_name
 
 

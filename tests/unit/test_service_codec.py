@@ -1,4 +1,4 @@
-"""The one codec (``crossaudit.service.convert``): what a servicer encodes, the SDK decodes back
+"""The one codec (``crossaudit.api.convert``): what a servicer encodes, the SDK decodes back
 to the same record or model (tenant aside: no message carries it)."""
 
 from __future__ import annotations
@@ -7,22 +7,21 @@ import dataclasses
 
 import pytest
 
-from crossaudit.kernel.errors import InvalidInputError, NotFoundError
-from crossaudit.kernel.results import Action, ActionOutcome, Decision, EvaluatorResult, RuleResult, Span, Status
-from crossaudit.service import convert
-from crossaudit.service.errors import item_fields
-from crossaudit.service.models import DeployResult, PolicyInfo, ReviewInfo, RollbackResult, ServerInfo
-from crossaudit.store.base import (
+from crossaudit.api import convert
+from crossaudit.api.errors import item_fields
+from crossaudit.api.models import DeployResult, PolicyInfo, ReviewInfo, RollbackResult, ServerInfo
+from crossaudit.api.records import (
     AuditRecord,
     DeploymentRecord,
     EvaluatorRecord,
     PolicySummaryRecord,
     PolicyVersionRecord,
-    ReviewKind,
     ReviewRecord,
-    ReviewState,
 )
+from crossaudit.kernel.errors import InvalidInputError, NotFoundError
+from crossaudit.kernel.results import Action, ActionOutcome, Decision, EvaluatorResult, RuleResult, Span, Status
 from crossaudit.v1 import evaluation_pb2 as ev_pb
+from orchestrator.reviews import ReviewKind, ReviewState
 
 T0 = 1_700_000_000.5  # exact in binary: timestamps round-trip to the same float
 

@@ -24,9 +24,10 @@ from crossaudit.kernel.results import Action, ActionOutcome, Decision, RuleResul
 from crossaudit.service.config import ServiceLimits
 from crossaudit.service.core import CrossAuditService
 from crossaudit.service.tenants import TenantFeedback, UploadedEvaluators
-from crossaudit.store import ReviewState, SQLiteStore
+from crossaudit.store import SQLiteStore
 from orchestrator.engine.thresholds import FeedbackStats
 from orchestrator.policy import Policy
+from orchestrator.reviews import ReviewState
 
 POLICY = """
 name: p
@@ -261,8 +262,9 @@ async def test_rule_feedback_reaches_the_engine(store: SQLiteStore) -> None:
 
 
 def test_escalated_and_overdue_are_computed_when_read() -> None:
-    from crossaudit.service.convert import review_to_pb
-    from crossaudit.store.base import ReviewKind, ReviewRecord
+    from crossaudit.api.convert import review_to_pb
+    from crossaudit.api.records import ReviewRecord
+    from orchestrator.reviews import ReviewKind
 
     rec = ReviewRecord(
         id="r",

@@ -6,9 +6,9 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
+from crossaudit.api.errors import GRPC_CODE, INTERNAL_MESSAGE, from_rpc_error, to_status
 from crossaudit.kernel import errors as E
 from crossaudit.kernel.errors import ErrorCode, PolicyIssue, PolicyValidationError
-from crossaudit.service.errors import GRPC_CODE, INTERNAL_MESSAGE, from_rpc_error, to_status
 
 
 class FakeRpcError(grpc.RpcError):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
+from crossaudit.kernel.pricing import DEFAULT_LLM_PRICES, LLMPrice, price_for
 from crossaudit.kernel.results import Action, Decision, EvaluatorResult, RuleResult, Status
 from crossaudit.service.config import MetricsLimits
 from crossaudit.service.metrics import OTHER, BoundedLabels, ServiceMetrics
-from crossaudit.service.pricing import DEFAULT_LLM_PRICES, LLMPrice, price_for
 
 
 def scrape(m: ServiceMetrics) -> str:

@@ -1,4 +1,4 @@
-"""Rule stages (``stage: input | output | both``): the DSL field, its validation, the engine's
+"""Rule stages (``stage: input | output | both | tool_call | tool_result``): the DSL field, its validation, the engine's
 filtering and the JSON Schema. The data-driven semantics are in tests/cases/stages/."""
 
 from __future__ import annotations
@@ -116,6 +116,13 @@ def test_applies_at() -> None:
         ("input", "input", None),
         ("input", "both", None),
         ("both", "both", None),
+        ("tool_call", "both", "would read nothing at the tool_call stage: give 'first' stage tool_call"),
+        ("tool_call", "input", "applies only at the input stage"),
+        ("tool_result", "tool_call", "applies only at the tool_call stage"),
+        ("both", "tool_call", "would read nothing at the input stage: give this rule stage tool_call"),
+        ("output", "tool_result", "give this rule stage tool_result"),
+        ("tool_call", "tool_call", None),
+        ("tool_result", "tool_result", None),
     ],
 )
 def test_a_rule_may_read_only_rules_that_run_at_its_stages(reader: str, read: str, problem: str | None) -> None:
@@ -139,4 +146,80 @@ def test_the_json_schema_lists_the_stages() -> None:
     schema = json.loads(policy_json_schema_text())
     prop = schema["$defs"]["Rule"]["properties"]["stage"]
     assert prop["default"] == "both" and "input" in prop["description"]
-    assert schema["$defs"]["Stage"]["enum"] == ["input", "output", "both"]
+    assert schema["$defs"]["Stage"]["enum"] == ["input", "output", "both", "tool_call", "tool_result"]
+
+
+TOOL_STAGES = """\
+- {name: call_rule, evaluator: a, stage: tool_call, action: flag}
+- {name: result_rule, evaluator: b, stage: tool_result, action: flag}
+- {name: any_rule, evaluator: a, action: flag}
+"""
+
+
+def test_both_is_input_and_output_never_a_tool_stage() -> None:
+    call_rule, result_rule, any_rule = policy(TOOL_STAGES).rules
+    assert applies_at(call_rule, "tool_call") and not applies_at(call_rule, "input")
+    assert not applies_at(call_rule, "output") and not applies_at(call_rule, "tool_result")
+    assert applies_at(result_rule, "tool_result") and not applies_at(result_rule, "tool_call")
+    assert not applies_at(any_rule, "tool_call") and not applies_at(any_rule, "tool_result")
+    assert applies_at(call_rule, "") and applies_at(result_rule, "")  # no stage named: every rule
+
+
+async def test_tool_call_context_has_the_parsed_arguments_and_the_callers_tool() -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Reading(Counting):
+        async def evaluate(self, inp: EvaluationInput, *, timeout: float) -> Verdict:
+            seen.append(inp.context["tool"])
+            return Verdict(score=1.0)
+
+    class F(Factory):
+        def build(self, spec: Any, policy: Any) -> Evaluator:
+            return Reading(spec.name)
+
+    args = '{"to": ["a@b.c"], "n": 2, "nested": {"x": null}}'
+    context = {"tool": {"name": "send", "call_id": "call_1", "arguments": {"forged": True}}}
+    d = await Engine(F()).evaluate(policy(TOOL_STAGES), "p", args, context, stage="tool_call")
+    assert d.passed
+    assert seen == [{"name": "send", "call_id": "call_1", "arguments": json.loads(args)}]  # the caller's is replaced
+
+
+@pytest.mark.parametrize(
+    ("args", "context", "problem"),
+    [
+        ("not json", {"tool": {"name": "t"}}, "not valid JSON"),
+        ('{"a": NaN}', {"tool": {"name": "t"}}, "not valid JSON"),
+        ('{"a": 1, "a": 2}', {"tool": {"name": "t"}}, "given twice"),
+        ("[" * 33 + "]" * 33, {"tool": {"name": "t"}}, "engine_limits.max_tool_arguments_depth"),
+        ("[" * 100_000 + "]" * 100_000, {"tool": {"name": "t"}}, "engine_limits.max_tool_arguments_depth"),
+        ("{}", {}, "context tool.name"),
+        ("{}", {"tool": {"name": 7}}, "engine_limits.max_tool_name_chars"),
+        ("{}", {"tool": {"name": "t" * 257}}, "engine_limits.max_tool_name_chars"),
+        ("{}", {"tool": {"name": "t", "call_id": ["x"]}}, "tool.call_id"),
+        ("{}", {"tool": "send"}, "context tool must be an object"),
+    ],
+)
+async def test_a_tool_call_the_guard_cannot_read_as_the_tool_would_is_invalid_input(
+    args: str, context: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        await Engine(Factory()).evaluate(policy(TOOL_STAGES), "p", args, context, stage="tool_call")
+    assert problem in info.value.message and len(info.value.message) < 300
+
+
+async def test_tool_result_needs_no_tool_name_and_reads_any_text() -> None:
+    d = await Engine(Factory()).evaluate(policy(TOOL_STAGES), "bad", "bad output, not JSON", stage="tool_result")
+    assert {r.rule for r in d.rules if r.status is Status.FAIL} == {"result_rule"}
+
+
+@pytest.mark.parametrize("strategy", ["replace", "summarize"])
+def test_a_tool_call_modify_may_only_redact(strategy: str) -> None:
+    rules = f"""\
+    - {{name: r, evaluator: a, stage: tool_call, action: modify, action_config: {{strategy: {strategy}}}}}
+    """
+    with pytest.raises(PolicyValidationError) as info:
+        policy(rules)
+    [issue] = info.value.issues
+    assert "can only redact" in issue.message and "rules[0].action_config.strategy" in str(issue)
+    policy(rules.replace(strategy, "redact"))
+    policy(rules.replace("tool_call", "tool_result"))  # a tool result is text: every strategy

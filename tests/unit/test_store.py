@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from crossaudit.api.records import AuditRecord, ReviewRecord
 from crossaudit.kernel.canonical import sha256_text
 from crossaudit.kernel.errors import ErrorCode, InvalidInputError, NotFoundError
-from crossaudit.store import AuditRecord, ReviewKind, ReviewRecord, ReviewState, SQLiteStore
+from crossaudit.store import SQLiteStore
 from crossaudit.store.base import ReviewAlreadyResolvedError
+from orchestrator.reviews import ReviewKind, ReviewState
 from tests.records import review_record
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from crossaudit.store import OutboxRecord, OutboxState, ReviewKind, ReviewRecord, ReviewState
+from crossaudit.api.records import OutboxRecord, OutboxState, ReviewRecord
 from crossaudit.store.sql import MAX_SQL_INT, _listing
+from orchestrator.reviews import ReviewKind, ReviewState
 from tests.records import audit_record
 
 HOSTILE = "x' OR '1'='1"

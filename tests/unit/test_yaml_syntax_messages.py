@@ -1,5 +1,5 @@
 """YAML syntax errors in plain words at the line:column to fix, through the policy loader and
-``crossaudit policy validate`` (orchestrator/policy/yamlerrors.py)."""
+``crossaudit policy validate`` (crossaudit/kernel/yamlerrors.py)."""
 
 from __future__ import annotations
 

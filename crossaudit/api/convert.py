@@ -3,7 +3,7 @@
 The servicers encode with the ``*_to_pb`` functions and the SDK decodes with the matching
 ``*_from_pb`` ones, so a field cannot be added on one side and forgotten on the other. Answers
 decode to the store's records (``crossaudit.store.base``) or to the models derived from them
-(``crossaudit.service.models``). A decoded record's ``tenant`` is empty: the caller's API key
+(``crossaudit.api.models``). A decoded record's ``tenant`` is empty: the caller's API key
 decides the tenant and no message repeats it; a ``content``/``code`` the message leaves out
 is empty too, as in the store's own listings."""
 
@@ -16,11 +16,40 @@ from typing import Any
 
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from crossaudit.api.models import (
+    DeployResult,
+    LabelledDecision,
+    LabelPage,
+    PolicyInfo,
+    PromoteResult,
+    RemoteDecision,
+    ReviewInfo,
+    RevisionCounts,
+    RollbackResult,
+    ServerInfo,
+    ShadowReport,
+    UploadedEvaluator,
+)
+from crossaudit.api.records import (
+    AuditRecord,
+    CandidateMode,
+    CandidateRecord,
+    CandidateState,
+    DeploymentRecord,
+    ErasureRecord,
+    EvaluatorRecord,
+    HistoryRecord,
+    OutboxRecord,
+    OutboxState,
+    PolicySummaryRecord,
+    PolicyVersionRecord,
+    ReviewRecord,
+    ShadowDiffRecord,
+)
+from crossaudit.api.replayreport import Bucket, LLMEstimate, ReplayProgress, ReplayReport, RuleDiff
 from crossaudit.evidence.notes import PublicKey
+from crossaudit.evidence.proofs import ConsistencyProof, InclusionProof
 from crossaudit.evidence.verify import Entry, LogChunk
-from crossaudit.governance.evidence import ConsistencyProof, InclusionProof
-from crossaudit.governance.labels import LabelledDecision, LabelPage
-from crossaudit.governance.replaydiff import Bucket, LLMEstimate, ReplayProgress, ReplayReport, RuleDiff
 from crossaudit.kernel.errcodec import from_item
 from crossaudit.kernel.errors import CrossAuditError, InvalidInputError, PolicyIssue
 from crossaudit.kernel.results import (
@@ -34,37 +63,6 @@ from crossaudit.kernel.results import (
     Status,
     wire_text,
 )
-from crossaudit.service.decoding import depth_message
-from crossaudit.service.models import (
-    DeployResult,
-    PolicyInfo,
-    PromoteResult,
-    RemoteDecision,
-    ReviewInfo,
-    RevisionCounts,
-    RollbackResult,
-    ServerInfo,
-    ShadowReport,
-    UploadedEvaluator,
-)
-from crossaudit.store.base import (
-    AuditRecord,
-    CandidateMode,
-    CandidateRecord,
-    CandidateState,
-    DeploymentRecord,
-    ErasureRecord,
-    EvaluatorRecord,
-    HistoryRecord,
-    OutboxRecord,
-    OutboxState,
-    PolicySummaryRecord,
-    PolicyVersionRecord,
-    ReviewKind,
-    ReviewRecord,
-    ReviewState,
-    ShadowDiffRecord,
-)
 from crossaudit.v1 import audit_pb2 as audit_pb
 from crossaudit.v1 import delivery_pb2 as dlv_pb
 from crossaudit.v1 import evaluation_pb2 as ev_pb
@@ -73,7 +71,7 @@ from crossaudit.v1 import info_pb2 as info_pb
 from crossaudit.v1 import policy_pb2 as pol_pb
 from crossaudit.v1 import replay_pb2 as rpl_pb
 from crossaudit.v1 import review_pb2 as rev_pb
-from orchestrator.reviews import timing
+from orchestrator.reviews import ReviewKind, ReviewState, timing
 
 ACTION_TO_PB = {a: ev_pb.Action.Value(f"ACTION_{a.name}") for a in Action}
 ACTION_FROM_PB = {v: k for k, v in ACTION_TO_PB.items()}
@@ -83,6 +81,10 @@ REVIEW_KIND_TO_PB = {k: rev_pb.ReviewKind.Value(f"REVIEW_KIND_{k.name}") for k i
 REVIEW_KIND_FROM_PB = {v: k for k, v in REVIEW_KIND_TO_PB.items()}
 REVIEW_STATE_TO_PB = {s: rev_pb.ReviewState.Value(f"REVIEW_STATE_{s.name}") for s in ReviewState}
 REVIEW_STATE_FROM_PB = {v: k for k, v in REVIEW_STATE_TO_PB.items()}
+
+
+def depth_message(max_depth: int) -> str:
+    return f"nested too deeply: Struct/list values may nest at most {max_depth} levels (max_struct_depth)"
 
 
 def _jsonable(value: Any) -> Any:
@@ -313,8 +315,17 @@ def rule_to_pb(r: RuleResult) -> ev_pb.RuleResult:
 
 
 def decision_to_pb(
-    d: Decision, *, revision: int = 0, environment: str = "", review_ids: list[str] | None = None, request_id: str = ""
+    d: Decision,
+    *,
+    revision: int = 0,
+    environment: str = "",
+    review_ids: list[str] | None = None,
+    request_id: str = "",
+    stage: str = "",
+    tool_name: str = "",
+    tool_call_id: str = "",
 ) -> ev_pb.EvaluateResponse:
+    """``stage``, ``tool_name``, ``tool_call_id``: what the decision judged (a tool stage's call)."""
     msg = ev_pb.EvaluateResponse(
         decision_id=d.decision_id,
         policy=d.policy,
@@ -327,6 +338,9 @@ def decision_to_pb(
         latency_ms=d.latency_ms,
         review_ids=review_ids or [],
         request_id=request_id,
+        stage=stage,
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
     )
     shared: _Shared = {}
     for r in d.rules:
@@ -402,12 +416,15 @@ def decision_from_pb(msg: ev_pb.EvaluateResponse) -> RemoteDecision:
         environment=msg.environment,
         review_ids=list(msg.review_ids),
         request_id=msg.request_id,
+        stage=msg.stage,
+        tool_name=msg.tool_name,
+        tool_call_id=msg.tool_call_id,
     )
 
 
 def item_error_from_pb(err: ev_pb.ItemError, request_id: str) -> CrossAuditError:
     """A stream item's error, rebuilt by the one error codec (class, retryable flag, wire fields);
-    the servicer encodes it with :func:`crossaudit.service.errors.item_fields`."""
+    the servicer encodes it with :func:`crossaudit.api.errors.item_fields`."""
     exc = from_item(err.code, err.message, err.retryable, err.error_type, err.detail)
     exc.request_id = request_id  # type: ignore[attr-defined]
     return exc
@@ -760,6 +777,8 @@ def audit_to_pb(a: AuditRecord) -> audit_pb.DecisionRecord:
     if a.log_seq is not None:
         msg.log_seq = a.log_seq
     msg.leaf_hash = a.leaf_hash or ""
+    msg.trace_id = a.trace_id or ""
+    msg.span_id = a.span_id or ""
     return msg
 
 
@@ -840,6 +859,8 @@ def audit_from_pb(m: audit_pb.DecisionRecord) -> AuditRecord:
         receipt=from_struct(m.receipt, what="receipt") if m.HasField("receipt") else {},
         log_seq=m.log_seq if m.HasField("log_seq") else None,
         leaf_hash=m.leaf_hash or None,
+        trace_id=m.trace_id or None,
+        span_id=m.span_id or None,
     )
 
 

@@ -23,7 +23,7 @@ import yaml
 
 from crossaudit.kernel.errors import PolicyIssue, PolicyValidationError
 from crossaudit.kernel.limits import PolicyLimits
-from orchestrator.policy.yamlerrors import syntax_issue
+from crossaudit.kernel.yamlerrors import syntax_issue
 
 Path = tuple[str | int, ...]
 _SURROGATE = "a \\u escape makes a lone surrogate (not valid Unicode text)"

@@ -2,18 +2,19 @@
 
 Most answers are the store's records themselves (``crossaudit.store.base``); the models here
 either derive from a record (adding what is computed when it is read) or group records the way
-one response message does. The codec (:mod:`crossaudit.service.convert`) maps each of them to
+one response message does. The codec (:mod:`crossaudit.api.convert`) maps each of them to
 its message and back, for the servicers and for the SDK, which re-exports them.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import Field
 
-from crossaudit.kernel.results import Decision
-from crossaudit.store.base import (
+from crossaudit.api.records import (
     CandidateRecord,
     DeploymentRecord,
     EvaluatorRecord,
@@ -22,6 +23,7 @@ from crossaudit.store.base import (
     ReviewRecord,
     ShadowDiffRecord,
 )
+from crossaudit.kernel.results import Decision
 
 
 class RemoteDecision(Decision):
@@ -31,6 +33,18 @@ class RemoteDecision(Decision):
     environment: str = ""
     review_ids: list[str] = Field(default_factory=list)
     request_id: str = ""
+    # What it judged: the request's stage and, at a tool stage, the tool call (docs/agents.md).
+    stage: str = ""
+    tool_name: str = ""
+    tool_call_id: str = ""
+
+    @property
+    def modified_arguments(self) -> Any:
+        """At the tool_call stage, the redacted arguments (parsed JSON: the engine redacts inside
+        their values, so they stay valid); None when nothing was modified or at another stage."""
+        if self.stage != "tool_call" or self.modified_response is None:
+            return None
+        return json.loads(self.modified_response)
 
 
 @dataclass(frozen=True)
@@ -113,3 +127,29 @@ class ServerInfo:
     sandbox_backend: str
     isolation: str
     weaker_isolation: bool
+
+
+@dataclass(frozen=True)
+class LabelledDecision:
+    """One label on one rule of one decision, with what the decision recorded."""
+
+    source: str  # "review" | "feedback"
+    id: str  # the review's or feedback's id
+    decision_id: str
+    rule: str
+    label: str  # approved | rejected | false_positive | false_negative
+    should_pass: bool
+    labelled_at: float
+    decided_at: float
+    scores: dict[str, float] = field(default_factory=dict)  # rule -> recorded score (rules with one)
+    thresholds: dict[str, float] = field(default_factory=dict)  # rule -> the threshold it was held to
+    recorded: dict[str, bool] = field(default_factory=dict)  # rule -> did it pass (rules with a verdict)
+    prompt: str | None = None  # retained inputs only (None: not retained, expired or erased)
+    response: str | None = None
+    context: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LabelPage:
+    labels: list[LabelledDecision]
+    next_page_token: str = ""  # "" = the last page
