@@ -3,11 +3,15 @@
 Each row holds the text to evaluate (``prompt``, ``response``, ``context``) and what the policy
 *should* answer: at the decision level (``passed``, ``action``) and/or per rule (``rules``:
 name -> ``pass``|``fail``). Production rows without retained text carry recorded ``scores``
-instead. Every problem of a file is reported at once, each with its line (JSONL; CSV: the
-physical line its record starts on, the header being line 1); a label for a rule the policy
-lacks is named. A value nested deeper than :data:`MAX_NESTING` is a problem of its row, found
-while the file is read (a deeper one would exhaust the interpreter's stack in the JSON decoder,
-the engine's copy of the context or the client's Struct).
+instead. A row may name its ``stage``: a ``tool_call`` row is one tool call the model wants to
+make (``tool: {name, arguments, call_id?}``, the arguments evaluated as the response, as
+``Client.evaluate_tool_call`` sends them), a ``tool_result`` row a tool's output (``response``,
+evaluated as prompt and response, ``tool: {name?, call_id?}``). Every problem of a file is
+reported at once, each with its line (JSONL; CSV: the physical line its record starts on, the
+header being line 1); a label for a rule the policy lacks is named. A value nested deeper than
+:data:`MAX_NESTING` is a problem of its row, found while the file is read (a deeper one would
+exhaust the interpreter's stack in the JSON decoder, the engine's copy of the context or the
+client's Struct).
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ SHOWN_VALUE_CHARS = 80  # a bad value quoted in a problem is cut to this many ch
 RULE_COLUMN_PREFIX = "rule:"  # CSV: one column per rule, ``rule:<name>``
 LABELS = {"pass": True, "fail": False}
 ACTIONS = tuple(a.value for a in Action if a is not Action.CONTINUE)
-FIELDS = ("id", "prompt", "response", "context", "passed", "action", "rules", "scores")
+FIELDS = ("id", "stage", "prompt", "response", "tool", "context", "passed", "action", "rules", "scores")
+STAGES = ("input", "output", "tool_call", "tool_result")  # a row's stage; none: every rule runs
+TOOL_STAGES = ("tool_call", "tool_result")
+TOOL_FIELDS = {"tool_call": ("name", "arguments", "call_id"), "tool_result": ("name", "call_id")}
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,10 @@ class Row:
     rules: dict[str, bool]  # expected per-rule outcome: True = the rule should pass, False = should fail
     scores: dict[str, float]  # recorded per-rule scores (production rows without text), else empty
     source: str = ""  # where the row came from ("file", "review:<id>", "feedback:<id>")
+    # The stage the row is evaluated at ("": every rule). A tool row's prompt, response and
+    # context are what is sent: at tool_call the response is the arguments' JSON text and the
+    # context's ``tool`` is {name, call_id}; at tool_result the tool's output is prompt and response.
+    stage: str = ""
 
 
 @dataclass
@@ -235,7 +246,7 @@ def _csv_doc(rec: Mapping[str, str | None], line: int, problems: _Problems) -> d
             continue
         if key.startswith(RULE_COLUMN_PREFIX):
             per_rule[key[len(RULE_COLUMN_PREFIX) :]] = value.strip()
-        elif key in ("context", "rules", "scores"):
+        elif key in ("context", "rules", "scores", "tool"):
             try:
                 parsed = json.loads(value, parse_constant=_no_constant)
             except ValueError as e:
@@ -294,7 +305,13 @@ def row_from_mapping(doc: Any, line: int, problems: _Problems, rules: set[str] |
     scores = _scores(doc.get("scores", {}), line, problems, rules)
     if passed is None and action is None and not doc.get("rules"):
         problems.add(line, "no label: give passed, action or rules")
-    if texts["response"] is None and not scores:
+    stage = _stage(doc, line, problems)
+    context = dict(context)
+    if stage in TOOL_STAGES:
+        _tool_row(doc, stage, line, problems, texts, context)
+    elif "tool" in doc:
+        problems.add(line, "tool: only a row of stage tool_call or tool_result names a tool")
+    if texts["response"] is None and not scores and stage != "tool_call":  # a tool call's problems are named
         problems.add(line, "no response (and no recorded scores): nothing to evaluate")
     if len(problems.items) > before:
         return None
@@ -303,13 +320,96 @@ def row_from_mapping(doc: Any, line: int, problems: _Problems, rules: set[str] |
         id=str(rid),
         prompt=texts["prompt"] if texts["prompt"] is not None or texts["response"] is None else "",
         response=texts["response"],
-        context=dict(context),
+        context=context,
         passed=passed,
         action=action,
         rules=labels,
         scores=scores,
         source="file",
+        stage=stage,
     )
+
+
+def _stage(doc: Mapping[str, Any], line: int, problems: _Problems) -> str:
+    stage = doc.get("stage", "")
+    if stage == "" and "stage" not in doc:
+        return ""
+    if not isinstance(stage, str) or stage not in STAGES:
+        problems.add(line, f"stage: {_shown(stage)} is not one of {', '.join(STAGES)}")
+        return ""
+    return stage
+
+
+def _tool_row(
+    doc: Mapping[str, Any], stage: str, line: int, problems: _Problems, texts: dict[str, str | None], context: dict
+) -> None:
+    """A tool row's text and context as sent (Row.stage), into ``texts`` and ``context``; its
+    problems to ``problems``. The tool is the row's ``tool`` field, never the context's."""
+    tool = doc.get("tool")
+    if "tool" in context:
+        problems.add(line, "context.tool: a tool row names its tool in the row's tool field")
+    if stage == "tool_call":
+        if texts["response"] is not None or "response" in doc:
+            problems.add(line, "response: a tool_call row's text is tool.arguments (the JSON the model sent)")
+        if tool is None:
+            problems.add(line, "tool: a tool_call row needs tool: {name, arguments}")
+            return
+    elif texts["prompt"] is not None or "prompt" in doc:
+        problems.add(line, "prompt: a tool_result row's text is its response (the tool's output: prompt and response)")
+    if tool is None:
+        texts["prompt"] = texts["response"]
+        return
+    if not isinstance(tool, Mapping):
+        problems.add(line, f"tool: expected an object, got {type(tool).__name__}")
+        return
+    allowed = TOOL_FIELDS[stage]
+    for key in tool:
+        if key not in allowed:
+            problems.add(
+                line, f"tool.{_shown_key(str(key))}: not a field of a {stage} row's tool ({', '.join(allowed)})"
+            )
+    named: dict[str, str] = {}
+    for key in ("name", "call_id"):
+        value = tool.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            problems.add(line, f"tool.{key}: expected a non-empty string, got {_shown(value)}")
+        else:
+            named[key] = value
+    if stage == "tool_call":
+        if "name" not in tool:
+            problems.add(line, "tool.name: a tool_call row names the tool called")
+        texts["response"] = _arguments(tool.get("arguments"), "arguments" in tool, line, problems)
+    else:
+        texts["prompt"] = texts["response"]
+    context["tool"] = named
+
+
+def _arguments(value: Any, given: bool, line: int, problems: _Problems) -> str | None:
+    """A tool call's arguments as the text evaluated: a string as the model sent it (JSON), else
+    an object or array written as JSON (as ``Client.evaluate_tool_call`` sends one)."""
+    if not given:
+        problems.add(line, "tool.arguments: a tool_call row gives the call's arguments (JSON text or an object)")
+        return None
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, str):
+        problems.add(line, f"tool.arguments: expected the JSON text or an object, got {_shown(value)}")
+        return None
+    try:
+        parsed = json.loads(value, parse_constant=_no_constant)
+    except ValueError as e:
+        col = f" column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        problems.add(line, f"tool.arguments: not JSON{col}: {getattr(e, 'msg', e)} (the text {_shown(value)})")
+        return None
+    except RecursionError:
+        problems.add(line, _too_deep("tool.arguments"))
+        return None
+    if nesting(parsed) > MAX_NESTING:
+        problems.add(line, _too_deep("tool.arguments"))
+        return None
+    return value
 
 
 def _unknown_rule(name: str, known: set[str]) -> str:
@@ -353,12 +453,23 @@ def _scores(value: Any, line: int, problems: _Problems, rules: set[str] | None) 
 def row_to_json(row: Row) -> dict[str, Any]:
     """A row as one JSONL document of the dataset format (what :func:`load_dataset` reads back)."""
     doc: dict[str, Any] = {"id": row.id}
-    if row.prompt is not None:
-        doc["prompt"] = row.prompt
-    if row.response is not None:
-        doc["response"] = row.response
-    if row.context:
-        doc["context"] = row.context
+    context = dict(row.context)
+    prompt, response = row.prompt, row.response
+    if row.stage:
+        doc["stage"] = row.stage
+    if row.stage in TOOL_STAGES:
+        tool = dict(context.pop("tool", None) or {})
+        prompt = None if row.stage == "tool_result" else prompt
+        if row.stage == "tool_call":
+            tool["arguments"], response = response, None
+        if tool:
+            doc["tool"] = tool
+    if prompt is not None:
+        doc["prompt"] = prompt
+    if response is not None:
+        doc["response"] = response
+    if context:
+        doc["context"] = context
     if row.passed is not None:
         doc["passed"] = row.passed
     if row.action is not None:

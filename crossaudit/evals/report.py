@@ -335,6 +335,8 @@ def _case(row: Row, expected: str, action: str | None, why: str) -> dict[str, An
     }
     if row.context:
         case["input"]["context"] = row.context
+    if row.stage:
+        case["input"]["stage"] = row.stage
     if action:
         case["expected_action"] = action
     return case

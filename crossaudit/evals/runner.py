@@ -9,6 +9,10 @@ first: their latency is one call's own, not a queue's.
 A rule not applied to a row (an earlier rule stopped processing) has no verdict on it: a
 label for it there counts as *unjudged*, as does one whose evaluator errored or timed out.
 
+A row naming a ``stage`` (a tool call, a tool result: :mod:`crossaudit.evals.dataset`) is
+evaluated at that stage only, as a server evaluates a request naming it; a rule of another stage
+is not applied there (unjudged, like one an earlier rule stopped).
+
 A row without text (``prompt``/``response`` None: a production row whose inputs were not
 retained) cannot be evaluated again: each rule with a recorded score is judged from it against
 the rule's threshold (*threshold-only*: no condition, no chaining, no decision), and a rule
@@ -221,7 +225,7 @@ def run_local(
     t0 = time.perf_counter()
     alone, together = _split(live, concurrency)
     for indices, n in ((alone, 1), (together, concurrency)):
-        requests = [(rows[i].prompt or "", rows[i].response or "", rows[i].context) for i in indices]
+        requests = [(rows[i].prompt or "", rows[i].response or "", rows[i].context, rows[i].stage) for i in indices]
         answers = tester.evaluate_many(requests, concurrency=n, on_done=lambda _i, _a: tick()) if requests else []
         for i, answer in zip(indices, answers, strict=True):
             outcomes[i] = dataclasses.replace(_outcome(rows[i], answer), alone=n == 1)
@@ -264,7 +268,7 @@ def run_server(
         else:
             try:
                 answer: Decision | CrossAuditError = client.evaluate(
-                    name, r.prompt or "", r.response, r.context, environment=environment, timeout=timeout
+                    name, r.prompt or "", r.response, r.context, environment=environment, timeout=timeout, stage=r.stage
                 )
             except CrossAuditError as e:
                 answer = e

@@ -56,7 +56,8 @@ T = TypeVar("T")
 # policy's deadline): the warm sandboxes one evaluator may have (PoolLimits.max_size).
 DEFAULT_CONCURRENCY = PoolLimits().max_size
 MAX_CONCURRENCY = 256
-Request = tuple[str, str, "Mapping[str, Any] | None"]  # (prompt, response, context)
+# (prompt, response, context) or (prompt, response, context, stage): "" runs every rule
+Request = tuple[str, str, "Mapping[str, Any] | None"] | tuple[str, str, "Mapping[str, Any] | None", str]
 UNEVALUABLE_MESSAGE_CHARS = 500  # an untyped exception's text kept in its request's error
 
 
@@ -195,11 +196,13 @@ class PolicyTester:
         concurrency: int = DEFAULT_CONCURRENCY,
         on_done: Callable[[int, Decision | CrossAuditError], None] | None = None,
     ) -> list[Decision | CrossAuditError]:
-        """Evaluate many requests, at most ``concurrency`` at once (as a server's concurrent callers
-        would: builtins batch across them). Each answer is its Decision or its typed error, in
-        the order of ``requests``; ``on_done(index, answer)`` hears each as it finishes (from the
-        tester's thread). A request the engine cannot take at all (a context too deep to copy, an
-        engine fault) is answered with a CrossAuditError naming the exception: the others still run."""
+        """Evaluate many requests (``(prompt, response, context)``, or with a fourth item, the
+        stage to run, as :meth:`evaluate`'s ``stage``), at most ``concurrency`` at once (as a
+        server's concurrent callers would: builtins batch across them). Each answer is its
+        Decision or its typed error, in the order of ``requests``; ``on_done(index, answer)``
+        hears each as it finishes (from the tester's thread). A request the engine cannot take at
+        all (a context too deep to copy, an engine fault) is answered with a CrossAuditError
+        naming the exception: the others still run."""
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise InvalidInputError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
         return self._run(self._evaluate_many(requests, concurrency, on_done))
@@ -215,10 +218,10 @@ class PolicyTester:
 
         async def worker() -> None:
             for i in pending:  # shared iterator: each index is taken by exactly one worker
-                prompt, response, context = requests[i]
+                prompt, response, context, *staged = requests[i]
                 try:
                     answer: Decision | CrossAuditError = await self.engine.evaluate(
-                        self.policy, prompt, response, context, timeout=self.timeout
+                        self.policy, prompt, response, context, timeout=self.timeout, stage=staged[0] if staged else ""
                     )
                 except CrossAuditError as e:
                     answer = e

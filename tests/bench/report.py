@@ -107,6 +107,13 @@ TARGETS = (
         "proxy: a small stream's p50 beside 40,000-character redacted streams: <= 2x idle",
     ),
     Target(
+        "ratio.agents.tool_stage_over_output_decision",
+        "ratio",
+        1.5,
+        True,
+        "proxy: the added p50 of an answer's 4 tool calls (cached evaluators): <= 1.5x one output-stage decision",
+    ),
+    Target(
         "ratio.workers.c16",
         "ratio",
         1.35,

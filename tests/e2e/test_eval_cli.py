@@ -137,3 +137,43 @@ def test_a_deployed_policy_through_a_server(tmp_path: Path) -> None:
             assert c == {"tp": 4, "fp": 0, "fn": 1, "tn": 10}
         res = run("eval", "--server", "no-such-policy", DATASET, server=server)
         assert res.returncode == 2 and "policy 'no-such-policy' is not deployed" in res.stderr
+
+
+AGENTS_POLICY = "policies/agents/agents.yaml"
+AGENTS_DATASET = "policies/agents/agents.eval.jsonl"
+AGENTS_CONFUSION = {  # docs/agents.md: each rule's misses and false alarms in the labelled rows
+    "no_destructive_tools": {"tp": 2, "fp": 0, "fn": 1, "tn": 3},
+    "redact_emails_in_arguments": {"tp": 2, "fp": 0, "fn": 1, "tn": 2},
+    "no_injected_tool_results": {"tp": 2, "fp": 1, "fn": 1, "tn": 2},
+}
+
+
+def test_tool_call_and_tool_result_rows_in_process_and_through_a_server(tmp_path: Path) -> None:
+    """The agents dataset labels tool calls and tool results: each row evaluated at its stage,
+    in this process (PolicyTester) and by a server (Client), with the same measures; a hostile
+    tool row is exit 2 with its line, nothing evaluated."""
+    res = run("eval", AGENTS_POLICY, AGENTS_DATASET, "--json")
+    assert res.returncode == 0, res.stderr
+    local = json.loads(res.stdout)
+    assert local["rows"] == 15 and local["errors"] == []
+    assert {name: r["confusion"] for name, r in local["rules"].items()} == AGENTS_CONFUSION
+    assert {c["input"]["stage"] for c in local["test_cases"]} == {"tool_call", "tool_result"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"stage": "tool_call", "tool": {"name": "send_email", "arguments": "{\\"to\\": "}, "passed": false}\n'
+        '{"stage": "tool_call", "tool": {"arguments": {}}, "passed": true}\n'
+        '{"stage": "tool_cal", "response": "x", "passed": true}\n'
+    )
+    res = run("eval", AGENTS_POLICY, str(bad))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "bad.jsonl:1: tool.arguments: not JSON" in res.stderr and "bad.jsonl:2: tool.name:" in res.stderr
+    assert "bad.jsonl:3: stage: 'tool_cal' is not one of" in res.stderr
+    with ServerProcess(tmp_path / "srv") as server:
+        with Client(server.address, api_key=key("globex")) as c:
+            c.deploy_policy(Path(AGENTS_POLICY))
+        res = run("eval", "--server", AGENTS_POLICY, AGENTS_DATASET, "--json", server=server)
+        assert res.returncode == 0, res.stderr
+        remote = json.loads(res.stdout)
+    assert remote["where"] == f"server {server.address}" and remote["errors"] == []
+    assert {name: r["confusion"] for name, r in remote["rules"].items()} == AGENTS_CONFUSION
+    assert remote["decision"]["confusion"] == local["decision"]["confusion"]

@@ -167,6 +167,15 @@ def test_the_json_schema_agrees_with_the_loader() -> None:
         {"response": "x", "passed": True},
         {"id": 3, "prompt": "p", "response": "x", "context": {"a": 1}, "action": "block"},
         {"rules": {"tone": "fail"}, "scores": {"tone": 0.25}},
+        {
+            "stage": "tool_call",
+            "tool": {"name": "send", "arguments": {"to": "a@b.c"}, "call_id": "c1"},
+            "passed": False,
+        },
+        {"stage": "tool_call", "prompt": "p", "tool": {"name": "send", "arguments": "[1, 2]"}, "action": "allow"},
+        {"stage": "tool_result", "tool": {"name": "fetch"}, "response": "page", "passed": True},
+        {"stage": "tool_result", "response": "page", "rules": {"tone": "pass"}},
+        {"stage": "input", "prompt": "p", "response": "p", "passed": True},
     ]
     bad = [
         {"response": "x"},  # no label
@@ -177,6 +186,18 @@ def test_the_json_schema_agrees_with_the_loader() -> None:
         {"response": "x", "passed": True, "colour": "red"},
         {"rules": {"tone": "fail"}, "scores": {"tone": 1.5}},
         {"response": 3, "passed": True},
+        {"stage": "tool", "response": "x", "passed": True},
+        {"stage": "tool_call", "tool": {"arguments": {}}, "passed": True},  # no name
+        {"stage": "tool_call", "tool": {"name": "send"}, "passed": True},  # no arguments
+        {"stage": "tool_call", "tool": {"name": "send", "arguments": 3}, "passed": True},
+        {"stage": "tool_call", "tool": {"name": "", "arguments": {}}, "passed": True},
+        {"stage": "tool_call", "response": "{}", "tool": {"name": "send", "arguments": {}}, "passed": True},
+        {"stage": "tool_call", "tool": {"name": "send", "arguments": {}, "colour": 1}, "passed": True},
+        {"stage": "tool_call", "tool": {"name": "s", "arguments": {}}, "context": {"tool": {}}, "passed": True},
+        {"stage": "tool_result", "tool": {"name": "fetch", "arguments": {}}, "response": "x", "passed": True},
+        {"stage": "tool_result", "prompt": "p", "response": "x", "passed": True},
+        {"stage": "tool_result", "tool": {"name": "fetch"}, "passed": True},  # no output
+        {"response": "x", "tool": {"name": "fetch"}, "passed": True},  # a tool without a tool stage
     ]
     for doc in good:
         validator.validate(doc)
