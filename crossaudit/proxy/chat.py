@@ -79,8 +79,9 @@ def invalid(message: str, code: str = "invalid_request") -> ProxyError:
 # --- requests -------------------------------------------------------------------------------
 
 
-def parse_request(body: bytes, *, max_messages: int, max_choices: int) -> dict[str, Any]:
-    """The request as JSON, with the fields the guard relies on checked."""
+def request_messages(body: bytes, max_messages: int) -> tuple[dict[str, Any], list[Any]]:
+    """A request body (chat completions or Messages) as a JSON object of Unicode text, and its
+    ``messages``: a non-empty list of at most ``max_messages`` (each message is the caller's to check)."""
     try:
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError):
@@ -100,6 +101,12 @@ def parse_request(body: bytes, *, max_messages: int, max_choices: int) -> dict[s
         raise invalid("'messages' must be a non-empty list", "invalid_messages")
     if len(messages) > max_messages:
         raise invalid(f"{len(messages)} messages: at most {max_messages}", "too_many_messages")
+    return payload, messages
+
+
+def parse_request(body: bytes, *, max_messages: int, max_choices: int) -> dict[str, Any]:
+    """The request as JSON, with the fields the guard relies on checked."""
+    payload, messages = request_messages(body, max_messages)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise invalid(f"messages[{i}] must be an object with a role", "invalid_messages")

@@ -19,7 +19,7 @@ import httpx
 from httpx_sse import EventSource, SSEError
 from starlette.responses import JSONResponse
 
-from crossaudit.proxy.chat import MODEL_SUFFIX_FORM, ProxyError, invalid
+from crossaudit.proxy.chat import MODEL_SUFFIX_FORM, ProxyError, invalid, request_messages
 
 DEFAULT_VERSION = "2023-06-01"  # sent upstream when the caller names no anthropic-version
 VERSION_FORM = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -65,25 +65,7 @@ def sse(kind: str, obj: Mapping[str, Any]) -> bytes:
 
 def parse_request(body: bytes, *, max_messages: int) -> dict[str, Any]:
     """The Messages request as JSON, with the fields the guard reads checked."""
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise invalid("the request body is not valid JSON", "invalid_json") from None
-    except RecursionError:
-        raise invalid("the request body is nested too deeply", "invalid_json") from None
-    if not isinstance(payload, dict):
-        raise invalid("the request body must be a JSON object")
-    try:  # a "\ud800" escape decodes to a lone surrogate: text no evaluator can be sent
-        json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    except (UnicodeEncodeError, RecursionError):
-        raise invalid(
-            "the request body holds text that is not valid Unicode (a lone surrogate)", "invalid_json"
-        ) from None
-    messages = payload.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise invalid("'messages' must be a non-empty list", "invalid_messages")
-    if len(messages) > max_messages:
-        raise invalid(f"{len(messages)} messages: at most {max_messages}", "too_many_messages")
+    payload, messages = request_messages(body, max_messages)
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise invalid(f"messages[{i}] must be an object with role 'user' or 'assistant'", "invalid_messages")
