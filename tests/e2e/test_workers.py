@@ -96,8 +96,17 @@ def _children(pid: int) -> list[int]:
 
 
 def workers_of(srv: ServerProcess) -> list[int]:
-    """The supervisor's worker processes (its other child is multiprocessing's resource tracker)."""
-    return [p for p in _children(srv.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    """The supervisor's worker processes (its other child is multiprocessing's resource tracker).
+    A child that exits between the listing and the read (a killed worker being reaped) is not one."""
+    found = []
+    for p in _children(srv.pid):
+        try:
+            cmdline = Path(f"/proc/{p}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if b"spawn_main" in cmdline:
+            found.append(p)
+    return found
 
 
 def connections(pid: int, port: int) -> int:
