@@ -17,6 +17,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -188,22 +189,35 @@ class ProxyApp:
             headers[POLICY_HEADER] = quote(policy, safe=" ")
             msgs.check_version(request.headers.get("anthropic-version"))
             payload = msgs.parse_request(await self._body(request), max_messages=self.limits.max_messages)
-            call = ProxyCall(
-                request=request,
-                config=self.config,
-                guard=self.guard,
-                upstream=self.anthropic,
-                caller=caller,
-                policy=policy,
-                run=self.config.policy_run(policy),
-                payload=payload,
-                headers=headers,
-                request_id=request_id,
-                base=base_context(caller, payload),
-            )
+            call = self._call(request, self.anthropic, caller, policy, payload, headers, request_id)
             return await messages_call.guarded(call)
         except ProxyError as e:
             return msgs.error_response(masked(self.config, e), headers)
+
+    def _call(
+        self,
+        request: Request,
+        upstream: Upstream,
+        caller: Caller,
+        policy: str,
+        payload: dict[str, Any],
+        headers: dict[str, str],
+        request_id: str,
+    ) -> ProxyCall:
+        """One request's ProxyCall, whichever API it came in by (``upstream``: that API's model)."""
+        return ProxyCall(
+            request=request,
+            config=self.config,
+            guard=self.guard,
+            upstream=upstream,
+            caller=caller,
+            policy=policy,
+            run=self.config.policy_run(policy),
+            payload=payload,
+            headers=headers,
+            request_id=request_id,
+            base=base_context(caller, payload),
+        )
 
     async def chat(self, request: Request) -> Response:
         request_id = uuid.uuid4().hex
@@ -215,19 +229,7 @@ class ProxyApp:
             payload = chat.parse_request(
                 await self._body(request), max_messages=self.limits.max_messages, max_choices=self.limits.max_choices
             )
-            call = ProxyCall(
-                request=request,
-                config=self.config,
-                guard=self.guard,
-                upstream=self.upstream,
-                caller=caller,
-                policy=policy,
-                run=self.config.policy_run(policy),
-                payload=payload,
-                headers=headers,
-                request_id=request_id,
-                base=base_context(caller, payload),
-            )
+            call = self._call(request, self.upstream, caller, policy, payload, headers, request_id)
             return await guarded(call)
         except ProxyError as e:
             return error_response(e, headers)
