@@ -43,6 +43,10 @@ class ContainerPool(WarmPool[WarmContainer]):
             preload=self.preload,
             restricted=False,
             limits=self.rt.limits,
+            # The container's cgroup pids cap (pids + AGENT_PIDS_HEADROOM) counts its own tasks exactly;
+            # RLIMIT_NPROC counts the uid's tasks host-wide, so a uid another container held a moment
+            # ago (tasks still exiting) or holds at once would refuse this one's forks and threads.
+            rlimit_nproc=False,
             reset={"paths": RESET_PATHS, "ipc": True, "idle": self.rt.idle_reset},
         )
 
